@@ -1,0 +1,75 @@
+package split
+
+import "time"
+
+// Schema is the value of Report.Schema for this version of the report.
+const Schema = "gttsplit.split.v1"
+
+// Line is one log line of a run, as captured. Seq is the line's position in
+// the run's log (one counter for all streams of a run, starting at 0 or 1);
+// Stream names where it was read ("stderr", "stdout", "log"). The pair
+// (Stream, Seq) identifies a line: a line applied twice counts once, and the
+// fold orders lines by Seq, so arrival order does not matter.
+type Line struct {
+	Stream string
+	Seq    uint64
+	Text   string
+}
+
+// Sample is one sampling tick of the measured process tree: the fdinfo text
+// of the DRM fds of every process in the tree, and optionally the card's GTT
+// counters, all taken at Time. Seq identifies the tick within the run.
+type Sample struct {
+	Seq   uint64
+	Time  time.Time
+	Procs []ProcFDs
+	Cards []CardGTT
+}
+
+// ProcFDs is the fdinfo of one process at one tick.
+type ProcFDs struct {
+	PID int
+	FDs []FDInfo
+}
+
+// FDInfo is the verbatim text of /proc/<pid>/fdinfo/<fd>. Link is the fd's
+// readlink target when the sampler knew it ("" otherwise); the fold decides
+// from Text alone.
+type FDInfo struct {
+	FD   int
+	Link string
+	Text string
+}
+
+// CardGTT is an amdgpu card's device-wide GTT counters in bytes
+// (/sys/class/drm/<card>/device/mem_info_gtt_{used,total}).
+type CardGTT struct {
+	Card       string
+	UsedBytes  int64
+	TotalBytes int64
+}
+
+// RunInfo describes the run being measured; it comes from the run-started
+// event (or from the command line of `aggregator parse`). Empty fields are
+// unknown.
+type RunInfo struct {
+	ID               string
+	Host             string
+	Lane             string
+	Command          string
+	Issue            string // OWNER/REPO#N of the tracker issue, if any
+	Started          time.Time
+	SourceCommit     string
+	SourceDirty      *bool
+	CollectorVersion string
+}
+
+// FinishInfo describes how the run ended (the run-finished event).
+type FinishInfo struct {
+	Finished time.Time
+	ExitCode *int
+	Signal   string
+	// Incomplete is set when the run was closed without a run-finished
+	// event (idle timeout).
+	Incomplete bool
+}
