@@ -10,10 +10,14 @@ const Schema = "gttsplit.split.v1"
 // Stream names where it was read ("stderr", "stdout", "log"). The pair
 // (Stream, Seq) identifies a line: a line applied twice counts once, and the
 // fold orders lines by Seq, so arrival order does not matter.
+//
+// Time is when the line was captured (zero when unknown); the fold does not
+// use it, the event contract carries it.
 type Line struct {
 	Stream string
 	Seq    uint64
 	Text   string
+	Time   time.Time
 }
 
 // Sample is one sampling tick of the measured process tree: the fdinfo text
