@@ -1,0 +1,397 @@
+package split
+
+import (
+	"bytes"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Kind is what a relevant llama.cpp or trace line says.
+type Kind uint8
+
+// Line kinds. A line of no kind is irrelevant to the split.
+const (
+	KindNone       Kind = iota
+	KindBuffer          // "<func>: <name> <kind> buffer size = N MiB"
+	KindEcho            // "~llama_context: <name> compute buffer size is|of ..."
+	KindLoad            // "llama_model_loader: loaded meta data with ..."
+	KindContext         // "llama_context: constructing llama_context"
+	KindReserveEnd      // "graph splits = N" closes a compute reservation
+	KindBuild           // a build/version line
+	KindVerbosity       // "verbosity = N"
+	KindDebugMarker     // a line only -v prints (FORMATS §3.3)
+	KindTrace           // host-weight trace line with resident=
+	KindBreakdownHead   // "memory breakdown [MiB]" table header
+	KindBreakdownRow    // a row of that table
+	KindFitBegin        // "fitting params to device memory"
+	KindFitEnd          // "fitting params to free memory took"
+	KindOutputRealloc   // "output_reserve: reallocating output buffer"
+	KindLegacy          // ≤ b1842 totals ("mem required", "VRAM used")
+	KindSummary         // KV/RS summary lines ("KV self size", "size = ... cells"): never added
+	KindMalformed       // a line that looked relevant but did not parse
+)
+
+// Record is one parsed relevant line. Fields are set according to Kind.
+type Record struct {
+	Seq  uint64 `json:"seq"`
+	Kind Kind   `json:"k"`
+	// Buffer and echo lines.
+	Func    string  `json:"fn,omitempty"`
+	Name    string  `json:"name,omitempty"`
+	BufKind string  `json:"bk,omitempty"` // model KV RS compute output input state, or the unknown word(s)
+	MiB     float64 `json:"mib,omitempty"`
+	// Echo: the expectation; Match is false for "does not match".
+	Expect float64 `json:"exp,omitempty"`
+	Match  bool    `json:"match,omitempty"`
+	// Build lines: number (0 when unknown) and commit; verbosity: Int.
+	Int  int64  `json:"int,omitempty"`
+	Text string `json:"text,omitempty"`
+	// Breakdown rows: the integers of the row in order.
+	Ints []int64 `json:"ints,omitempty"`
+}
+
+// Parser classifies normalised lines. It is safe for concurrent use once
+// built; the zero value is not usable, use NewParser.
+type Parser struct {
+	trace     *regexp.Regexp
+	traceName *regexp.Regexp
+	// traceAnchor is a literal every trace line contains ("" when the
+	// pattern has no literal prefix: then every line is tried).
+	traceAnchor []byte
+	// traceNeedsMiB is true when the trace pattern is the default one,
+	// whose lines always contain "MiB" (so the MiB anchor finds them).
+	traceNeedsMiB bool
+}
+
+// DefaultTracePattern matches the resident size of the host-weight trace
+// (FORMATS §4). Its one group is the size in MiB.
+const DefaultTracePattern = `resident=([0-9]+(?:\.[0-9]+)?) ?MiB`
+
+// DefaultTraceNamePattern matches the packed tensor's name in a trace line.
+const DefaultTraceNamePattern = `name=(\S+)`
+
+// NewParser builds a parser with the given host-weight trace patterns (""
+// selects the default). Each pattern must compile and have exactly one group.
+func NewParser(tracePattern, namePattern string) (*Parser, error) {
+	if tracePattern == "" {
+		tracePattern = DefaultTracePattern
+	}
+	if namePattern == "" {
+		namePattern = DefaultTraceNamePattern
+	}
+	tr, err := compileOneGroup("trace_pattern", tracePattern)
+	if err != nil {
+		return nil, err
+	}
+	nm, err := compileOneGroup("trace_name_pattern", namePattern)
+	if err != nil {
+		return nil, err
+	}
+	lit, _ := tr.LiteralPrefix()
+	return &Parser{trace: tr, traceName: nm, traceAnchor: []byte(lit), traceNeedsMiB: tracePattern == DefaultTracePattern}, nil
+}
+
+func compileOneGroup(key, p string) (*regexp.Regexp, error) {
+	re, err := regexp.Compile(p)
+	if err != nil {
+		return nil, &PatternError{Key: key, Pattern: p, Err: err}
+	}
+	if re.NumSubexp() != 1 {
+		return nil, &PatternError{Key: key, Pattern: p, Err: errOneGroup}
+	}
+	return re, nil
+}
+
+// MustParser is NewParser with the default patterns.
+func MustParser() *Parser {
+	p, err := NewParser("", "")
+	if err != nil {
+		panic(err) // the defaults compile; a test guards this
+	}
+	return p
+}
+
+var (
+	aMiB        = []byte("MiB")
+	aBreakdown  = []byte("breakdown_print")
+	aLoad       = []byte("loaded meta data")
+	aCtx        = []byte("constructing llama_context")
+	aSplits     = []byte("graph splits")
+	aBuild      = []byte("build")
+	aVersion    = []byte("version: ")
+	aVerbosity  = []byte("verbosity = ")
+	aFit        = []byte("fitting params")
+	aBufferSize = []byte("buffer size")
+)
+
+// debugMarkers are substrings of lines llama.cpp prints only at DEBUG level,
+// that is with -v (FORMATS §3.3).
+var debugMarkers = [][]byte{
+	[]byte("create_tensor: loading tensor"),
+	[]byte("assigned to device"),
+	[]byte("for async uploads"),
+	[]byte("does not support async"),
+	[]byte("n_embd_k_gqa ="),
+	[]byte("enumerating backends"),
+	[]byte("graph_reserve: reserving a graph"),
+	[]byte(": dev = "),
+	[]byte("does not have KV cache"),
+	[]byte("cannot be used with preferred buffer type"),
+	[]byte("backend_ptrs.size()"),
+}
+
+// anchors are the literals of which a relevant line contains at least one
+// (besides the debug markers and a custom trace pattern's literal). The
+// block scanner searches for exactly these.
+var anchors = [][]byte{aMiB, aBreakdown, aLoad, aCtx, aSplits, aBuild, aVersion, aVerbosity, aFit}
+
+// Relevant reports whether a raw line can matter to the split; lines for
+// which it is false are never parsed. With debug false, lines that matter
+// only as -v markers are not looked for (the caller already has one).
+func (p *Parser) Relevant(line []byte, debug bool) bool {
+	for _, a := range anchors {
+		if bytes.Contains(line, a) {
+			return true
+		}
+	}
+	if !p.traceNeedsMiB && (len(p.traceAnchor) == 0 || bytes.Contains(line, p.traceAnchor)) && p.trace.Match(line) {
+		return true
+	}
+	return debug && isDebugMarker(line)
+}
+
+func isDebugMarker(line []byte) bool {
+	for _, m := range debugMarkers {
+		if bytes.Contains(line, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// Parse classifies one normalised line (see Payload). It returns false for
+// lines irrelevant to the split.
+func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
+	r := Record{Seq: seq}
+	if m := p.trace.FindSubmatch(s); m != nil {
+		v, err := strconv.ParseFloat(string(m[1]), 64)
+		if err != nil || v < 0 {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		r.Kind, r.MiB = KindTrace, v
+		if n := p.traceName.FindSubmatch(s); n != nil {
+			r.Name = string(n[1])
+		}
+		return r, true
+	}
+	if i := bytes.Index(s, aBufferSize); i >= 0 {
+		return parseBuffer(r, s, i)
+	}
+	switch {
+	case bytes.Contains(s, aBreakdown):
+		return parseBreakdown(r, s)
+	case bytes.Contains(s, aLoad):
+		r.Kind = KindLoad
+		return r, true
+	case bytes.Contains(s, aCtx):
+		r.Kind = KindContext
+		return r, true
+	case bytes.Contains(s, aSplits) && bytes.HasPrefix(bytes.TrimLeft(afterFunc(s), " "), []byte("graph splits")):
+		r.Kind = KindReserveEnd
+		return r, true
+	case bytes.Contains(s, aFit):
+		if bytes.Contains(s, []byte("took")) {
+			r.Kind = KindFitEnd
+		} else {
+			r.Kind = KindFitBegin
+		}
+		return r, true
+	case bytes.Contains(s, []byte("output_reserve: reallocating output buffer")):
+		r.Kind = KindOutputRealloc
+		if m := reRealloc.FindSubmatch(s); m != nil {
+			r.Expect, _ = strconv.ParseFloat(string(m[1]), 64)
+			r.MiB, _ = strconv.ParseFloat(string(m[2]), 64)
+		}
+		return r, true
+	}
+	if b, ok := parseBuild(s); ok {
+		r.Kind, r.Int, r.Text = KindBuild, b.number, b.text
+		return r, true
+	}
+	if i := bytes.Index(s, aVerbosity); i >= 0 {
+		v, err := strconv.ParseInt(string(leadingDigits(s[i+len(aVerbosity):])), 10, 64)
+		if err == nil {
+			r.Kind, r.Int = KindVerbosity, v
+			return r, true
+		}
+	}
+	if bytes.Contains(s, []byte("mem required")) || bytes.Contains(s, []byte("VRAM used")) ||
+		bytes.Contains(s, []byte("compute buffer total size")) {
+		r.Kind = KindLegacy
+		return r, true
+	}
+	if bytes.Contains(s, []byte("KV self size")) || bytes.Contains(s, []byte(" cells")) && bytes.Contains(s, []byte("size = ")) {
+		r.Kind = KindSummary
+		return r, true
+	}
+	if isDebugMarker(s) {
+		r.Kind = KindDebugMarker
+		return r, true
+	}
+	return r, false
+}
+
+var reRealloc = regexp.MustCompile(`from size +([0-9.]+) MiB to +([0-9.]+) MiB`)
+
+// afterFunc returns what follows "<func>: " (or s when there is no such
+// prefix).
+func afterFunc(s []byte) []byte {
+	if i := bytes.Index(s, []byte(": ")); i > 0 {
+		return s[i+2:]
+	}
+	return s
+}
+
+func leadingDigits(b []byte) []byte {
+	i := 0
+	for i < len(b) && isDigit(b[i]) {
+		i++
+	}
+	return b[:i]
+}
+
+// parseBuffer parses "<func>: <name> <kind words> buffer size = N MiB" and
+// the ~llama_context echo; i is the index of "buffer size".
+func parseBuffer(r Record, s []byte, i int) (Record, bool) {
+	c := bytes.Index(s, []byte(": "))
+	if c <= 0 || c > i {
+		r.Kind = KindMalformed
+		return r, true
+	}
+	r.Func = string(s[:c])
+	fields := strings.Fields(string(s[c+2 : i]))
+	rest := s[i+len(aBufferSize):]
+	if len(fields) == 0 {
+		r.Kind = KindMalformed
+		return r, true
+	}
+	r.Name = fields[0]
+	r.BufKind = strings.Join(fields[1:], " ")
+	rest = bytes.TrimLeft(rest, " ")
+	switch {
+	case bytes.HasPrefix(rest, []byte("= ")) || bytes.HasPrefix(rest, []byte("=")):
+		v, ok := mibValue(bytes.TrimLeft(rest[1:], " "))
+		if !ok {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		r.Kind, r.MiB = KindBuffer, v
+		if r.BufKind == "" {
+			// ≤ b3989 "llm_load_tensors: CUDA0 buffer size": a model buffer.
+			r.BufKind = "model"
+		}
+		return r, true
+	case bytes.HasPrefix(rest, []byte("is ")) || bytes.HasPrefix(rest, []byte("of ")):
+		m := reEcho.FindSubmatch(rest)
+		if m == nil {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		a, err1 := strconv.ParseFloat(string(m[1]), 64)
+		e, err2 := strconv.ParseFloat(string(m[3]), 64)
+		if err1 != nil || err2 != nil {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		r.Kind, r.MiB, r.Expect, r.Match = KindEcho, a, e, len(m[2]) == 0
+		return r, true
+	}
+	r.Kind = KindMalformed
+	return r, true
+}
+
+var reEcho = regexp.MustCompile(`^(?:is|of) +([0-9.]+) MiB, (does not )?match(?:es)? expectation of +([0-9.]+) MiB`)
+
+// mibValue parses "N MiB" at the start of b.
+func mibValue(b []byte) (float64, bool) {
+	j := 0
+	for j < len(b) && (isDigit(b[j]) || b[j] == '.') {
+		j++
+	}
+	if j == 0 || !bytes.HasPrefix(bytes.TrimLeft(b[j:], " "), aMiB) {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(string(b[:j]), 64)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+type buildInfo struct {
+	number int64
+	text   string
+}
+
+var buildRes = []*regexp.Regexp{
+	// version: 0.1.2-dev (build 10524, commit 9ee9fc04c)
+	regexp.MustCompile(`version: (\S+) \(build (\d+), commit ([0-9a-f]+)\)`),
+	// build: 4615 (bfcce4d6) with ... / print_info: build 9890 (74976e1ae) / main: build = 1500 (a30b324) / version: 4615 (bfcce4d6)
+	regexp.MustCompile(`(?:^|[\s:])(?:build|version)(?::| =)? (\d+) \(([0-9a-f]+)\)`),
+	// build_info: b7000-abc1234 / build      : b7000-abc1234
+	regexp.MustCompile(`build(?:_info| +)?: b(\d+)-([0-9a-f]+)`),
+	// old server JSON and ik_llama text
+	regexp.MustCompile(`"build":(\d+),"commit":"([^"]*)"`),
+	regexp.MustCompile(`build=(\d+) commit="([^"]*)"`),
+}
+
+func parseBuild(s []byte) (buildInfo, bool) {
+	for k, re := range buildRes {
+		m := re.FindSubmatch(s)
+		if m == nil {
+			continue
+		}
+		if k == 0 {
+			n, _ := strconv.ParseInt(string(m[2]), 10, 64)
+			return buildInfo{n, "b" + string(m[2]) + " (" + string(m[3]) + ", " + string(m[1]) + ")"}, true
+		}
+		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+		return buildInfo{n, "b" + string(m[1]) + " (" + string(m[2]) + ")"}, true
+	}
+	return buildInfo{}, false
+}
+
+// parseBreakdown parses a memory-breakdown table line (FORMATS §2.8).
+func parseBreakdown(r Record, s []byte) (Record, bool) {
+	if bytes.Contains(s, []byte("memory breakdown")) {
+		r.Kind = KindBreakdownHead
+		return r, true
+	}
+	// "<func>: |   - <label> | a = b + (c = d + e + f) + g |"
+	parts := bytes.Split(s, []byte("|"))
+	if len(parts) < 4 {
+		r.Kind = KindMalformed
+		return r, true
+	}
+	label := strings.TrimSpace(string(parts[1]))
+	label = strings.TrimSpace(strings.TrimPrefix(label, "-"))
+	if f := strings.Fields(label); len(f) > 0 {
+		r.Name = f[0]
+	}
+	for _, f := range strings.FieldsFunc(string(parts[2]), func(c rune) bool { return !(c == '-' || c >= '0' && c <= '9') }) {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		r.Ints = append(r.Ints, v)
+	}
+	if r.Name == "" || (len(r.Ints) != 7 && len(r.Ints) != 4) {
+		r.Kind = KindMalformed
+		return r, true
+	}
+	r.Kind = KindBreakdownRow
+	return r, true
+}

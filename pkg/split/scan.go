@@ -1,0 +1,130 @@
+package split
+
+import (
+	"bytes"
+	"io"
+	"sort"
+)
+
+// chunkSize is how much of a log ReadLog searches at once.
+const chunkSize = 1 << 20
+
+// ReadLog applies a whole log to the fold, numbering its lines from 1 in
+// stream. Only lines that contain one of the parser's anchors are visited:
+// each chunk is searched for every anchor (a vectorised substring search)
+// and the lines around the hits are handed to AddLineBytes, so the cost per
+// irrelevant line is a share of a few memchr-speed passes, with no
+// allocation. It returns the number of lines read.
+func (f *Fold) ReadLog(r io.Reader, stream string) (uint64, error) {
+	buf := make([]byte, chunkSize)
+	var (
+		carry  int    // bytes of an unfinished line at buf[:carry]
+		lineNo uint64 // lines before buf[0]
+		starts []int
+	)
+	for {
+		n, err := io.ReadFull(r, buf[carry:])
+		end := carry + n
+		eof := err == io.EOF || err == io.ErrUnexpectedEOF
+		if err != nil && !eof {
+			return lineNo, err
+		}
+		chunk := buf[:end]
+		if !eof {
+			// Only whole lines; keep the tail for the next round.
+			cut := bytes.LastIndexByte(chunk, '\n')
+			if cut < 0 {
+				// A line longer than the buffer: grow it.
+				nb := make([]byte, 2*len(buf))
+				copy(nb, buf[:end])
+				buf, carry = nb, end
+				continue
+			}
+			chunk = chunk[:cut+1]
+		}
+		starts = f.candidates(chunk, starts[:0])
+		pos := 0
+		for _, s := range starts {
+			lineNo += uint64(bytes.Count(chunk[pos:s], []byte{'\n'}))
+			e := bytes.IndexByte(chunk[s:], '\n')
+			if e < 0 {
+				e = len(chunk) - s
+			}
+			f.AddLineBytes(stream, lineNo+1, chunk[s:s+e])
+			pos = s
+		}
+		lineNo += uint64(bytes.Count(chunk[pos:], []byte{'\n'}))
+		if eof {
+			if len(chunk) > 0 && chunk[len(chunk)-1] != '\n' {
+				lineNo++ // a last line without a newline
+			}
+			if lineNo > f.st.MaxSeq {
+				f.st.MaxSeq = lineNo
+			}
+			return lineNo, nil
+		}
+		carry = copy(buf, buf[len(chunk):end])
+	}
+}
+
+// candidates appends the start offsets of the lines of chunk that contain
+// an anchor, sorted and without duplicates.
+func (f *Fold) candidates(chunk []byte, starts []int) []int {
+	add := func(a []byte) {
+		for off := 0; ; {
+			i := bytes.Index(chunk[off:], a)
+			if i < 0 {
+				return
+			}
+			i += off
+			s := bytes.LastIndexByte(chunk[:i], '\n') + 1
+			starts = append(starts, s)
+			e := bytes.IndexByte(chunk[i:], '\n')
+			if e < 0 {
+				return
+			}
+			off = i + e + 1
+		}
+	}
+	for _, a := range anchors {
+		add(a)
+	}
+	p := f.p
+	if !p.traceNeedsMiB {
+		if len(p.traceAnchor) > 0 {
+			add(p.traceAnchor)
+		} else {
+			for s := 0; s < len(chunk); {
+				e := bytes.IndexByte(chunk[s:], '\n')
+				if e < 0 {
+					e = len(chunk) - s
+				}
+				if p.trace.Match(chunk[s : s+e]) {
+					starts = append(starts, s)
+				}
+				s += e + 1
+			}
+		}
+	}
+	if f.st.DebugSeq == 0 {
+		// One -v marker is all the verdict needs: take the first hit of the
+		// first marker found, and stop looking once the fold has one.
+		for _, m := range debugMarkers {
+			if i := bytes.Index(chunk, m); i >= 0 {
+				starts = append(starts, bytes.LastIndexByte(chunk[:i], '\n')+1)
+				break
+			}
+		}
+	}
+	if len(starts) < 2 {
+		return starts
+	}
+	sort.Ints(starts)
+	out := starts[:1]
+	for _, s := range starts[1:] {
+		if s != out[len(out)-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
