@@ -48,7 +48,7 @@ type state struct {
 	MaxSeq  uint64 `json:"max_seq"`
 	// DebugSeq is the position of a line only -v prints (0: none seen).
 	DebugSeq uint64 `json:"debug_seq"`
-	ticks   map[uint64]tick
+	ticks    map[uint64]tick
 	// SampleLinesSkipped counts lines a samples file could not use.
 	SampleLinesSkipped int `json:"sample_lines_skipped"`
 }

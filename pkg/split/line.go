@@ -12,24 +12,24 @@ type Kind uint8
 
 // Line kinds. A line of no kind is irrelevant to the split.
 const (
-	KindNone       Kind = iota
-	KindBuffer          // "<func>: <name> <kind> buffer size = N MiB"
-	KindEcho            // "~llama_context: <name> compute buffer size is|of ..."
-	KindLoad            // "llama_model_loader: loaded meta data with ..."
-	KindContext         // "llama_context: constructing llama_context"
-	KindReserveEnd      // "graph splits = N" closes a compute reservation
-	KindBuild           // a build/version line
-	KindVerbosity       // "verbosity = N"
-	KindDebugMarker     // a line only -v prints (FORMATS §3.3)
-	KindTrace           // host-weight trace line with resident=
-	KindBreakdownHead   // "memory breakdown [MiB]" table header
-	KindBreakdownRow    // a row of that table
-	KindFitBegin        // "fitting params to device memory"
-	KindFitEnd          // "fitting params to free memory took"
-	KindOutputRealloc   // "output_reserve: reallocating output buffer"
-	KindLegacy          // ≤ b1842 totals ("mem required", "VRAM used")
-	KindSummary         // KV/RS summary lines ("KV self size", "size = ... cells"): never added
-	KindMalformed       // a line that looked relevant but did not parse
+	KindNone          Kind = iota
+	KindBuffer             // "<func>: <name> <kind> buffer size = N MiB"
+	KindEcho               // "~llama_context: <name> compute buffer size is|of ..."
+	KindLoad               // "llama_model_loader: loaded meta data with ..."
+	KindContext            // "llama_context: constructing llama_context"
+	KindReserveEnd         // "graph splits = N" closes a compute reservation
+	KindBuild              // a build/version line
+	KindVerbosity          // "verbosity = N"
+	KindDebugMarker        // a line only -v prints (FORMATS §3.3)
+	KindTrace              // host-weight trace line with resident=
+	KindBreakdownHead      // "memory breakdown [MiB]" table header
+	KindBreakdownRow       // a row of that table
+	KindFitBegin           // "fitting params to device memory"
+	KindFitEnd             // "fitting params to free memory took"
+	KindOutputRealloc      // "output_reserve: reallocating output buffer"
+	KindLegacy             // ≤ b1842 totals ("mem required", "VRAM used")
+	KindSummary            // KV/RS summary lines ("KV self size", "size = ... cells"): never added
+	KindMalformed          // a line that looked relevant but did not parse
 )
 
 // Record is one parsed relevant line. Fields are set according to Kind.
