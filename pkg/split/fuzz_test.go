@@ -1,0 +1,195 @@
+package split
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fixtureLines returns up to max distinct lines of the shared fixtures, so
+// every fuzz target's seed corpus covers the real formats.
+func fixtureLines(t testing.TB, glob string, max int) []string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", glob))
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if !seen[l] && len(out) < max {
+				seen[l] = true
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
+
+func FuzzPayloadAndParse(f *testing.F) {
+	for _, l := range strings.Split(propertyLog, "\n") {
+		f.Add([]byte(l))
+	}
+	for _, l := range fixtureLines(f, "runs/*/split.log", 3000) {
+		f.Add([]byte(l))
+	}
+	for _, l := range fixtureLines(f, "logs/*.log", 2000) {
+		f.Add([]byte(l))
+	}
+	p := MustParser()
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var s []byte
+		out := Payload(line, &s)
+		if len(out) > len(line) {
+			t.Fatalf("payload grew: %q -> %q", line, out)
+		}
+		if bytes.IndexByte(out, 0x1b) >= 0 && bytes.Contains(line, []byte{0x1b, '['}) && !bytes.Contains(out, []byte{0x1b, '['}) {
+			t.Fatalf("half-stripped escape in %q", out)
+		}
+		if bytes.HasSuffix(out, []byte{'\r'}) {
+			t.Fatalf("trailing CR kept: %q", out)
+		}
+		if !p.Relevant(line, true) {
+			return
+		}
+		r, ok := p.Parse(1, out)
+		if !ok {
+			return
+		}
+		for _, v := range []float64{r.MiB, r.Expect} {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("bad size %v from %q", v, line)
+			}
+		}
+		if r.Kind == KindBuffer && (r.Name == "" || r.Func == "") {
+			t.Fatalf("buffer without name or func from %q", line)
+		}
+	})
+}
+
+func FuzzParseFDInfo(f *testing.F) {
+	for _, s := range propertySamples() {
+		for _, p := range s.Procs {
+			for _, fd := range p.FDs {
+				f.Add([]byte(fd.Text))
+			}
+		}
+	}
+	for _, s := range fixtureSamples(f) {
+		for _, p := range s.Procs {
+			for _, fd := range p.FDs {
+				f.Add([]byte(fd.Text))
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, text []byte) {
+		c, v := ParseFDInfo(text)
+		if v == FDAmdgpu {
+			if c.GTTBytes < 0 || c.ClientID == "" || (c.Key != "drm-total-gtt" && c.Key != "drm-memory-gtt") {
+				t.Fatalf("bad client %+v from %q", c, text)
+			}
+		}
+	})
+}
+
+func fixtureSamples(t testing.TB) []Sample {
+	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "runs", "*", "gtt.txt"))
+	var out []Sample
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _, err := ParseSamples(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s...)
+	}
+	return out
+}
+
+// FuzzSamplesRoundTrip: any samples file parses without panic, and what
+// FormatSamples writes parses back to the same figures.
+func FuzzSamplesRoundTrip(f *testing.F) {
+	var buf bytes.Buffer
+	for _, s := range propertySamples() {
+		FormatSamples(&buf, s)
+	}
+	f.Add(buf.Bytes())
+	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "runs", "*", "gtt.txt"))
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if len(b) > 64<<10 {
+			b = b[:64<<10]
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ss, _, err := ParseSamples(data)
+		if err != nil {
+			return
+		}
+		var out bytes.Buffer
+		for _, s := range ss {
+			FormatSamples(&out, s)
+		}
+		again, _, err := ParseSamples(out.Bytes())
+		if err != nil {
+			t.Fatalf("formatted samples do not parse: %v", err)
+		}
+		a, b := NewFold(Options{}), NewFold(Options{})
+		for _, s := range ss {
+			a.AddSample(s)
+		}
+		for _, s := range again {
+			b.AddSample(s)
+		}
+		ra, rb := a.Report(), b.Report()
+		if val(ra.PeakGTTMiB) != val(rb.PeakGTTMiB) || val(ra.FinalGTTMiB) != val(rb.FinalGTTMiB) {
+			t.Fatalf("round trip changed the figures: %v/%v vs %v/%v", val(ra.PeakGTTMiB), val(ra.FinalGTTMiB), val(rb.PeakGTTMiB), val(rb.FinalGTTMiB))
+		}
+	})
+}
+
+// FuzzReadLog: the block scanner and line-by-line application agree on any
+// input.
+func FuzzReadLog(f *testing.F) {
+	f.Add([]byte(propertyLog))
+	f.Add([]byte("no newline MiB"))
+	f.Add([]byte("\n\n\r\n MiB \n"))
+	lines := fixtureLines(f, "runs/4b/split.log", 400)
+	f.Add([]byte(strings.Join(lines, "\n")))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a := NewFold(Options{})
+		if _, err := a.ReadLog(bytes.NewReader(data), "log"); err != nil {
+			t.Fatal(err)
+		}
+		b := NewFold(Options{})
+		for i, l := range splitLines(string(data)) {
+			b.AddLine(Line{Stream: "log", Seq: uint64(i + 1), Text: l})
+		}
+		ja, _ := JSON(a.Report())
+		jb, _ := JSON(b.Report())
+		if !bytes.Equal(ja, jb) {
+			t.Fatalf("scanner and line-by-line differ:\n%s\n%s", ja, jb)
+		}
+	})
+}
+
+// splitLines splits like a line reader: a final newline ends the last line
+// rather than starting an empty one.
+func splitLines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
