@@ -1,0 +1,191 @@
+package config
+
+import (
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Aggregator is the configuration of the aggregator binary.
+type Aggregator struct {
+	Log             Log            `mapstructure:"log"`
+	NATS            AggregatorNATS `mapstructure:"nats"`
+	Embedded        Embedded       `mapstructure:"embedded"`
+	Consumer        Consumer       `mapstructure:"consumer"`
+	IdleTimeout     time.Duration  `mapstructure:"idle_timeout" flag:"idle-timeout" desc:"a run with no event for this long is folded and reported as incomplete"`
+	HTTP            HTTP           `mapstructure:"http"`
+	Split           Split          `mapstructure:"split"`
+	Sinks           Sinks          `mapstructure:"sinks"`
+	Format          string         `mapstructure:"format" flag:"format" desc:"output format of parse and replay: text, md or json"`
+	ShutdownTimeout time.Duration  `mapstructure:"shutdown_timeout" desc:"deadline for draining, folding and writing the sinks at shutdown"`
+}
+
+// AggregatorNATS is how the aggregator consumes from NATS JetStream.
+type AggregatorNATS struct {
+	URL            string        `mapstructure:"url" flag:"nats-url" desc:"NATS server URL(s), comma-separated; empty means start the embedded server"`
+	Token          Secret        `mapstructure:"token" desc:"NATS auth token; set it through the environment"`
+	User           string        `mapstructure:"user" desc:"NATS user name; needs nats.password"`
+	Password       Secret        `mapstructure:"password" desc:"NATS password; set it through the environment"`
+	NKeySeedFile   string        `mapstructure:"nkey_seed_file" desc:"file holding the NKey seed for NATS auth"`
+	CredsFile      string        `mapstructure:"creds_file" desc:"NATS credentials file holding a user JWT and NKey seed"`
+	TLS            TLS           `mapstructure:"tls"`
+	Stream         string        `mapstructure:"stream" desc:"JetStream stream the events are consumed from"`
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout" desc:"timeout for connecting to NATS"`
+}
+
+// Embedded is the in-process NATS server started when nats.url is empty.
+type Embedded struct {
+	Listen string `mapstructure:"listen" flag:"embedded-listen" desc:"client listen address (host:port) of the embedded NATS server"`
+	Store  string `mapstructure:"store" flag:"store" desc:"JetStream store directory of the embedded NATS server"`
+}
+
+// Consumer is the durable JetStream consumer the aggregators share.
+type Consumer struct {
+	Durable       string        `mapstructure:"durable" desc:"durable consumer name; aggregators with the same name share the work"`
+	AckWait       time.Duration `mapstructure:"ack_wait" desc:"time after which an unacknowledged message is redelivered"`
+	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages delivered and not yet acknowledged"`
+}
+
+// HTTP is the aggregator's HTTP endpoint.
+type HTTP struct {
+	Listen string `mapstructure:"listen" flag:"http" desc:"listen address (host:port) of the HTTP endpoint; empty disables it"`
+}
+
+// Split tunes how events are folded into a split.
+type Split struct {
+	UnattributedThresholdPct float64 `mapstructure:"unattributed_threshold_pct" flag:"threshold" desc:"unattributed share of peak GTT, in percent (0-100], above which the check is raised"`
+	TracePattern             string  `mapstructure:"trace_pattern" desc:"regexp with one capture group: the resident MiB of a host-weight trace line"`
+	TraceNamePattern         string  `mapstructure:"trace_name_pattern" desc:"regexp with one capture group: the tensor name of a host-weight trace line"`
+}
+
+// Sinks configures where splits are written. A sink with an empty
+// directory or API is disabled.
+type Sinks struct {
+	File         FileSink         `mapstructure:"file"`
+	JSON         JSONSink         `mapstructure:"json"`
+	IssueComment IssueCommentSink `mapstructure:"issue_comment"`
+	Retry        Retry            `mapstructure:"retry"`
+}
+
+// FileSink writes one Markdown report per run.
+type FileSink struct {
+	Dir string `mapstructure:"dir" flag:"file-dir" desc:"directory for one Markdown report per run; empty disables the file sink"`
+}
+
+// JSONSink writes one JSON document per run and splits.jsonl.
+type JSONSink struct {
+	Dir string `mapstructure:"dir" flag:"json-dir" desc:"directory for one JSON report per run and splits.jsonl; empty disables the JSON sink"`
+}
+
+// IssueCommentSink posts the report as a comment on the run's issue.
+type IssueCommentSink struct {
+	API          string `mapstructure:"api" flag:"comment-api" desc:"issue tracker API base URL (e.g. https://api.github.com); empty disables the comment sink"`
+	DefaultIssue string `mapstructure:"default_issue" flag:"comment-issue" desc:"issue OWNER/REPO#N for runs that name none"`
+	DryRun       bool   `mapstructure:"dry_run" flag:"comment-dry-run" desc:"print what would be posted instead of posting it"`
+	Token        Secret `mapstructure:"token" env:"GTTSPLIT_COMMENT_TOKEN" desc:"API token of the comment sink; never printed"`
+}
+
+// Retry bounds how sinks retry transient errors.
+type Retry struct {
+	MaxBackoff time.Duration `mapstructure:"max_backoff" desc:"cap on the exponential backoff between retries of a sink write"`
+}
+
+// Default patterns of a host-weight trace line (see FORMATS.md).
+const (
+	defaultTracePattern     = `resident=([0-9]+(?:\.[0-9]+)?) ?MiB`
+	defaultTraceNamePattern = `name=(\S+)`
+)
+
+// DefaultAggregator returns the aggregator's defaults. It is the only place
+// they are written.
+func DefaultAggregator() Aggregator {
+	return Aggregator{
+		Log:         Log{Level: "info", Format: "console"},
+		NATS:        AggregatorNATS{Stream: "GTTSPLIT", ConnectTimeout: 5 * time.Second},
+		Embedded:    Embedded{Listen: "127.0.0.1:4222", Store: "./data"},
+		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 30 * time.Second, MaxAckPending: 1024},
+		IdleTimeout: 10 * time.Minute,
+		HTTP:        HTTP{Listen: "127.0.0.1:8080"},
+		Split: Split{
+			UnattributedThresholdPct: 10,
+			TracePattern:             defaultTracePattern,
+			TraceNamePattern:         defaultTraceNamePattern,
+		},
+		Sinks:           Sinks{Retry: Retry{MaxBackoff: 5 * time.Minute}},
+		Format:          "text",
+		ShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// LoadAggregator loads the aggregator's configuration: defaults, then the
+// YAML file at path (none when path is ""), then GTTSPLIT_* environment
+// variables, then the flags of fs that were set (fs may be nil). Flags are
+// matched to keys by [FlagKeys]. It returns the validated config, or an
+// error wrapping [ErrInvalid] that lists every problem.
+func LoadAggregator(path string, fs *pflag.FlagSet) (Aggregator, error) {
+	cfg := DefaultAggregator()
+	if err := load(path, fs, &cfg); err != nil {
+		return Aggregator{}, err
+	}
+	return cfg, nil
+}
+
+// Validate reports every problem of a at once; the error wraps
+// [ErrInvalid] and each problem is a [*FieldError]. It does no I/O.
+func (a Aggregator) Validate() error { return invalid(a.problems()) }
+
+func (a Aggregator) problems() []*FieldError {
+	var p problems
+	p.log(a.Log)
+	p.nats(natsCommon{
+		URL: a.NATS.URL, Token: a.NATS.Token, User: a.NATS.User, Password: a.NATS.Password,
+		NKeySeedFile: a.NATS.NKeySeedFile, CredsFile: a.NATS.CredsFile, TLS: a.NATS.TLS,
+		Stream: a.NATS.Stream, ConnectTimeout: a.NATS.ConnectTimeout,
+	})
+	if err := checkListen(a.Embedded.Listen); err != nil {
+		p.add("embedded.listen", "%w", err)
+	}
+	if a.Embedded.Store == "" {
+		p.add("embedded.store", "must not be empty")
+	}
+	if err := checkName(a.Consumer.Durable); err != nil {
+		p.add("consumer.durable", "%w", err)
+	}
+	p.positive("consumer.ack_wait", a.Consumer.AckWait)
+	p.atLeast("consumer.max_ack_pending", int64(a.Consumer.MaxAckPending), 1)
+	p.positive("idle_timeout", a.IdleTimeout)
+	if a.HTTP.Listen != "" {
+		if err := checkListen(a.HTTP.Listen); err != nil {
+			p.add("http.listen", "%w", err)
+		}
+	}
+	if t := a.Split.UnattributedThresholdPct; !(t > 0 && t <= 100) {
+		p.add("split.unattributed_threshold_pct", "must be in (0, 100], got %v", t)
+	}
+	if err := checkPattern(a.Split.TracePattern); err != nil {
+		p.add("split.trace_pattern", "%w", err)
+	}
+	if err := checkPattern(a.Split.TraceNamePattern); err != nil {
+		p.add("split.trace_name_pattern", "%w", err)
+	}
+	if a.Sinks.IssueComment.API != "" {
+		if err := checkHTTPURL(a.Sinks.IssueComment.API); err != nil {
+			p.add("sinks.issue_comment.api", "%w", err)
+		}
+	}
+	if a.Sinks.IssueComment.DefaultIssue != "" {
+		if _, _, _, err := ParseIssue(a.Sinks.IssueComment.DefaultIssue); err != nil {
+			p.add("sinks.issue_comment.default_issue", "%w", err)
+		}
+	}
+	p.positive("sinks.retry.max_backoff", a.Sinks.Retry.MaxBackoff)
+	p.oneOf("format", a.Format, "text", "md", "json")
+	p.positive("shutdown_timeout", a.ShutdownTimeout)
+	return p
+}
+
+// String renders a as YAML with every secret redacted.
+func (a Aggregator) String() string { return string(render(a, false)) }
+
+// GoString is String, so %#v does not show secrets either.
+func (a Aggregator) GoString() string { return a.String() }
