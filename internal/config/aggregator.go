@@ -3,6 +3,8 @@ package config
 import (
 	"time"
 
+	"github.com/gttsplit/gttsplit/pkg/split"
+
 	"github.com/spf13/pflag"
 )
 
@@ -90,10 +92,10 @@ type Retry struct {
 	MaxBackoff time.Duration `mapstructure:"max_backoff" desc:"cap on the exponential backoff between retries of a sink write"`
 }
 
-// Default patterns of a host-weight trace line (see FORMATS.md).
+// Default patterns of a host-weight trace line: the core's own.
 const (
-	defaultTracePattern     = `resident=([0-9]+(?:\.[0-9]+)?) ?MiB`
-	defaultTraceNamePattern = `name=(\S+)`
+	defaultTracePattern     = split.DefaultTracePattern
+	defaultTraceNamePattern = split.DefaultTraceNamePattern
 )
 
 // DefaultAggregator returns the aggregator's defaults. It is the only place

@@ -174,7 +174,9 @@ func isDebugMarker(line []byte) bool {
 // lines irrelevant to the split.
 func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
 	r := Record{Seq: seq}
-	if m := p.trace.FindSubmatch(s); m != nil {
+	if len(p.traceAnchor) > 0 && !bytes.Contains(s, p.traceAnchor) {
+		// not a trace line: skip the regexp
+	} else if m := p.trace.FindSubmatch(s); m != nil {
 		v, err := strconv.ParseFloat(string(m[1]), 64)
 		if err != nil || v < 0 {
 			r.Kind = KindMalformed

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gttsplit/gttsplit/internal/cli"
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/offline"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "aggregator",
+		Short: "Fold gttsplit events into GTT splits and write them to sinks",
+		Long: `aggregator tells where a llama.cpp process's GPU memory (GTT) went: the loader's
+model buffer, a backend's packed duplicate, KV and recurrent state, compute
+buffers, and the unattributed rest.
+
+It folds the events collectors publish (serve), recorded event streams
+(replay), or a saved -v llama.cpp log with fdinfo samples (parse).
+
+Every setting is a flag, a key of the YAML file given with --config, and an
+environment variable GTTSPLIT_<KEY> (dots become underscores); flags win
+over the environment, the environment over the file, the file over defaults.`,
+		Version: cli.Version(),
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().String("config", "", "YAML config file (see configs/aggregator.yaml)")
+	root.AddCommand(newParse(stdout), newValidate(stdout))
+	return root
+}
+
+// loadConfig loads the aggregator config with cmd's flags on top.
+func loadConfig(cmd *cobra.Command) (config.Aggregator, error) {
+	path, _ := cmd.Flags().GetString("config")
+	return config.LoadAggregator(path, cmd.Flags())
+}
+
+func addFlags(fs *pflag.FlagSet, names ...string) {
+	if err := config.AddFlags(fs, config.DefaultAggregator(), names...); err != nil {
+		panic(err) // a programming error: the names are constants of this file
+	}
+}
+
+func newValidate(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate [--config FILE]",
+		Short: "Check a configuration without touching the network",
+		Long: `validate loads the configuration (defaults, --config file, GTTSPLIT_* environment)
+and checks it. It exits 0 when it is valid, and 2 listing every problem with
+its key path (an unknown key is a problem).`,
+		Example: "  aggregator validate --config configs/aggregator.yaml",
+		Args:    cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := loadConfig(cmd); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, "config ok")
+			return nil
+		},
+	}
+}
+
+func newParse(stdout io.Writer) *cobra.Command {
+	var samples []string
+	c := &cobra.Command{
+		Use:   "parse LOG [--samples PATH]... [--format text|md|json]",
+		Short: "Split a saved llama.cpp log (and fdinfo samples) offline",
+		Long: `parse reads a saved -v llama.cpp log (with the host-weight trace, if the run had
+GGML_HRX_HOST_WEIGHT_TRACE=1) and fdinfo samples, and prints the split.
+
+--samples PATH is a samples file (gtt.txt, as 'collector run --out' writes it,
+or as a shell loop makes it: "# sample t=<RFC3339Nano> pid=<pid>", then
+"## fd=<n>" and that fd's fdinfo text) or a directory holding one snapshot of
+a process's fdinfo (cp -r /proc/PID/fdinfo DIR). Give it several times to
+merge files. Without samples the log-derived rows are still shown and the
+peak is unknown.
+
+A missing or unreadable file exits 2. Malformed lines are counted, skipped,
+and reported.`,
+		Example: `  aggregator parse testdata/runs/4b/split.log --samples testdata/runs/4b/gtt.txt
+  aggregator parse split.log --samples fdinfo-snapshot/ --format json`,
+		Args: cli.Args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			fold, err := newFold(cfg)
+			if err != nil {
+				return err
+			}
+			if err := offline.Parse(fold, args[0], samples); err != nil {
+				if errors.Is(err, offline.ErrInput) {
+					return cli.Usage(err)
+				}
+				return err
+			}
+			return writeReport(stdout, cfg.Format, fold.Report())
+		},
+	}
+	c.Flags().StringArrayVar(&samples, "samples", nil, "samples file (gtt.txt) or fdinfo snapshot directory; repeatable")
+	addFlags(c.Flags(), "format", "threshold")
+	return c
+}
+
+func newFold(cfg config.Aggregator) (*split.Fold, error) {
+	p, err := split.NewParser(cfg.Split.TracePattern, cfg.Split.TraceNamePattern)
+	if err != nil {
+		return nil, cli.Usage(err)
+	}
+	return split.NewFold(split.Options{Parser: p, UnattributedThresholdPct: cfg.Split.UnattributedThresholdPct}), nil
+}
+
+func writeReport(w io.Writer, format string, r split.Report) error {
+	var out []byte
+	switch format {
+	case "json":
+		b, err := split.JSON(r)
+		if err != nil {
+			return err
+		}
+		out = b
+	case "md":
+		out = []byte(split.Markdown(r))
+	default:
+		out = []byte(split.Text(r))
+	}
+	_, err := w.Write(out)
+	return err
+}

@@ -1,0 +1,144 @@
+// Package cli holds what both binaries' command lines share: exit codes,
+// the root logger, the version string, and the --config flag.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/gttsplit/gttsplit/internal/config"
+)
+
+// Exit codes (SPEC §4).
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// ExitError carries the exit code a command wants.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Usage wraps err as a usage error (exit 2).
+func Usage(err error) error { return &ExitError{Code: ExitUsage, Err: err} }
+
+// Code maps an error to an exit code: ExitError's own, 2 for an invalid
+// config, 1 otherwise.
+func Code(err error) int {
+	var e *ExitError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &e):
+		return e.Code
+	case errors.Is(err, config.ErrInvalid):
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+// Execute runs a cobra root command and returns the process exit code. Usage
+// errors (unknown flags, wrong arguments) exit 2; the error is printed once,
+// to stderr, prefixed with the program name.
+func Execute(root *cobra.Command, args []string, stderr io.Writer) int {
+	root.SetArgs(args)
+	root.SilenceErrors = true
+	root.SilenceUsage = true
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return Usage(fmt.Errorf("%w (see '%s --help')", err, c.CommandPath()))
+	})
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	code := Code(err)
+	var e *ExitError
+	if errors.As(err, &e) && e.Err == nil {
+		return code // the command already said why
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") {
+		code = ExitUsage // cobra's own error for a mistyped subcommand
+	}
+	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), strings.TrimSpace(err.Error()))
+	return code
+}
+
+// Args wraps a cobra positional-argument check so a violation exits 2.
+func Args(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return Usage(fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath()))
+		}
+		return nil
+	}
+}
+
+// Logger builds the process's only root logger, on stderr.
+func Logger(w io.Writer, level, format string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		lvl = zerolog.InfoLevel
+	}
+	if format != "json" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// Version is the build's version: the module version, or the VCS revision
+// the binary was built from (with "+dirty"), or "devel".
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev == "" {
+		return "devel"
+	}
+	return "devel-" + rev + dirty
+}
