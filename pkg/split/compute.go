@@ -144,19 +144,9 @@ func (f *Fold) Report() Report {
 		}
 		return recs[i].Kind < recs[j].Kind
 	})
-	ticks := make([]tick, 0, len(f.st.ticks))
-	for _, t := range f.st.ticks {
-		ticks = append(ticks, t)
-	}
-	sort.Slice(ticks, func(i, j int) bool {
-		if !ticks[i].Time.Equal(ticks[j].Time) {
-			return ticks[i].Time.Before(ticks[j].Time)
-		}
-		return ticks[i].Seq < ticks[j].Seq
-	})
 	c := &computation{thr: f.thr, st: &f.st}
 	c.logRows(recs)
-	c.samples(ticks)
+	c.samples(&f.st.Ticks)
 	c.finish()
 	return c.r
 }
@@ -550,60 +540,43 @@ func (c *computation) breakdownChecks(t *table) {
 
 const bytesPerMiB = 1 << 20
 
-func (c *computation) samples(ticks []tick) {
+func (c *computation) samples(ts *tickState) {
 	d := &c.r.Detail
-	d.Samples = len(ticks)
-	if len(ticks) == 0 {
+	d.Samples = int(ts.Seen.count())
+	if d.Samples == 0 {
 		c.flag(FlagNoSamples)
 		return
 	}
-	var peakBytes int64 = -1
-	var finalTick *tick
-	resident := false
-	for i := range ticks {
-		t := &ticks[i]
-		d.FDsSkipped += t.FDsSkipped
-		if len(t.Clients) == 0 {
-			continue
-		}
-		var sum int64
-		for _, cl := range t.Clients {
-			sum += cl.Bytes
-			if cl.Key == "drm-memory-gtt" {
-				resident = true
-			}
-		}
-		if sum > peakBytes {
-			peakBytes, c.peakTick = sum, t
-		}
-		finalTick = t
+	for _, n := range ts.Skipped {
+		d.FDsSkipped += n
 	}
 	if d.FDsSkipped > 0 {
 		c.flag(FlagFDsSkipped)
 	}
-	if c.peakTick == nil {
+	if ts.Peak == nil {
 		c.flag(FlagNoGPUClient)
 		return
 	}
-	if resident {
+	c.peakTick = ts.Peak
+	if ts.Resident {
 		c.flag(FlagResidentOnly)
 		d.PeakKey = "drm-memory-gtt"
 	} else {
 		d.PeakKey = "drm-total-gtt"
 	}
-	p := float64(peakBytes) / bytesPerMiB
+	p := float64(ts.Peak.sum()) / bytesPerMiB
 	c.peak = &p
 	c.r.PeakGTTMiB = mib(p)
-	var fb int64
-	for _, cl := range finalTick.Clients {
-		fb += cl.Bytes
-	}
-	fv := float64(fb) / bytesPerMiB
+	fv := float64(ts.Final.sum()) / bytesPerMiB
 	c.final = &fv
 	c.r.FinalGTTMiB = mib(fv)
-	d.GPUClients = len(c.peakTick.Clients)
-	d.PeakAt = c.peakTick.Time.UTC().Format(time.RFC3339Nano)
-	d.FinalAt = finalTick.Time.UTC().Format(time.RFC3339Nano)
+	d.GPUClients = len(ts.Peak.Clients)
+	if !ts.Peak.Time.IsZero() {
+		d.PeakAt = ts.Peak.Time.UTC().Format(time.RFC3339Nano)
+	}
+	if !ts.Final.Time.IsZero() {
+		d.FinalAt = ts.Final.Time.UTC().Format(time.RFC3339Nano)
+	}
 
 	if len(c.peakTick.Cards) > 0 {
 		var used int64

@@ -48,9 +48,122 @@ type state struct {
 	MaxSeq  uint64 `json:"max_seq"`
 	// DebugSeq is the position of a line only -v prints (0: none seen).
 	DebugSeq uint64 `json:"debug_seq"`
-	ticks    map[uint64]tick
+	// Ticks are folded as they arrive; only what the split needs is kept,
+	// so a run sampled every 100 ms for days stays small: the peak tick,
+	// the final tick, which ticks were seen, and per-tick skip counts.
+	Ticks tickState `json:"ticks"`
 	// SampleLinesSkipped counts lines a samples file could not use.
 	SampleLinesSkipped int `json:"sample_lines_skipped"`
+}
+
+// tickState is the order-free fold of all ticks: the peak is the tick with
+// the largest client sum (ties: the earliest by time, then seq), the final is
+// the latest tick with an amdgpu client (by time, then seq). Both are
+// idempotent, so duplicates cannot change them; Seen makes counts exact.
+type tickState struct {
+	Seen       rangeSet       `json:"seen"`
+	Peak       *tick          `json:"peak,omitempty"`
+	Final      *tick          `json:"final,omitempty"`
+	Skipped    map[uint64]int `json:"skipped,omitempty"`
+	Resident   bool           `json:"resident,omitempty"` // some client gave only drm-memory-gtt
+	AnyClients bool           `json:"any_clients,omitempty"`
+}
+
+func (t *tick) sum() int64 {
+	var n int64
+	for _, c := range t.Clients {
+		n += c.Bytes
+	}
+	return n
+}
+
+func (t *tick) before(u *tick) bool {
+	if !t.Time.Equal(u.Time) {
+		return t.Time.Before(u.Time)
+	}
+	return t.Seq < u.Seq
+}
+
+func (ts *tickState) add(t tick) {
+	ts.Seen.add(t.Seq)
+	if t.FDsSkipped > 0 {
+		if ts.Skipped == nil {
+			ts.Skipped = map[uint64]int{}
+		}
+		ts.Skipped[t.Seq] = t.FDsSkipped
+	}
+	if len(t.Clients) == 0 {
+		return
+	}
+	ts.AnyClients = true
+	for _, c := range t.Clients {
+		if c.Key == "drm-memory-gtt" {
+			ts.Resident = true
+		}
+	}
+	if p := ts.Peak; p == nil || t.sum() > p.sum() || t.sum() == p.sum() && t.before(p) {
+		c := t
+		ts.Peak = &c
+	}
+	if f := ts.Final; f == nil || f.before(&t) {
+		c := t
+		ts.Final = &c
+	}
+}
+
+// rangeSet is a set of uint64 kept as sorted, disjoint, non-adjacent
+// closed ranges: consecutive sequence numbers cost one pair.
+type rangeSet [][2]uint64
+
+func (r rangeSet) has(v uint64) bool {
+	i := sortSearch(r, v)
+	return i < len(r) && r[i][0] <= v
+}
+
+// sortSearch returns the first range whose end is >= v.
+func sortSearch(r rangeSet, v uint64) int {
+	lo, hi := 0, len(r)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if r[m][1] < v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+func (r *rangeSet) add(v uint64) {
+	s := *r
+	i := sortSearch(s, v)
+	if i < len(s) && s[i][0] <= v {
+		return
+	}
+	joinLeft := i > 0 && s[i-1][1]+1 == v
+	joinRight := i < len(s) && v+1 == s[i][0]
+	switch {
+	case joinLeft && joinRight:
+		s[i-1][1] = s[i][1]
+		s = append(s[:i], s[i+1:]...)
+	case joinLeft:
+		s[i-1][1] = v
+	case joinRight:
+		s[i][0] = v
+	default:
+		s = append(s, [2]uint64{})
+		copy(s[i+1:], s[i:])
+		s[i] = [2]uint64{v, v}
+	}
+	*r = s
+}
+
+func (r rangeSet) count() uint64 {
+	var n uint64
+	for _, x := range r {
+		n += x[1] - x[0] + 1
+	}
+	return n
 }
 
 type tick struct {
@@ -79,7 +192,7 @@ func NewFold(o Options) *Fold {
 	if thr <= 0 {
 		thr = DefaultThresholdPct
 	}
-	return &Fold{p: p, thr: thr, st: state{records: map[lineKey]Record{}, ticks: map[uint64]tick{}}}
+	return &Fold{p: p, thr: thr, st: state{records: map[lineKey]Record{}}}
 }
 
 // SetRun records the run's description (the run-started event).
@@ -128,7 +241,7 @@ func (f *Fold) AddLineBytes(stream string, seq uint64, b []byte) {
 // AddSample applies one sampling tick. A tick whose Seq was applied before
 // is ignored.
 func (f *Fold) AddSample(s Sample) {
-	if _, dup := f.st.ticks[s.Seq]; dup {
+	if f.st.Ticks.Seen.has(s.Seq) {
 		return
 	}
 	t := tick{Seq: s.Seq, Time: s.Time, Cards: slices.Clone(s.Cards)}
@@ -155,20 +268,19 @@ func (f *Fold) AddSample(s Sample) {
 			}
 		}
 	}
-	f.st.ticks[s.Seq] = t
+	f.st.Ticks.add(t)
 }
 
 // NoteSkippedSampleLines adds n to the count of samples-file lines that
 // could not be used, so the report can say so.
 func (f *Fold) NoteSkippedSampleLines(n int) { f.st.SampleLinesSkipped += n }
 
-// Len reports how many relevant lines and ticks the fold holds.
-func (f *Fold) Len() (lines, ticks int) { return len(f.st.records), len(f.st.ticks) }
+// Len reports how many relevant lines and distinct ticks the fold holds.
+func (f *Fold) Len() (lines int, ticks uint64) { return len(f.st.records), f.st.Ticks.Seen.count() }
 
 type persisted struct {
 	state
 	Records []persistedRecord `json:"records"`
-	Ticks   []tick            `json:"ticks"`
 }
 
 type persistedRecord struct {
@@ -190,10 +302,6 @@ func (f *Fold) MarshalJSON() ([]byte, error) {
 		}
 		return a.Stream < b.Stream
 	})
-	for _, t := range f.st.ticks {
-		p.Ticks = append(p.Ticks, t)
-	}
-	sort.Slice(p.Ticks, func(i, j int) bool { return p.Ticks[i].Seq < p.Ticks[j].Seq })
 	return json.Marshal(p)
 }
 
@@ -209,10 +317,6 @@ func (f *Fold) UnmarshalJSON(b []byte) error {
 	st.records = make(map[lineKey]Record, len(p.Records))
 	for _, r := range p.Records {
 		st.records[lineKey{r.Stream, r.Seq}] = r.Record
-	}
-	st.ticks = make(map[uint64]tick, len(p.Ticks))
-	for _, t := range p.Ticks {
-		st.ticks[t.Seq] = t
 	}
 	if f.p == nil {
 		*f = *NewFold(Options{})

@@ -136,3 +136,22 @@ func TestReadLogLongLine(t *testing.T) {
 	r := f.Report()
 	require.InDelta(t, 7, val(r.ModelGTTMiB), 1e-9)
 }
+
+func TestRangeSet(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var r rangeSet
+	seen := map[uint64]bool{}
+	for i := 0; i < 5000; i++ {
+		v := uint64(rng.IntN(800))
+		r.add(v)
+		seen[v] = true
+	}
+	require.Equal(t, uint64(len(seen)), r.count())
+	for v := uint64(0); v < 800; v++ {
+		require.Equal(t, seen[v], r.has(v), "%d", v)
+	}
+	for i := 1; i < len(r); i++ {
+		require.Less(t, r[i-1][1]+1, r[i][0], "ranges are disjoint and not adjacent")
+	}
+}

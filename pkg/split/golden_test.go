@@ -1,0 +1,91 @@
+package split
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
+
+// foldRun folds testdata/runs/<name>/{split.log,gtt.txt} with the default
+// options, as `aggregator parse` does.
+func foldRun(t *testing.T, name string) Report {
+	t.Helper()
+	dir := filepath.Join("..", "..", "testdata", "runs", name)
+	f := NewFold(Options{})
+	lf, err := os.Open(filepath.Join(dir, "split.log"))
+	require.NoError(t, err)
+	defer lf.Close()
+	_, err = f.ReadLog(lf, "log")
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(dir, "gtt.txt"))
+	require.NoError(t, err)
+	ss, st, err := ParseSamples(b)
+	require.NoError(t, err)
+	f.NoteSkippedSampleLines(st.SkippedLines)
+	for _, s := range ss {
+		f.AddSample(s)
+	}
+	return f.Report()
+}
+
+// TestSeedTable reproduces SPEC §1's reference figures from the fixtures.
+func TestSeedTable(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		peak, model, packed, state, compute, unattributed, dup float64
+		weights                                                int
+		host                                                   float64 // -1: none
+	}
+	cases := map[string]want{
+		"4b":  {peak: 3925.0, model: 2375.91, packed: 795.8, weights: 38, state: 36.0, compute: 43.21, unattributed: 674.08, dup: 33.49, host: 304.28},
+		"27b": {peak: 20497.0, model: 15718.5, packed: 2631.3, weights: 66, state: 165.6, compute: 72.1, unattributed: 1909.5, dup: 16.74, host: -1},
+	}
+	for name, w := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := foldRun(t, name)
+			require.InDelta(t, w.peak, val(r.PeakGTTMiB), 1e-9, "peak")
+			require.InDelta(t, w.model, val(r.ModelGTTMiB), 1e-9, "model")
+			require.InDelta(t, w.packed, val(r.PackedMiB), 1e-9, "packed")
+			require.Equal(t, w.weights, *r.PackedWeights, "packed weights")
+			require.InDelta(t, w.state, val(r.StateMiB), 1e-9, "KV + state")
+			require.InDelta(t, w.compute, val(r.ComputeMiB), 1e-9, "compute + output")
+			require.InDelta(t, w.unattributed, val(r.UnattributedMiB), 1e-9, "not attributed")
+			require.InDelta(t, w.dup, val(r.DuplicatePct), 1e-9, "duplicate %")
+			require.InDelta(t, w.host, val(r.ModelHostMiB), 1e-9, "CPU model buffer")
+			require.Contains(t, r.Flags, FlagFitProbe)
+			require.NotContains(t, r.Flags, FlagNotVerbose)
+			require.NotContains(t, r.Flags, FlagNoTrace)
+			require.Less(t, val(r.FinalGTTMiB), val(r.PeakGTTMiB), "the fixture settles below its peak")
+		})
+	}
+}
+
+// TestGoldenReports pins the three report formats of both runs.
+// `go test ./pkg/split -update` rewrites them.
+func TestGoldenReports(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"4b", "27b"} {
+		r := foldRun(t, name)
+		js, err := JSON(r)
+		require.NoError(t, err)
+		for ext, got := range map[string][]byte{"json": js, "md": []byte(Markdown(r)), "txt": []byte(Text(r))} {
+			path := filepath.Join("testdata", "golden", name+"."+ext)
+			if *update {
+				require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+				require.NoError(t, os.WriteFile(path, got, 0o644))
+				continue
+			}
+			want, err := os.ReadFile(path)
+			require.NoError(t, err, "run with -update to create it")
+			if !bytes.Equal(want, got) {
+				t.Errorf("%s differs from the golden file; diff it after `go test ./pkg/split -update`:\n%s", path, got)
+			}
+		}
+	}
+}
