@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gttsplit/gttsplit/internal/app/aggregator"
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/offline"
@@ -33,7 +34,7 @@ over the environment, the environment over the file, the file over defaults.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/aggregator.yaml)")
-	root.AddCommand(newParse(stdout), newValidate(stdout))
+	root.AddCommand(newParse(stdout), newReplay(stdout), newValidate(stdout))
 	return root
 }
 
@@ -111,12 +112,69 @@ and reported.`,
 	return c
 }
 
-func newFold(cfg config.Aggregator) (*split.Fold, error) {
+func newReplay(stdout io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "replay [--format text|md|json] FILE...",
+		Short: "Fold recorded event streams (events.jsonl) offline",
+		Long: `replay folds recorded streams of gttsplit CloudEvents (one JSON event per line,
+as 'collector run --out' records them and 'aggregator export' writes them) and
+prints the split of every run in them, ordered by run id. The splits are
+byte-identical to what 'aggregator serve' computes from the same events live.
+
+Lines that are not valid events are counted, skipped and reported on stderr.`,
+		Example: `  aggregator replay testdata/runs/4b/events.jsonl --format md
+  aggregator replay a.jsonl b.jsonl --format json`,
+		Args: cli.Args(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			opts, err := foldOptions(cfg)
+			if err != nil {
+				return err
+			}
+			runs := aggregator.NewRuns(opts)
+			st, err := aggregator.ReplayFiles(runs, args, log)
+			if err != nil {
+				if errors.Is(err, aggregator.ErrInput) {
+					return cli.Usage(err)
+				}
+				return err
+			}
+			if st.Skipped+st.Invalid > 0 {
+				log.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be folded")
+			}
+			if len(runs.IDs()) == 0 {
+				return fmt.Errorf("no run in %d events", st.Events)
+			}
+			for _, id := range runs.IDs() {
+				if err := writeReport(stdout, cfg.Format, aggregator.Report(runs.Get(id))); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	addFlags(c.Flags(), "format", "threshold")
+	return c
+}
+
+func foldOptions(cfg config.Aggregator) (split.Options, error) {
 	p, err := split.NewParser(cfg.Split.TracePattern, cfg.Split.TraceNamePattern)
 	if err != nil {
-		return nil, cli.Usage(err)
+		return split.Options{}, cli.Usage(err)
 	}
-	return split.NewFold(split.Options{Parser: p, UnattributedThresholdPct: cfg.Split.UnattributedThresholdPct}), nil
+	return split.Options{Parser: p, UnattributedThresholdPct: cfg.Split.UnattributedThresholdPct}, nil
+}
+
+func newFold(cfg config.Aggregator) (*split.Fold, error) {
+	opts, err := foldOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return split.NewFold(opts), nil
 }
 
 func writeReport(w io.Writer, format string, r split.Report) error {

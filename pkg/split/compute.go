@@ -32,6 +32,7 @@ const (
 	FlagSourceDirty      = "source_dirty"
 	FlagSourceUnknown    = "source_unknown"
 	FlagIncomplete       = "incomplete"
+	FlagEventsDropped    = "events_dropped"
 )
 
 var flagOrder = []string{
@@ -39,7 +40,7 @@ var flagOrder = []string{
 	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagUnknownBuffer, FlagMmproj,
 	FlagComputeMismatch, FlagOutputRealloc, FlagNoTrace, FlagNoSamples, FlagNoGPUClient,
 	FlagResidentOnly, FlagUnattribHigh, FlagUnattribNegative, FlagLinesSkipped, FlagFDsSkipped,
-	FlagSourceDirty, FlagSourceUnknown, FlagIncomplete,
+	FlagSourceDirty, FlagSourceUnknown, FlagIncomplete, FlagEventsDropped,
 }
 
 // IsHostBuffer reports whether a buffer-type name is plain host memory, not
@@ -620,6 +621,10 @@ func (c *computation) finish() {
 	r.Run.Complete = st.HaveFinish && !st.Finish.Incomplete
 	if st.HaveRun && !r.Run.Complete {
 		c.flag(FlagIncomplete)
+	}
+	if st.Finish.DroppedEvents > 0 {
+		c.flag(FlagEventsDropped)
+		r.Detail.Warnings = append(r.Detail.Warnings, fmt.Sprintf("the collector dropped %d events of this run (its spool was full)", st.Finish.DroppedEvents))
 	}
 	r.Provenance.SourceCommit = run.SourceCommit
 	r.Provenance.SourceDirty = run.SourceDirty

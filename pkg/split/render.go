@@ -48,6 +48,7 @@ var FlagText = map[string]string{
 	FlagSourceDirty:      "the measured source tree was dirty (or its state unknown)",
 	FlagSourceUnknown:    "the measured source tree's commit is unknown",
 	FlagIncomplete:       "the run did not finish (no run-finished event): a partial split",
+	FlagEventsDropped:    "the collector dropped events of this run: the split misses data",
 }
 
 type row struct {

@@ -76,4 +76,7 @@ type FinishInfo struct {
 	// Incomplete is set when the run was closed without a run-finished
 	// event (idle timeout).
 	Incomplete bool
+	// DroppedEvents counts events the collector could not deliver (a full
+	// spool); the split then misses data and is flagged.
+	DroppedEvents uint64
 }

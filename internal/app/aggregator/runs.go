@@ -1,0 +1,134 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// RunState is the durable state of one run: its fold and what the
+// aggregator needs to close it. It is what the run's key in the state bucket
+// holds.
+type RunState struct {
+	Origin events.Origin `json:"origin"`
+	Fold   *split.Fold   `json:"fold"`
+	// LastEvent is when (aggregator clock) an event last reached the run;
+	// the idle timeout runs from it.
+	LastEvent time.Time `json:"last_event"`
+	// Finished is set once the run-finished event was applied.
+	Finished bool `json:"finished"`
+	// Reported is the JSON of the last split written to the sinks, so an
+	// unchanged split is not written again.
+	Reported string `json:"reported,omitempty"`
+	// Closed is set when the run was reported complete, or incomplete after
+	// the idle timeout. A later event re-opens it.
+	Closed bool `json:"closed,omitempty"`
+}
+
+// Runs holds the runs an aggregator (or a replay) is folding. It is not
+// safe for concurrent use.
+type Runs struct {
+	opts split.Options
+	m    map[string]*RunState
+}
+
+// NewRuns returns an empty table folding with opts.
+func NewRuns(opts split.Options) *Runs {
+	return &Runs{opts: opts, m: map[string]*RunState{}}
+}
+
+// Get returns the run's state, or nil.
+func (rs *Runs) Get(id string) *RunState { return rs.m[id] }
+
+// Put installs a state (loaded from the state bucket).
+func (rs *Runs) Put(id string, st *RunState) { rs.m[id] = st }
+
+// Delete forgets a run (its state stays in the bucket).
+func (rs *Runs) Delete(id string) { delete(rs.m, id) }
+
+// IDs lists the runs, sorted.
+func (rs *Runs) IDs() []string {
+	ids := make([]string, 0, len(rs.m))
+	for id := range rs.m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// NewState returns an empty state for a run of origin o.
+func (rs *Runs) NewState(o events.Origin) *RunState {
+	return &RunState{Origin: o, Fold: split.NewFold(rs.opts)}
+}
+
+// Apply folds one decoded event into its run, creating the run on its first
+// event. now is the aggregator's clock (for the idle timeout only; it never
+// reaches the split). Split events (the aggregator's own output) are not
+// folded and return ok false.
+func (rs *Runs) Apply(d events.Decoded, now time.Time) (id string, ok bool) {
+	if d.Type == events.TypeSplit {
+		return "", false
+	}
+	id = d.Origin.RunID
+	st := rs.m[id]
+	if st == nil {
+		st = rs.NewState(d.Origin)
+		rs.m[id] = st
+	}
+	ApplyTo(st, d)
+	st.LastEvent = now
+	return id, true
+}
+
+// ApplyTo folds one decoded event into st.
+func ApplyTo(st *RunState, d events.Decoded) {
+	switch {
+	case d.Started != nil:
+		st.Fold.SetRun(d.Started.Info)
+	case d.Lines != nil:
+		for _, l := range d.Lines {
+			st.Fold.AddLine(l)
+		}
+	case d.Sample != nil:
+		st.Fold.AddSample(*d.Sample)
+	case d.Finished != nil:
+		fi := d.Finished.Info
+		fi.DroppedEvents = d.Finished.Detail.DroppedEvents
+		st.Fold.Finish(fi)
+		st.Finished = true
+	}
+	st.Closed = false
+}
+
+// Report computes the run's split. The run's id, host and lane come from its
+// events when no run-started event said them.
+func Report(st *RunState) split.Report {
+	r := st.Fold.Report()
+	if r.Run.ID == "" {
+		r.Run.ID = st.Origin.RunID
+	}
+	if r.Run.Host == "" {
+		r.Run.Host = st.Origin.Host
+	}
+	if r.Run.Lane == "" {
+		r.Run.Lane = st.Origin.Lane
+	}
+	return r
+}
+
+// MarshalState encodes a run's durable state.
+func MarshalState(st *RunState) ([]byte, error) { return json.Marshal(st) }
+
+// UnmarshalState decodes a state written by MarshalState, folding with
+// opts from now on.
+func UnmarshalState(b []byte, opts split.Options) (*RunState, error) {
+	st := &RunState{Fold: split.NewFold(opts)}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("decode run state: %w", err)
+	}
+	return st, nil
+}
