@@ -1,0 +1,94 @@
+package logtail
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config configures one log follower. The zero value is not usable; start
+// from the factory's DefaultConfig and set Path (and usually StateDir, RunID
+// and Done).
+type Config struct {
+	// Path is the log file to follow, e.g. llama-server's --log-file. It
+	// need not exist yet: the follower waits for it.
+	Path string `mapstructure:"path"`
+	// StateDir holds the checkpoint file. It is created when missing. Empty
+	// disables checkpointing: every start reads Path from offset 0 and
+	// numbers lines from FirstSeq.
+	StateDir string `mapstructure:"state_dir"`
+	// RunID names the checkpoint together with Path, so two runs that follow
+	// the same path keep separate positions.
+	RunID string `mapstructure:"run_id"`
+	// Stream is the split.Line.Stream of every emitted line.
+	Stream string `mapstructure:"stream"`
+	// FirstSeq is the Seq of the first line of a run that has no
+	// checkpoint. A checkpoint's next sequence number wins over it.
+	FirstSeq uint64 `mapstructure:"first_seq"`
+	// PollInterval is how often the file is checked for appends, rotation
+	// and truncation.
+	PollInterval time.Duration `mapstructure:"poll_interval"`
+	// MaxBatchLines is the most lines one Record carries.
+	MaxBatchLines int `mapstructure:"max_batch_lines"`
+	// MaxBatchDelay is how long a line may wait for its batch to fill
+	// before the batch is emitted anyway (checked at PollInterval
+	// granularity or better). 0 emits every poll's lines at once.
+	MaxBatchDelay time.Duration `mapstructure:"max_batch_delay"`
+	// MaxLineBytes cuts a longer line into pieces of this size, each
+	// emitted as a line of its own, so a runaway line cannot exhaust memory.
+	MaxLineBytes int `mapstructure:"max_line_bytes"`
+	// FlushPartialOnDone emits a last line that has no newline when Done
+	// closes. When false, it is left in the file, and the checkpoint stays
+	// before it.
+	FlushPartialOnDone bool `mapstructure:"flush_partial_on_done"`
+	// AckWait is how long Run, after Done closed and the last lines were
+	// emitted, waits for the downstream to acknowledge them so that the
+	// checkpoint covers them. 0 returns at once.
+	AckWait time.Duration `mapstructure:"ack_wait"`
+	// Done, when closed, means the writer of the log is gone (the attached
+	// process exited): Run reads the file to its end, emits what is left
+	// and returns nil. Nil means never.
+	Done <-chan struct{} `mapstructure:"-"`
+}
+
+func defaultConfig() *Config {
+	return &Config{
+		Stream:             "log",
+		FirstSeq:           1,
+		PollInterval:       200 * time.Millisecond,
+		MaxBatchLines:      512,
+		MaxBatchDelay:      200 * time.Millisecond,
+		MaxLineBytes:       1 << 20,
+		FlushPartialOnDone: true,
+		AckWait:            5 * time.Second,
+	}
+}
+
+// Validate reports every problem of the config at once, each prefixed with
+// its key. It touches neither the file nor the state directory.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, msg string) { errs = append(errs, fmt.Errorf("%s: %s", key, msg)) }
+	if c.Path == "" {
+		bad("path", "must not be empty")
+	}
+	if c.Stream == "" {
+		bad("stream", "must not be empty")
+	}
+	if c.PollInterval <= 0 {
+		bad("poll_interval", "must be positive")
+	}
+	if c.MaxBatchLines < 1 {
+		bad("max_batch_lines", "must be at least 1")
+	}
+	if c.MaxBatchDelay < 0 {
+		bad("max_batch_delay", "must not be negative")
+	}
+	if c.MaxLineBytes < 1 {
+		bad("max_line_bytes", "must be at least 1")
+	}
+	if c.AckWait < 0 {
+		bad("ack_wait", "must not be negative")
+	}
+	return errors.Join(errs...)
+}
