@@ -1,0 +1,154 @@
+package fdinfo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/sources"
+	"github.com/rs/zerolog"
+)
+
+// Type is the source type name in configuration.
+const Type = "fdinfo"
+
+// Config configures the sampler.
+type Config struct {
+	// PID is the root of the sampled process tree.
+	PID int `mapstructure:"pid"`
+	// PIDFunc, when PID is 0, returns the root PID; it may block until the
+	// process exists (procwrap's WaitPID).
+	PIDFunc func(ctx context.Context) (int, error) `mapstructure:"-"`
+	// ProcRoot and SysRoot are where procfs and sysfs are mounted.
+	ProcRoot string `mapstructure:"proc_root"`
+	SysRoot  string `mapstructure:"sys_root"`
+	// Interval is the time between samples.
+	Interval time.Duration `mapstructure:"interval"`
+	// RescanInterval is the least time between two searches for the
+	// process tree, the DRM fds and the cards.
+	RescanInterval time.Duration `mapstructure:"rescan_interval"`
+}
+
+// DefaultConfig returns the defaults of every configurable field.
+func DefaultConfig() Config {
+	return Config{
+		ProcRoot:       "/proc",
+		SysRoot:        "/sys",
+		Interval:       100 * time.Millisecond,
+		RescanInterval: time.Second,
+	}
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.PID < 0 || c.PID == 0 && c.PIDFunc == nil {
+		errs = append(errs, errors.New("pid: must be a process id"))
+	}
+	if c.ProcRoot == "" {
+		errs = append(errs, errors.New("proc_root: must not be empty"))
+	}
+	if c.Interval <= 0 {
+		errs = append(errs, errors.New("interval: must be positive"))
+	}
+	if c.RescanInterval <= 0 {
+		errs = append(errs, errors.New("rescan_interval: must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// ErrNoProcess matches (errors.Is) the error of a root PID that does not
+// name a live process when Run starts.
+var ErrNoProcess = errors.New("fdinfo: no such process")
+
+// Source samples one process tree.
+type Source struct {
+	cfg Config
+	log zerolog.Logger
+	// readlink is os.Readlink; tests replace it to make ordinary fds of a
+	// real process look like DRM fds.
+	readlink func(string) (string, error)
+}
+
+var _ sources.Source = (*Source)(nil)
+
+// New builds a Source from cfg.
+func New(cfg Config, set sources.Settings) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Source{
+		cfg:      cfg,
+		log:      set.Logger.With().Str("component", Type).Logger(),
+		readlink: os.Readlink,
+	}, nil
+}
+
+// NewFactory returns the factory of the fdinfo source. Its config is a
+// *Config (or Config).
+func NewFactory() sources.Factory {
+	return sources.Factory{
+		Type: Type,
+		DefaultConfig: func() any {
+			c := DefaultConfig()
+			return &c
+		},
+		New: func(cfg any, set sources.Settings) (sources.Source, error) {
+			switch c := cfg.(type) {
+			case *Config:
+				return New(*c, set)
+			case Config:
+				return New(c, set)
+			default:
+				return nil, fmt.Errorf("fdinfo: config is %T, want *fdinfo.Config", cfg)
+			}
+		},
+	}
+}
+
+// Run samples until ctx is done or the root process is gone; both return
+// nil. See the package documentation.
+func (s *Source) Run(ctx context.Context, emit sources.Emit) error {
+	pid := s.cfg.PID
+	if pid == 0 {
+		var err error
+		pid, err = s.cfg.PIDFunc(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("fdinfo: root pid: %w", err)
+		}
+	}
+	log := s.log.With().Int("pid", pid).Logger()
+	sm, err := newSampler(s.cfg, s.readlink, log, pid)
+	if err != nil {
+		return err
+	}
+	defer sm.close()
+	log.Info().Dur("interval", s.cfg.Interval).Msg("sampling started")
+
+	ticker := time.NewTicker(s.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		smp := sm.sample(time.Now())
+		if smp == nil {
+			log.Info().Uint64("samples", sm.seq-1).Msg("root process gone; sampling stopped")
+			return nil
+		}
+		if err := emit(ctx, sources.Record{Sample: smp}); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("emit sample: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			log.Info().Uint64("samples", sm.seq).Uint64("read_errors", sm.readErrs).Msg("sampling stopped")
+			return nil
+		case <-ticker.C:
+		}
+	}
+}

@@ -1,0 +1,423 @@
+package procwrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/sources"
+	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+)
+
+// TraceEnv is the environment variable that makes HRX print its host-weight
+// trace; Config.SetTraceEnv sets it to "1" unless it is already set.
+const TraceEnv = "GGML_HRX_HOST_WEIGHT_TRACE"
+
+// Type is the source type name in configuration.
+const Type = "procwrap"
+
+// Exit statuses that ExitCode reports besides the child's own.
+const (
+	// ExitCannotRun is the status of a command that could not be started.
+	ExitCannotRun = 127
+	// exitSignalBase plus N is the status after death by signal N.
+	exitSignalBase = 128
+)
+
+// Config configures the wrapper. Fields tagged "-" are set by the program,
+// not by configuration files.
+type Config struct {
+	// Command is the program and its arguments; Command[0] is looked up in
+	// $PATH when it has no slash.
+	Command []string `mapstructure:"-"`
+	// Env holds KEY=VALUE pairs added to the child's environment.
+	Env []string `mapstructure:"-"`
+	// BaseEnv is the environment the child inherits; nil means os.Environ().
+	BaseEnv []string `mapstructure:"-"`
+	// Dir is the child's working directory; "" means the collector's.
+	Dir string `mapstructure:"-"`
+	// Run is copied into the Started record; Command and Started are filled
+	// in by the source.
+	Run split.RunInfo `mapstructure:"-"`
+
+	// Stdin is the child's standard input; nil means os.Stdin.
+	Stdin io.Reader `mapstructure:"-"`
+	// Stdout and Stderr receive the child's output unchanged; nil means
+	// os.Stdout and os.Stderr. Each is written from its own goroutine, so
+	// one writer given for both must be safe for concurrent use.
+	Stdout io.Writer `mapstructure:"-"`
+	Stderr io.Writer `mapstructure:"-"`
+
+	// SetTraceEnv sets GGML_HRX_HOST_WEIGHT_TRACE=1 unless it is set.
+	SetTraceEnv bool `mapstructure:"set_trace_env"`
+	// AddVerbose appends "-v" unless a verbosity flag is present.
+	AddVerbose bool `mapstructure:"add_verbose"`
+	// KillGrace is how long a child has between SIGTERM (context cancelled)
+	// and SIGKILL, and how long Run waits for its output pipes to close
+	// after it exited (a grandchild may hold them).
+	KillGrace time.Duration `mapstructure:"kill_grace"`
+	// DrainTimeout bounds emitting the last lines and the Finished record
+	// after the context was cancelled.
+	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
+	// BatchLines is the most lines in one Record; BatchDelay is the longest
+	// a captured line waits before its batch is emitted.
+	BatchLines int           `mapstructure:"batch_lines"`
+	BatchDelay time.Duration `mapstructure:"batch_delay"`
+	// BufferBytes bounds the captured lines waiting for the downstream
+	// (text plus a fixed overhead per line); lines beyond it are dropped.
+	BufferBytes int `mapstructure:"buffer_bytes"`
+	// MaxLineBytes is the longest line captured in one piece.
+	MaxLineBytes int `mapstructure:"max_line_bytes"`
+}
+
+// DefaultConfig returns the defaults of every configurable field.
+func DefaultConfig() Config {
+	return Config{
+		SetTraceEnv:  true,
+		AddVerbose:   true,
+		KillGrace:    10 * time.Second,
+		DrainTimeout: 5 * time.Second,
+		BatchLines:   256,
+		BatchDelay:   100 * time.Millisecond,
+		BufferBytes:  16 << 20,
+		MaxLineBytes: 1 << 20,
+	}
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Command) == 0 || c.Command[0] == "" {
+		errs = append(errs, errors.New("command: must not be empty"))
+	}
+	if c.KillGrace <= 0 {
+		errs = append(errs, errors.New("kill_grace: must be positive"))
+	}
+	if c.DrainTimeout <= 0 {
+		errs = append(errs, errors.New("drain_timeout: must be positive"))
+	}
+	if c.BatchLines <= 0 {
+		errs = append(errs, errors.New("batch_lines: must be positive"))
+	}
+	if c.BatchDelay <= 0 {
+		errs = append(errs, errors.New("batch_delay: must be positive"))
+	}
+	if c.MaxLineBytes <= 0 {
+		errs = append(errs, errors.New("max_line_bytes: must be positive"))
+	}
+	if c.BufferBytes < c.MaxLineBytes+lineOverhead {
+		errs = append(errs, errors.New("buffer_bytes: must hold at least one line of max_line_bytes"))
+	}
+	return errors.Join(errs...)
+}
+
+// ErrCannotRun matches (errors.Is) the error of a command that could not be
+// started.
+var ErrCannotRun = errors.New("procwrap: cannot run command")
+
+// ErrNotStarted is returned by Signal and WaitPID before the child started
+// or when it could not be started.
+var ErrNotStarted = errors.New("procwrap: child not started")
+
+// ErrAlreadyRun is returned by a second call of Run.
+var ErrAlreadyRun = errors.New("procwrap: run called twice")
+
+// StartError is the error of a command that could not be started. Its
+// message is `cannot run "NAME": REASON`.
+type StartError struct {
+	Name string
+	Err  error
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("cannot run %q: %v", e.Name, e.Err)
+}
+
+// Unwrap returns the reason.
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrCannotRun) true.
+func (e *StartError) Is(target error) bool { return target == ErrCannotRun }
+
+// Source runs one child process. Its methods are safe for concurrent use.
+type Source struct {
+	cfg  Config
+	log  zerolog.Logger
+	argv []string
+	env  []string
+
+	runOnce  sync.Once
+	pidReady chan struct{} // closed once the child started or failed to
+
+	mu       sync.Mutex
+	proc     *os.Process
+	startErr error
+	exitCode int
+
+	q *lineQueue
+}
+
+var _ sources.Source = (*Source)(nil)
+
+// New builds a Source from cfg: it decides the final command line and
+// environment but starts nothing.
+func New(cfg Config, set sources.Settings) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Stdin == nil {
+		cfg.Stdin = os.Stdin
+	}
+	s := &Source{
+		cfg:      cfg,
+		argv:     commandLine(cfg.Command, cfg.AddVerbose),
+		env:      environment(cfg.BaseEnv, cfg.Env, cfg.SetTraceEnv),
+		pidReady: make(chan struct{}),
+		exitCode: -1,
+		q:        newLineQueue(cfg.BufferBytes, cfg.BatchLines),
+	}
+	s.log = set.Logger.With().Str("component", Type).Str("command", cfg.Command[0]).Logger()
+	return s, nil
+}
+
+// NewFactory returns the factory of the procwrap source. Its config is a
+// *Config (or Config) whose Command the program fills in.
+func NewFactory() sources.Factory {
+	return sources.Factory{
+		Type: Type,
+		DefaultConfig: func() any {
+			c := DefaultConfig()
+			return &c
+		},
+		New: func(cfg any, set sources.Settings) (sources.Source, error) {
+			switch c := cfg.(type) {
+			case *Config:
+				return New(*c, set)
+			case Config:
+				return New(c, set)
+			default:
+				return nil, fmt.Errorf("procwrap: config is %T, want *procwrap.Config", cfg)
+			}
+		},
+	}
+}
+
+// Argv returns the command line that Run executes (with "-v" when it was
+// appended).
+func (s *Source) Argv() []string { return append([]string(nil), s.argv...) }
+
+// Env returns the environment the child gets.
+func (s *Source) Env() []string { return append([]string(nil), s.env...) }
+
+// CommandLine returns Argv quoted for a POSIX shell, as reported in the
+// Started record.
+func (s *Source) CommandLine() string { return shellQuote(s.argv) }
+
+// WaitPID blocks until the child started and returns its PID; it returns
+// ErrNotStarted (or the start error) when the child could not be started,
+// and ctx's error when ctx is done first.
+func (s *Source) WaitPID(ctx context.Context) (int, error) {
+	select {
+	case <-s.pidReady:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.startErr != nil {
+		return 0, errors.Join(ErrNotStarted, s.startErr)
+	}
+	return s.proc.Pid, nil
+}
+
+// PID returns the child's PID, or 0 before it started.
+func (s *Source) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.Pid
+}
+
+// Signal sends sig to the child. It returns ErrNotStarted before the child
+// started and os.ErrProcessDone after it was reaped.
+func (s *Source) Signal(sig os.Signal) error {
+	s.mu.Lock()
+	p := s.proc
+	s.mu.Unlock()
+	if p == nil {
+		return ErrNotStarted
+	}
+	if err := p.Signal(sig); err != nil {
+		return fmt.Errorf("signal child: %w", err)
+	}
+	return nil
+}
+
+// ExitCode returns the child's exit status once Run returned: its exit code,
+// 128+N after death by signal N, 127 when it could not be started, and -1
+// before that.
+func (s *Source) ExitCode() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exitCode
+}
+
+// Dropped returns how many lines could not be captured because the
+// downstream was slower than the child (or had failed).
+func (s *Source) Dropped() uint64 { return s.q.droppedLines() }
+
+// Run starts the child and emits its records until it exited and its output
+// is drained. See the package documentation.
+func (s *Source) Run(ctx context.Context, emit sources.Emit) error {
+	err := ErrAlreadyRun
+	s.runOnce.Do(func() { err = s.run(ctx, emit) })
+	return err
+}
+
+func (s *Source) run(ctx context.Context, emit sources.Emit) error {
+	if err := ctx.Err(); err != nil {
+		// Cancelled before the start: nothing ran, nothing to report.
+		s.mu.Lock()
+		s.startErr = err
+		s.mu.Unlock()
+		close(s.pidReady)
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, s.argv[0], s.argv[1:]...)
+	cmd.Env = s.env
+	cmd.Dir = s.cfg.Dir
+	cmd.Stdin = s.cfg.Stdin
+	stdout := &capture{q: s.q, stream: "stdout", out: s.cfg.Stdout, max: s.cfg.MaxLineBytes, log: s.log}
+	stderr := &capture{q: s.q, stream: "stderr", out: s.cfg.Stderr, max: s.cfg.MaxLineBytes, log: s.log}
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = s.cfg.KillGrace
+
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		serr := &StartError{Name: s.argv[0], Err: startReason(err)}
+		s.mu.Lock()
+		s.startErr = serr
+		s.exitCode = ExitCannotRun
+		s.mu.Unlock()
+		close(s.pidReady)
+		return serr
+	}
+	s.mu.Lock()
+	s.proc = cmd.Process
+	s.mu.Unlock()
+	close(s.pidReady)
+	log := s.log.With().Int("pid", cmd.Process.Pid).Logger()
+	log.Info().Str("command_line", s.CommandLine()).Msg("child started")
+
+	waitDone := make(chan struct{})
+	var waitErr error
+	go func() {
+		defer close(waitDone)
+		waitErr = cmd.Wait()
+		s.q.mu.Lock()
+		stdout.flushLocked()
+		stderr.flushLocked()
+		s.q.mu.Unlock()
+		s.q.close()
+	}()
+
+	info := s.cfg.Run
+	info.Command = s.CommandLine()
+	info.Started = started
+	p := &pump{q: s.q, emit: emit, batchLines: s.cfg.BatchLines, batchDelay: s.cfg.BatchDelay}
+	p.pending = append(p.pending, sources.Record{Started: &info})
+
+	err := p.run(ctx)
+	if err != nil && ctx.Err() == nil {
+		// The downstream refused a record: stop capturing, let the child run.
+		s.q.refuse(p.pendingLines())
+		<-waitDone
+		s.finish(cmd.ProcessState)
+		log.Error().Err(err).Int("exit_code", s.ExitCode()).Msg("child exited, records lost")
+		return fmt.Errorf("emit: %w", err)
+	}
+	<-waitDone
+	fin := s.finish(cmd.ProcessState)
+	if waitErr != nil && errors.Is(waitErr, exec.ErrWaitDelay) {
+		log.Warn().Dur("kill_grace", s.cfg.KillGrace).Msg("output still open after the child exited; closed it")
+	}
+
+	dctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DrainTimeout)
+		defer cancel()
+	}
+	if err != nil { // ctx was cancelled while lines were pending
+		if err := p.run(dctx); err != nil {
+			return fmt.Errorf("emit: %w", err)
+		}
+	}
+	p.pending = append(p.pending, sources.Record{Finished: fin})
+	if err := p.run(dctx); err != nil {
+		return fmt.Errorf("emit: %w", err)
+	}
+	level := zerolog.InfoLevel
+	if s.Dropped() > 0 {
+		level = zerolog.WarnLevel
+	}
+	log.WithLevel(level).Int("exit_code", s.ExitCode()).Uint64("lines", s.q.lastSeq()).
+		Uint64("dropped_lines", s.Dropped()).Msg("child finished")
+	return nil
+}
+
+// finish records the exit status and returns the Finished record.
+func (s *Source) finish(st *os.ProcessState) *split.FinishInfo {
+	fin := &split.FinishInfo{Finished: time.Now()}
+	code := -1
+	if st != nil {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = exitSignalBase + int(ws.Signal())
+			fin.Signal = unix.SignalName(ws.Signal())
+			if fin.Signal == "" {
+				fin.Signal = fmt.Sprintf("signal %d", int(ws.Signal()))
+			}
+		} else {
+			code = st.ExitCode()
+			c := code
+			fin.ExitCode = &c
+		}
+	}
+	s.mu.Lock()
+	s.exitCode = code
+	s.mu.Unlock()
+	return fin
+}
+
+// startReason strips exec's wrapping so that StartError reads
+// `cannot run "foo": executable file not found in $PATH`.
+func startReason(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
