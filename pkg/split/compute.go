@@ -650,7 +650,11 @@ func (c *computation) finish() {
 		r.DuplicatePct = mib(*c.packed / *c.model * 100)
 	}
 	c.traceCheck()
-	if c.peak != nil {
+	if c.peak != nil && c.model == nil {
+		r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: StatusWarn,
+			Detail: fmt.Sprintf("not checked: the peak is %.1f MiB but the log has no model load, so nothing is attributed", *c.peak)})
+	}
+	if c.peak != nil && c.model != nil {
 		u := *c.peak - attributed
 		r.UnattributedMiB = mib(u)
 		r.UnattributedPct = mib(pct(u, *c.peak))
