@@ -1,0 +1,551 @@
+// Package commentsink posts each run's Markdown split as a comment on the
+// run's tracker issue, through the GitHub REST API or a Gitea/Forgejo
+// server (same paths under a base URL such as https://gitea.example/api/v1).
+//
+// # Issue and comment
+//
+// The issue is the report's run issue ("OWNER/REPO#N"), else the configured
+// default_issue; a run with neither is skipped. A run has exactly one
+// comment, found by the hidden marker "<!-- gttsplit run=ID -->" on its
+// first line: the sink lists the issue's comments over every page (following
+// Link rel="next"), edits the comment when its body changed, leaves it alone
+// when it did not, and creates one only when none exists. Writes to one
+// issue are serialised, so the lookup and the creation are atomic per issue
+// within one process. The body is kept under 65,536 characters: a longer
+// report is cut and a note says so, the marker is kept.
+//
+// # Errors and retries
+//
+// Write makes one attempt; a Fanout retries. 403 and 429 are transient with
+// the delay the server asked for (sinks.RetryAfter): Retry-After seconds,
+// else the X-RateLimit-Reset time when X-RateLimit-Remaining is 0, else one
+// minute. 5xx answers and network errors are transient (the Fanout's
+// exponential backoff). 401, 404, 422 and other 4xx answers are permanent
+// and name the issue.
+//
+// # Token
+//
+// The token (Config.Token, which the aggregator fills from
+// GTTSPLIT_COMMENT_TOKEN) is sent only in the Authorization header of
+// requests to the configured API host, never logged, never part of an error
+// and never printed by a dry run. A pagination link to another host is
+// refused.
+package commentsink
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/sinks"
+	"github.com/gttsplit/gttsplit/pkg/sinks/internal/gate"
+	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/rs/zerolog"
+)
+
+const (
+	typeName   = "issue_comment"
+	userAgent  = "gttsplit-issue-comment-sink/1"
+	maxPages   = 1000    // 100,000 comments at 100 per page
+	maxRespLen = 1 << 24 // a page of 100 maximal comments is ~6.5 MB
+	perPage    = 100
+)
+
+// Config is the issue comment sink's configuration.
+type Config struct {
+	// API is the REST API base URL: https://api.github.com for GitHub, or
+	// a Gitea/Forgejo server's https://HOST/api/v1.
+	API string `mapstructure:"api"`
+	// DefaultIssue ("OWNER/REPO#N") receives the reports of runs that name
+	// no issue; empty skips them.
+	DefaultIssue string `mapstructure:"default_issue"`
+	// DryRun prints what would be posted instead of calling the API.
+	DryRun bool `mapstructure:"dry_run"`
+	// Token authenticates to the API (Authorization: Bearer). The
+	// aggregator fills it from the environment (GTTSPLIT_COMMENT_TOKEN);
+	// it prints as "[redacted]".
+	Token sinks.Secret `mapstructure:"token"`
+	// Timeout bounds one HTTP request.
+	Timeout time.Duration `mapstructure:"timeout"`
+}
+
+// Validate reports every problem of c, each prefixed with its key. It does
+// not touch the network.
+func (c *Config) Validate() error {
+	var errs []error
+	if u, err := url.Parse(c.API); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		errs = append(errs, fmt.Errorf("api: %q is not an http(s) base URL", c.API))
+	}
+	if c.DefaultIssue != "" {
+		if _, err := parseIssue(c.DefaultIssue); err != nil {
+			errs = append(errs, fmt.Errorf("default_issue: %w", err))
+		}
+	}
+	if c.Token == "" && !c.DryRun {
+		errs = append(errs, errors.New("token: must be set (GTTSPLIT_COMMENT_TOKEN) unless dry_run is true"))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("timeout: must be positive, got %s", c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// NewFactory returns the factory of the "issue_comment" sink.
+func NewFactory() sinks.Factory {
+	return sinks.Factory{
+		Type: typeName,
+		DefaultConfig: func() any {
+			return &Config{API: "https://api.github.com", Timeout: 30 * time.Second}
+		},
+		New: newSink,
+	}
+}
+
+func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
+	var c Config
+	switch v := cfg.(type) {
+	case *Config:
+		c = *v
+	case Config:
+		c = v
+	default:
+		return nil, fmt.Errorf("issue comment sink: config is %T, not *commentsink.Config", cfg)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	api, _ := url.Parse(strings.TrimSuffix(c.API, "/"))
+	var transport *http.Transport
+	if t, ok := http.DefaultTransport.(*http.Transport); ok {
+		transport = t.Clone()
+	} else {
+		transport = &http.Transport{Proxy: http.ProxyFromEnvironment}
+	}
+	set = set.WithDefaults()
+	s := &Sink{
+		cfg:    c,
+		api:    api,
+		client: &http.Client{Transport: transport, Timeout: c.Timeout},
+		set:    set,
+		log:    set.Logger.With().Str("component", "sink").Str("sink", typeName).Logger(),
+		locks:  make(map[string]chan struct{}),
+		posted: make(map[postKey]posted),
+	}
+	s.gate = gate.New(func() error { transport.CloseIdleConnections(); return nil })
+	return s, nil
+}
+
+// Sink is the issue comment sink.
+type Sink struct {
+	cfg    Config
+	api    *url.URL
+	client *http.Client
+	set    sinks.Settings
+	log    zerolog.Logger
+	gate   *gate.Gate
+
+	mu     sync.Mutex
+	locks  map[string]chan struct{} // issue → one-slot semaphore
+	posted map[postKey]posted       // what this process last left on the issue
+	outMu  sync.Mutex               // serialises dry-run output
+}
+
+// Interface guard.
+var _ sinks.Sink = (*Sink)(nil)
+
+type postKey struct{ issue, run string }
+
+// posted remembers a comment this sink created or edited.
+type posted struct {
+	id  int64 // 0 in dry run
+	sum [sha256.Size]byte
+}
+
+// maxPosted bounds the memory of posted comments; beyond it the memory is
+// dropped and the next write of a run lists the issue again.
+const maxPosted = 10000
+
+// Write posts or edits r's comment on its issue.
+func (s *Sink) Write(ctx context.Context, r split.Report) error {
+	if err := s.gate.Enter(); err != nil {
+		return err
+	}
+	defer s.gate.Exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ref := r.Run.Issue
+	if ref == "" {
+		ref = s.cfg.DefaultIssue
+	}
+	if ref == "" {
+		s.log.Debug().Str("run_id", r.Run.ID).Msg("no issue, comment skipped")
+		return nil
+	}
+	iss, err := parseIssue(ref)
+	if err != nil {
+		return sinks.Permanent(fmt.Errorf("issue comment sink: run %q: %w", r.Run.ID, err))
+	}
+	mark := marker(r.Run.ID)
+	text := compose(mark, split.Markdown(r), maxBody)
+	sum := sha256.Sum256([]byte(text))
+	key := postKey{iss.key(), r.Run.ID}
+
+	unlock, err := s.lock(ctx, iss.key())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	s.mu.Lock()
+	prev, known := s.posted[key]
+	s.mu.Unlock()
+	if known && prev.sum == sum {
+		return nil
+	}
+	if s.cfg.DryRun {
+		s.dryRun(iss, r.Run.ID, text)
+		s.remember(key, posted{sum: sum})
+		return nil
+	}
+
+	if known && prev.id != 0 {
+		err := s.edit(ctx, iss, prev.id, text)
+		if err == nil {
+			s.remember(key, posted{id: prev.id, sum: sum})
+			s.log.Debug().Str("run_id", r.Run.ID).Stringer("issue", iss).Int64("comment_id", prev.id).Msg("comment edited")
+			return nil
+		}
+		if !errors.Is(err, errNotFound) {
+			return err
+		}
+		// Deleted since: look it up again below.
+		s.forget(key)
+	}
+
+	found, err := s.find(ctx, iss, mark)
+	if err != nil {
+		return err
+	}
+	switch {
+	case found == nil:
+		id, err := s.create(ctx, iss, text)
+		if err != nil {
+			return err
+		}
+		s.remember(key, posted{id: id, sum: sum})
+		s.log.Debug().Str("run_id", r.Run.ID).Stringer("issue", iss).Int64("comment_id", id).Msg("comment created")
+	case strings.ReplaceAll(found.Body, "\r\n", "\n") == text:
+		s.remember(key, posted{id: found.ID, sum: sum})
+	default:
+		if err := s.edit(ctx, iss, found.ID, text); err != nil {
+			return err
+		}
+		s.remember(key, posted{id: found.ID, sum: sum})
+		s.log.Debug().Str("run_id", r.Run.ID).Stringer("issue", iss).Int64("comment_id", found.ID).Msg("comment edited")
+	}
+	return nil
+}
+
+// Close waits for writes in flight (bounded by ctx) and closes idle
+// connections. It is idempotent.
+func (s *Sink) Close(ctx context.Context) error { return s.gate.Close(ctx) }
+
+// lock takes issue's semaphore, or returns ctx's error.
+func (s *Sink) lock(ctx context.Context, issue string) (func(), error) {
+	s.mu.Lock()
+	ch, ok := s.locks[issue]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		s.locks[issue] = ch
+	}
+	s.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *Sink) remember(k postKey, p posted) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.posted) >= maxPosted {
+		clear(s.posted)
+	}
+	s.posted[k] = p
+}
+
+func (s *Sink) forget(k postKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.posted, k)
+}
+
+func (s *Sink) dryRun(iss issue, run, text string) {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	fmt.Fprintf(s.set.Stdout, "dry run: would comment on %s for run %q (%d bytes):\n%s\n-- end of comment --\n", iss, run, len(text), text)
+}
+
+// comment is the part of an API comment the sink reads.
+type comment struct {
+	ID   int64  `json:"id"`
+	Body string `json:"body"`
+}
+
+// find returns the issue's first comment whose body starts with mark, or
+// nil, listing every page.
+func (s *Sink) find(ctx context.Context, iss issue, mark string) (*comment, error) {
+	next := s.endpoint(iss.commentsPath()) + "?per_page=" + strconv.Itoa(perPage)
+	seen := make(map[string]bool)
+	for page := 0; next != ""; page++ {
+		if page == maxPages {
+			return nil, sinks.Permanent(fmt.Errorf("issue %s: more than %d pages of comments", iss, maxPages))
+		}
+		seen[next] = true
+		var cs []comment
+		h, err := s.do(ctx, iss, http.MethodGet, next, nil, &cs)
+		if err != nil {
+			return nil, err
+		}
+		for i := range cs {
+			if strings.HasPrefix(strings.TrimLeft(cs[i].Body, " \t\r\n"), mark) {
+				return &cs[i], nil
+			}
+		}
+		next, err = s.nextPage(iss, h)
+		if err != nil {
+			return nil, err
+		}
+		if seen[next] {
+			return nil, fmt.Errorf("issue %s: comment pages loop", iss)
+		}
+	}
+	return nil, nil
+}
+
+// nextPage returns the rel="next" URL of a Link header, refusing one that
+// points away from the API host (the token must not follow it).
+func (s *Sink) nextPage(iss issue, h http.Header) (string, error) {
+	for _, v := range h.Values("Link") {
+		for part := range strings.SplitSeq(v, ",") {
+			target, params, ok := strings.Cut(strings.TrimSpace(part), ";")
+			if !ok || !hasRelNext(params) {
+				continue
+			}
+			target = strings.TrimSpace(target)
+			if !strings.HasPrefix(target, "<") || !strings.HasSuffix(target, ">") {
+				continue
+			}
+			u, err := s.api.Parse(target[1 : len(target)-1])
+			if err != nil {
+				return "", fmt.Errorf("issue %s: bad pagination link %q: %w", iss, target, err)
+			}
+			if u.Scheme != s.api.Scheme || u.Host != s.api.Host {
+				return "", sinks.Permanent(fmt.Errorf("issue %s: pagination link to %q leaves the API host", iss, u.Host))
+			}
+			return u.String(), nil
+		}
+	}
+	return "", nil
+}
+
+func hasRelNext(params string) bool {
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if ok && strings.EqualFold(strings.TrimSpace(k), "rel") {
+			for rel := range strings.FieldsSeq(strings.Trim(strings.TrimSpace(v), `"`)) {
+				if strings.EqualFold(rel, "next") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func (s *Sink) create(ctx context.Context, iss issue, text string) (int64, error) {
+	var c comment
+	if _, err := s.do(ctx, iss, http.MethodPost, s.endpoint(iss.commentsPath()), map[string]string{"body": text}, &c); err != nil {
+		return 0, err
+	}
+	if c.ID == 0 {
+		return 0, fmt.Errorf("issue %s: created comment has no id", iss)
+	}
+	return c.ID, nil
+}
+
+func (s *Sink) edit(ctx context.Context, iss issue, id int64, text string) error {
+	p := fmt.Sprintf("/repos/%s/%s/issues/comments/%d", url.PathEscape(iss.owner), url.PathEscape(iss.repo), id)
+	_, err := s.do(ctx, iss, http.MethodPatch, s.endpoint(p), map[string]string{"body": text}, nil)
+	return err
+}
+
+func (s *Sink) endpoint(p string) string { return s.api.String() + p }
+
+// errNotFound matches a 404 answer, so an edit of a deleted comment can
+// fall back to a lookup.
+var errNotFound = errors.New("not found")
+
+// notFoundError is a 404 answer; it matches errNotFound.
+type notFoundError struct{ error }
+
+func (e notFoundError) Is(target error) bool { return target == errNotFound }
+func (e notFoundError) Unwrap() error        { return e.error }
+
+// do sends one request and decodes a 2xx JSON answer into out. Errors are
+// classified for the Fanout: permanent, transient, or transient with the
+// server's delay.
+func (s *Sink) do(ctx context.Context, iss issue, method, u string, in, out any) (http.Header, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, sinks.Permanent(fmt.Errorf("issue %s: encode request: %w", iss, err))
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, sinks.Permanent(fmt.Errorf("issue %s: %s request: %w", iss, method, err))
+	}
+	req.Header.Set("Accept", "application/vnd.github+json")
+	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if tok := s.cfg.Token.Reveal(); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	what := method + " " + req.URL.Path
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("issue %s: %s: %w", iss, what, cerr)
+		}
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // the URL is in what already
+		}
+		return nil, fmt.Errorf("issue %s: %s: %w", iss, what, err)
+	}
+	defer resp.Body.Close()
+	data, rerr := io.ReadAll(io.LimitReader(resp.Body, maxRespLen))
+	if resp.StatusCode/100 == 2 {
+		if rerr != nil {
+			return nil, fmt.Errorf("issue %s: %s: read answer: %w", iss, what, rerr)
+		}
+		if out != nil {
+			if err := json.Unmarshal(data, out); err != nil {
+				return nil, fmt.Errorf("issue %s: %s: decode answer: %w", iss, what, err)
+			}
+		}
+		return resp.Header, nil
+	}
+	return nil, s.statusError(iss, what, resp, data)
+}
+
+// statusError classifies a non-2xx answer.
+func (s *Sink) statusError(iss issue, what string, resp *http.Response, data []byte) error {
+	msg := apiMessage(data)
+	if tok := s.cfg.Token.Reveal(); tok != "" {
+		msg = strings.ReplaceAll(msg, tok, "[redacted]")
+	}
+	err := fmt.Errorf("issue %s: %s: %s", iss, what, resp.Status)
+	if msg != "" {
+		err = fmt.Errorf("issue %s: %s: %s: %q", iss, what, resp.Status, msg)
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusForbidden || code == http.StatusTooManyRequests:
+		return sinks.RetryAfter(err, s.rateLimitDelay(resp.Header))
+	case code >= 500:
+		return err
+	case code == http.StatusNotFound:
+		return sinks.Permanent(notFoundError{err})
+	case code == http.StatusRequestTimeout || code == http.StatusConflict || code == http.StatusTooEarly:
+		return err
+	case code >= 400:
+		return sinks.Permanent(err)
+	default:
+		return fmt.Errorf("%w: unexpected status", err)
+	}
+}
+
+// rateLimitDelay is how long the server asked us to wait: Retry-After
+// (seconds or an HTTP date), else until X-RateLimit-Reset when no requests
+// remain, else a minute.
+func (s *Sink) rateLimitDelay(h http.Header) time.Duration {
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		if secs, err := strconv.ParseInt(v, 10, 64); err == nil && secs >= 0 {
+			return time.Duration(min(secs, 1<<31)) * time.Second
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			return max(t.Sub(s.set.Now()), 0)
+		}
+	}
+	if strings.TrimSpace(h.Get("X-RateLimit-Remaining")) == "0" {
+		if reset, err := strconv.ParseInt(strings.TrimSpace(h.Get("X-RateLimit-Reset")), 10, 64); err == nil {
+			return max(time.Unix(reset, 0).Sub(s.set.Now()), time.Second)
+		}
+	}
+	return time.Minute
+}
+
+// apiMessage extracts the "message" of a GitHub/Gitea error answer, capped.
+func apiMessage(data []byte) string {
+	var e struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(data, &e) != nil || e.Message == "" {
+		return ""
+	}
+	if len(e.Message) > 200 {
+		return e.Message[:200] + "…"
+	}
+	return e.Message
+}
+
+// issue is a parsed "OWNER/REPO#N".
+type issue struct {
+	owner, repo string
+	number      int
+}
+
+var issueRE = regexp.MustCompile(`^([A-Za-z0-9][A-Za-z0-9._-]{0,99})/([A-Za-z0-9._-]{1,100})#([1-9][0-9]{0,9})$`)
+
+func parseIssue(s string) (issue, error) {
+	m := issueRE.FindStringSubmatch(s)
+	if m == nil || m[2] == "." || m[2] == ".." {
+		return issue{}, fmt.Errorf("issue %q is not OWNER/REPO#N", s)
+	}
+	n, err := strconv.Atoi(m[3])
+	if err != nil {
+		return issue{}, fmt.Errorf("issue %q: %w", s, err)
+	}
+	return issue{owner: m[1], repo: m[2], number: n}, nil
+}
+
+// String returns "owner/repo#n".
+func (i issue) String() string { return fmt.Sprintf("%s/%s#%d", i.owner, i.repo, i.number) }
+
+// key identifies the issue for locking (GitHub names are case-insensitive).
+func (i issue) key() string { return strings.ToLower(i.String()) }
+
+func (i issue) commentsPath() string {
+	return fmt.Sprintf("/repos/%s/%s/issues/%d/comments", url.PathEscape(i.owner), url.PathEscape(i.repo), i.number)
+}

@@ -1,0 +1,48 @@
+// Package sinks defines where the aggregator delivers split reports (a
+// Markdown file, a JSON document and a splits.jsonl line, an issue comment)
+// and the Fanout that writes each report to every configured sink.
+//
+// Each sink type is a plugin package (filesink, jsonsink, commentsink) that
+// exports NewFactory and its Config; the aggregator builds a Registry from
+// the factories it lists and a Fanout from the sinks it configures.
+//
+// # Lifecycle
+//
+// A sink is built by its Factory, receives reports through Write and is
+// closed once with Close. Write may be called concurrently and any number
+// of times for the same run: a later report of a run replaces the earlier
+// one (a file is rewritten, a comment edited, an identical splits.jsonl line
+// is not appended again), so retries and re-sent splits never duplicate
+// output. Close flushes, releases resources, honours its context's deadline,
+// is idempotent and is safe without any Write. After Close, Write returns an
+// error wrapping ErrClosed.
+//
+// A Fanout owns its sinks: Fanout.Close drains the queues (bounded by its
+// context) and then closes every sink. The aggregator opens the sinks before
+// it consumes and closes the Fanout last (downstream first, upstream last).
+//
+// # Errors
+//
+// A sink returns an error when the report was not delivered. Errors that
+// retrying cannot fix (a report that cannot be rendered, an issue that does
+// not exist, bad credentials, Write after Close) are marked with Permanent
+// and detected with IsPermanent; every other error is transient. A
+// transient error may carry the delay the remote end asked for
+// (RetryAfter), such as an HTTP Retry-After or a rate-limit reset. Errors
+// quote foreign input with %q and never contain credentials.
+//
+// # Retries
+//
+// A sink makes one attempt per Write; retrying is the Fanout's job. Every
+// sink has its own queue and goroutine, so a failing sink never blocks the
+// others. After a transient error the report goes to the back of that
+// sink's queue and the worker waits: the RetryAfter delay when there is one
+// (capped by RetryPolicy.MaxHint), else a capped exponential backoff with
+// jitter (RetryPolicy, by default 1s doubling to 5m, ±20%). The clock is
+// Settings.Sleep and Settings.Now, which tests replace. A permanent error
+// drops the report for that sink. A report stays queued until it is
+// delivered, fails permanently, or is superseded by a newer report of the
+// same run; only a full queue (FanoutConfig.MaxPending) or Close's deadline
+// drops it, and both are reported. Every outcome goes to the Observer
+// (Counters counts them per sink, for logs and /metrics).
+package sinks

@@ -1,0 +1,82 @@
+package sinks
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrClosed is returned (possibly wrapped) by Write after Close. It is
+// permanent: IsPermanent reports true for it.
+var ErrClosed = errors.New("sinks: sink closed")
+
+// ErrDuplicateType is returned by NewRegistry for two factories of one type.
+var ErrDuplicateType = errors.New("sinks: duplicate sink type")
+
+// ErrUnknownType is returned by Registry.New for a type no factory has.
+var ErrUnknownType = errors.New("sinks: unknown sink type")
+
+// ErrQueueFull is the reason a Fanout drops a report when a sink's queue is
+// full (see FanoutConfig.MaxPending).
+var ErrQueueFull = errors.New("sinks: queue full")
+
+// ErrUndelivered is the reason a Fanout gives for reports still queued when
+// Close's context ended.
+var ErrUndelivered = errors.New("sinks: not delivered before close")
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as permanent: retrying the same write cannot succeed (a
+// malformed report, a missing issue, bad credentials). A nil err stays nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or any error it wraps, was marked with
+// Permanent or is ErrClosed. A nil error is not permanent.
+func IsPermanent(err error) bool {
+	if err == nil {
+		return false
+	}
+	var p permanentError
+	return errors.As(err, &p) || errors.Is(err, ErrClosed)
+}
+
+// retryAfterError is a transient error that carries the delay the remote end
+// asked for (HTTP Retry-After, a rate-limit reset).
+type retryAfterError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e retryAfterError) Error() string { return e.err.Error() }
+func (e retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter marks err as transient with a delay requested by the remote end;
+// a runner waits that long (capped by RetryPolicy.MaxHint) instead of its
+// own backoff before the next attempt. A nil err stays nil.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	if d < 0 {
+		d = 0
+	}
+	return retryAfterError{err: err, delay: d}
+}
+
+// RetryAfterDelay returns the delay attached by RetryAfter to err or any
+// error it wraps.
+func RetryAfterDelay(err error) (time.Duration, bool) {
+	var r retryAfterError
+	if errors.As(err, &r) {
+		return r.delay, true
+	}
+	return 0, false
+}

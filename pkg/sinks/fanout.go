@@ -1,0 +1,438 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/rs/zerolog"
+)
+
+// Target is one named sink of a Fanout.
+type Target struct {
+	// Name identifies the sink in events, logs and errors (usually its
+	// type, e.g. "issue_comment").
+	Name string
+	Sink Sink
+}
+
+// FanoutConfig tunes a Fanout. The zero value is usable.
+type FanoutConfig struct {
+	// Retry is the backoff between attempts; zero fields take
+	// DefaultRetryPolicy's values.
+	Retry RetryPolicy
+	// Observer, if not nil, receives every attempt's outcome.
+	Observer Observer
+	// MaxPending caps the reports queued per sink (distinct runs: a newer
+	// report of a queued run replaces it). When full, the oldest is dropped
+	// with ErrQueueFull. Default 1024.
+	MaxPending int
+	// AttemptTimeout bounds one Write call. Default 2m.
+	AttemptTimeout time.Duration
+	// Rand returns uniform numbers in [0, 1) for jitter; it is called from
+	// several goroutines. Nil means math/rand/v2.Float64.
+	Rand func() float64
+}
+
+// Fanout writes every report to several sinks, each independently: every
+// sink has its own queue and goroutine, so a slow or failing sink never
+// delays the others. Transient failures are retried with RetryPolicy;
+// permanent ones drop the report for that sink. A report stays queued until
+// it is delivered, fails permanently, is superseded by a newer report of the
+// same run, or Close gives up.
+//
+// Fanout is itself a Sink: Write enqueues and returns at once.
+type Fanout struct {
+	cfg   FanoutConfig
+	set   Settings
+	log   zerolog.Logger
+	ws    []*worker
+	abort context.CancelFunc
+	actx  context.Context // cancelled when Close gives up
+
+	mu        sync.RWMutex // guards closing against Write's enqueue
+	closing   bool
+	closeDone chan struct{}
+}
+
+var _ Sink = (*Fanout)(nil)
+
+// NewFanout starts one worker goroutine per target. The Fanout owns the
+// targets: its Close closes them. Names must be unique and non-empty.
+func NewFanout(set Settings, cfg FanoutConfig, targets ...Target) (*Fanout, error) {
+	set = set.WithDefaults()
+	cfg.Retry = cfg.Retry.withDefaults()
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 1024
+	}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = 2 * time.Minute
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	seen := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		if t.Name == "" || t.Sink == nil {
+			return nil, fmt.Errorf("sinks: fanout target %q has no name or sink", t.Name)
+		}
+		if seen[t.Name] {
+			return nil, fmt.Errorf("sinks: duplicate fanout target %q", t.Name)
+		}
+		seen[t.Name] = true
+	}
+	actx, abort := context.WithCancel(context.Background())
+	f := &Fanout{
+		cfg:       cfg,
+		set:       set,
+		log:       set.Logger.With().Str("component", "sinks").Logger(),
+		abort:     abort,
+		actx:      actx,
+		closeDone: make(chan struct{}),
+	}
+	for _, t := range targets {
+		w := &worker{
+			f:      f,
+			name:   t.Name,
+			sink:   t.Sink,
+			log:    f.log.With().Str("sink", t.Name).Logger(),
+			queued: make(map[string]*item),
+			latest: make(map[string]uint64),
+			wake:   make(chan struct{}, 1),
+			idle:   make(chan struct{}),
+			done:   make(chan struct{}),
+		}
+		close(w.idle)
+		w.idleClosed = true
+		f.ws = append(f.ws, w)
+	}
+	for _, w := range f.ws {
+		go w.run()
+	}
+	return f, nil
+}
+
+// Write queues r for every sink and returns without waiting for delivery.
+// It fails only when ctx is done or the Fanout is closed (ErrClosed).
+func (f *Fanout) Write(ctx context.Context, r split.Report) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closing {
+		return ErrClosed
+	}
+	for _, w := range f.ws {
+		w.enqueue(r)
+	}
+	return nil
+}
+
+// Flush waits until every queued report has been delivered or has failed
+// permanently, or until ctx is done (then it returns ctx's error). With a
+// sink that keeps failing transiently, only ctx ends the wait.
+func (f *Fanout) Flush(ctx context.Context) error {
+	for _, w := range f.ws {
+		for {
+			w.mu.Lock()
+			if len(w.queue) == 0 && !w.busy {
+				w.mu.Unlock()
+				break
+			}
+			ch := w.idle
+			w.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// Pending returns the number of reports queued or being written, per sink.
+func (f *Fanout) Pending() map[string]int {
+	m := make(map[string]int, len(f.ws))
+	for _, w := range f.ws {
+		w.mu.Lock()
+		n := len(w.queue)
+		if w.busy {
+			n++
+		}
+		m[w.name] = n
+		w.mu.Unlock()
+	}
+	return m
+}
+
+// Close stops accepting reports, cuts short every backoff wait so each
+// pending report gets an immediate attempt, and keeps retrying until every
+// queue is empty or ctx is done. Then it cancels what is in flight, reports
+// what is still queued as dropped (ErrUndelivered) and closes every sink.
+// The error joins ctx's error (when it ended the drain), the undelivered
+// counts and the sinks' Close errors. Later calls wait for the first to
+// finish and return nil.
+func (f *Fanout) Close(ctx context.Context) error {
+	f.mu.Lock()
+	if f.closing {
+		f.mu.Unlock()
+		select {
+		case <-f.closeDone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	f.closing = true
+	f.mu.Unlock()
+	defer close(f.closeDone)
+
+	for _, w := range f.ws {
+		w.mu.Lock()
+		w.draining = true
+		if w.sleepCancel != nil {
+			w.sleepCancel()
+		}
+		w.mu.Unlock()
+		w.signal()
+	}
+	allDone := make(chan struct{})
+	go func() {
+		for _, w := range f.ws {
+			<-w.done
+		}
+		close(allDone)
+	}()
+	var errs []error
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+		select {
+		case <-allDone: // drained just in time
+		default:
+			f.abort() // sinks honour ctx: in-flight writes and waits return
+			<-allDone
+			errs = append(errs, ctx.Err())
+		}
+	}
+	f.abort()
+
+	for _, w := range f.ws {
+		w.mu.Lock()
+		left := w.queue
+		w.queue, w.queued = nil, nil
+		w.mu.Unlock()
+		for _, it := range left {
+			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDropped, Attempt: it.attempts, Err: ErrUndelivered})
+		}
+		if len(left) > 0 {
+			errs = append(errs, fmt.Errorf("sink %s: %d reports: %w", w.name, len(left), ErrUndelivered))
+		}
+	}
+	cerrs := make([]error, len(f.ws))
+	var wg sync.WaitGroup
+	for i, w := range f.ws {
+		wg.Go(func() {
+			if err := w.sink.Close(ctx); err != nil {
+				cerrs[i] = fmt.Errorf("close sink %s: %w", w.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(append(errs, cerrs...)...)
+}
+
+// item is one report queued for one sink.
+type item struct {
+	r        split.Report
+	run      string
+	version  uint64
+	attempts int
+}
+
+// worker owns the queue and goroutine of one sink.
+type worker struct {
+	f    *Fanout
+	name string
+	sink Sink
+	log  zerolog.Logger
+
+	mu          sync.Mutex
+	queue       []*item          // waiting, oldest first
+	queued      map[string]*item // run id → its waiting item
+	latest      map[string]uint64
+	seq         uint64
+	busy        bool // an item is being written or waited on
+	draining    bool
+	sleepCancel context.CancelFunc
+	idle        chan struct{} // closed while the queue is empty and !busy
+	idleClosed  bool
+
+	wake     chan struct{}
+	done     chan struct{}
+	failures int // consecutive transient failures; worker goroutine only
+}
+
+func (w *worker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) observe(e Event) {
+	if w.f.cfg.Observer != nil {
+		w.f.cfg.Observer.Observe(e)
+	}
+}
+
+// enqueue queues r, replacing a waiting report of the same run.
+func (w *worker) enqueue(r split.Report) {
+	var dropped *item
+	w.mu.Lock()
+	w.seq++
+	run := r.Run.ID
+	w.latest[run] = w.seq
+	if it, ok := w.queued[run]; ok {
+		it.r, it.version, it.attempts = r, w.seq, 0
+	} else {
+		if len(w.queue) >= w.f.cfg.MaxPending {
+			dropped = w.queue[0]
+			w.queue = w.queue[1:]
+			delete(w.queued, dropped.run)
+			if w.latest[dropped.run] == dropped.version {
+				delete(w.latest, dropped.run)
+			}
+		}
+		it := &item{r: r, run: run, version: w.seq}
+		w.queue = append(w.queue, it)
+		w.queued[run] = it
+	}
+	if w.idleClosed {
+		w.idle = make(chan struct{})
+		w.idleClosed = false
+	}
+	w.mu.Unlock()
+	w.signal()
+	if dropped != nil {
+		w.log.Warn().Str("run_id", dropped.run).Err(ErrQueueFull).Msg("report dropped")
+		w.observe(Event{Sink: w.name, RunID: dropped.run, Outcome: OutcomeDropped, Attempt: dropped.attempts, Err: ErrQueueFull})
+	}
+}
+
+// next takes the oldest waiting item, blocking until there is one. It
+// returns nil when the worker must stop: draining with an empty queue, or
+// aborted.
+func (w *worker) next() *item {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		if w.f.actx.Err() != nil {
+			return nil
+		}
+		if len(w.queue) > 0 {
+			it := w.queue[0]
+			w.queue = w.queue[1:]
+			delete(w.queued, it.run)
+			w.busy = true
+			return it
+		}
+		if w.draining {
+			return nil
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.wake:
+		case <-w.f.actx.Done():
+		}
+		w.mu.Lock()
+	}
+}
+
+// settle ends the current item: it is requeued at the back when requeue is
+// set and no newer report of its run arrived meanwhile.
+func (w *worker) settle(it *item, requeue bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.busy = false
+	current := w.latest[it.run] == it.version
+	switch {
+	case requeue && current:
+		w.queue = append(w.queue, it)
+		w.queued[it.run] = it
+	case current:
+		delete(w.latest, it.run)
+	}
+	if len(w.queue) == 0 && !w.idleClosed {
+		close(w.idle)
+		w.idleClosed = true
+	}
+}
+
+func (w *worker) run() {
+	defer close(w.done)
+	for {
+		it := w.next()
+		if it == nil {
+			return
+		}
+		it.attempts++
+		err := w.write(it.r)
+		switch {
+		case err == nil:
+			w.failures = 0
+			w.settle(it, false)
+			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDelivered, Attempt: it.attempts})
+		case IsPermanent(err):
+			w.settle(it, false)
+			w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Err(err).Msg("report dropped on permanent error")
+			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeFailed, Attempt: it.attempts, Err: err})
+		case w.f.actx.Err() != nil:
+			w.settle(it, true) // Close counts it as undelivered
+			return
+		default:
+			w.failures++
+			delay := w.f.cfg.Retry.Delay(err, w.failures, w.f.cfg.Rand())
+			w.settle(it, true)
+			w.log.Debug().Str("run_id", it.run).Int("attempt", it.attempts).Dur("delay", delay).Err(err).Msg("write failed, will retry")
+			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRetrying, Attempt: it.attempts, Err: err, Delay: delay})
+			w.wait(delay)
+		}
+	}
+}
+
+// write makes one attempt, bounded by AttemptTimeout and Close's abort. A
+// panicking sink fails the report permanently instead of the process.
+func (w *worker) write(r split.Report) (err error) {
+	ctx, cancel := context.WithTimeout(w.f.actx, w.f.cfg.AttemptTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = Permanent(fmt.Errorf("sink %s panicked: %v", w.name, p))
+		}
+	}()
+	return w.sink.Write(ctx, r)
+}
+
+// wait sleeps the backoff. Before Close the wait can be cut short by Close
+// (so pending reports get a last attempt); while draining only the abort
+// ends it early.
+func (w *worker) wait(d time.Duration) {
+	ctx, cancel := context.WithCancel(w.f.actx)
+	defer cancel()
+	w.mu.Lock()
+	if !w.draining {
+		w.sleepCancel = cancel
+	}
+	w.mu.Unlock()
+	_ = w.f.set.Sleep(ctx, d)
+	w.mu.Lock()
+	w.sleepCancel = nil
+	w.mu.Unlock()
+}

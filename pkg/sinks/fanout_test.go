@@ -1,0 +1,363 @@
+package sinks_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/sinks"
+	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
+	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+)
+
+// clock records every wait. With hold set, each Sleep blocks until the
+// test calls release (or the sleep's ctx ends); otherwise it returns at
+// once.
+type clock struct {
+	hold    bool
+	mu      sync.Mutex
+	slept   []time.Duration
+	entered chan time.Duration
+	rel     chan struct{}
+}
+
+func newClock(hold bool) *clock {
+	return &clock{hold: hold, entered: make(chan time.Duration, 100), rel: make(chan struct{})}
+}
+
+func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.slept = append(c.slept, d)
+	c.mu.Unlock()
+	if !c.hold {
+		return ctx.Err()
+	}
+	c.entered <- d
+	select {
+	case <-c.rel:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *clock) Slept() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.slept...)
+}
+
+// waitSleep waits until a worker is sleeping.
+func (c *clock) waitSleep(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no worker went to sleep")
+	}
+}
+
+func (c *clock) release() { c.rel <- struct{}{} }
+
+// events collects a Fanout's events.
+type events struct {
+	ch chan sinks.Event
+}
+
+func newEvents() *events { return &events{ch: make(chan sinks.Event, 1000)} }
+
+func (e *events) Observe(ev sinks.Event) { e.ch <- ev }
+
+// next returns the next event of sink name with outcome o, skipping others.
+func (e *events) next(t *testing.T, name string, o sinks.Outcome) sinks.Event {
+	t.Helper()
+	for {
+		select {
+		case ev := <-e.ch:
+			if ev.Sink == name && ev.Outcome == o {
+				return ev
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s event from %s", o, name)
+		}
+	}
+}
+
+func newFanout(t *testing.T, c *clock, cfg sinks.FanoutConfig, targets ...sinks.Target) *sinks.Fanout {
+	t.Helper()
+	if cfg.Rand == nil {
+		cfg.Rand = func() float64 { return 0.5 }
+	}
+	set := sinks.Settings{Logger: zerolog.New(zerolog.NewTestWriter(t))}
+	if c != nil {
+		set.Sleep = c.Sleep
+	}
+	f, err := sinks.NewFanout(set, cfg, targets...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // never wait in cleanup
+		_ = f.Close(ctx)
+	})
+	return f
+}
+
+func TestFanoutConformance(t *testing.T) {
+	t.Parallel()
+	sinktest.Conformance(t, func(t *testing.T) sinks.Sink {
+		return newFanout(t, newClock(false), sinks.FanoutConfig{},
+			sinks.Target{Name: "a", Sink: &sinktest.Memory{}},
+			sinks.Target{Name: "b", Sink: &sinktest.Memory{}})
+	})
+}
+
+func TestFanoutRetriesTransientWithBackoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newClock(false)
+	m := &sinktest.Memory{}
+	m.FailNext(sinktest.ErrInjected, sinktest.ErrInjected, sinktest.ErrInjected)
+	ev := newEvents()
+	f := newFanout(t, c, sinks.FanoutConfig{Observer: ev}, sinks.Target{Name: "m", Sink: m})
+
+	require.NoError(t, f.Write(ctx, sinktest.Report("run-1")))
+	require.NoError(t, f.Flush(ctx))
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, c.Slept())
+	require.Len(t, m.Reports(), 1)
+	for i := 1; i <= 3; i++ {
+		e := ev.next(t, "m", sinks.OutcomeRetrying)
+		require.Equal(t, i, e.Attempt)
+		require.ErrorIs(t, e.Err, sinktest.ErrInjected)
+		require.Equal(t, "run-1", e.RunID)
+	}
+	require.Equal(t, 4, ev.next(t, "m", sinks.OutcomeDelivered).Attempt)
+	require.Equal(t, map[string]int{"m": 0}, f.Pending())
+}
+
+func TestFanoutBackoffResetsAfterSuccess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newClock(false)
+	m := &sinktest.Memory{}
+	f := newFanout(t, c, sinks.FanoutConfig{}, sinks.Target{Name: "m", Sink: m})
+	m.FailNext(sinktest.ErrInjected, sinktest.ErrInjected)
+	require.NoError(t, f.Write(ctx, sinktest.Report("run-1")))
+	require.NoError(t, f.Flush(ctx))
+	m.FailNext(sinktest.ErrInjected)
+	require.NoError(t, f.Write(ctx, sinktest.Report("run-2")))
+	require.NoError(t, f.Flush(ctx))
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, time.Second}, c.Slept())
+}
+
+func TestFanoutRemoteHintHonoured(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newClock(false)
+	m := &sinktest.Memory{}
+	m.FailNext(sinks.RetryAfter(errors.New("429"), 42*time.Second), sinks.RetryAfter(errors.New("429"), 9*time.Hour))
+	f := newFanout(t, c, sinks.FanoutConfig{}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, f.Write(ctx, sinktest.Report("run-1")))
+	require.NoError(t, f.Flush(ctx))
+	require.Equal(t, []time.Duration{42 * time.Second, time.Hour}, c.Slept(), "hints honoured, capped by MaxHint")
+	require.Len(t, m.Reports(), 1)
+}
+
+func TestFanoutPermanentNotRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newClock(false)
+	m := &sinktest.Memory{}
+	m.FailNext(sinks.Permanent(errors.New("issue o/r#1: 404 Not Found")))
+	ev := newEvents()
+	f := newFanout(t, c, sinks.FanoutConfig{Observer: ev}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, f.Write(ctx, sinktest.Report("run-1")))
+	require.NoError(t, f.Flush(ctx))
+	e := ev.next(t, "m", sinks.OutcomeFailed)
+	require.Equal(t, 1, e.Attempt)
+	require.ErrorContains(t, e.Err, "404")
+	require.Empty(t, c.Slept())
+	require.Empty(t, m.Reports())
+	require.Equal(t, 1, m.Attempts())
+}
+
+func TestFanoutFailingSinkDoesNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	stuck, good := &sinktest.Memory{}, &sinktest.Memory{}
+	stuck.Block(make(chan struct{})) // never released
+	ev := newEvents()
+	var counts sinks.Counters
+	obs := sinks.ObserverFunc(func(e sinks.Event) { ev.Observe(e); counts.Observe(e) })
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{Observer: obs},
+		sinks.Target{Name: "stuck", Sink: stuck}, sinks.Target{Name: "good", Sink: good})
+
+	for i := range 3 {
+		require.NoError(t, f.Write(context.Background(), sinktest.Report(fmt.Sprintf("run-%d", i))))
+	}
+	for range 3 {
+		ev.next(t, "good", sinks.OutcomeDelivered)
+	}
+	require.Len(t, good.Reports(), 3)
+	require.Equal(t, 3, f.Pending()["stuck"], "the stuck sink keeps its reports queued")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // shutdown deadline already over
+	err := f.Close(ctx)
+	require.ErrorIs(t, err, sinks.ErrUndelivered)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "sink stuck: 3 reports")
+	require.True(t, stuck.Closed())
+	require.True(t, good.Closed())
+	require.Equal(t, uint64(3), counts.Snapshot()["stuck"].Dropped)
+	require.Equal(t, uint64(3), counts.Snapshot()["good"].Delivered)
+}
+
+func TestFanoutKeepsReportQueuedUntilClose(t *testing.T) {
+	t.Parallel()
+	c := newClock(true)
+	m := &sinktest.Memory{}
+	for range 100 {
+		m.FailNext(sinktest.ErrInjected)
+	}
+	ev := newEvents()
+	f := newFanout(t, c, sinks.FanoutConfig{Observer: ev}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	for range 5 {
+		c.waitSleep(t)
+		require.Equal(t, map[string]int{"m": 1}, f.Pending())
+		c.release()
+	}
+	c.waitSleep(t) // after the 6th failure
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Close(ctx) }()
+	// Close cut the backoff short: a 7th attempt, which fails, and the
+	// drain waits again until the shutdown deadline (here: cancel).
+	c.waitSleep(t)
+	require.Equal(t, 7, m.Attempts())
+	cancel()
+	err := <-done
+	require.ErrorIs(t, err, sinks.ErrUndelivered)
+	e := ev.next(t, "m", sinks.OutcomeDropped)
+	require.Equal(t, "run-1", e.RunID)
+	require.ErrorIs(t, e.Err, sinks.ErrUndelivered)
+	require.Empty(t, m.Reports())
+}
+
+func TestFanoutCloseDeliversPending(t *testing.T) {
+	t.Parallel()
+	c := newClock(true)
+	m := &sinktest.Memory{}
+	m.FailNext(sinktest.ErrInjected, sinktest.ErrInjected)
+	f := newFanout(t, c, sinks.FanoutConfig{}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	c.waitSleep(t)
+
+	done := make(chan error, 1)
+	go func() { done <- f.Close(context.Background()) }()
+	c.waitSleep(t) // the immediate attempt at Close failed too
+	c.release()
+	require.NoError(t, <-done)
+	require.Len(t, m.Reports(), 1, "delivered during Close")
+	require.True(t, m.Closed())
+	require.NoError(t, f.Close(context.Background()), "second Close")
+	require.ErrorIs(t, f.Write(context.Background(), sinktest.Report("run-2")), sinks.ErrClosed)
+}
+
+func TestFanoutNewerReportSupersedesQueued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newClock(true)
+	m := &sinktest.Memory{}
+	m.FailNext(sinktest.ErrInjected)
+	f := newFanout(t, c, sinks.FanoutConfig{}, sinks.Target{Name: "m", Sink: m})
+
+	v1 := sinktest.Report("run-1")
+	require.NoError(t, f.Write(ctx, v1))
+	c.waitSleep(t) // v1 failed once and waits
+	v2, v3 := v1, v1
+	v2.Flags = []string{"v2"}
+	v3.Flags = []string{"v3"}
+	require.NoError(t, f.Write(ctx, v2))
+	require.NoError(t, f.Write(ctx, v3))
+	require.Equal(t, map[string]int{"m": 1}, f.Pending(), "one queued report per run")
+	c.release()
+	require.NoError(t, f.Flush(ctx))
+	require.Equal(t, []split.Report{v3}, m.Reports(), "only the newest split is written")
+	require.Equal(t, 2, m.Attempts())
+}
+
+func TestFanoutQueueFullDropsOldest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newClock(true)
+	m := &sinktest.Memory{}
+	m.FailNext(sinktest.ErrInjected)
+	ev := newEvents()
+	f := newFanout(t, c, sinks.FanoutConfig{MaxPending: 2, Observer: ev}, sinks.Target{Name: "m", Sink: m})
+
+	require.NoError(t, f.Write(ctx, sinktest.Report("run-a")))
+	c.waitSleep(t) // run-a is queued again, the worker waits
+	require.NoError(t, f.Write(ctx, sinktest.Report("run-b")))
+	require.NoError(t, f.Write(ctx, sinktest.Report("run-c")))
+	e := ev.next(t, "m", sinks.OutcomeDropped)
+	require.Equal(t, "run-a", e.RunID)
+	require.ErrorIs(t, e.Err, sinks.ErrQueueFull)
+	c.release()
+	require.NoError(t, f.Flush(ctx))
+	runs := m.Runs()
+	require.Len(t, runs, 2)
+	require.Contains(t, runs, "run-b")
+	require.Contains(t, runs, "run-c")
+}
+
+type panicSink struct{ sinktest.Memory }
+
+func (p *panicSink) Write(ctx context.Context, r split.Report) error { panic("renderer bug") }
+
+func TestFanoutPanickingSinkFailsPermanently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ev := newEvents()
+	good := &sinktest.Memory{}
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{Observer: ev},
+		sinks.Target{Name: "bad", Sink: &panicSink{}}, sinks.Target{Name: "good", Sink: good})
+	require.NoError(t, f.Write(ctx, sinktest.Report("run-1")))
+	require.NoError(t, f.Flush(ctx))
+	e := ev.next(t, "bad", sinks.OutcomeFailed)
+	require.ErrorContains(t, e.Err, "panicked")
+	require.Len(t, good.Reports(), 1)
+}
+
+func TestFanoutConcurrentClose(t *testing.T) {
+	t.Parallel()
+	m := &sinktest.Memory{}
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = f.Close(context.Background()) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, m.Reports(), 1)
+}
+
+func TestNewFanoutRejectsBadTargets(t *testing.T) {
+	t.Parallel()
+	m := &sinktest.Memory{}
+	_, err := sinks.NewFanout(sinks.Settings{}, sinks.FanoutConfig{}, sinks.Target{Name: "a", Sink: m}, sinks.Target{Name: "a", Sink: m})
+	require.ErrorContains(t, err, "duplicate")
+	_, err = sinks.NewFanout(sinks.Settings{}, sinks.FanoutConfig{}, sinks.Target{Sink: m})
+	require.Error(t, err)
+	_, err = sinks.NewFanout(sinks.Settings{}, sinks.FanoutConfig{}, sinks.Target{Name: "a"})
+	require.Error(t, err)
+}

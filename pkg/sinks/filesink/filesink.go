@@ -1,0 +1,107 @@
+// Package filesink writes each run's split as a Markdown report,
+// DIR/<host>/<lane>/<run>.md, replacing it atomically on every write.
+//
+// Host, lane and run id come from the network; each becomes one path
+// component that cannot leave DIR: unsafe bytes are replaced, dot-only and
+// hidden names neutralised, long names capped, and a short hash of the
+// original appended whenever anything was changed, so distinct ids never
+// share a file while readable ids (letters, digits, '-', '_', '.') are kept
+// as they are. A host named splits.jsonl is renamed too, so the file and
+// JSON sinks can share a directory. The directory is opened as an os.Root,
+// so symbolic links inside it cannot lead out either.
+package filesink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/gttsplit/gttsplit/pkg/sinks"
+	"github.com/gttsplit/gttsplit/pkg/sinks/internal/gate"
+	"github.com/gttsplit/gttsplit/pkg/sinks/internal/safefs"
+	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/rs/zerolog"
+)
+
+const typeName = "file"
+
+// Config is the file sink's configuration.
+type Config struct {
+	// Dir is the directory reports are written under; it is created if
+	// missing.
+	Dir string `mapstructure:"dir"`
+}
+
+// Validate reports every problem of c, each prefixed with its key.
+func (c *Config) Validate() error {
+	if c.Dir == "" {
+		return errors.New("dir: must not be empty")
+	}
+	return nil
+}
+
+// NewFactory returns the factory of the "file" sink.
+func NewFactory() sinks.Factory {
+	return sinks.Factory{
+		Type:          typeName,
+		DefaultConfig: func() any { return &Config{Dir: "splits"} },
+		New:           newSink,
+	}
+}
+
+func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
+	var c Config
+	switch v := cfg.(type) {
+	case *Config:
+		c = *v
+	case Config:
+		c = v
+	default:
+		return nil, fmt.Errorf("file sink: config is %T, not *filesink.Config", cfg)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	root, err := safefs.OpenRoot(c.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("file sink: %w", err)
+	}
+	s := &Sink{
+		root: root,
+		log:  set.Logger.With().Str("component", "sink").Str("sink", typeName).Logger(),
+	}
+	s.gate = gate.New(root.Close)
+	return s, nil
+}
+
+// Sink is the file sink.
+type Sink struct {
+	root *os.Root
+	log  zerolog.Logger
+	gate *gate.Gate
+}
+
+// Interface guard.
+var _ sinks.Sink = (*Sink)(nil)
+
+// Write renders r as Markdown and atomically replaces its run's file.
+func (s *Sink) Write(ctx context.Context, r split.Report) error {
+	if err := s.gate.Enter(); err != nil {
+		return err
+	}
+	defer s.gate.Exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	name := safefs.RunPath(r.Run.Host, r.Run.Lane, r.Run.ID, ".md")
+	if err := safefs.WriteAtomic(s.root, name, []byte(split.Markdown(r))); err != nil {
+		return fmt.Errorf("file sink: run %q: %w", r.Run.ID, err)
+	}
+	s.log.Debug().Str("run_id", r.Run.ID).Str("path", name).Msg("report written")
+	return nil
+}
+
+// Close waits for writes in flight (bounded by ctx) and closes the
+// directory. It is idempotent.
+func (s *Sink) Close(ctx context.Context) error { return s.gate.Close(ctx) }

@@ -1,0 +1,151 @@
+// Package safefs turns foreign strings (host, lane and run ids that arrive
+// over the network) into file names that stay inside a sink's directory,
+// and writes files there atomically.
+package safefs
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+)
+
+const (
+	// maxBase is the longest kept prefix of a component, in bytes; with the
+	// hash suffix and an extension a name stays far below 255 bytes.
+	maxBase = 96
+	// hashLen is the number of hex digits of the disambiguating hash.
+	hashLen = 12
+	// sep starts the hash suffix. It is never kept from the input, so a
+	// component that was changed cannot equal one that was not.
+	sep = '+'
+)
+
+// Component returns a single safe path component for s: letters, digits,
+// '-', '_' and '.', not starting with '.', at most about 110 bytes. A
+// string already in that form (and not in reserved) is returned unchanged,
+// so readable ids stay readable. Anything else has its unsafe bytes
+// replaced by '_', a leading '.' replaced, its length capped, and
+// "+<12 hex digits of sha256(s)>" appended, so distinct inputs give distinct
+// names. The empty string gives "unknown+".
+func Component(s string, reserved ...string) string {
+	if s == "" {
+		return "unknown" + string(sep)
+	}
+	b := []byte(s)
+	changed := false
+	for i, c := range b {
+		if !safe(c) {
+			b[i] = '_'
+			changed = true
+		}
+	}
+	if b[0] == '.' {
+		b[0] = '_'
+		changed = true
+	}
+	if len(b) > maxBase {
+		b = b[:maxBase]
+		changed = true
+	}
+	out := string(b)
+	for _, r := range reserved {
+		if out == r {
+			changed = true
+		}
+	}
+	if !changed {
+		return out
+	}
+	sum := sha256.Sum256([]byte(s))
+	return out + string(sep) + hex.EncodeToString(sum[:])[:hashLen]
+}
+
+func safe(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '_' || c == '.'
+}
+
+// LinesFile is the JSON sink's append-only file at the top of its
+// directory. File and JSON sinks may share a directory, so no host
+// directory may take this name.
+const LinesFile = "splits.jsonl"
+
+// RunPath returns "<host>/<lane>/<run><ext>" with every component made safe
+// by Component; a host named LinesFile is renamed.
+func RunPath(host, lane, run, ext string) string {
+	return path.Join(Component(host, LinesFile), Component(lane), Component(run)+ext)
+}
+
+// OpenRoot creates dir (and its parents) if needed and opens it as a root
+// that no later file name can escape, symbolic links included.
+func OpenRoot(dir string) (*os.Root, error) {
+	if dir == "" {
+		return nil, errors.New("empty directory")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return root, nil
+}
+
+// WriteAtomic replaces name (slash-separated, relative to root) with data:
+// it writes a temporary file in the same directory, syncs it, renames it
+// over name and syncs the directory. Readers see the old or the new content,
+// never a mix. Temporary names start with '.', which Component never
+// produces.
+func WriteAtomic(root *os.Root, name string, data []byte) (err error) {
+	dir, base := path.Split(name)
+	if dir == "" {
+		dir = "."
+	}
+	if err := root.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create directory %s: %w", dir, err)
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := path.Join(dir, "."+base+"."+hex.EncodeToString(rnd[:])+".tmp")
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("create temporary file for %s: %w", name, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = root.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", name, err)
+	}
+	if err := root.Rename(tmp, name); err != nil {
+		return fmt.Errorf("rename %s: %w", name, err)
+	}
+	return SyncDir(root, dir)
+}
+
+// SyncDir fsyncs a directory so a rename or create in it is durable.
+func SyncDir(root *os.Root, dir string) error {
+	d, err := root.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}

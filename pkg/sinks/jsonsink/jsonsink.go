@@ -1,0 +1,249 @@
+// Package jsonsink writes each run's split as a JSON document,
+// DIR/<host>/<lane>/<run>.json (replaced atomically on every write), and
+// appends it as one line to DIR/splits.jsonl.
+//
+// Path components are made safe as in filesink; a host named like the
+// splits.jsonl file gets a hashed name.
+//
+// # splits.jsonl
+//
+// Each line is one split, the compact form of the JSON document, written
+// with a single write on a file opened with O_APPEND and then fsynced, so
+// concurrent writers (goroutines, or several processes sharing DIR) never
+// interleave inside a line. A write whose line is identical to the last line
+// appended for the same run is not appended again; the index of last lines
+// (host, lane and run id → SHA-256 of the line) is rebuilt from the file
+// when the sink opens. A line left unterminated by a crash is closed with a
+// newline before the next append, so it cannot corrupt the next line.
+package jsonsink
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/gttsplit/gttsplit/pkg/sinks"
+	"github.com/gttsplit/gttsplit/pkg/sinks/internal/gate"
+	"github.com/gttsplit/gttsplit/pkg/sinks/internal/safefs"
+	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/rs/zerolog"
+)
+
+const (
+	typeName  = "json"
+	linesFile = safefs.LinesFile
+)
+
+// Config is the JSON sink's configuration.
+type Config struct {
+	// Dir is the directory documents and splits.jsonl are written under;
+	// it is created if missing.
+	Dir string `mapstructure:"dir"`
+}
+
+// Validate reports every problem of c, each prefixed with its key.
+func (c *Config) Validate() error {
+	if c.Dir == "" {
+		return errors.New("dir: must not be empty")
+	}
+	return nil
+}
+
+// NewFactory returns the factory of the "json" sink.
+func NewFactory() sinks.Factory {
+	return sinks.Factory{
+		Type:          typeName,
+		DefaultConfig: func() any { return &Config{Dir: "splits"} },
+		New:           newSink,
+	}
+}
+
+func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
+	var c Config
+	switch v := cfg.(type) {
+	case *Config:
+		c = *v
+	case Config:
+		c = v
+	default:
+		return nil, fmt.Errorf("json sink: config is %T, not *jsonsink.Config", cfg)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	root, err := safefs.OpenRoot(c.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("json sink: %w", err)
+	}
+	s := &Sink{
+		root:  root,
+		log:   set.Logger.With().Str("component", "sink").Str("sink", typeName).Logger(),
+		index: make(map[runKey][sha256.Size]byte),
+	}
+	if err := s.load(); err != nil {
+		_ = root.Close()
+		return nil, fmt.Errorf("json sink: %w", err)
+	}
+	f, err := root.OpenFile(linesFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		_ = root.Close()
+		return nil, fmt.Errorf("json sink: open %s: %w", linesFile, err)
+	}
+	s.lines = f
+	s.gate = gate.New(s.release)
+	return s, nil
+}
+
+// Sink is the JSON sink.
+type Sink struct {
+	root *os.Root
+	log  zerolog.Logger
+	gate *gate.Gate
+
+	mu    sync.Mutex // serialises appends and guards index and torn
+	lines *os.File   // splits.jsonl, O_APPEND
+	index map[runKey][sha256.Size]byte
+	torn  bool // the file may end inside a line
+}
+
+// Interface guard.
+var _ sinks.Sink = (*Sink)(nil)
+
+type runKey struct{ host, lane, id string }
+
+// lineRun is the part of a line the index needs.
+type lineRun struct {
+	Run struct {
+		ID   string `json:"id"`
+		Host string `json:"host"`
+		Lane string `json:"lane"`
+	} `json:"run"`
+}
+
+// load rebuilds the index from an existing splits.jsonl.
+func (s *Sink) load() error {
+	f, err := s.root.Open(linesFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", linesFile, err)
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 1<<16)
+	lines, skipped := 0, 0
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 && line[len(line)-1] != '\n' {
+			s.torn = true // unterminated tail: not a complete line
+			skipped++
+		} else if len(line) > 0 {
+			var lr lineRun
+			if jerr := json.Unmarshal(line, &lr); jerr != nil {
+				skipped++
+			} else {
+				lines++
+				s.index[runKey{lr.Run.Host, lr.Run.Lane, lr.Run.ID}] = sha256.Sum256(line)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", linesFile, err)
+		}
+	}
+	ev := s.log.Debug()
+	if skipped > 0 {
+		ev = s.log.Warn()
+	}
+	ev.Int("lines", lines).Int("skipped", skipped).Msg("splits index rebuilt")
+	return nil
+}
+
+func (s *Sink) release() error {
+	var errs []error
+	if err := s.lines.Sync(); err != nil {
+		errs = append(errs, fmt.Errorf("json sink: sync %s: %w", linesFile, err))
+	}
+	if err := s.lines.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("json sink: close %s: %w", linesFile, err))
+	}
+	if err := s.root.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("json sink: close directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Write replaces the run's JSON document and appends its line to
+// splits.jsonl unless that exact line is already the run's last one.
+func (s *Sink) Write(ctx context.Context, r split.Report) error {
+	if err := s.gate.Enter(); err != nil {
+		return err
+	}
+	defer s.gate.Exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	doc, err := split.JSON(r)
+	if err != nil {
+		return sinks.Permanent(fmt.Errorf("json sink: render run %q: %w", r.Run.ID, err))
+	}
+	name := safefs.RunPath(r.Run.Host, r.Run.Lane, r.Run.ID, ".json")
+	if err := safefs.WriteAtomic(s.root, name, doc); err != nil {
+		return fmt.Errorf("json sink: run %q: %w", r.Run.ID, err)
+	}
+	var line bytes.Buffer
+	if err := json.Compact(&line, doc); err != nil {
+		return sinks.Permanent(fmt.Errorf("json sink: compact run %q: %w", r.Run.ID, err))
+	}
+	line.WriteByte('\n')
+	if err := s.append(ctx, runKey{r.Run.Host, r.Run.Lane, r.Run.ID}, line.Bytes()); err != nil {
+		return fmt.Errorf("json sink: run %q: %w", r.Run.ID, err)
+	}
+	s.log.Debug().Str("run_id", r.Run.ID).Str("path", name).Msg("report written")
+	return nil
+}
+
+// append writes line (ending in '\n') to splits.jsonl in one write call.
+func (s *Sink) append(ctx context.Context, k runKey, line []byte) error {
+	sum := sha256.Sum256(line)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if last, ok := s.index[k]; ok && last == sum {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	data := line
+	if s.torn {
+		data = append([]byte{'\n'}, line...)
+	}
+	n, err := s.lines.Write(data)
+	if err != nil {
+		if n > 0 {
+			s.torn = true
+		}
+		return fmt.Errorf("append to %s: %w", linesFile, err)
+	}
+	s.torn = false
+	if err := s.lines.Sync(); err != nil {
+		// Not indexed: a retry appends the line again rather than risk
+		// losing it.
+		return fmt.Errorf("sync %s: %w", linesFile, err)
+	}
+	s.index[k] = sum
+	return nil
+}
+
+// Close waits for writes in flight (bounded by ctx), then syncs and closes
+// splits.jsonl and the directory. It is idempotent.
+func (s *Sink) Close(ctx context.Context) error { return s.gate.Close(ctx) }
