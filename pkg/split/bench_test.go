@@ -11,33 +11,56 @@ import (
 )
 
 var (
-	bigOnce sync.Once
-	bigLog  []byte
+	bigOnce           sync.Once
+	denseLog, longLog []byte
 )
 
-// benchLog builds a log of at least 100 MB from the 4B fixture's lines (the
-// whole run repeated: loads, contexts, trace, and thousands of -v lines), as
-// a long llama-server log would look.
-func benchLog(b *testing.B) []byte {
+// benchLogs builds two logs of at least 100 MB from the 4B fixture's lines:
+//
+//   - dense: the whole run repeated (every repetition a new load, context,
+//     trace and breakdown table: 7 % of its lines are relevant), a worst
+//     case no real log reaches;
+//   - long: the run once, then its lines without any anchor (generation
+//     text, -v tensor lines, sampler output) repeated, as a llama-server
+//     that loaded once and then served for hours: a few relevant lines in
+//     a thousand.
+func benchLogs(b *testing.B) {
 	bigOnce.Do(func() {
 		src, err := os.ReadFile(filepath.Join("..", "..", "testdata", "runs", "4b", "split.log"))
 		if err != nil {
-			src = []byte(propertyLog)
+			b.Fatal(err)
 		}
-		var buf bytes.Buffer
-		buf.Grow(110 << 20)
-		for buf.Len() < 100<<20 {
-			buf.Write(src)
+		var dense bytes.Buffer
+		dense.Grow(110 << 20)
+		for dense.Len() < 100<<20 {
+			dense.Write(src)
 		}
-		bigLog = buf.Bytes()
+		denseLog = dense.Bytes()
+
+		p := MustParser()
+		var quiet bytes.Buffer
+		for _, l := range bytes.SplitAfter(src, []byte("\n")) {
+			if !p.Relevant(l, true) {
+				quiet.Write(l)
+			}
+		}
+		var long bytes.Buffer
+		long.Grow(110 << 20)
+		long.Write(src)
+		for long.Len() < 100<<20 {
+			long.Write(quiet.Bytes())
+		}
+		longLog = long.Bytes()
 	})
-	return bigLog
 }
+
+func benchLog(b *testing.B) []byte { benchLogs(b); return longLog }
 
 // BenchmarkScanBaseline is the baseline: plain bufio.Scanner line scanning
 // of the same bytes, doing nothing with the lines.
-func BenchmarkScanBaseline(b *testing.B) {
-	data := benchLog(b)
+func BenchmarkScanBaseline(b *testing.B) { scanBaseline(b, benchLog(b)) }
+
+func scanBaseline(b *testing.B, data []byte) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -56,8 +79,16 @@ func BenchmarkScanBaseline(b *testing.B) {
 
 // BenchmarkParseFold is gttsplit's parse+fold of the same bytes (ReadLog
 // then Report).
-func BenchmarkParseFold(b *testing.B) {
-	data := benchLog(b)
+func BenchmarkParseFold(b *testing.B) { parseFold(b, benchLog(b)) }
+
+// BenchmarkScanBaselineDense and BenchmarkParseFoldDense do the same on the
+// dense log.
+func BenchmarkScanBaselineDense(b *testing.B) { benchLogs(b); scanBaseline(b, denseLog) }
+
+// BenchmarkParseFoldDense is parse+fold of the dense log.
+func BenchmarkParseFoldDense(b *testing.B) { benchLogs(b); parseFold(b, denseLog) }
+
+func parseFold(b *testing.B, data []byte) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	b.ResetTimer()

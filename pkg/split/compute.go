@@ -56,26 +56,22 @@ type ctxAcc struct {
 	hostKV       float64
 	reservations [][]Record
 	cur          []Record
-	curClosed    bool
 	output       float64
 	hostOutput   float64
 	lines        []BufferLine
 }
 
 func (c *ctxAcc) compute(r Record) {
-	if c.curClosed || sameName(c.cur, r.Name) {
+	// A compute line for a buffer type the current reservation already
+	// has starts the next reservation (llama.cpp prints one line per
+	// buffer type per reservation).
+	if sameName(c.cur, r.Name) {
 		if len(c.cur) > 0 {
 			c.reservations = append(c.reservations, c.cur)
 		}
-		c.cur, c.curClosed = nil, false
+		c.cur = nil
 	}
 	c.cur = append(c.cur, r)
-}
-
-func (c *ctxAcc) closeReservation() {
-	if len(c.cur) > 0 {
-		c.curClosed = true
-	}
 }
 
 func (c *ctxAcc) lastReservation() []Record {
@@ -129,6 +125,7 @@ func (l *loadAcc) real() bool { return len(l.models) > 0 && !l.probe() }
 
 type table struct {
 	seq  uint64
+	next uint64 // the line a next row must be on
 	rows []Record
 }
 
@@ -222,14 +219,6 @@ func (c *computation) logRows(recs []Record) {
 				cur.modelClosed = true
 			}
 			l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
-		case KindReserveEnd:
-			l := owner
-			if l == nil {
-				l = pseudo
-			}
-			if n := len(l.ctxs); n > 0 {
-				l.ctxs[n-1].closeReservation()
-			}
 		case KindBuffer:
 			bl := BufferLine{Line: r.Seq, Func: r.Func, Name: r.Name, Kind: r.BufKind, MiB: MiB(r.MiB)}
 			host := IsHostBuffer(r.Name)
@@ -288,17 +277,22 @@ func (c *computation) logRows(recs []Record) {
 				names[r.Name] = true
 			}
 		case KindBreakdownHead:
-			tables = append(tables, &table{seq: r.Seq})
+			tables = append(tables, &table{seq: r.Seq, next: r.Seq + 1})
 		case KindBreakdownRow:
-			if n := len(tables); n > 0 {
+			// A row belongs to the table whose header or last row is
+			// the line just before it; a stray row is ignored.
+			if n := len(tables); n > 0 && tables[n-1].next == r.Seq {
 				tables[n-1].rows = append(tables[n-1].rows, r)
+				tables[n-1].next++
 			}
 		case KindBuild:
 			if build == nil {
 				build = &recs[i]
 			}
 		case KindVerbosity:
-			verbosity = r.Int
+			if verbosity < 0 {
+				verbosity = r.Int // the first statement
+			}
 		case KindDebugMarker:
 			verbose = true
 		case KindLegacy:
@@ -506,9 +500,10 @@ func (c *computation) breakdownChecks(t *table) {
 		if len(r.Ints) != 7 || IsHostBuffer(r.Name) || r.Name == "Host" {
 			continue
 		}
-		model += r.Ints[4]
-		ctx += r.Ints[5]
-		comp += r.Ints[6]
+		// total = free + (self = model + context + compute) + unaccounted
+		model += r.Ints[3]
+		ctx += r.Ints[4]
+		comp += r.Ints[5]
 		n++
 	}
 	if n == 0 {

@@ -30,6 +30,7 @@ type Fold struct {
 	thr     float64
 	st      state
 	scratch []byte
+	inTable bool // ReadLog: the last chunk ended inside a breakdown table
 }
 
 type lineKey struct {
@@ -48,6 +49,10 @@ type state struct {
 	MaxSeq  uint64 `json:"max_seq"`
 	// DebugSeq is the position of a line only -v prints (0: none seen).
 	DebugSeq uint64 `json:"debug_seq"`
+	// HaveBuild and HaveVerbosity say the fold has a build (verbosity)
+	// line; only the first of each is used, so ReadLog stops looking.
+	HaveBuild     bool `json:"have_build,omitempty"`
+	HaveVerbosity bool `json:"have_verbosity,omitempty"`
 	// Ticks are folded as they arrive; only what the split needs is kept,
 	// so a run sampled every 100 ms for days stays small: the peak tick,
 	// the final tick, which ticks were seen, and per-tick skip counts.
@@ -234,6 +239,12 @@ func (f *Fold) AddLineBytes(stream string, seq uint64, b []byte) {
 			f.st.DebugSeq = seq
 		}
 		return
+	}
+	switch r.Kind {
+	case KindBuild:
+		f.st.HaveBuild = true
+	case KindVerbosity:
+		f.st.HaveVerbosity = true
 	}
 	f.st.records[k] = r
 }

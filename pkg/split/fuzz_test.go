@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -192,4 +194,43 @@ func splitLines(s string) []string {
 		return nil
 	}
 	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
+
+// FuzzDefaultTraceMatchesRegexp holds the hand-written default trace parser
+// to the regexp it stands for.
+func FuzzDefaultTraceMatchesRegexp(f *testing.F) {
+	for _, s := range []string{
+		"hrx: host-weight pack    name=blk.0.ffn_up.weight type=q4_K bytes=1 packed=1 resident=795.8 MiB",
+		"resident=5MiB", "resident=.5 MiB", "resident=5. MiB", "resident=1.2.3 MiB resident=7 MiB",
+		"resident=5  MiB", "name= name=x resident=1 MiB", "name=\vx resident=1 MiB",
+	} {
+		f.Add([]byte(s))
+	}
+	tr := regexp.MustCompile(DefaultTracePattern)
+	nm := regexp.MustCompile(DefaultTraceNamePattern)
+	f.Fuzz(func(t *testing.T, s []byte) {
+		v, ok := defaultTrace(s)
+		m := tr.FindSubmatch(s)
+		if ok != (m != nil) {
+			if m != nil {
+				if _, err := strconv.ParseFloat(string(m[1]), 64); err != nil {
+					return // a number out of range: both are no figure
+				}
+			}
+			t.Fatalf("%q: hand %v, regexp %q", s, ok, m)
+		}
+		if ok {
+			want, _ := strconv.ParseFloat(string(m[1]), 64)
+			if v != want {
+				t.Fatalf("%q: hand %v, regexp %v", s, v, want)
+			}
+		}
+		want := ""
+		if n := nm.FindSubmatch(s); n != nil {
+			want = string(n[1])
+		}
+		if got := traceName(s); got != want {
+			t.Fatalf("%q: name %q, regexp %q", s, got, want)
+		}
+	})
 }

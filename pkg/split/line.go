@@ -17,15 +17,12 @@ const (
 	KindEcho               // "~llama_context: <name> compute buffer size is|of ..."
 	KindLoad               // "llama_model_loader: loaded meta data with ..."
 	KindContext            // "llama_context: constructing llama_context"
-	KindReserveEnd         // "graph splits = N" closes a compute reservation
 	KindBuild              // a build/version line
 	KindVerbosity          // "verbosity = N"
 	KindDebugMarker        // a line only -v prints (FORMATS §3.3)
 	KindTrace              // host-weight trace line with resident=
 	KindBreakdownHead      // "memory breakdown [MiB]" table header
 	KindBreakdownRow       // a row of that table
-	KindFitBegin           // "fitting params to device memory"
-	KindFitEnd             // "fitting params to free memory took"
 	KindOutputRealloc      // "output_reserve: reallocating output buffer"
 	KindLegacy             // ≤ b1842 totals ("mem required", "VRAM used")
 	KindSummary            // KV/RS summary lines ("KV self size", "size = ... cells"): never added
@@ -113,16 +110,20 @@ func MustParser() *Parser {
 }
 
 var (
-	aMiB        = []byte("MiB")
-	aBreakdown  = []byte("breakdown_print")
+	aMiB       = []byte("MiB")
+	aBreakdown = []byte("breakdown_print")
+	// The scanner searches for rare parts of the marker lines (a rarer
+	// first byte makes the vectorised search several times faster); Parse
+	// then checks the whole marker.
+	aLoadScan   = []byte("-value pairs") // "loaded meta data with %d key-value pairs"
 	aLoad       = []byte("loaded meta data")
+	aCtxScan    = []byte("ucting llama_context")
 	aCtx        = []byte("constructing llama_context")
-	aSplits     = []byte("graph splits")
 	aBuild      = []byte("build")
 	aVersion    = []byte("version: ")
 	aVerbosity  = []byte("verbosity = ")
-	aFit        = []byte("fitting params")
 	aBufferSize = []byte("buffer size")
+	aResident   = []byte("resident=")
 )
 
 // debugMarkers are substrings of lines llama.cpp prints only at DEBUG level,
@@ -141,19 +142,34 @@ var debugMarkers = [][]byte{
 	[]byte("backend_ptrs.size()"),
 }
 
-// anchors are the literals of which a relevant line contains at least one
-// (besides the debug markers and a custom trace pattern's literal). The
-// block scanner searches for exactly these.
-var anchors = [][]byte{aMiB, aBreakdown, aLoad, aCtx, aSplits, aBuild, aVersion, aVerbosity, aFit}
+// Anchors. A relevant line contains one of scanAnchors (searched in every
+// block), or one of onceAnchors (searched only until the fold has the first
+// build and verbosity lines: only the first of each is used), or is a
+// memory-breakdown row (read on from its table's header line), or a
+// debug-only line (searched until the fold has one), or matches a custom
+// trace pattern.
+var (
+	scanAnchors = [][]byte{aMiB, aLoadScan, aCtxScan}
+	onceAnchors = [][]byte{aBuild, aVersion, aVerbosity}
+)
 
 // Relevant reports whether a raw line can matter to the split; lines for
-// which it is false are never parsed. With debug false, lines that matter
-// only as -v markers are not looked for (the caller already has one).
+// which it is false are never parsed. It selects what the block scanner
+// selects. With debug false, lines that matter only as -v markers are not
+// looked for (the caller already has one).
 func (p *Parser) Relevant(line []byte, debug bool) bool {
-	for _, a := range anchors {
+	for _, a := range scanAnchors {
 		if bytes.Contains(line, a) {
 			return true
 		}
+	}
+	for _, a := range onceAnchors {
+		if bytes.Contains(line, a) {
+			return true
+		}
+	}
+	if bytes.Contains(line, aBreakdown) {
+		return true
 	}
 	if !p.traceNeedsMiB && (len(p.traceAnchor) == 0 || bytes.Contains(line, p.traceAnchor)) && p.trace.Match(line) {
 		return true
@@ -174,7 +190,13 @@ func isDebugMarker(line []byte) bool {
 // lines irrelevant to the split.
 func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
 	r := Record{Seq: seq}
-	if len(p.traceAnchor) > 0 && !bytes.Contains(s, p.traceAnchor) {
+	if p.traceNeedsMiB {
+		if v, ok := defaultTrace(s); ok {
+			r.Kind, r.MiB = KindTrace, v
+			r.Name = traceName(s)
+			return r, true
+		}
+	} else if len(p.traceAnchor) > 0 && !bytes.Contains(s, p.traceAnchor) {
 		// not a trace line: skip the regexp
 	} else if m := p.trace.FindSubmatch(s); m != nil {
 		v, err := strconv.ParseFloat(string(m[1]), 64)
@@ -200,16 +222,6 @@ func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
 	case bytes.Contains(s, aCtx):
 		r.Kind = KindContext
 		return r, true
-	case bytes.Contains(s, aSplits) && bytes.HasPrefix(bytes.TrimLeft(afterFunc(s), " "), []byte("graph splits")):
-		r.Kind = KindReserveEnd
-		return r, true
-	case bytes.Contains(s, aFit):
-		if bytes.Contains(s, []byte("took")) {
-			r.Kind = KindFitEnd
-		} else {
-			r.Kind = KindFitBegin
-		}
-		return r, true
 	case bytes.Contains(s, []byte("output_reserve: reallocating output buffer")):
 		r.Kind = KindOutputRealloc
 		if m := reRealloc.FindSubmatch(s); m != nil {
@@ -218,9 +230,11 @@ func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
 		}
 		return r, true
 	}
-	if b, ok := parseBuild(s); ok {
-		r.Kind, r.Int, r.Text = KindBuild, b.number, b.text
-		return r, true
+	if bytes.Contains(s, aBuild) || bytes.Contains(s, aVersion) {
+		if b, ok := parseBuild(s); ok {
+			r.Kind, r.Int, r.Text = KindBuild, b.number, b.text
+			return r, true
+		}
 	}
 	if i := bytes.Index(s, aVerbosity); i >= 0 {
 		v, err := strconv.ParseInt(string(leadingDigits(s[i+len(aVerbosity):])), 10, 64)
@@ -243,6 +257,66 @@ func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
 		return r, true
 	}
 	return r, false
+}
+
+// defaultTrace is DefaultTracePattern, `resident=([0-9]+(?:\.[0-9]+)?) ?MiB`,
+// by hand: the leftmost match wins. FuzzDefaultTraceMatchesRegexp holds it
+// to the regexp.
+func defaultTrace(s []byte) (float64, bool) {
+	for off := 0; ; {
+		i := bytes.Index(s[off:], aResident)
+		if i < 0 {
+			return 0, false
+		}
+		b := s[off+i+len(aResident):]
+		off += i + 1
+		j := 0
+		for j < len(b) && isDigit(b[j]) {
+			j++
+		}
+		if j == 0 {
+			continue
+		}
+		if j+1 < len(b) && b[j] == '.' && isDigit(b[j+1]) {
+			j++
+			for j < len(b) && isDigit(b[j]) {
+				j++
+			}
+		}
+		num := b[:j]
+		rest := b[j:]
+		if len(rest) > 0 && rest[0] == ' ' {
+			rest = rest[1:]
+		}
+		if !bytes.HasPrefix(rest, aMiB) {
+			continue
+		}
+		v, err := strconv.ParseFloat(string(num), 64)
+		if err != nil {
+			continue // out of range: no figure
+		}
+		return v, true
+	}
+}
+
+// traceName is DefaultTraceNamePattern, `name=(\S+)`, by hand (RE2's \s is
+// [\t\n\f\r ]).
+func traceName(s []byte) string {
+	for off := 0; ; {
+		i := bytes.Index(s[off:], []byte("name="))
+		if i < 0 {
+			return ""
+		}
+		v := s[off+i+5:]
+		off += i + 1
+		j := 0
+		for j < len(v) && v[j] != ' ' && v[j] != '\t' && v[j] != '\n' && v[j] != '\r' && v[j] != '\f' {
+			j++
+		}
+		if j > 0 {
+			return string(v[:j])
+		}
+	}
 }
 
 var reRealloc = regexp.MustCompile(`from size +([0-9.]+) MiB to +([0-9.]+) MiB`)
@@ -365,17 +439,20 @@ func parseBuild(s []byte) (buildInfo, bool) {
 	return buildInfo{}, false
 }
 
+// isBreakdownHead reports whether a normalised line is a memory-breakdown
+// table's header.
+func isBreakdownHead(s []byte) bool { return bytes.Contains(s, []byte("memory breakdown [MiB]")) }
+
 // parseBreakdown parses a memory-breakdown table line (FORMATS §2.8).
 func parseBreakdown(r Record, s []byte) (Record, bool) {
-	if bytes.Contains(s, []byte("memory breakdown")) {
+	if isBreakdownHead(s) {
 		r.Kind = KindBreakdownHead
 		return r, true
 	}
 	// "<func>: |   - <label> | a = b + (c = d + e + f) + g |"
 	parts := bytes.Split(s, []byte("|"))
 	if len(parts) < 4 {
-		r.Kind = KindMalformed
-		return r, true
+		return r, false // not a table row: breakdown rows are never counted as skipped
 	}
 	label := strings.TrimSpace(string(parts[1]))
 	label = strings.TrimSpace(strings.TrimPrefix(label, "-"))
@@ -385,14 +462,12 @@ func parseBreakdown(r Record, s []byte) (Record, bool) {
 	for _, f := range strings.FieldsFunc(string(parts[2]), func(c rune) bool { return !(c == '-' || c >= '0' && c <= '9') }) {
 		v, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
-			r.Kind = KindMalformed
-			return r, true
+			return r, false
 		}
 		r.Ints = append(r.Ints, v)
 	}
 	if r.Name == "" || (len(r.Ints) != 7 && len(r.Ints) != 4) {
-		r.Kind = KindMalformed
-		return r, true
+		return r, false // not a table row: breakdown rows are never counted as skipped
 	}
 	r.Kind = KindBreakdownRow
 	return r, true

@@ -30,7 +30,7 @@ var FlagText = map[string]string{
 	FlagPreB3761:         "a llama.cpp build before b3761: log format not supported",
 	FlagLegacyFormat:     "pre-b1843 totals lines (`mem required`, `VRAM used`) seen: not per-buffer, not counted",
 	FlagFitProbe:         "a --fit probe load (all model buffers 0.00 MiB) was seen and ignored, with its contexts",
-	FlagMultipleModels:   "more than one real model load (draft, MTP or a reload): the last one is measured",
+	FlagMultipleModels:   "more than one real model load (a draft or MTP model, or a reload): only the LAST load and its contexts are measured; the others are inside not attributed",
 	FlagMultipleContexts: "more than one live context: all of them are summed",
 	FlagNoContext:        "the model was loaded but no context was created",
 	FlagUnknownBuffer:    "buffer lines of a kind gttsplit does not know: listed, in no row (so in not attributed)",

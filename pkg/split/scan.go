@@ -7,7 +7,7 @@ import (
 )
 
 // chunkSize is how much of a log ReadLog searches at once.
-const chunkSize = 1 << 20
+const chunkSize = 1 << 18
 
 // ReadLog applies a whole log to the fold, numbering its lines from 1 in
 // stream. Only lines that contain one of the parser's anchors are visited:
@@ -16,6 +16,7 @@ const chunkSize = 1 << 20
 // irrelevant line is a share of a few memchr-speed passes, with no
 // allocation. It returns the number of lines read.
 func (f *Fold) ReadLog(r io.Reader, stream string) (uint64, error) {
+	f.inTable = false
 	buf := make([]byte, chunkSize)
 	var (
 		carry  int    // bytes of an unfinished line at buf[:carry]
@@ -67,32 +68,39 @@ func (f *Fold) ReadLog(r io.Reader, stream string) (uint64, error) {
 	}
 }
 
-// candidates appends the start offsets of the lines of chunk that contain
-// an anchor, sorted and without duplicates.
+// candidates appends the start offsets of the lines of chunk that can be
+// relevant (see Parser.Relevant), sorted and without duplicates.
 func (f *Fold) candidates(chunk []byte, starts []int) []int {
-	add := func(a []byte) {
+	// all adds the line of every hit of a; first only the first hit's.
+	all := func(a []byte, first bool) {
 		for off := 0; ; {
 			i := bytes.Index(chunk[off:], a)
 			if i < 0 {
 				return
 			}
 			i += off
-			s := bytes.LastIndexByte(chunk[:i], '\n') + 1
-			starts = append(starts, s)
+			starts = append(starts, bytes.LastIndexByte(chunk[:i], '\n')+1)
 			e := bytes.IndexByte(chunk[i:], '\n')
-			if e < 0 {
+			if first || e < 0 {
 				return
 			}
 			off = i + e + 1
 		}
 	}
-	for _, a := range anchors {
-		add(a)
+	for _, a := range scanAnchors {
+		all(a, false)
+	}
+	if !f.st.HaveBuild {
+		all(aBuild, false)
+		all(aVersion, false)
+	}
+	if !f.st.HaveVerbosity {
+		all(aVerbosity, false)
 	}
 	p := f.p
 	if !p.traceNeedsMiB {
 		if len(p.traceAnchor) > 0 {
-			add(p.traceAnchor)
+			all(p.traceAnchor, false)
 		} else {
 			for s := 0; s < len(chunk); {
 				e := bytes.IndexByte(chunk[s:], '\n')
@@ -107,8 +115,7 @@ func (f *Fold) candidates(chunk []byte, starts []int) []int {
 		}
 	}
 	if f.st.DebugSeq == 0 {
-		// One -v marker is all the verdict needs: take the first hit of the
-		// first marker found, and stop looking once the fold has one.
+		// One -v marker is all the verdict needs.
 		for _, m := range debugMarkers {
 			if i := bytes.Index(chunk, m); i >= 0 {
 				starts = append(starts, bytes.LastIndexByte(chunk[:i], '\n')+1)
@@ -116,9 +123,55 @@ func (f *Fold) candidates(chunk []byte, starts []int) []int {
 			}
 		}
 	}
-	if len(starts) < 2 {
+	if len(starts) > 1 {
+		sort.Ints(starts)
+		out := starts[:1]
+		for _, s := range starts[1:] {
+			if s != out[len(out)-1] {
+				out = append(out, s)
+			}
+		}
+		starts = out
+	}
+	return f.breakdownRows(chunk, starts)
+}
+
+// breakdownRows adds the rows that follow a memory-breakdown header: the
+// table's rows carry no anchor of their own. A table cut by the chunk
+// boundary goes on in the next chunk (f.inTable).
+func (f *Fold) breakdownRows(chunk []byte, starts []int) []int {
+	var extra []int
+	follow := func(s int) {
+		for s < len(chunk) {
+			e := bytes.IndexByte(chunk[s:], '\n')
+			if e < 0 {
+				e = len(chunk) - s
+			}
+			if !bytes.Contains(chunk[s:s+e], aBreakdown) {
+				f.inTable = false
+				return
+			}
+			extra = append(extra, s)
+			s += e + 1
+		}
+		f.inTable = true // the table may go on in the next chunk
+	}
+	if f.inTable {
+		follow(0)
+	}
+	for _, s := range starts {
+		e := bytes.IndexByte(chunk[s:], '\n')
+		if e < 0 {
+			e = len(chunk) - s
+		}
+		if line := chunk[s : s+e]; bytes.Contains(line, aBreakdown) && isBreakdownHead(Payload(line, &f.scratch)) {
+			follow(s + e + 1)
+		}
+	}
+	if len(extra) == 0 {
 		return starts
 	}
+	starts = append(starts, extra...)
 	sort.Ints(starts)
 	out := starts[:1]
 	for _, s := range starts[1:] {
