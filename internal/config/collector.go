@@ -69,10 +69,9 @@ type Batch struct {
 
 // Attach is how "collector attach" follows a running process.
 type Attach struct {
-	PID       int    `mapstructure:"pid" flag:"pid" desc:"process id to attach to; 0 means none"`
-	Log       string `mapstructure:"log" flag:"log" desc:"log file of the attached process to follow; empty means none"`
-	StateDir  string `mapstructure:"state_dir" flag:"state-dir" desc:"directory for the read positions of attach; empty means <user cache dir>/gttsplit/attach"`
-	FromStart bool   `mapstructure:"from_start" desc:"read the log from its start when first attached; false starts at its end"`
+	PID      int    `mapstructure:"pid" flag:"pid" desc:"process id to attach to; 0 means none"`
+	Log      string `mapstructure:"log" flag:"log" desc:"log file of the attached process to follow; empty means none"`
+	StateDir string `mapstructure:"state_dir" flag:"state-dir" desc:"directory for the read positions of attach; empty means <user cache dir>/gttsplit/attach"`
 }
 
 // Replay is how "collector replay" publishes a recorded stream.
@@ -101,7 +100,7 @@ func DefaultCollector() Collector {
 		},
 		Wrap:            Wrap{SetTraceEnv: true, AddVerbose: true, KillGrace: 10 * time.Second},
 		Batch:           Batch{MaxLines: 256, MaxDelay: 50 * time.Millisecond},
-		Attach:          Attach{FromStart: true},
+		Attach:          Attach{},
 		Replay:          Replay{Pace: "instant"},
 		ShutdownTimeout: 30 * time.Second,
 	}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gttsplit/gttsplit/internal/app/collector"
+	"github.com/gttsplit/gttsplit/internal/cli"
+	"github.com/gttsplit/gttsplit/internal/config"
+)
+
+func newRoot(stdin io.Reader, stdout, stderr io.Writer, sigs <-chan os.Signal) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "collector",
+		Short: "Measure llama.cpp processes' GPU memory and publish it as CloudEvents",
+		Long: `collector runs on every GPU host. It wraps (run) or attaches to (attach) a
+llama.cpp process, reads its verbose log lines and samples /proc/<pid>/fdinfo of
+its process tree, and publishes both as CloudEvents on NATS JetStream for the
+aggregator to fold into a GTT split. It can also write everything to a
+directory (--out), which needs no broker at all, and publish a recorded
+stream (replay).
+
+Every setting is a flag, a key of the YAML file given with --config, and an
+environment variable GTTSPLIT_<KEY> (dots become underscores); flags win
+over the environment, the environment over the file, the file over defaults.`,
+		Version: cli.Version(),
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().String("config", "", "YAML config file (see configs/collector.yaml)")
+	io := collector.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Signals: sigs, StdinIsTTY: isTTY(stdin)}
+	root.AddCommand(newRun(io), newAttach(io), newReplay(io), newValidate(stdout))
+	return root
+}
+
+func isTTY(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func loadConfig(cmd *cobra.Command) (config.Collector, error) {
+	path, _ := cmd.Flags().GetString("config")
+	return config.LoadCollector(path, cmd.Flags())
+}
+
+func addFlags(fs *pflag.FlagSet, names ...string) {
+	if err := config.AddFlags(fs, config.DefaultCollector(), names...); err != nil {
+		panic(err) // a programming error: the names are constants of this file
+	}
+}
+
+var natsFlags = []string{"nats-url", "spool-dir", "host", "lane", "log-level"}
+
+func newRun(io collector.IO) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "run [--out DIR] [--lane L] [--run-id ID] [--issue OWNER/REPO#N] [--interval D] -- CMD [ARGS...]",
+		Short: "Run a llama.cpp command and measure it",
+		Long: `run starts CMD, passes its output through unchanged, and measures it:
+
+  - it sets GGML_HRX_HOST_WEIGHT_TRACE=1 unless the environment sets it, and
+    appends -v unless a verbosity flag is there (wrap.* keys turn both off);
+  - it captures every output line and samples /proc/<pid>/fdinfo of the
+    child and its descendants every --interval;
+  - it forwards SIGTERM and SIGHUP to the child (and SIGINT, unless the
+    collector runs at a terminal, where Ctrl-C reaches the child itself);
+  - it exits with the child's exit code (128+N when a signal N killed it,
+    127 when it could not be started).
+
+Events go to NATS (--nats-url), and to DIR with --out: split.log (the child's
+output), gtt.txt (the samples), events.jsonl (every event), split.md and
+split.json (the split computed locally). With --out and no NATS URL it runs
+fully offline. With a URL but no reachable broker, events are spooled to disk
+and published when the broker is back.`,
+		Example: `  collector run --out split-4b -- llama-cli -m model.gguf -ngl 99 -c 256 -n 16
+  collector run --lane gpu1 --issue org/repo#856 -- llama-server -m model.gguf`,
+		Args: cli.Args(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			code, err := collector.Run(cmd.Context(), cfg, args, io, log)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &cli.ExitError{Code: code}
+			}
+			return nil
+		},
+	}
+	c.Flags().SetInterspersed(false) // everything after CMD is the child's
+	addFlags(c.Flags(), append(natsFlags, "out", "run-id", "issue", "interval", "source-dir", "proc-root")...)
+	return c
+}
+
+func newAttach(io collector.IO) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "attach --pid PID [--log FILE] [--lane L] ...",
+		Short: "Measure a running llama.cpp process (llama-server)",
+		Long: `attach samples /proc/PID/fdinfo of a running process and its descendants and,
+with --log, follows its log file (llama-server --log-file): appends, rotation
+by rename, copytruncate, and a partial last line held until its newline. It
+ends when the process exits (then the run is finished) or on SIGINT/SIGTERM
+(then the process goes on, and the same attach command resumes the run: the
+log's read position is saved only after the broker acknowledged what was read).
+
+The run id is derived from the process (host, pid and start time) unless
+--run-id names one.`,
+		Example: `  collector attach --pid 4242 --log /var/log/llama-server.log --lane gpu0 --nats-url nats://nats:4222`,
+		Args:    cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			return collector.Attach(cmd.Context(), cfg, io, log)
+		},
+	}
+	addFlags(c.Flags(), append(natsFlags, "pid", "log", "state-dir", "out", "run-id", "issue", "interval", "source-dir", "proc-root")...)
+	return c
+}
+
+func newReplay(io collector.IO) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "replay [--pace instant|original|Nx] FILE...",
+		Short: "Publish recorded event streams (events.jsonl) to NATS",
+		Long: `replay publishes recorded streams of gttsplit CloudEvents (events.jsonl, as
+'collector run --out' and 'aggregator export' write them) to NATS, ids
+unchanged, so replaying events the stream already holds changes nothing.
+--pace instant sends them as fast as the broker takes them, original keeps
+the events' own time gaps, Nx is N times faster than original.`,
+		Example: `  collector replay --nats-url nats://127.0.0.1:4222 testdata/runs/4b/events.jsonl
+  collector replay --pace 10x run1.jsonl run2.jsonl`,
+		Args: cli.Args(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			st, err := collector.Replay(cmd.Context(), cfg, args, io, log)
+			if err != nil {
+				return err
+			}
+			if st.Published == 0 {
+				return errors.New("no event was published")
+			}
+			return nil
+		},
+	}
+	addFlags(c.Flags(), "nats-url", "pace", "spool-dir", "log-level")
+	return c
+}
+
+func newValidate(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate [--config FILE]",
+		Short: "Check a configuration without touching the network",
+		Long: `validate loads the configuration (defaults, --config file, GTTSPLIT_* environment)
+and checks it. It exits 0 when it is valid, and 2 listing every problem with
+its key path (an unknown key is a problem).`,
+		Example: "  collector validate --config configs/collector.yaml",
+		Args:    cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := loadConfig(cmd); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, "config ok")
+			return nil
+		},
+	}
+}

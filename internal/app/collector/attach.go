@@ -1,0 +1,171 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/cli"
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/pkg/sources"
+	"github.com/gttsplit/gttsplit/pkg/sources/fdinfo"
+	"github.com/gttsplit/gttsplit/pkg/sources/logtail"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// Attach is `collector attach --pid PID [--log FILE]`: it samples a running
+// process (a llama-server) and follows its log file until the process
+// exits or a signal stops the collector.
+//
+// A restarted collector resumes the same run: the run id is derived from
+// the process (pid and start time) unless --run-id names one, the log's read
+// position is checkpointed only after the broker acknowledged what was read,
+// and samples are numbered by their time, so nothing is lost or counted
+// twice.
+func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger) error {
+	pid := cfg.Attach.PID
+	if pid <= 0 {
+		return cli.Usage(errors.New("attach needs --pid PID (attach.pid)"))
+	}
+	procRoot := cfg.Sample.ProcRoot
+	start, err := procStartTime(procRoot, pid)
+	if err != nil {
+		return cli.Usage(fmt.Errorf("attach: no process %d: %w", pid, err))
+	}
+	host := cfg.Host
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	runID := cfg.RunID
+	if runID == "" {
+		runID = fmt.Sprintf("%s-pid%d-%d", tokenSafe(host), pid, start)
+	}
+	s, err := newSession(ctx, cfg, runID, log)
+	if err != nil {
+		return err
+	}
+	s.provenance(ctx)
+	s.info.Command = readCmdline(procRoot, pid)
+	s.info.Started = time.Now()
+	s.pipe.detail.PID = pid
+
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go forward(ctx, io, func(os.Signal) { stop() })
+
+	if err := s.pipe.emit(ctx, sources.Record{Started: &s.info}); err != nil {
+		_, _ = s.close(ctx)
+		return err
+	}
+	set := sources.Settings{Logger: s.log}
+	fc := fdinfo.DefaultConfig()
+	fc.PID = pid
+	fc.ProcRoot, fc.SysRoot = procRoot, cfg.Sample.SysRoot
+	fc.Interval, fc.RescanInterval = cfg.Sample.Interval, cfg.Sample.RescanInterval
+	sampler, err := fdinfo.New(fc, set)
+	if err != nil {
+		_, _ = s.close(ctx)
+		return err
+	}
+	done := make(chan struct{})
+	// Samples are numbered by their time: a restarted collector's samples
+	// do not collide with the first one's.
+	sampleEmit := func(ctx context.Context, r sources.Record) error {
+		if r.Sample != nil {
+			r.Sample.Seq = uint64(r.Sample.Time.UnixNano())
+		}
+		return s.pipe.emit(ctx, r)
+	}
+	srcs := []sources.Source{sourceFunc(func(ctx context.Context, _ sources.Emit) error {
+		defer close(done)
+		err := sampler.Run(ctx, sampleEmit)
+		if errors.Is(err, fdinfo.ErrNoProcess) {
+			return nil
+		}
+		return err
+	})}
+	if cfg.Attach.Log != "" {
+		stateDir := cfg.Attach.StateDir
+		if stateDir == "" {
+			cache, err := os.UserCacheDir()
+			if err != nil {
+				cache = os.TempDir()
+			}
+			stateDir = filepath.Join(cache, "gttsplit", "attach")
+		}
+		lt := logtail.NewFactory()
+		lc := lt.DefaultConfig().(*logtail.Config)
+		lc.Path, lc.StateDir, lc.RunID, lc.Done = cfg.Attach.Log, stateDir, runID, done
+		if cfg.Batch.MaxLines > 0 {
+			lc.MaxBatchLines = cfg.Batch.MaxLines
+		}
+		tail, err := lt.New(lc, set)
+		if err != nil {
+			_, _ = s.close(ctx)
+			return cli.Usage(err)
+		}
+		srcs = append(srcs, tail)
+	}
+	s.log.Info().Int("pid", pid).Str("log", cfg.Attach.Log).Msg("attached")
+	runErr := runSources(ctx, s.pipe.emit, srcs...)
+
+	sctx, cancel := s.shutdownCtx(ctx)
+	defer cancel()
+	select {
+	case <-done:
+		// The process exited: the run is finished.
+		fi := &split.FinishInfo{Finished: time.Now()}
+		if s.pipe.pub != nil {
+			_ = s.pipe.pub.Flush(sctx)
+			fi.DroppedEvents = s.pipe.pub.Dropped()
+		}
+		if err := s.pipe.emit(sctx, sources.Record{Finished: fi}); err != nil {
+			s.log.Error().Err(err).Msg("run-finished not published")
+		}
+		s.log.Info().Msg("the attached process exited")
+	default:
+		// Stopped by a signal: the process goes on; a restarted collector
+		// resumes this run.
+		s.log.Info().Msg("detached; run the same attach again to resume this run")
+	}
+	_, closeErr := s.close(sctx)
+	return errors.Join(runErr, closeErr)
+}
+
+type sourceFunc func(ctx context.Context, emit sources.Emit) error
+
+func (f sourceFunc) Run(ctx context.Context, emit sources.Emit) error { return f(ctx, emit) }
+
+// procStartTime reads field 22 of /proc/<pid>/stat (start time in clock
+// ticks since boot): with the pid it names one process instance.
+func procStartTime(procRoot string, pid int) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("malformed stat")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+func readCmdline(procRoot string, pid int) string {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}

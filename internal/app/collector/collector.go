@@ -1,0 +1,282 @@
+// Package collector wires a collector: sources (a wrapped child, an
+// attached process, a recorded stream) into the pipeline that records,
+// folds and publishes their events.
+//
+//	collector run -- CMD        collector attach --pid P [--log F]     collector replay FILE...
+//	  procwrap ─┐                 fdinfo ─┐                              events.jsonl
+//	  fdinfo  ──┼─▶ pipeline       logtail ┼─▶ pipeline                    └─▶ publisher (ids kept)
+//	            │     ├─ pkg/events: records → CloudEvents
+//	            │     ├─ --out: split.log, gtt.txt, events.jsonl, split.md, split.json
+//	            │     └─ internal/bus: JetStream publish, disk spool when the broker is away
+//
+// A record's Ack reaches its source only when every event built from it is
+// durable (broker ack, spool, or --out offline), so checkpoints never run
+// ahead of what was delivered.
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/cli"
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/provenance"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/sources"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// IO is what a collector command talks to besides the network.
+type IO struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Signals delivers the signals main caught (SIGINT, SIGTERM, SIGHUP).
+	// `run` forwards them to the child; `attach` and `replay` stop on them.
+	Signals <-chan os.Signal
+	// StdinIsTTY is true when the collector runs at a terminal: then a
+	// typed Ctrl-C already reached the child (same process group) and is
+	// not forwarded a second time.
+	StdinIsTTY bool
+}
+
+// ErrNoDestination means neither a NATS URL nor --out was given.
+var ErrNoDestination = errors.New("nowhere to send events: set --nats-url (GTTSPLIT_NATS_URL) or --out")
+
+// session is what every mode sets up: the run's identity, the pipeline and
+// what must be closed.
+type session struct {
+	cfg    config.Collector
+	log    zerolog.Logger
+	origin events.Origin
+	info   split.RunInfo
+	pipe   *pipeline
+}
+
+func newSession(ctx context.Context, cfg config.Collector, runID string, log zerolog.Logger) (*session, error) {
+	if cfg.NATS.URL == "" && cfg.Out == "" {
+		return nil, cli.Usage(ErrNoDestination)
+	}
+	host := cfg.Host
+	if host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("host name: %w", err)
+		}
+		host = h
+	}
+	if runID == "" {
+		runID = GenerateRunID(host, time.Now())
+	}
+	s := &session{cfg: cfg, origin: events.Origin{RunID: runID, Host: host, Lane: cfg.Lane}}
+	s.log = log.With().Str("run_id", runID).Str("host", host).Str("lane", cfg.Lane).Logger()
+	s.info = split.RunInfo{ID: runID, Host: host, Lane: cfg.Lane, Issue: cfg.Issue, CollectorVersion: cli.Version()}
+	s.pipe = &pipeline{origin: s.origin, maxLines: cfg.Batch.MaxLines, log: s.log, fold: split.NewFold(split.Options{})}
+	if cfg.Out != "" {
+		rec, err := newRecorder(cfg.Out)
+		if err != nil {
+			return nil, err
+		}
+		s.pipe.out = rec
+	}
+	if cfg.NATS.URL != "" {
+		pub, err := s.connect(ctx)
+		if err != nil {
+			if s.pipe.out != nil {
+				_ = s.pipe.out.close()
+			}
+			return nil, err
+		}
+		s.pipe.pub = pub
+	}
+	return s, nil
+}
+
+// provenance records the measured tree's commit and cleanliness.
+func (s *session) provenance(ctx context.Context) {
+	dir := s.cfg.SourceDir
+	if dir == "" {
+		if wd, err := os.Getwd(); err == nil {
+			dir = wd
+		}
+	}
+	t, err := provenance.ReadTree(ctx, dir)
+	if err != nil {
+		s.log.Info().Str("source_dir", dir).Msg("the source dir is not a git checkout: the split's source tree is unknown")
+		return
+	}
+	s.info.SourceCommit, s.info.SourceDirty = t.Commit, t.Dirty
+	s.pipe.detail.SourceDir = dir
+}
+
+func (s *session) connect(ctx context.Context) (*bus.Publisher, error) {
+	n := s.cfg.NATS
+	cc := bus.DefaultConnConfig()
+	cc.URL = n.URL
+	cc.Name = "gttsplit-collector"
+	cc.Token, cc.User, cc.Password = n.Token.Reveal(), n.User, n.Password.Reveal()
+	cc.NKeySeedFile, cc.CredsFile = n.NKeySeedFile, n.CredsFile
+	cc.TLS = bus.TLSConfig{CAFile: n.TLS.CAFile, CertFile: n.TLS.CertFile, KeyFile: n.TLS.KeyFile}
+	if n.ConnectTimeout > 0 {
+		cc.ConnectTimeout = n.ConnectTimeout
+	}
+	nc, err := bus.Connect(ctx, cc, s.log)
+	if err != nil {
+		return nil, err
+	}
+	if nc.IsConnected() {
+		js, err := jetstream.New(nc)
+		if err == nil {
+			sc := bus.DefaultStreamConfig()
+			sc.Name = n.Stream
+			if n.DuplicateWindow > sc.DuplicateWindow {
+				sc.DuplicateWindow = n.DuplicateWindow
+			}
+			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err = bus.EnsureStream(ectx, js, sc)
+			cancel()
+		}
+		if err != nil {
+			s.log.Warn().Err(err).Msg("could not make sure the stream exists; publishing anyway")
+		}
+	}
+	pc := bus.DefaultPublisherConfig()
+	pc.MaxInFlight = n.MaxInFlight
+	pc.Spool.MaxBytes = s.cfg.Spool.MaxBytes
+	base := s.cfg.Spool.Dir
+	if base == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		base = filepath.Join(cache, "gttsplit", "spool")
+	}
+	// One spool per lane, so a crashed collector's events are drained by the
+	// next collector of its lane; a second concurrent collector of the lane
+	// gets its own.
+	lane := s.cfg.Lane
+	if lane == "" {
+		lane = "default"
+	}
+	var pub *bus.Publisher
+	for _, dir := range []string{filepath.Join(base, lane), filepath.Join(base, fmt.Sprintf("%s-%d", lane, os.Getpid()))} {
+		pc.Spool.Dir = dir
+		pub, err = bus.NewPublisher(nc, pc, s.log)
+		if err == nil {
+			return pub, nil
+		}
+		s.log.Debug().Err(err).Str("spool", dir).Msg("spool not usable")
+	}
+	nc.Close()
+	return nil, fmt.Errorf("spool: %w", err)
+}
+
+// close flushes and closes the publisher and the --out files, writing the
+// local split there. It returns how many events were dropped.
+func (s *session) close(ctx context.Context) (uint64, error) {
+	var errs []error
+	var dropped uint64
+	if s.pipe.pub != nil {
+		if err := s.pipe.pub.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close publisher: %w", err))
+		}
+		st := s.pipe.pub.Stats()
+		dropped = st.Dropped
+		s.log.Info().Uint64("published", st.Published).Uint64("spooled", st.Spooled).Uint64("drained", st.Drained).
+			Uint64("dropped", st.Dropped).Int64("spool_bytes", st.SpoolBytes).Msg("publisher closed")
+	}
+	if s.pipe.out != nil {
+		r := s.pipe.fold.Report()
+		if err := s.pipe.out.finish(r); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.log.Info().Str("out", s.cfg.Out).Msg("wrote split.log, gtt.txt, events.jsonl, split.md and split.json")
+		}
+	}
+	return dropped, errors.Join(errs...)
+}
+
+func (s *session) shutdownCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.cfg.ShutdownTimeout
+	if d <= 0 {
+		d = 30 * time.Second
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// GenerateRunID makes a run id from the host and the time: readable,
+// sortable, and unique enough per host (a random suffix).
+func GenerateRunID(host string, t time.Time) string {
+	var b [3]byte
+	_, _ = io.ReadFull(randReader, b[:])
+	return fmt.Sprintf("%s-%s-%x", tokenSafe(host), t.UTC().Format("20060102T150405"), b)
+}
+
+var randReader io.Reader = cryptoRand{}
+
+// tokenSafe keeps letters, digits, '-' and '_' (what a run id may hold).
+func tokenSafe(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	if b.Len() == 0 {
+		return "host"
+	}
+	out := b.String()
+	if len(out) > 40 {
+		out = out[:40]
+	}
+	return out
+}
+
+// forward sends the caught signals to fn until ctx ends. At a terminal a
+// typed Ctrl-C already reached the child (it shares the collector's process
+// group), so SIGINT is forwarded only when stdin is not a terminal.
+func forward(ctx context.Context, io IO, fn func(os.Signal)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig, ok := <-io.Signals:
+			if !ok {
+				return
+			}
+			if sig == syscall.SIGINT && io.StdinIsTTY {
+				continue
+			}
+			fn(sig)
+		}
+	}
+}
+
+// runSources runs sources concurrently with one emit and waits for them.
+func runSources(ctx context.Context, emit sources.Emit, srcs ...sources.Source) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(srcs))
+	for i, src := range srcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = src.Run(ctx, emit)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

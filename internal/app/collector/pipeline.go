@@ -1,0 +1,232 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/sources"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// pipeline is the downstream of a collector's sources: it turns records into
+// CloudEvents (pkg/events), records them under --out, folds them locally for
+// the --out split, and publishes them (internal/bus). A record's Ack is
+// called once every event built from it is durable: acknowledged by the
+// broker or spooled, or, offline, written under --out.
+type pipeline struct {
+	origin   events.Origin
+	pub      *bus.Publisher // nil: offline
+	out      *recorder      // nil: no --out
+	maxLines int
+	log      zerolog.Logger
+
+	// detail is what the run-started event carries beyond split.RunInfo.
+	detail events.StartDetail
+
+	mu      sync.Mutex // serialises emit: sources run concurrently
+	fold    *split.Fold
+	events  atomic.Uint64
+	invalid atomic.Uint64
+}
+
+// emit is the sources.Emit of the collector.
+func (p *pipeline) emit(ctx context.Context, r sources.Record) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	evs, err := p.build(r)
+	if err != nil {
+		// A record the contract cannot carry (a bad stream name, say) is
+		// counted and skipped: one bad record must not stop a run.
+		p.invalid.Add(1)
+		p.log.Warn().Err(err).Msg("skipped a record that is not a valid event")
+		if r.Ack != nil {
+			r.Ack()
+		}
+		return nil
+	}
+	p.foldRecord(r)
+	if p.out != nil {
+		if err := p.out.write(r, evs); err != nil {
+			return err
+		}
+	}
+	p.events.Add(uint64(len(evs)))
+	ack := joinAcks(r.Ack, len(evs))
+	if p.pub == nil {
+		for range evs {
+			ack()
+		}
+		return nil
+	}
+	for _, ev := range evs {
+		if err := p.pub.Publish(ctx, ev, ack); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+	}
+	return nil
+}
+
+// joinAcks returns a function that calls ack once it was itself called n
+// times (n == 0 calls ack at once).
+func joinAcks(ack func(), n int) func() {
+	if ack == nil {
+		return func() {}
+	}
+	if n == 0 {
+		ack()
+		return func() {}
+	}
+	var left atomic.Int64
+	left.Store(int64(n))
+	return func() {
+		if left.Add(-1) == 0 {
+			ack()
+		}
+	}
+}
+
+func (p *pipeline) build(r sources.Record) ([]event.Event, error) {
+	switch {
+	case r.Started != nil:
+		ev, err := events.NewRunStarted(*r.Started, p.detail)
+		return []event.Event{ev}, err
+	case r.Lines != nil:
+		var out []event.Event
+		for _, b := range events.Batches(r.Lines, p.maxLines, 0) {
+			ev, err := events.NewLogLines(p.origin, b)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ev)
+		}
+		return out, nil
+	case r.Sample != nil:
+		ev, err := events.NewFDInfoSample(p.origin, *r.Sample)
+		return []event.Event{ev}, err
+	case r.Finished != nil:
+		ev, err := events.NewRunFinished(p.origin, *r.Finished, events.FinishDetail{DroppedEvents: r.Finished.DroppedEvents})
+		return []event.Event{ev}, err
+	}
+	return nil, fmt.Errorf("empty record")
+}
+
+func (p *pipeline) foldRecord(r sources.Record) {
+	if p.fold == nil {
+		return
+	}
+	switch {
+	case r.Started != nil:
+		p.fold.SetRun(*r.Started)
+	case r.Lines != nil:
+		for _, l := range r.Lines {
+			p.fold.AddLine(l)
+		}
+	case r.Sample != nil:
+		p.fold.AddSample(*r.Sample)
+	case r.Finished != nil:
+		p.fold.Finish(*r.Finished)
+	}
+}
+
+// recorder writes the --out directory: split.log (the captured lines, in
+// capture order), gtt.txt (the samples), events.jsonl (every event).
+type recorder struct {
+	dir     string
+	logf    *os.File
+	gtt     *os.File
+	jsonl   *events.Writer
+	scratch bytes.Buffer
+}
+
+func newRecorder(dir string) (*recorder, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	rec := &recorder{dir: dir}
+	var err error
+	if rec.logf, err = os.Create(filepath.Join(dir, "split.log")); err != nil {
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	if rec.gtt, err = os.Create(filepath.Join(dir, "gtt.txt")); err != nil {
+		rec.close()
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	path := filepath.Join(dir, "events.jsonl")
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		rec.close()
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	if rec.jsonl, err = events.OpenWriter(path); err != nil {
+		rec.close()
+		return nil, fmt.Errorf("out: %w", err)
+	}
+	return rec, nil
+}
+
+// write records a record and the events built from it.
+func (rec *recorder) write(r sources.Record, evs []event.Event) error {
+	for _, ev := range evs {
+		if err := rec.jsonl.Write(ev); err != nil {
+			return fmt.Errorf("out: events.jsonl: %w", err)
+		}
+	}
+	rec.scratch.Reset()
+	switch {
+	case r.Lines != nil:
+		for _, l := range r.Lines {
+			rec.scratch.WriteString(l.Text)
+			rec.scratch.WriteByte('\n')
+		}
+		if _, err := rec.logf.Write(rec.scratch.Bytes()); err != nil {
+			return fmt.Errorf("out: split.log: %w", err)
+		}
+	case r.Sample != nil:
+		split.FormatSamples(&rec.scratch, *r.Sample)
+		if _, err := rec.gtt.Write(rec.scratch.Bytes()); err != nil {
+			return fmt.Errorf("out: gtt.txt: %w", err)
+		}
+	}
+	return nil
+}
+
+// finish writes the local split (split.md, split.json) and closes the files.
+func (rec *recorder) finish(r split.Report) error {
+	js, err := split.JSON(r)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(rec.dir, "split.json"), js, 0o644); err != nil {
+		return fmt.Errorf("out: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(rec.dir, "split.md"), []byte(split.Markdown(r)), 0o644); err != nil {
+		return fmt.Errorf("out: %w", err)
+	}
+	return rec.close()
+}
+
+func (rec *recorder) close() error {
+	var first error
+	for _, f := range []*os.File{rec.logf, rec.gtt} {
+		if f != nil {
+			if err := f.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	if rec.jsonl != nil {
+		if err := rec.jsonl.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -1,0 +1,109 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/cli"
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// ReplayStats counts what a replay published and skipped.
+type ReplayStats struct {
+	Published int
+	Skipped   int // lines that are not valid events
+	Invalid   int // events that are no valid gttsplit event
+}
+
+// Replay is `collector replay FILE...`: it publishes recorded streams as
+// they are, ids included, so a replay of events already in the stream is
+// de-duplicated by JetStream and by the aggregator's fold. pace is instant,
+// original (the events' own time deltas) or Nx (N times faster).
+func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, log zerolog.Logger) (ReplayStats, error) {
+	var st ReplayStats
+	if cfg.NATS.URL == "" {
+		return st, cli.Usage(errors.New("replay publishes to NATS: set --nats-url (GTTSPLIT_NATS_URL)"))
+	}
+	factor, err := config.ParsePace(cfg.Replay.Pace)
+	if err != nil {
+		return st, cli.Usage(fmt.Errorf("replay.pace: %w", err))
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			return st, cli.Usage(fmt.Errorf("cannot read input: %w", err))
+		}
+	}
+	c := cfg
+	c.Out = ""
+	s, err := newSession(ctx, c, "replay", log)
+	if err != nil {
+		return st, err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go forward(ctx, io, func(os.Signal) { stop() })
+
+	var last time.Time
+	var runErr error
+files:
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			runErr = err
+			break
+		}
+		r := events.NewReader(f)
+		for r.Next() {
+			ev := r.Event()
+			if _, err := events.Decode(ev); err != nil {
+				st.Invalid++
+				s.log.Debug().Str("file", name).Int("line", r.Line()).Err(err).Msg("skipped an event")
+				continue
+			}
+			if factor > 0 && !ev.Time().IsZero() {
+				if !last.IsZero() && ev.Time().After(last) {
+					wait := time.Duration(float64(ev.Time().Sub(last)) / factor)
+					select {
+					case <-time.After(wait):
+					case <-ctx.Done():
+						f.Close()
+						break files
+					}
+				}
+				last = ev.Time()
+			}
+			if err := s.pipe.pub.Publish(ctx, ev, nil); err != nil {
+				runErr = err
+				f.Close()
+				break files
+			}
+			st.Published++
+		}
+		st.Skipped += r.Skipped()
+		f.Close()
+		if err := r.Err(); err != nil {
+			runErr = err
+			break
+		}
+	}
+	sctx, cancel := s.shutdownCtx(ctx)
+	defer cancel()
+	if err := s.pipe.pub.Flush(sctx); err != nil && runErr == nil && ctx.Err() == nil {
+		runErr = err
+	}
+	_, closeErr := s.close(sctx)
+	if st.Skipped+st.Invalid > 0 {
+		s.log.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be replayed")
+	}
+	s.log.Info().Int("published", st.Published).Msg("replayed")
+	if ctx.Err() != nil && runErr == nil {
+		return st, nil // stopped by a signal
+	}
+	return st, errors.Join(runErr, closeErr)
+}

@@ -1,0 +1,180 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/pkg/sources"
+	"github.com/gttsplit/gttsplit/pkg/sources/fdinfo"
+	"github.com/gttsplit/gttsplit/pkg/sources/procwrap"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// ExitCannotRun is the exit code of `collector run` when the child cannot
+// be started.
+const ExitCannotRun = procwrap.ExitCannotRun
+
+// Run is `collector run -- CMD ARGS...`: it runs the command, passes its
+// output through unchanged, samples its process tree's fdinfo, publishes
+// both, and returns the child's exit code (128+N for a signal, 127 when it
+// could not start).
+func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log zerolog.Logger) (int, error) {
+	s, err := newSession(ctx, cfg, cfg.RunID, log)
+	if err != nil {
+		return 1, err
+	}
+	s.provenance(ctx)
+
+	pc := procwrap.DefaultConfig()
+	pc.Command = argv
+	pc.SetTraceEnv, pc.AddVerbose = cfg.Wrap.SetTraceEnv, cfg.Wrap.AddVerbose
+	if cfg.Wrap.KillGrace > 0 {
+		pc.KillGrace = cfg.Wrap.KillGrace
+	}
+	if cfg.Batch.MaxLines > 0 {
+		pc.BatchLines = cfg.Batch.MaxLines
+	}
+	if cfg.Batch.MaxDelay > 0 {
+		pc.BatchDelay = cfg.Batch.MaxDelay
+	}
+	pc.Stdin, pc.Stdout, pc.Stderr = io.Stdin, io.Stdout, io.Stderr
+	pc.Run = s.info
+	set := sources.Settings{Logger: s.log}
+	pw, err := procwrap.New(pc, set)
+	if err != nil {
+		_, _ = s.close(ctx)
+		return 1, err
+	}
+	s.pipe.detail.Args = pw.Argv()
+	s.pipe.detail.VerboseAppended = len(pw.Argv()) > len(argv)
+	s.pipe.detail.Env = map[string]string{}
+	for _, kv := range pw.Env() {
+		if k, v, ok := cutEnv(kv); ok && k == procwrap.TraceEnv {
+			s.pipe.detail.Env[k] = v
+			if _, set := os.LookupEnv(k); !set && cfg.Wrap.SetTraceEnv {
+				s.pipe.detail.EnvAdded = []string{k}
+			}
+		}
+	}
+
+	fc := fdinfo.DefaultConfig()
+	fc.PIDFunc = func(ctx context.Context) (int, error) {
+		pid, err := pw.WaitPID(ctx)
+		if err == nil {
+			s.pipe.mu.Lock()
+			s.pipe.detail.PID = pid
+			s.pipe.mu.Unlock()
+		}
+		return pid, err
+	}
+	fc.ProcRoot, fc.SysRoot = cfg.Sample.ProcRoot, cfg.Sample.SysRoot
+	fc.Interval, fc.RescanInterval = cfg.Sample.Interval, cfg.Sample.RescanInterval
+	sampler, err := fdinfo.New(fc, set)
+	if err != nil {
+		_, _ = s.close(ctx)
+		return 1, err
+	}
+
+	// The child's Finished record is held back: it is published last,
+	// after every line and sample, with the drop counts.
+	var (
+		mu       sync.Mutex
+		finished *split.FinishInfo
+	)
+	emit := func(ctx context.Context, r sources.Record) error {
+		if r.Finished != nil {
+			mu.Lock()
+			finished = r.Finished
+			mu.Unlock()
+			if r.Ack != nil {
+				r.Ack()
+			}
+			return nil
+		}
+		return s.pipe.emit(ctx, r)
+	}
+
+	sigCtx, stopSignals := context.WithCancel(ctx)
+	go forward(sigCtx, io, func(sig os.Signal) {
+		if err := pw.Signal(sig); err != nil {
+			s.log.Debug().Err(err).Str("signal", sig.String()).Msg("signal not forwarded")
+		}
+	})
+	sampleCtx, stopSampler := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var sampleErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sampleErr = sampler.Run(sampleCtx, emit)
+		if errors.Is(sampleErr, fdinfo.ErrNoProcess) {
+			sampleErr = nil // the child was gone before the first sample
+		}
+	}()
+	runErr := pw.Run(ctx, emit)
+	stopSignals()
+	// The sampler ends by itself when the child's process is gone; a
+	// grandchild that kept the tree alive is not waited for.
+	go func() {
+		select {
+		case <-time.After(2 * fc.Interval):
+			stopSampler()
+		case <-sampleCtx.Done():
+		}
+	}()
+	wg.Wait()
+	stopSampler()
+
+	code := pw.ExitCode()
+	var startErr *procwrap.StartError
+	if errors.As(runErr, &startErr) {
+		fmt.Fprintf(io.Stderr, "collector: %v\n", runErr)
+		_, _ = s.close(ctx)
+		return ExitCannotRun, nil
+	}
+
+	sctx, cancel := s.shutdownCtx(ctx)
+	defer cancel()
+	fi := finished
+	if fi == nil {
+		fi = &split.FinishInfo{Finished: time.Now(), Incomplete: true}
+	}
+	fi.DroppedEvents += pw.Dropped()
+	if s.pipe.pub != nil {
+		if err := s.pipe.pub.Flush(sctx); err != nil {
+			s.log.Warn().Err(err).Msg("flush before run-finished")
+		}
+		fi.DroppedEvents += s.pipe.pub.Dropped()
+	}
+	if err := s.pipe.emit(sctx, sources.Record{Finished: fi}); err != nil {
+		s.log.Error().Err(err).Msg("run-finished not published")
+	}
+	_, closeErr := s.close(sctx)
+	err = errors.Join(runErr, sampleErr, closeErr)
+	if err != nil && code < 0 {
+		return 1, err
+	}
+	if code < 0 {
+		code = 1
+	}
+	if err != nil {
+		s.log.Error().Err(err).Msg("the run was measured with errors")
+	}
+	return code, nil
+}
+
+func cutEnv(kv string) (k, v string, ok bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return "", "", false
+}
