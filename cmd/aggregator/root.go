@@ -34,7 +34,7 @@ over the environment, the environment over the file, the file over defaults.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/aggregator.yaml)")
-	root.AddCommand(newParse(stdout), newReplay(stdout), newValidate(stdout))
+	root.AddCommand(newServe(stdout), newParse(stdout), newReplay(stdout), newExport(stdout), newQuickstart(stdout), newValidate(stdout))
 	return root
 }
 
@@ -104,7 +104,7 @@ and reported.`,
 				}
 				return err
 			}
-			return writeReport(stdout, cfg.Format, fold.Report())
+			return aggregator.WriteReport(stdout, cfg.Format, fold.Report())
 		},
 	}
 	c.Flags().StringArrayVar(&samples, "samples", nil, "samples file (gtt.txt) or fdinfo snapshot directory; repeatable")
@@ -131,9 +131,9 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 				return err
 			}
 			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
-			opts, err := foldOptions(cfg)
+			opts, err := aggregator.FoldOptions(cfg)
 			if err != nil {
-				return err
+				return cli.Usage(err)
 			}
 			runs := aggregator.NewRuns(opts)
 			st, err := aggregator.ReplayFiles(runs, args, log)
@@ -150,7 +150,7 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 				return fmt.Errorf("no run in %d events", st.Events)
 			}
 			for _, id := range runs.IDs() {
-				if err := writeReport(stdout, cfg.Format, aggregator.Report(runs.Get(id))); err != nil {
+				if err := aggregator.WriteReport(stdout, cfg.Format, aggregator.Report(runs.Get(id))); err != nil {
 					return err
 				}
 			}
@@ -161,36 +161,10 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 	return c
 }
 
-func foldOptions(cfg config.Aggregator) (split.Options, error) {
-	p, err := split.NewParser(cfg.Split.TracePattern, cfg.Split.TraceNamePattern)
-	if err != nil {
-		return split.Options{}, cli.Usage(err)
-	}
-	return split.Options{Parser: p, UnattributedThresholdPct: cfg.Split.UnattributedThresholdPct}, nil
-}
-
 func newFold(cfg config.Aggregator) (*split.Fold, error) {
-	opts, err := foldOptions(cfg)
+	opts, err := aggregator.FoldOptions(cfg)
 	if err != nil {
-		return nil, err
+		return nil, cli.Usage(err)
 	}
 	return split.NewFold(opts), nil
-}
-
-func writeReport(w io.Writer, format string, r split.Report) error {
-	var out []byte
-	switch format {
-	case "json":
-		b, err := split.JSON(r)
-		if err != nil {
-			return err
-		}
-		out = b
-	case "md":
-		out = []byte(split.Markdown(r))
-	default:
-		out = []byte(split.Text(r))
-	}
-	_, err := w.Write(out)
-	return err
 }

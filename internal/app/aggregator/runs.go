@@ -27,6 +27,9 @@ type RunState struct {
 	// Closed is set when the run was reported complete, or incomplete after
 	// the idle timeout. A later event re-opens it.
 	Closed bool `json:"closed,omitempty"`
+	// Splits counts the distinct splits written (the n of the next split
+	// event's id is Splits-1 after the increment).
+	Splits int `json:"splits,omitempty"`
 }
 
 // Runs holds the runs an aggregator (or a replay) is folding. It is not
@@ -61,9 +64,7 @@ func (rs *Runs) IDs() []string {
 }
 
 // NewState returns an empty state for a run of origin o.
-func (rs *Runs) NewState(o events.Origin) *RunState {
-	return &RunState{Origin: o, Fold: split.NewFold(rs.opts)}
-}
+func (rs *Runs) NewState(o events.Origin) *RunState { return NewRunState(o, rs.opts) }
 
 // Apply folds one decoded event into its run, creating the run on its first
 // event. now is the aggregator's clock (for the idle timeout only; it never

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gttsplit/gttsplit/internal/app/aggregator"
+	"github.com/gttsplit/gttsplit/internal/cli"
+)
+
+var sinkFlags = []string{"file-dir", "json-dir", "comment-api", "comment-issue", "comment-dry-run"}
+
+func newServe(stdout io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Consume events from NATS, fold every run, write the sinks",
+		Long: `serve consumes the events collectors publish, folds every run on every host and
+lane into its split, and writes the split to the sinks (and prints it) when
+the run finishes, or after --idle-timeout without events (marked incomplete).
+The split is also published as an event on gttsplit.split.<host>.<lane>.<run>.
+
+With no NATS URL it starts an embedded NATS server with JetStream on
+--embedded-listen, storing under --store, and logs the URL collectors should
+use. With --nats-url (GTTSPLIT_NATS_URL) it uses that server or cluster;
+aggregators with the same consumer.durable share the work.
+
+A message is acknowledged only after its run's state is written to the
+GTTSPLIT_RUNS key-value bucket, so a killed and restarted aggregator writes
+the split an uninterrupted one would have. Events that cannot be folded go
+to gttsplit.dlq.<host>.<lane>.<run> with their reason.
+
+HTTP on --http: /healthz, /readyz, /metrics (Prometheus), /runs, /runs/{id}.
+SIGINT or SIGTERM drains: stop consuming, fold and acknowledge what is in
+hand, flush the sinks, exit 0 (within shutdown_timeout).`,
+		Example: `  aggregator serve --json-dir out/json --file-dir out/reports
+  aggregator serve --nats-url nats://nats-1:4222,nats://nats-2:4222 --comment-api https://api.github.com`,
+		Args: cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return aggregator.Serve(ctx, cfg, aggregator.ServeOptions{Stdout: stdout}, log)
+		},
+	}
+	addFlags(c.Flags(), append([]string{"nats-url", "embedded-listen", "store", "idle-timeout", "http", "format", "threshold", "log-level"}, sinkFlags...)...)
+	return c
+}
+
+func newExport(stdout io.Writer) *cobra.Command {
+	var runID, since, until string
+	c := &cobra.Command{
+		Use:   "export (--run ID | --since TIME [--until TIME]) > events.jsonl",
+		Short: "Write a range of the JetStream stream as a recorded stream",
+		Long: `export writes the events of one run (--run), or every event stored between
+--since and --until (RFC 3339 times, or durations back from now such as 24h),
+as a recorded stream on stdout: one structured CloudEvent per line. Any past
+run can then be re-measured with a newer core: aggregator replay FILE.
+
+With no NATS URL it reads the embedded server's store (--store); stop
+'aggregator serve' on that store first.`,
+		Example: `  aggregator export --run host1-20261107T140311-a1b2c3 > run.jsonl
+  aggregator export --since 24h --nats-url nats://nats:4222 > day.jsonl`,
+		Args: cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			sel := aggregator.ExportSelect{RunID: runID}
+			if sel.Since, err = parseWhen(since); err != nil {
+				return cli.Usage(fmt.Errorf("--since: %w", err))
+			}
+			if sel.Until, err = parseWhen(until); err != nil {
+				return cli.Usage(fmt.Errorf("--until: %w", err))
+			}
+			if runID == "" && sel.Since.IsZero() {
+				return cli.Usage(errors.New("export needs --run ID or --since TIME"))
+			}
+			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			n, err := aggregator.Export(cmd.Context(), cfg, sel, stdout, log)
+			if err != nil {
+				return err
+			}
+			log.Info().Int("events", n).Msg("exported")
+			return nil
+		},
+	}
+	c.Flags().StringVar(&runID, "run", "", "the run id to export")
+	c.Flags().StringVar(&since, "since", "", "export events stored at or after this time (RFC 3339, or a duration back from now: 24h)")
+	c.Flags().StringVar(&until, "until", "", "export events stored before this time (RFC 3339, or a duration back from now)")
+	addFlags(c.Flags(), "nats-url", "store", "log-level")
+	return c
+}
+
+func parseWhen(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	return time.Parse(time.RFC3339Nano, s)
+}
+
+func newQuickstart(stdout io.Writer) *cobra.Command {
+	var out string
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "quickstart [--out DIR] [FILE...]",
+		Short: "Run the whole pipeline on the embedded default with the recorded runs",
+		Long: `quickstart runs the real pipeline in one process: an aggregator with an embedded
+NATS server (a fresh store and a free port) consumes; a collector publishes
+recorded runs to it over NATS exactly as 'collector replay' would; every
+run's split is folded, printed, and written to the file and JSON sinks under
+--out (reports/ and json/). It exits once every run was written.
+
+Without FILE it uses the bundled 4B and 27B runs, testdata/runs/*/events.jsonl
+(run it from the repository's root).`,
+		Example: `  go run ./cmd/aggregator quickstart
+  aggregator quickstart --out /tmp/q my-run/events.jsonl`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				args, _ = filepath.Glob(filepath.Join("testdata", "runs", "*", "events.jsonl"))
+				if len(args) == 0 {
+					return cli.Usage(errors.New("no FILE given and no testdata/runs/*/events.jsonl here: run it from the repository's root"))
+				}
+			}
+			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = aggregator.Quickstart(ctx, cfg, args, out, timeout, stdout, log)
+			if errors.Is(err, aggregator.ErrInput) {
+				return cli.Usage(err)
+			}
+			return err
+		},
+	}
+	c.Flags().StringVar(&out, "out", "quickstart-out", "directory for the file and JSON sinks")
+	c.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up when the splits are not all written by then")
+	addFlags(c.Flags(), "format", "log-level")
+	return c
+}

@@ -1,0 +1,49 @@
+package aggregator
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are what /metrics exposes.
+type metrics struct {
+	reg         *prometheus.Registry
+	folded      prometheus.Counter
+	redelivered prometheus.Counter
+	dead        *prometheus.CounterVec
+	runsOpen    prometheus.Gauge
+	completed   *prometheus.CounterVec
+	sinkErrors  *prometheus.CounterVec
+	sinkWrites  *prometheus.CounterVec
+	foldSeconds prometheus.Histogram
+	persistErrs prometheus.Counter
+	conflicts   prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.folded = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_folded_total",
+		Help: "Events folded into a run's split."})
+	m.redelivered = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_redelivered_total",
+		Help: "Events delivered again by JetStream; the fold ignores what they repeat."})
+	m.dead = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_events_dead_lettered_total",
+		Help: "Events that could not be folded and went to the dead-letter subject, by reason."}, []string{"reason"})
+	m.runsOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_runs_open",
+		Help: "Runs with events and no final split yet."})
+	m.completed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_runs_completed_total",
+		Help: "Runs whose split was written, by status (complete, or incomplete after the idle timeout)."}, []string{"status"})
+	m.sinkErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_errors_total",
+		Help: "Failed sink writes, by sink and outcome (retry, permanent, dropped)."}, []string{"sink", "outcome"})
+	m.sinkWrites = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_writes_total",
+		Help: "Reports delivered, by sink."}, []string{"sink"})
+	m.foldSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gttsplit_fold_seconds",
+		Help: "Time to fold one event.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)})
+	m.persistErrs = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_persist_errors_total",
+		Help: "Failed writes of run state to the state bucket (the events are redelivered)."})
+	m.conflicts = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_conflicts_total",
+		Help: "Run-state writes that lost a race with another aggregator and were re-applied."})
+	m.reg.MustRegister(m.folded, m.redelivered, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
+		m.foldSeconds, m.persistErrs, m.conflicts,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

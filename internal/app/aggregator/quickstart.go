@@ -1,0 +1,125 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/app/collector"
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// Quickstart runs the real pipeline on the embedded default, in one
+// process: an aggregator with an embedded NATS server (fresh store, free
+// port) consumes; a collector publishes the recorded streams to it over
+// NATS as `collector replay` does; each run's split is printed and written
+// to the file and JSON sinks under outDir; it returns once every run in the
+// files was written (or ctx ends, or the timeout passes).
+func Quickstart(ctx context.Context, cfg config.Aggregator, files []string, outDir string, timeout time.Duration, stdout io.Writer, log zerolog.Logger) error {
+	want, err := runIDs(files)
+	if err != nil {
+		return err
+	}
+	if len(want) == 0 {
+		return fmt.Errorf("no run in %v", files)
+	}
+	store, err := os.MkdirTemp("", "gttsplit-quickstart-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(store)
+	c := cfg
+	c.NATS.URL = ""
+	c.Embedded.Listen, c.Embedded.Store = "127.0.0.1:0", filepath.Join(store, "nats")
+	c.HTTP.Listen = ""
+	c.Sinks.File.Dir = filepath.Join(outDir, "reports")
+	c.Sinks.JSON.Dir = filepath.Join(outDir, "json")
+
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	serveCtx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	var (
+		mu   sync.Mutex
+		done = map[string]bool{}
+	)
+	ready := make(chan string, 1)
+	opt := ServeOptions{
+		Stdout: stdout,
+		Ready:  func(url string) { ready <- url },
+		OnClose: func(id string, _ split.Report) {
+			mu.Lock()
+			defer mu.Unlock()
+			done[id] = true
+			for w := range want {
+				if !done[w] {
+					return
+				}
+			}
+			stopServe() // every run is written: drain and stop
+		},
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- Serve(serveCtx, c, opt, log) }()
+	var url string
+	select {
+	case url = <-ready:
+	case err := <-serveErr:
+		return err
+	}
+	cc := config.DefaultCollector()
+	cc.NATS.URL = url
+	cc.Spool.Dir = filepath.Join(store, "spool")
+	cc.Log = c.Log
+	st, err := collector.Replay(ctx, cc, files, collector.IO{}, log.With().Str("component", "collector").Logger())
+	if err != nil {
+		stopServe()
+		<-serveErr
+		return fmt.Errorf("publish: %w", err)
+	}
+	log.Info().Int("events", st.Published).Int("runs", len(want)).Msg("published the recorded runs through NATS; waiting for their splits")
+	err = <-serveErr
+	mu.Lock()
+	missing := len(want) - len(done)
+	mu.Unlock()
+	if missing > 0 {
+		return errors.Join(err, fmt.Errorf("%d of %d runs got no split before the timeout (%s)", missing, len(want), timeout))
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %d splits: Markdown under %s, JSON under %s (and %s)\n",
+		len(want), c.Sinks.File.Dir, c.Sinks.JSON.Dir, filepath.Join(c.Sinks.JSON.Dir, "splits.jsonl"))
+	return nil
+}
+
+// runIDs lists the runs of recorded streams.
+func runIDs(files []string) (map[string]bool, error) {
+	ids := map[string]bool{}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInput, err)
+		}
+		r := events.NewReader(f)
+		for r.Next() {
+			if d, err := events.Decode(r.Event()); err == nil && d.Type != events.TypeSplit {
+				ids[d.Origin.RunID] = true
+			}
+		}
+		f.Close()
+		if err := r.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}

@@ -1,0 +1,323 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/pkg/sinks"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// embeddedMaxPayload lets a run's state (one bucket value) be larger than
+// NATS's default 1 MiB message limit on the embedded server.
+const embeddedMaxPayload = 8 << 20
+
+// ErrStoreInUse means the embedded server's store directory is locked by
+// another server (an `aggregator serve` already running on it).
+var ErrStoreInUse = errors.New("store in use")
+
+// StartEmbedded starts the in-process NATS server with JetStream on listen
+// (host:port; port 0 picks a free one) with its store in store.
+func StartEmbedded(listen, store string, log zerolog.Logger) (*server.Server, error) {
+	host, portS, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("embedded.listen %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil {
+		return nil, fmt.Errorf("embedded.listen %q: %w", listen, err)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: "gttsplit-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   store,
+		MaxPayload: embeddedMaxPayload,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(20 * time.Second) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("embedded nats on %s (store %s) did not start: %w (is another `aggregator serve` using the store or the port?)", listen, store, ErrStoreInUse)
+	}
+	log.Info().Str("url", ns.ClientURL()).Str("store", store).Msg("embedded NATS server with JetStream ready; point collectors at it with --nats-url " + ns.ClientURL())
+	return ns, nil
+}
+
+// broker is a connection to NATS, through the embedded server or not.
+type broker struct {
+	ns *server.Server
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func (b *broker) close() {
+	if b.nc != nil {
+		_ = b.nc.Drain()
+		for i := 0; i < 100 && !b.nc.IsClosed(); i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+		b.nc.Close()
+	}
+	if b.ns != nil {
+		b.ns.Shutdown()
+		b.ns.WaitForShutdown()
+	}
+}
+
+func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) (*broker, error) {
+	b := &broker{}
+	url := cfg.NATS.URL
+	if url == "" {
+		ns, err := StartEmbedded(cfg.Embedded.Listen, cfg.Embedded.Store, log)
+		if err != nil {
+			return nil, err
+		}
+		b.ns, url = ns, ns.ClientURL()
+	}
+	cc := bus.DefaultConnConfig()
+	n := cfg.NATS
+	cc.URL, cc.Name = url, "gttsplit-aggregator"
+	cc.Token, cc.User, cc.Password = n.Token.Reveal(), n.User, n.Password.Reveal()
+	cc.NKeySeedFile, cc.CredsFile = n.NKeySeedFile, n.CredsFile
+	cc.TLS = bus.TLSConfig{CAFile: n.TLS.CAFile, CertFile: n.TLS.CertFile, KeyFile: n.TLS.KeyFile}
+	if n.ConnectTimeout > 0 {
+		cc.ConnectTimeout = n.ConnectTimeout
+	}
+	nc, err := bus.Connect(ctx, cc, log)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.js = js
+	sc := bus.DefaultStreamConfig()
+	sc.Name = n.Stream
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		_, err = bus.EnsureStream(ectx, js, sc)
+		if err == nil || ectx.Err() != nil {
+			break
+		}
+		log.Warn().Err(err).Msg("stream not ready, retrying")
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		b.close()
+		return nil, fmt.Errorf("stream %s: %w", sc.Name, err)
+	}
+	return b, nil
+}
+
+// ServeOptions are what `serve` needs besides its config.
+type ServeOptions struct {
+	// Stdout receives every written split in cfg.Format (nil: not printed).
+	Stdout io.Writer
+	// Ready, if set, is called once the service consumes, with the NATS URL
+	// collectors should use.
+	Ready func(natsURL string)
+	// OnClose, if set, is called after each run's split was written.
+	OnClose func(id string, r split.Report)
+}
+
+// Serve is `aggregator serve`: it consumes the events of every run, folds
+// them, and writes each run's split to the sinks when the run finishes (or
+// after the idle timeout, as incomplete), until ctx is cancelled; then it
+// drains: stops consuming, folds and acknowledges what is in hand, flushes
+// the sinks.
+func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zerolog.Logger) error {
+	foldOpts, err := FoldOptions(cfg)
+	if err != nil {
+		return err
+	}
+	m := newMetrics()
+	obs := sinks.ObserverFunc(func(e sinks.Event) {
+		switch e.Outcome {
+		case sinks.OutcomeDelivered:
+			m.sinkWrites.WithLabelValues(e.Sink).Inc()
+		default:
+			m.sinkErrors.WithLabelValues(e.Sink, e.Outcome.String()).Inc()
+		}
+	})
+	// Downstream first: the sinks, then the broker, then the consumer.
+	fan, err := OpenSinks(cfg.Sinks, opt.Stdout, log, obs)
+	if err != nil {
+		return err
+	}
+	b, err := openBroker(ctx, cfg, log)
+	if err != nil {
+		if fan != nil {
+			_ = fan.Close(context.Background())
+		}
+		return err
+	}
+	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose}
+	if opt.Stdout != nil {
+		sc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
+	}
+	svc, err := NewService(ctx, b.js, sc, m, log)
+	if err != nil {
+		b.close()
+		return err
+	}
+	cc := bus.DefaultConsumerConfig()
+	cc.Stream, cc.Durable = cfg.NATS.Stream, cfg.Consumer.Durable
+	cc.AckWait, cc.MaxAckPending = cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending
+	cons, err := bus.NewConsumer(ctx, b.js, cc, log)
+	if err != nil {
+		b.close()
+		return err
+	}
+	var srv *http.Server
+	if cfg.HTTP.Listen != "" {
+		srv, err = startHTTP(cfg.HTTP.Listen, svc, b, m, log)
+		if err != nil {
+			b.close()
+			return err
+		}
+	}
+	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); svc.Loop(loopCtx) }()
+	log.Info().Str("durable", cc.Durable).Str("stream", cc.Stream).Msg("aggregator consuming")
+	if opt.Ready != nil {
+		opt.Ready(b.nc.ConnectedUrl())
+	}
+	consumeErr := cons.Consume(ctx, svc.Handle)
+
+	// Drain: what the consumer handed over is folded; write it and ack it,
+	// then flush the sinks, within the shutdown deadline.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	stopLoop()
+	<-loopDone
+	svc.Flush(sctx)
+	var errs []error
+	if consumeErr != nil {
+		errs = append(errs, consumeErr)
+	}
+	if fan != nil {
+		if err := fan.Close(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("sinks: %w", err))
+		}
+	}
+	if srv != nil {
+		_ = srv.Shutdown(sctx)
+	}
+	b.close()
+	log.Info().Int64("splits", svc.Closed()).Msg("aggregator stopped")
+	return errors.Join(errs...)
+}
+
+func startHTTP(listen string, svc *Service, b *broker, m *metrics, log zerolog.Logger) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !b.nc.IsConnected() {
+			http.Error(w, "nats not connected", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /runs", func(w http.ResponseWriter, r *http.Request) {
+		list, err := svc.List(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if list == nil {
+			list = []RunSummary{}
+		}
+		writeJSON(w, list)
+	})
+	mux.HandleFunc("GET /runs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		rep, ok, err := svc.Snapshot(r.Context(), r.PathValue("id"))
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		case !ok:
+			http.Error(w, "no such run", http.StatusNotFound)
+		default:
+			writeJSON(w, rep)
+		}
+	})
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("http server")
+		}
+	}()
+	log.Info().Str("listen", ln.Addr().String()).Msg("http: /healthz /readyz /metrics /runs /runs/{id}")
+	return srv, nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// FoldOptions builds the fold's options from the config.
+func FoldOptions(cfg config.Aggregator) (split.Options, error) {
+	p, err := split.NewParser(cfg.Split.TracePattern, cfg.Split.TraceNamePattern)
+	if err != nil {
+		return split.Options{}, err
+	}
+	return split.Options{Parser: p, UnattributedThresholdPct: cfg.Split.UnattributedThresholdPct}, nil
+}
+
+// WriteReport writes a report as text, md or json.
+func WriteReport(w io.Writer, format string, r split.Report) error {
+	var out []byte
+	switch format {
+	case "json":
+		b, err := split.JSON(r)
+		if err != nil {
+			return err
+		}
+		out = b
+	case "md":
+		out = []byte(split.Markdown(r) + "\n")
+	default:
+		out = []byte(split.Text(r) + "\n")
+	}
+	_, err := w.Write(out)
+	return err
+}

@@ -1,0 +1,511 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/sinks"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// StateBucket is the JetStream key-value bucket that holds every run's
+// durable state.
+const StateBucket = "GTTSPLIT_RUNS"
+
+// Tuning of the fold loop.
+const (
+	flushEvery = 50 * time.Millisecond // persist and ack at least this often
+	flushBatch = 256                   // ... or after this many messages
+)
+
+// Service folds the events of every run from a durable JetStream consumer.
+// A message is acknowledged only after the state of its run, with the
+// message folded in, was written to the state bucket; so a killed and
+// restarted service (or another aggregator on the same consumer) folds
+// exactly what an uninterrupted one would have. Writes are compare-and-set
+// on the key's revision: a write that loses a race with another aggregator
+// re-reads the state and re-applies its events (the fold ignores what it
+// already holds).
+type Service struct {
+	log     zerolog.Logger
+	opts    split.Options
+	idle    time.Duration
+	js      jetstream.JetStream
+	kv      jetstream.KeyValue
+	sinks   *sinks.Fanout // nil: no sink
+	print   func(split.Report)
+	now     func() time.Time
+	m       *metrics
+	onClose func(id string, r split.Report)
+
+	mu      sync.Mutex
+	runs    map[string]*liveRun
+	pending []bus.Msg
+	closed  atomic.Int64
+}
+
+type liveRun struct {
+	st     *RunState
+	rev    uint64 // revision in the bucket; 0: not stored yet
+	dirty  bool
+	events []events.Decoded // applied since the last write, for a re-apply
+}
+
+// ServiceConfig is what a Service needs besides the broker.
+type ServiceConfig struct {
+	Fold        split.Options
+	IdleTimeout time.Duration
+	Sinks       *sinks.Fanout
+	// Print, if set, receives every split written to the sinks.
+	Print func(split.Report)
+	// OnClose, if set, is called after a run's split was written.
+	OnClose func(id string, r split.Report)
+	Now     func() time.Time
+}
+
+// NewService opens the state bucket and loads the runs still open in it.
+func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, m *metrics, log zerolog.Logger) (*Service, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      StateBucket,
+		Description: "gttsplit: durable state of every run",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state bucket %s: %w", StateBucket, err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if m == nil {
+		m = newMetrics()
+	}
+	s := &Service{log: log, opts: cfg.Fold, idle: cfg.IdleTimeout, js: js, kv: kv, sinks: cfg.Sinks,
+		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{}}
+	if err := s.loadOpen(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// loadOpen brings the runs that were open when the last aggregator stopped
+// back into memory, so their idle timeout runs again.
+func (s *Service) loadOpen(ctx context.Context) error {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("state bucket: %w", err)
+	}
+	n := 0
+	for key := range lister.Keys() {
+		e, err := s.kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		st, err := UnmarshalState(e.Value(), s.opts)
+		if err != nil {
+			s.log.Warn().Str("key", key).Err(err).Msg("unreadable run state skipped")
+			continue
+		}
+		if st.Closed {
+			continue
+		}
+		s.runs[st.Origin.RunID] = &liveRun{st: st, rev: e.Revision()}
+		n++
+	}
+	s.m.runsOpen.Set(float64(n))
+	if n > 0 {
+		s.log.Info().Int("runs", n).Msg("resumed open runs from the state bucket")
+	}
+	return nil
+}
+
+var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
+
+// stateKey is the bucket key of a run: its id when that is a valid key, a
+// hash otherwise (ids come from the network).
+func stateKey(runID string) string {
+	if plainKey.MatchString(runID) {
+		return "run." + runID
+	}
+	h := sha256.Sum256([]byte(runID))
+	return "runx." + hex.EncodeToString(h[:16])
+}
+
+// Handle is the consumer's handler: it folds one message and queues it for
+// acknowledgement after the next durable write.
+func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
+	if msg.Metadata().NumDelivered > 1 {
+		s.m.redelivered.Inc()
+	}
+	d, err := msg.Decode()
+	if err != nil {
+		return s.deadLetter(ctx, msg, err)
+	}
+	if d.Type == events.TypeSplit {
+		return msg.Ack()
+	}
+	t0 := time.Now()
+	s.mu.Lock()
+	r, err := s.run(ctx, d.Origin)
+	if err != nil {
+		s.mu.Unlock()
+		return err // nak: the bucket is not reachable
+	}
+	ApplyTo(r.st, d)
+	r.st.LastEvent = s.now()
+	r.dirty = true
+	r.events = append(r.events, d)
+	s.pending = append(s.pending, msg)
+	full := len(s.pending) >= flushBatch
+	s.mu.Unlock()
+	s.m.foldSeconds.Observe(time.Since(t0).Seconds())
+	s.m.folded.Inc()
+	if full {
+		s.Flush(ctx)
+	}
+	return nil
+}
+
+// run returns the live run of o, loading it from the bucket or creating it.
+// s.mu is held.
+func (s *Service) run(ctx context.Context, o events.Origin) (*liveRun, error) {
+	if r := s.runs[o.RunID]; r != nil {
+		return r, nil
+	}
+	e, err := s.kv.Get(ctx, stateKey(o.RunID))
+	switch {
+	case err == nil:
+		st, err := UnmarshalState(e.Value(), s.opts)
+		if err != nil {
+			return nil, err
+		}
+		r := &liveRun{st: st, rev: e.Revision()}
+		s.runs[o.RunID] = r
+		return r, nil
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		r := &liveRun{st: NewRunState(o, s.opts)}
+		s.runs[o.RunID] = r
+		s.m.runsOpen.Inc()
+		return r, nil
+	}
+	return nil, fmt.Errorf("state of run %q: %w", o.RunID, err)
+}
+
+// NewRunState returns the empty state of a run of origin o.
+func NewRunState(o events.Origin, opts split.Options) *RunState {
+	return &RunState{Origin: o, Fold: split.NewFold(opts)}
+}
+
+// deadLetter publishes a message that cannot be folded to the dead-letter
+// subject, with the reason, and terminates it.
+func (s *Service) deadLetter(ctx context.Context, msg bus.Msg, cause error) error {
+	reason := "invalid"
+	if errors.Is(cause, events.ErrUnknownType) {
+		reason = "unknown_type"
+	}
+	o := originOf(msg.Subject())
+	dm := nats.NewMsg(events.Subject(events.KindDLQ, o[0], o[1], o[2]))
+	dm.Data = msg.Data()
+	dm.Header.Set("Gttsplit-Reason", cause.Error())
+	dm.Header.Set("Gttsplit-Original-Subject", msg.Subject())
+	dm.Header.Set("Gttsplit-Stream-Seq", fmt.Sprint(msg.Metadata().StreamSeq))
+	if _, err := s.js.PublishMsg(ctx, dm); err != nil {
+		return fmt.Errorf("dead letter: %w", err) // nak: try again later
+	}
+	s.m.dead.WithLabelValues(reason).Inc()
+	s.log.Warn().Str("subject", msg.Subject()).Str("reason", reason).Err(cause).Msg("event dead-lettered")
+	return msg.Term()
+}
+
+// originOf reads host, lane and run from gttsplit.<kind>.<host>.<lane>.<run>.
+func originOf(subject string) [3]string {
+	out := [3]string{"_", "_", "_"}
+	toks := splitSubject(subject)
+	if len(toks) == 5 {
+		copy(out[:], toks[2:])
+	}
+	return out
+}
+
+func splitSubject(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '.' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+// Flush writes the state of every changed run to the bucket, then
+// acknowledges the messages folded into it, then closes the runs that are
+// finished or idle.
+func (s *Service) Flush(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	failed := map[string]bool{}
+	for id, r := range s.runs {
+		if !r.dirty {
+			continue
+		}
+		if err := s.persist(ctx, r); err != nil {
+			s.m.persistErrs.Inc()
+			s.log.Error().Err(err).Str("run_id", id).Msg("run state not written; its events will be redelivered")
+			failed[id] = true
+			// Forget the in-memory state: the redelivered events rebuild it
+			// from the last durable state.
+			delete(s.runs, id)
+			continue
+		}
+	}
+	for _, m := range s.pending {
+		if d, err := m.Decode(); err == nil && failed[d.Origin.RunID] {
+			_ = m.Nak()
+			continue
+		}
+		if err := m.Ack(); err != nil {
+			s.log.Debug().Err(err).Msg("ack")
+		}
+	}
+	s.pending = s.pending[:0]
+	s.closeRuns(ctx)
+}
+
+// persist writes r's state with compare-and-set, re-applying its events on
+// a lost race. s.mu is held.
+func (s *Service) persist(ctx context.Context, r *liveRun) error {
+	key := stateKey(r.st.Origin.RunID)
+	for attempt := 0; attempt < 5; attempt++ {
+		b, err := MarshalState(r.st)
+		if err != nil {
+			return err
+		}
+		var rev uint64
+		if r.rev == 0 {
+			rev, err = s.kv.Create(ctx, key, b)
+		} else {
+			rev, err = s.kv.Update(ctx, key, b, r.rev)
+		}
+		if err == nil {
+			r.rev, r.dirty, r.events = rev, false, nil
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+			return err
+		}
+		// Another aggregator wrote this run: take its state and fold our
+		// events into it again.
+		s.m.conflicts.Inc()
+		e, gerr := s.kv.Get(ctx, key)
+		if gerr != nil {
+			return gerr
+		}
+		st, uerr := UnmarshalState(e.Value(), s.opts)
+		if uerr != nil {
+			return uerr
+		}
+		for _, d := range r.events {
+			ApplyTo(st, d)
+		}
+		st.LastEvent = r.st.LastEvent
+		r.st, r.rev = st, e.Revision()
+	}
+	return fmt.Errorf("run %q: state write kept conflicting", r.st.Origin.RunID)
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// closeRuns writes the split of every finished run, and of every run idle
+// for longer than the idle timeout (as incomplete). s.mu is held.
+func (s *Service) closeRuns(ctx context.Context) {
+	now := s.now()
+	ids := make([]string, 0, len(s.runs))
+	for id := range s.runs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r := s.runs[id]
+		if r.st.Closed || r.dirty {
+			continue
+		}
+		idle := s.idle > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > s.idle
+		if !r.st.Finished && !idle {
+			continue
+		}
+		if !r.st.Finished {
+			r.st.Fold.Finish(split.FinishInfo{Finished: now, Incomplete: true})
+		}
+		rep := Report(r.st)
+		js, err := split.JSON(rep)
+		if err != nil {
+			s.log.Error().Err(err).Str("run_id", id).Msg("split not encoded")
+			continue
+		}
+		changed := string(js) != r.st.Reported
+		r.st.Closed = true
+		r.st.Reported = string(js)
+		if changed {
+			r.st.Splits++
+		}
+		r.dirty = true
+		if err := s.persist(ctx, r); err != nil {
+			s.m.persistErrs.Inc()
+			s.log.Error().Err(err).Str("run_id", id).Msg("closed state not written; the run is closed again later")
+			r.st.Closed = false
+			continue
+		}
+		delete(s.runs, id)
+		s.m.runsOpen.Dec()
+		status := "complete"
+		if !rep.Run.Complete {
+			status = "incomplete"
+		}
+		if !changed {
+			continue // the same split was already written
+		}
+		s.m.completed.WithLabelValues(status).Inc()
+		s.closed.Add(1)
+		s.publishSplit(ctx, rep, r.st.Splits-1)
+		if s.sinks != nil {
+			if err := s.sinks.Write(ctx, rep); err != nil {
+				s.log.Error().Err(err).Str("run_id", id).Msg("split not queued for the sinks")
+			}
+		}
+		if s.print != nil {
+			s.print(rep)
+		}
+		if s.onClose != nil {
+			s.onClose(id, rep)
+		}
+		s.log.Info().Str("run_id", id).Str("status", status).Msg("split written")
+	}
+}
+
+// publishSplit publishes the split as an event on gttsplit.split.>.
+func (s *Service) publishSplit(ctx context.Context, r split.Report, n int) {
+	ev, err := events.NewSplit(r, n)
+	if err == nil {
+		var w events.Wire
+		if w, err = events.ToWire(ev); err == nil {
+			m := nats.NewMsg(w.Subject)
+			m.Data = w.Data
+			m.Header.Set(jetstream.MsgIDHeader, w.ID)
+			_, err = s.js.PublishMsg(ctx, m)
+		}
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Str("run_id", r.Run.ID).Msg("split event not published")
+	}
+}
+
+// Snapshot returns the current split of a run (open, or from the bucket).
+func (s *Service) Snapshot(ctx context.Context, id string) (split.Report, bool, error) {
+	s.mu.Lock()
+	if r := s.runs[id]; r != nil {
+		rep := Report(r.st)
+		s.mu.Unlock()
+		return rep, true, nil
+	}
+	s.mu.Unlock()
+	e, err := s.kv.Get(ctx, stateKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return split.Report{}, false, nil
+	}
+	if err != nil {
+		return split.Report{}, false, err
+	}
+	st, err := UnmarshalState(e.Value(), s.opts)
+	if err != nil {
+		return split.Report{}, false, err
+	}
+	return Report(st), true, nil
+}
+
+// RunSummary is one line of /runs.
+type RunSummary struct {
+	ID        string    `json:"id"`
+	Host      string    `json:"host"`
+	Lane      string    `json:"lane"`
+	State     string    `json:"state"` // open, finished (split pending) or closed
+	LastEvent time.Time `json:"last_event"`
+}
+
+// List returns the open runs and, from the bucket, the closed ones.
+func (s *Service) List(ctx context.Context) ([]RunSummary, error) {
+	seen := map[string]bool{}
+	var out []RunSummary
+	s.mu.Lock()
+	for id, r := range s.runs {
+		st := "open"
+		if r.st.Finished {
+			st = "finished"
+		}
+		out = append(out, RunSummary{ID: id, Host: r.st.Origin.Host, Lane: r.st.Origin.Lane, State: st, LastEvent: r.st.LastEvent})
+		seen[id] = true
+	}
+	s.mu.Unlock()
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, err
+	}
+	if lister != nil {
+		for key := range lister.Keys() {
+			e, err := s.kv.Get(ctx, key)
+			if err != nil {
+				continue
+			}
+			st, err := UnmarshalState(e.Value(), s.opts)
+			if err != nil || seen[st.Origin.RunID] {
+				continue
+			}
+			state := "open"
+			switch {
+			case st.Closed:
+				state = "closed"
+			case st.Finished:
+				state = "finished"
+			}
+			out = append(out, RunSummary{ID: st.Origin.RunID, Host: st.Origin.Host, Lane: st.Origin.Lane, State: state, LastEvent: st.LastEvent})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Loop flushes periodically until ctx ends (the idle timeout is checked at
+// each flush).
+func (s *Service) Loop(ctx context.Context) {
+	t := time.NewTicker(flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Flush(ctx)
+		}
+	}
+}
+
+// Closed reports how many splits were written since the start.
+func (s *Service) Closed() int64 { return s.closed.Load() }

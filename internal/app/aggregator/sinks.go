@@ -1,0 +1,67 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/pkg/sinks"
+	"github.com/gttsplit/gttsplit/pkg/sinks/commentsink"
+	"github.com/gttsplit/gttsplit/pkg/sinks/filesink"
+	"github.com/gttsplit/gttsplit/pkg/sinks/jsonsink"
+)
+
+// Registry lists the sink types an aggregator can write (STYLE P4: the
+// binary lists its plugins explicitly).
+func Registry() (sinks.Registry, error) {
+	return sinks.NewRegistry(filesink.NewFactory(), jsonsink.NewFactory(), commentsink.NewFactory())
+}
+
+// OpenSinks builds the sinks cfg enables, behind one Fanout that retries each
+// independently. It returns nil (and no error) when none is enabled.
+func OpenSinks(cfg config.Sinks, stdout io.Writer, log zerolog.Logger, obs sinks.Observer) (*sinks.Fanout, error) {
+	reg, err := Registry()
+	if err != nil {
+		return nil, err
+	}
+	set := sinks.Settings{Logger: log, Stdout: stdout}
+	var targets []sinks.Target
+	add := func(typ string, c any) error {
+		s, err := reg.New(typ, c, set)
+		if err != nil {
+			for _, t := range targets {
+				_ = t.Sink.Close(context.Background())
+			}
+			return fmt.Errorf("sinks.%s: %w", typ, err)
+		}
+		targets = append(targets, sinks.Target{Name: typ, Sink: s})
+		return nil
+	}
+	if cfg.File.Dir != "" {
+		if err := add("file", &filesink.Config{Dir: cfg.File.Dir}); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.JSON.Dir != "" {
+		if err := add("json", &jsonsink.Config{Dir: cfg.JSON.Dir}); err != nil {
+			return nil, err
+		}
+	}
+	if ic := cfg.IssueComment; ic.API != "" {
+		c := &commentsink.Config{API: ic.API, DefaultIssue: ic.DefaultIssue, DryRun: ic.DryRun, Token: sinks.Secret(ic.Token.Reveal())}
+		if err := add("issue_comment", c); err != nil {
+			return nil, err
+		}
+	}
+	if len(targets) == 0 {
+		return nil, nil
+	}
+	pol := sinks.DefaultRetryPolicy()
+	if cfg.Retry.MaxBackoff > 0 {
+		pol.Max = cfg.Retry.MaxBackoff
+	}
+	return sinks.NewFanout(set, sinks.FanoutConfig{Retry: pol, Observer: obs}, targets...)
+}

@@ -1,0 +1,152 @@
+package bus_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/require"
+)
+
+func startWith(t *testing.T, mod func(o *server.Options)) *server.Server {
+	t.Helper()
+	opts := natstest.Options(t.TempDir(), 0)
+	mod(opts)
+	s, err := natstest.NewServerWithOptions(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { natstest.Shutdown(s) })
+	return s
+}
+
+func connectCfg(t *testing.T, cfg bus.ConnConfig) error {
+	t.Helper()
+	cfg.ConnectTimeout = 2 * time.Second
+	nc, err := bus.Connect(context.Background(), cfg, testLogger(t))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	require.True(t, nc.IsConnected())
+	require.Equal(t, -1, nc.Opts.ReconnectBufSize)
+	return nil
+}
+
+func TestConnectAuthIntegration(t *testing.T) {
+	skipShort(t)
+	t.Run("token", func(t *testing.T) {
+		s := startWith(t, func(o *server.Options) { o.Authorization = "s3cret" })
+		require.NoError(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), Token: "s3cret"}))
+		err := connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), Token: "wrong"})
+		require.ErrorContains(t, err, "authorization")
+	})
+	t.Run("user password", func(t *testing.T) {
+		s := startWith(t, func(o *server.Options) { o.Username, o.Password = "agg", "pw" })
+		require.NoError(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), User: "agg", Password: "pw"}))
+		require.Error(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), User: "agg", Password: "no"}))
+	})
+	t.Run("nkey", func(t *testing.T) {
+		kp, err := nkeys.CreateUser()
+		require.NoError(t, err)
+		pub, err := kp.PublicKey()
+		require.NoError(t, err)
+		seed, err := kp.Seed()
+		require.NoError(t, err)
+		file := filepath.Join(t.TempDir(), "user.nk")
+		require.NoError(t, os.WriteFile(file, seed, 0o600))
+		s := startWith(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
+		require.NoError(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), NKeySeedFile: file}))
+		require.ErrorContains(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), NKeySeedFile: filepath.Join(t.TempDir(), "missing.nk")}), "nkey_seed_file")
+	})
+	t.Run("tls with client certificate", func(t *testing.T) {
+		pki := newPKI(t)
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: pki.serverCert, KeyFile: pki.serverKey, CaFile: pki.ca, Verify: true})
+		require.NoError(t, err)
+		s := startWith(t, func(o *server.Options) { o.TLSConfig, o.TLS, o.TLSVerify = tc, true, true })
+		require.NoError(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), TLS: bus.TLSConfig{CAFile: pki.ca, CertFile: pki.clientCert, KeyFile: pki.clientKey}}))
+	})
+}
+
+// TestConnectUnreachable gets a connection that keeps trying in the
+// background, and connects when a server appears.
+func TestConnectUnreachableIntegration(t *testing.T) {
+	skipShort(t)
+	url, port := deadURL(t)
+	nc := connect(t, url)
+	require.False(t, nc.IsConnected())
+	natstest.StartAt(t, t.TempDir(), port)
+	require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond)
+}
+
+func TestConnConfigValidate(t *testing.T) {
+	t.Parallel()
+	err := bus.ConnConfig{Token: "t", User: "u", TLS: bus.TLSConfig{CertFile: "c"}, ReconnectWait: -1}.Validate()
+	for _, key := range []string{"url:", "set at most one", "tls.cert_file, tls.key_file:", "reconnect_wait:"} {
+		require.ErrorContains(t, err, key)
+	}
+	require.ErrorContains(t, bus.ConnConfig{URL: "nats://x", Password: "p"}.Validate(), "user:")
+	require.NoError(t, bus.ConnConfig{URL: "nats://x"}.Validate())
+	_, err = bus.Connect(context.Background(), bus.ConnConfig{}, testLogger(t))
+	require.ErrorContains(t, err, "url: must not be empty")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = bus.Connect(ctx, bus.ConnConfig{URL: "nats://127.0.0.1:1"}, testLogger(t))
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+type pki struct{ ca, serverCert, serverKey, clientCert, clientKey string }
+
+// newPKI writes a CA, a server certificate for 127.0.0.1 and a client
+// certificate, all PEM, to a temporary directory.
+func newPKI(t *testing.T) pki {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
+		return p
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gttsplit test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	caCert, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	out := pki{ca: write("ca.pem", "CERTIFICATE", caDER)}
+	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		require.NoError(t, err)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		require.NoError(t, err)
+		kder, err := x509.MarshalECPrivateKey(key)
+		require.NoError(t, err)
+		return write(name+".pem", "CERTIFICATE", der), write(name+"-key.pem", "EC PRIVATE KEY", kder)
+	}
+	out.serverCert, out.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
+	out.clientCert, out.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
+	return out
+}

@@ -1,0 +1,70 @@
+// Package bus carries gttsplit's CloudEvents over NATS JetStream: it
+// connects (Connect), makes sure the stream exists (EnsureStream), publishes
+// with a disk spool for when the broker is away (Publisher), and consumes
+// (Consumer) or exports (Export) what the stream holds. It never builds or
+// parses an event itself: pkg/events gives it each event's subject, id and
+// bytes, and decodes what it receives.
+//
+//	collector ──Publish──▶ Publisher ──async, ≤ max_in_flight──▶ JetStream GTTSPLIT (gttsplit.>)
+//	                          │  ▲                                    │
+//	       broker away / lost │  │ drained in order when it is back   ├──▶ Consumer (durable, explicit acks)
+//	                          ▼  │                                    └──▶ Export (ordered, by subject and time)
+//	                     disk spool (segments)
+//
+// # Publishing and acknowledgement
+//
+// Publisher.Publish hands one event over and returns; the event is sent
+// asynchronously with Nats-Msg-Id set to the event id, so JetStream drops a
+// re-sent copy within the stream's duplicate window. At most max_in_flight
+// events await the broker's acknowledgement; Publish blocks beyond that
+// (back-pressure). The ack callback given to Publish is called exactly once,
+// from the publisher's goroutine and in publish order, when the event is
+// durable: the broker acknowledged it (also as a duplicate), or it was
+// written and synced to the spool. It must not block. It is never called for
+// a dropped event. A source calls its Record.Ack from there.
+//
+// # Spool
+//
+// When the broker cannot be reached, or an event in flight fails (timeout,
+// disconnection, no stream), that event, every event after it that is still
+// in flight, and every new event go to the spool, an append-only directory
+// of segment files with checksummed records; they count as durable once
+// written. While the spool is not empty all new events go to it, so order is
+// kept. When the connection is back the spool is drained, oldest first, with
+// the same in-flight bound, and publishing goes direct again once it is
+// empty. Drained segments are deleted. A spool left by an earlier process is
+// drained by the next Publisher on the same directory; a torn record at the
+// end (a crash mid-write) is cut off when the spool is opened. Re-sending
+// events after a crash can duplicate them in the stream only if more than
+// the duplicate window passed; consumers de-duplicate by event id anyway.
+//
+// The spool is bounded by spool.max_bytes. When it is full, new events are
+// dropped: Publish still returns nil, the ack callback is not called (so the
+// source does not advance past them), Dropped() counts them, and a warning
+// is logged once per episode (again only after the spool accepted events
+// and filled up once more). The collector reports the count as the
+// run-finished event's dropped_events. An event that the broker rejects for
+// good (larger than the server's max_payload) is dropped and counted the
+// same way, and so is a spooled event the server answered with an error
+// five times in a row.
+//
+// # Lifecycle
+//
+// NewPublisher takes ownership of the connection. Close stops new
+// publishes, waits for the events in flight, drains the spool while the
+// broker is connected, all within its ctx, then drains and closes the
+// connection. Events still in flight when ctx ends are written to the spool
+// (for the next start); if the broker is not connected, Close does not wait
+// for it. Close is idempotent; Publish after Close returns ErrClosed.
+//
+// Consumer.Consume runs until its ctx is cancelled, then drains: messages
+// already buffered are still handed to the handler (with a context that is
+// not cancelled), then it returns nil.
+//
+// # Errors
+//
+// Connect, EnsureStream and the constructors wrap the NATS error with the
+// operation. Publish returns ErrClosed after Close, the ctx error when it
+// gave up waiting for room, and an error wrapping events.ErrInvalid for an
+// event that cannot be encoded.
+package bus

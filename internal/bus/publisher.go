@@ -1,0 +1,639 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// ErrClosed is returned by Publish and Flush after Close.
+var ErrClosed = errors.New("bus: publisher closed")
+
+// maxHeadAttempts is how often a spooled event may be answered with a
+// server error before it is dropped.
+const maxHeadAttempts = 5
+
+// maxRetryInterval caps the backoff between drain attempts.
+const maxRetryInterval = 10 * time.Second
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// MaxInFlight bounds the events awaiting the broker's ack (default 256).
+	MaxInFlight int `mapstructure:"max_in_flight"`
+	// AckTimeout is how long an event may await its ack before it counts
+	// as lost and goes to the spool (default 5s).
+	AckTimeout time.Duration `mapstructure:"ack_timeout"`
+	// RetryInterval is how often the publisher looks for the broker while
+	// events are spooled; after failed attempts it backs off up to 10s
+	// (default 500ms).
+	RetryInterval time.Duration `mapstructure:"retry_interval"`
+	// Spool is the disk spool for when the broker is away.
+	Spool SpoolConfig `mapstructure:"spool"`
+}
+
+// SpoolConfig configures the disk spool.
+type SpoolConfig struct {
+	// Dir holds the spool's segment files; one publisher at a time.
+	Dir string `mapstructure:"dir"`
+	// MaxBytes bounds the spool on disk; when full, new events are
+	// dropped and counted (default 256 MiB).
+	MaxBytes int64 `mapstructure:"max_bytes"`
+	// SegmentBytes is the size at which a new segment file is started
+	// (default 8 MiB).
+	SegmentBytes int64 `mapstructure:"segment_bytes"`
+}
+
+// DefaultPublisherConfig returns the defaults; Spool.Dir has none.
+func DefaultPublisherConfig() PublisherConfig {
+	return PublisherConfig{
+		MaxInFlight:   256,
+		AckTimeout:    5 * time.Second,
+		RetryInterval: 500 * time.Millisecond,
+		Spool:         SpoolConfig{MaxBytes: 256 << 20, SegmentBytes: 8 << 20},
+	}
+}
+
+// Validate reports every problem at once, each prefixed with its key.
+func (c PublisherConfig) Validate() error {
+	var errs []error
+	if c.MaxInFlight < 1 {
+		errs = append(errs, errors.New("max_in_flight: must be at least 1"))
+	}
+	if c.AckTimeout <= 0 {
+		errs = append(errs, errors.New("ack_timeout: must be positive"))
+	}
+	if c.RetryInterval <= 0 {
+		errs = append(errs, errors.New("retry_interval: must be positive"))
+	}
+	if c.Spool.Dir == "" {
+		errs = append(errs, errors.New("spool.dir: must not be empty"))
+	}
+	if c.Spool.MaxBytes <= 0 {
+		errs = append(errs, errors.New("spool.max_bytes: must be positive"))
+	}
+	if c.Spool.SegmentBytes <= 0 {
+		errs = append(errs, errors.New("spool.segment_bytes: must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// PublisherStats counts what happened to the events handed to Publish.
+type PublisherStats struct {
+	Published    uint64 // acknowledged by the broker when sent directly
+	Spooled      uint64 // written to the spool
+	Drained      uint64 // spooled events later acknowledged by the broker
+	Dropped      uint64 // neither delivered nor spooled (see Dropped)
+	SpoolBytes   int64  // size of the spool on disk
+	SpoolCorrupt uint64 // corrupt or torn spool records cut off
+}
+
+// Publisher publishes events to JetStream asynchronously, with a disk spool
+// for when the broker is away (see the package documentation). Publish,
+// Flush, Dropped, Stats and Close are safe for concurrent use.
+type Publisher struct {
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	cfg PublisherConfig
+	log zerolog.Logger
+	sp  *spool
+
+	mu      sync.RWMutex // held for reading while an entry is handed over
+	closed  bool
+	in      chan *entry
+	closing chan struct{} // closed by Close: stop waiting to hand over
+	abort   chan struct{} // closed when Close's ctx ends
+	done    chan struct{} // closed when the pump returned
+
+	closeOnce sync.Once
+	closeErr  error
+
+	published, spooled, drained, dropped, corrupt atomic.Uint64
+	spoolBytes                                    atomic.Int64
+}
+
+// entry is one event (or a Flush barrier) on its way.
+type entry struct {
+	w       events.Wire
+	ack     func()
+	barrier chan struct{} // set for a Flush marker
+	fut     jetstream.PubAckFuture
+	fromSp  bool     // read from the spool
+	pos     spoolPos // spool position after this record (fromSp)
+	dropped error    // resolved: rejected for good, with this error
+}
+
+// NewPublisher opens the spool in cfg.Spool.Dir (draining what an earlier
+// process left there) and starts publishing on nc, which it owns from then
+// on (Close closes it); on error the caller keeps nc. nc must have no
+// reconnect buffer (Connect makes such connections). The stream must exist
+// or be created by someone else (EnsureStream); until it does, events are
+// spooled.
+func NewPublisher(nc *nats.Conn, cfg PublisherConfig, log zerolog.Logger) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("publisher config: %w", err)
+	}
+	if nc.Opts.ReconnectBufSize >= 0 {
+		return nil, errors.New("publisher: connection must have no reconnect buffer (nats.ReconnectBufSize(-1)); use bus.Connect")
+	}
+	log = log.With().Str("component", "publisher").Logger()
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		// Abandoned futures (after a failover) linger until they time
+		// out; leave them room beyond our own bound.
+		jetstream.WithPublishAsyncMaxPending(4*cfg.MaxInFlight+64),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: jetstream: %w", err)
+	}
+	sp, err := openSpool(cfg.Spool.Dir, cfg.Spool.MaxBytes, cfg.Spool.SegmentBytes, log)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: %w", err)
+	}
+	p := &Publisher{
+		nc: nc, js: js, cfg: cfg, log: log, sp: sp,
+		in:      make(chan *entry, cfg.MaxInFlight),
+		closing: make(chan struct{}),
+		abort:   make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	p.corrupt.Store(uint64(sp.corrupt))
+	p.spoolBytes.Store(sp.bytes())
+	if !sp.empty() {
+		log.Info().Int64("spool_bytes", sp.bytes()).Msg("spool holds events from an earlier run, draining it first")
+	}
+	go p.run()
+	return p, nil
+}
+
+// Publish hands ev over for publishing and returns without waiting for the
+// broker. ack, if not nil, is called once the event is durable (see the
+// package documentation). Publish blocks while max_in_flight events are
+// waiting, until ctx ends.
+func (p *Publisher) Publish(ctx context.Context, ev event.Event, ack func()) error {
+	w, err := events.ToWire(ev)
+	if err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	return p.handOver(ctx, &entry{w: w, ack: ack})
+}
+
+// Flush waits until every event handed to Publish before the call is
+// durable (acknowledged by the broker or in the spool), or dropped.
+func (p *Publisher) Flush(ctx context.Context) error {
+	b := make(chan struct{})
+	if err := p.handOver(ctx, &entry{barrier: b}); err != nil {
+		return err
+	}
+	select {
+	case <-b:
+		return nil
+	case <-p.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *Publisher) handOver(ctx context.Context, e *entry) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	select {
+	case p.in <- e:
+		return nil
+	case <-p.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Dropped returns how many events were dropped because the spool was full
+// or the broker rejected them for good.
+func (p *Publisher) Dropped() uint64 { return p.dropped.Load() }
+
+// Stats returns the publisher's counters.
+func (p *Publisher) Stats() PublisherStats {
+	return PublisherStats{
+		Published:    p.published.Load(),
+		Spooled:      p.spooled.Load(),
+		Drained:      p.drained.Load(),
+		Dropped:      p.dropped.Load(),
+		SpoolBytes:   p.spoolBytes.Load(),
+		SpoolCorrupt: p.corrupt.Load(),
+	}
+}
+
+// Close stops accepting events, waits for those in flight and drains the
+// spool while the broker is connected, all within ctx; then it writes what
+// is still in flight to the spool, closes the spool and drains and closes
+// the connection. It is idempotent.
+func (p *Publisher) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		close(p.closing)
+		p.mu.Lock()
+		p.closed = true
+		close(p.in)
+		p.mu.Unlock()
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			close(p.abort)
+			<-p.done
+		}
+		err := p.sp.close()
+		p.closeErr = errors.Join(err, p.drainConn(ctx))
+		st := p.Stats()
+		p.log.Info().Uint64("published", st.Published).Uint64("spooled", st.Spooled).
+			Uint64("drained", st.Drained).Uint64("dropped", st.Dropped).Int64("spool_bytes", st.SpoolBytes).
+			Msg("publisher closed")
+	})
+	return p.closeErr
+}
+
+// drainConn drains the connection and waits for it to close within ctx.
+func (p *Publisher) drainConn(ctx context.Context) error {
+	if p.nc.IsClosed() {
+		return nil
+	}
+	if !p.nc.IsConnected() {
+		p.nc.Close()
+		return nil
+	}
+	if err := p.nc.Drain(); err != nil {
+		p.nc.Close()
+		return nil
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !p.nc.IsClosed() {
+		select {
+		case <-ctx.Done():
+			p.nc.Close()
+			return nil
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// pump is the state of the publisher's goroutine; only run touches it.
+type pump struct {
+	spooling bool     // events go to the spool (it is not empty)
+	inflight []*entry // in publish order
+	// window bounds inflight: 1 until the first ack after a start or a
+	// failure, max_in_flight after. A failure that hits one event but not
+	// the next (no responders while the stream is being created or
+	// recovered) would otherwise let a later event overtake it.
+	window     int
+	inClosed   bool
+	aborted    bool
+	nextTry    time.Time
+	backoff    time.Duration
+	headErrs   int  // server errors in a row for the spool's first record
+	fullStreak bool // the spool was full and has not accepted since
+	fullDrops  uint64
+}
+
+func (p *Publisher) run() {
+	defer close(p.done)
+	st := &pump{spooling: !p.sp.empty(), backoff: p.cfg.RetryInterval, window: 1}
+	tick := time.NewTicker(p.cfg.RetryInterval)
+	defer tick.Stop()
+	for {
+		p.resolveMarkers(st)
+		if st.spooling {
+			p.fill(st)
+			p.resolveMarkers(st)
+		}
+		if st.aborted {
+			p.abandon(st)
+			return
+		}
+		if st.inClosed && len(st.inflight) == 0 &&
+			(!st.spooling || p.sp.empty() || !p.nc.IsConnected()) {
+			return
+		}
+		var in <-chan *entry
+		if !st.inClosed && (st.spooling || len(st.inflight) < st.window) {
+			in = p.in
+		}
+		var okc <-chan *jetstream.PubAck
+		var errc <-chan error
+		if len(st.inflight) > 0 {
+			okc, errc = st.inflight[0].fut.Ok(), st.inflight[0].fut.Err()
+		}
+		select {
+		case e, ok := <-in:
+			if !ok {
+				st.inClosed = true
+				continue
+			}
+			p.accept(st, e)
+		case <-okc:
+			p.headAcked(st)
+		case err := <-errc:
+			p.headFailed(st, err)
+		case <-tick.C:
+		case <-p.abort:
+			st.aborted = true
+		}
+	}
+}
+
+// resolveMarkers pops the barriers and dropped entries at the head.
+func (p *Publisher) resolveMarkers(st *pump) {
+	for len(st.inflight) > 0 && st.inflight[0].fut == nil {
+		e := st.inflight[0]
+		st.inflight = st.inflight[1:]
+		switch {
+		case e.barrier != nil:
+			close(e.barrier)
+		case e.dropped != nil:
+			// Counted when it reaches the head, so a re-read after an
+			// interrupted drain does not count it twice.
+			p.drop(e.w, e.dropped)
+			p.commit(st, e.pos)
+		}
+	}
+}
+
+// accept takes one entry from Publish or Flush.
+func (p *Publisher) accept(st *pump, e *entry) {
+	if e.barrier != nil {
+		if !st.spooling && len(st.inflight) > 0 {
+			st.inflight = append(st.inflight, e)
+		} else {
+			close(e.barrier) // everything before it is durable already
+		}
+		return
+	}
+	if st.spooling {
+		batch := []*entry{e}
+		// Take what else is waiting, to sync the spool once for all.
+	more:
+		for len(batch) < p.cfg.MaxInFlight {
+			select {
+			case e2, ok := <-p.in:
+				if !ok {
+					st.inClosed = true
+					break more
+				}
+				batch = append(batch, e2)
+			default:
+				break more
+			}
+		}
+		p.toSpool(st, batch)
+		return
+	}
+	if !p.nc.IsConnected() {
+		p.failover(st, e, nats.ErrDisconnected)
+		return
+	}
+	fut, err := p.send(e.w)
+	switch {
+	case err == nil:
+		e.fut = fut
+		st.inflight = append(st.inflight, e)
+	case permanent(err):
+		p.drop(e.w, err)
+	default:
+		p.failover(st, e, err)
+	}
+}
+
+// send publishes one event asynchronously.
+func (p *Publisher) send(w events.Wire) (jetstream.PubAckFuture, error) {
+	msg := nats.NewMsg(w.Subject)
+	msg.Data = w.Data
+	msg.Header.Set("Content-Type", events.StructuredContentType)
+	// No retries inside nats.go on "no responders": a retried event
+	// would land after the ones sent meanwhile. The pump retries, in order.
+	return p.js.PublishMsgAsync(msg, jetstream.WithMsgID(w.ID), jetstream.WithRetryAttempts(0))
+}
+
+// headAcked handles the broker's ack of the first entry in flight.
+func (p *Publisher) headAcked(st *pump) {
+	e := st.inflight[0]
+	st.inflight = st.inflight[1:]
+	st.backoff = p.cfg.RetryInterval
+	st.window = p.cfg.MaxInFlight
+	if e.fromSp {
+		st.headErrs = 0
+		p.drained.Add(1)
+		p.commit(st, e.pos)
+		return
+	}
+	p.published.Add(1)
+	if e.ack != nil {
+		e.ack()
+	}
+}
+
+// headFailed handles a failed publish of the first entry in flight.
+func (p *Publisher) headFailed(st *pump, err error) {
+	e := st.inflight[0]
+	if permanent(err) {
+		st.inflight = st.inflight[1:]
+		p.drop(e.w, err)
+		if e.fromSp {
+			p.commit(st, e.pos)
+		}
+		return
+	}
+	if !e.fromSp {
+		// Direct mode: this event and every one after it go to the spool.
+		rest := st.inflight
+		st.inflight = nil
+		p.failoverAll(st, rest, err)
+		return
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		st.headErrs++
+		if st.headErrs >= maxHeadAttempts {
+			st.headErrs = 0
+			st.inflight = st.inflight[1:]
+			p.drop(e.w, err)
+			p.commit(st, e.pos)
+		}
+	}
+	p.stopDrain(st, err)
+}
+
+// fill sends spooled events while the broker is connected.
+func (p *Publisher) fill(st *pump) {
+	if st.aborted || time.Now().Before(st.nextTry) || !p.nc.IsConnected() {
+		return
+	}
+	for len(st.inflight) < st.window {
+		w, pos, ok := p.sp.next()
+		p.corrupt.Store(uint64(p.sp.corrupt))
+		if !ok {
+			break
+		}
+		fut, err := p.send(w)
+		switch {
+		case err == nil:
+			st.inflight = append(st.inflight, &entry{w: w, fut: fut, fromSp: true, pos: pos})
+		case permanent(err):
+			st.inflight = append(st.inflight, &entry{w: w, fromSp: true, pos: pos, dropped: err})
+		default:
+			p.stopDrain(st, err)
+			return
+		}
+	}
+	if p.sp.empty() && len(st.inflight) == 0 {
+		p.backToDirect(st)
+	}
+}
+
+// stopDrain forgets the spooled events in flight (they stay in the spool)
+// and backs off before the next attempt.
+func (p *Publisher) stopDrain(st *pump, err error) {
+	st.inflight = st.inflight[:0]
+	st.window = 1
+	p.sp.rewind()
+	st.nextTry = time.Now().Add(st.backoff)
+	p.log.Debug().Err(err).Dur("retry_in", st.backoff).Msg("spool drain interrupted")
+	st.backoff = min(2*st.backoff, maxRetryInterval)
+}
+
+// commit acknowledges spooled records up to pos.
+func (p *Publisher) commit(st *pump, pos spoolPos) {
+	if err := p.sp.commit(pos); err != nil {
+		p.log.Error().Err(err).Msg("spool bookkeeping failed")
+	}
+	p.spoolBytes.Store(p.sp.bytes())
+	if st.spooling && p.sp.empty() && len(st.inflight) == 0 {
+		p.backToDirect(st)
+	}
+}
+
+func (p *Publisher) backToDirect(st *pump) {
+	st.spooling = false
+	st.headErrs = 0
+	st.backoff = p.cfg.RetryInterval
+	p.log.Info().Uint64("drained", p.drained.Load()).Msg("spool drained, publishing directly")
+}
+
+// failover switches to spooling with one more entry after those in flight.
+func (p *Publisher) failover(st *pump, e *entry, err error) {
+	rest := st.inflight
+	st.inflight = nil
+	p.failoverAll(st, append(rest, e), err)
+}
+
+// failoverAll writes entries (in order) to the spool and switches to
+// spooling.
+func (p *Publisher) failoverAll(st *pump, entries []*entry, err error) {
+	st.spooling = true
+	st.window = 1
+	st.nextTry = time.Now().Add(st.backoff)
+	p.log.Warn().Err(err).Int("in_flight", len(entries)).Msg("broker unavailable, spooling events")
+	p.toSpool(st, entries)
+}
+
+// toSpool appends entries to the spool, syncs once, then acks them and
+// releases the barriers among them, in order.
+func (p *Publisher) toSpool(st *pump, entries []*entry) {
+	written := make([]bool, len(entries))
+	for i, e := range entries {
+		if e.barrier != nil {
+			continue
+		}
+		err := p.sp.append(e.w)
+		switch {
+		case err == nil:
+			written[i] = true
+			if st.fullStreak {
+				st.fullStreak = false
+				p.log.Info().Uint64("dropped", st.fullDrops).Msg("spool accepts events again")
+			}
+		case errors.Is(err, errSpoolFull):
+			p.dropped.Add(1)
+			st.fullDrops++
+			if !st.fullStreak {
+				st.fullStreak = true
+				st.fullDrops = 1
+				p.log.Warn().Int64("max_bytes", p.cfg.Spool.MaxBytes).
+					Msg("spool full, dropping new events until the broker drains it")
+			}
+		default:
+			p.dropped.Add(1)
+			p.log.Error().Err(err).Str("id", e.w.ID).Msg("cannot spool event, dropped")
+		}
+	}
+	if err := p.sp.sync(); err != nil {
+		// Not durable after all: do not ack (the source keeps its
+		// position), count them as dropped.
+		p.log.Error().Err(err).Msg("cannot sync spool")
+		for i := range written {
+			if written[i] {
+				written[i] = false
+				p.dropped.Add(1)
+			}
+		}
+	}
+	p.spoolBytes.Store(p.sp.bytes())
+	for i, e := range entries {
+		switch {
+		case e.barrier != nil:
+			close(e.barrier)
+		case written[i]:
+			p.spooled.Add(1)
+			if e.ack != nil {
+				e.ack()
+			}
+		}
+	}
+}
+
+// abandon runs when Close's ctx ended: direct entries still in flight, and
+// those handed over but not yet taken, go to the spool; spooled ones stay
+// there.
+func (p *Publisher) abandon(st *pump) {
+	var direct []*entry
+	for _, e := range st.inflight {
+		if !e.fromSp {
+			direct = append(direct, e)
+		}
+	}
+	st.inflight = nil
+	if !st.inClosed {
+		for e := range p.in { // closed by Close before it aborts
+			direct = append(direct, e)
+		}
+	}
+	if len(direct) > 0 {
+		p.toSpool(st, direct)
+	}
+}
+
+// drop counts an event that will never be delivered.
+func (p *Publisher) drop(w events.Wire, err error) {
+	p.dropped.Add(1)
+	p.log.Warn().Err(err).Str("id", w.ID).Str("subject", w.Subject).Int("bytes", len(w.Data)).
+		Msg("event rejected by the broker, dropped")
+}
+
+// permanent reports errors that re-sending cannot fix.
+func permanent(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}

@@ -1,0 +1,543 @@
+package bus
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/rs/zerolog"
+)
+
+// The spool is a directory of segment files, <20-digit id>.seg, each a
+// sequence of records:
+//
+//	uint32 LE payload length | uint32 LE CRC-32C of payload | payload
+//	payload = uvarint len(subject) subject | uvarint len(id) id | event bytes
+//
+// "head" holds the position of the first record not yet acknowledged by the
+// broker ("<segment id> <offset>\n"); it is rewritten at most every
+// headPersistEvery, when a segment is deleted, and on close, so after a
+// crash a few records may be sent again (the broker drops them as
+// duplicates). "lock" is flock'ed by the owning process.
+
+const (
+	segSuffix        = ".seg"
+	headFile         = "head"
+	lockFile         = "lock"
+	recHeader        = 8
+	headPersistEvery = 200 * time.Millisecond
+)
+
+var (
+	errSpoolFull = errors.New("spool full")
+	crcTable     = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// spoolPos is a position in the spool: a segment and a byte offset in it.
+type spoolPos struct {
+	seg uint64
+	off int64
+}
+
+type segment struct {
+	id   uint64
+	size int64
+}
+
+// spool is an append-only on-disk queue. It is used by one goroutine.
+type spool struct {
+	dir      string
+	maxBytes int64
+	segBytes int64
+	log      zerolog.Logger
+
+	lock   *os.File
+	segs   []segment // ascending ids; the last is the tail
+	w      *os.File  // the tail segment, open for appending
+	wID    uint64
+	rf     *os.File // the segment being read
+	rfID   uint64
+	head   spoolPos // first unacknowledged record
+	read   spoolPos // next record to hand out
+	total  int64    // bytes in all segments
+	nextID uint64
+
+	lastPersist time.Time
+	headDirty   bool
+	corrupt     int // records cut off as corrupt or torn
+}
+
+func segName(id uint64) string { return fmt.Sprintf("%020d%s", id, segSuffix) }
+
+// openSpool opens (creating) the spool in dir, locks it, cuts off a torn or
+// corrupt tail and positions at the first unacknowledged record.
+func openSpool(dir string, maxBytes, segBytes int64, log zerolog.Logger) (*spool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create spool %s: %w", dir, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open spool lock: %w", err)
+	}
+	if err := lockFileExclusive(lock); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("spool %s is in use by another process: %w", dir, err)
+	}
+	s := &spool{dir: dir, maxBytes: maxBytes, segBytes: segBytes, log: log, lock: lock, nextID: 1}
+	if err := s.load(); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *spool) load() error {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("read spool %s: %w", s.dir, err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasSuffix(name, segSuffix) || !e.Type().IsRegular() {
+			continue
+		}
+		id, err := strconv.ParseUint(strings.TrimSuffix(name, segSuffix), 10, 64)
+		if err != nil || id == 0 {
+			continue
+		}
+		s.segs = append(s.segs, segment{id: id})
+	}
+	slices.SortFunc(s.segs, func(a, b segment) int { return cmpUint(a.id, b.id) })
+	if len(s.segs) > 0 {
+		s.nextID = s.segs[len(s.segs)-1].id + 1
+	}
+	head := s.readHead()
+	// Segments before the head were drained; a crash kept them.
+	for len(s.segs) > 0 && s.segs[0].id < head.seg {
+		if err := os.Remove(filepath.Join(s.dir, segName(s.segs[0].id))); err != nil {
+			return fmt.Errorf("remove drained spool segment: %w", err)
+		}
+		s.segs = s.segs[1:]
+	}
+	if len(s.segs) == 0 || s.segs[0].id != head.seg {
+		head = spoolPos{}
+		if len(s.segs) > 0 {
+			head.seg = s.segs[0].id
+		}
+	}
+	for i := range s.segs {
+		from := int64(0)
+		if s.segs[i].id == head.seg {
+			from = head.off
+		}
+		size, err := s.scan(s.segs[i].id, from)
+		if err != nil {
+			return err
+		}
+		if s.segs[i].id == head.seg && size < head.off {
+			head.off = size
+		}
+		s.segs[i].size = size
+		s.total += size
+	}
+	s.head = head
+	s.normalizeHead()
+	s.read = s.head
+	if s.empty() {
+		return s.reset()
+	}
+	return nil
+}
+
+// readHead reads the persisted head position (zero when absent or bad).
+func (s *spool) readHead() spoolPos {
+	b, err := os.ReadFile(filepath.Join(s.dir, headFile))
+	if err != nil {
+		return spoolPos{}
+	}
+	var p spoolPos
+	if _, err := fmt.Sscanf(string(b), "%d %d", &p.seg, &p.off); err != nil || p.off < 0 {
+		return spoolPos{}
+	}
+	return p
+}
+
+// scan validates the records of a segment from offset from and cuts the
+// file after the last good one. It returns the segment's size.
+func (s *spool) scan(id uint64, from int64) (int64, error) {
+	path := filepath.Join(s.dir, segName(id))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open spool segment: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("stat spool segment: %w", err)
+	}
+	size := st.Size()
+	off := min(from, size)
+	for off < size {
+		_, n, err := readRecord(f, off, size)
+		if err != nil {
+			s.corrupt++
+			s.log.Warn().Err(err).Str("segment", segName(id)).Int64("offset", off).Int64("bytes_cut", size-off).
+				Msg("spool segment has a torn or corrupt record, cutting it off")
+			if err := f.Truncate(off); err != nil {
+				return 0, fmt.Errorf("truncate spool segment: %w", err)
+			}
+			return off, nil
+		}
+		off += n
+	}
+	return size, nil
+}
+
+// readRecord reads the record at off of a file of the given size and
+// returns it with its length on disk.
+func readRecord(f *os.File, off, size int64) (events.Wire, int64, error) {
+	var hdr [recHeader]byte
+	if size-off < recHeader {
+		return events.Wire{}, 0, errors.New("short record header")
+	}
+	if _, err := f.ReadAt(hdr[:], off); err != nil {
+		return events.Wire{}, 0, fmt.Errorf("read record header: %w", err)
+	}
+	n := int64(binary.LittleEndian.Uint32(hdr[0:4]))
+	if n > size-off-recHeader {
+		return events.Wire{}, 0, errors.New("record runs past the end of the segment")
+	}
+	payload := make([]byte, n)
+	if _, err := f.ReadAt(payload, off+recHeader); err != nil {
+		return events.Wire{}, 0, fmt.Errorf("read record: %w", err)
+	}
+	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(hdr[4:8]) {
+		return events.Wire{}, 0, errors.New("record checksum mismatch")
+	}
+	w, err := decodeRecord(payload)
+	if err != nil {
+		return events.Wire{}, 0, err
+	}
+	return w, recHeader + n, nil
+}
+
+func encodeRecord(w events.Wire) []byte {
+	b := make([]byte, recHeader, recHeader+2*binary.MaxVarintLen64+len(w.Subject)+len(w.ID)+len(w.Data))
+	b = binary.AppendUvarint(b, uint64(len(w.Subject)))
+	b = append(b, w.Subject...)
+	b = binary.AppendUvarint(b, uint64(len(w.ID)))
+	b = append(b, w.ID...)
+	b = append(b, w.Data...)
+	binary.LittleEndian.PutUint32(b[0:4], uint32(len(b)-recHeader))
+	binary.LittleEndian.PutUint32(b[4:8], crc32.Checksum(b[recHeader:], crcTable))
+	return b
+}
+
+func decodeRecord(p []byte) (events.Wire, error) {
+	var w events.Wire
+	for _, dst := range []*string{&w.Subject, &w.ID} {
+		n, k := binary.Uvarint(p)
+		if k <= 0 || n > uint64(len(p)-k) {
+			return events.Wire{}, errors.New("malformed record")
+		}
+		*dst = string(p[k : k+int(n)])
+		p = p[k+int(n):]
+	}
+	w.Data = p
+	return w, nil
+}
+
+func (s *spool) tailEnd() spoolPos {
+	if len(s.segs) == 0 {
+		return spoolPos{seg: s.head.seg}
+	}
+	t := s.segs[len(s.segs)-1]
+	return spoolPos{seg: t.id, off: t.size}
+}
+
+// empty reports whether every record was acknowledged.
+func (s *spool) empty() bool { return len(s.segs) == 0 || s.head == s.tailEnd() }
+
+// bytes returns the spool's size on disk.
+func (s *spool) bytes() int64 { return s.total }
+
+func (s *spool) segIndex(id uint64) int {
+	for i, sg := range s.segs {
+		if sg.id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// append writes one record at the end; it is durable after sync.
+func (s *spool) append(w events.Wire) error {
+	rec := encodeRecord(w)
+	n := int64(len(rec))
+	if s.total+n > s.maxBytes {
+		return errSpoolFull
+	}
+	if s.w == nil || (s.segs[len(s.segs)-1].size > 0 && s.segs[len(s.segs)-1].size+n > s.segBytes) {
+		if err := s.rotate(); err != nil {
+			return err
+		}
+	}
+	tail := &s.segs[len(s.segs)-1]
+	k, err := s.w.Write(rec)
+	if err != nil {
+		if k > 0 {
+			// Cut the partial record so the segment stays readable.
+			if terr := s.w.Truncate(tail.size); terr != nil {
+				err = errors.Join(err, terr)
+			}
+		}
+		return fmt.Errorf("write spool: %w", err)
+	}
+	tail.size += n
+	s.total += n
+	return nil
+}
+
+// rotate starts a new tail segment.
+func (s *spool) rotate() error {
+	if s.w != nil {
+		if err := s.w.Sync(); err != nil {
+			return fmt.Errorf("sync spool segment: %w", err)
+		}
+		if err := s.w.Close(); err != nil {
+			return fmt.Errorf("close spool segment: %w", err)
+		}
+		s.w = nil
+	}
+	id := s.nextID
+	f, err := os.OpenFile(filepath.Join(s.dir, segName(id)), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("create spool segment: %w", err)
+	}
+	s.nextID++
+	s.w, s.wID = f, id
+	s.segs = append(s.segs, segment{id: id})
+	if len(s.segs) == 1 {
+		s.head = spoolPos{seg: id}
+		s.read = s.head
+	}
+	return syncDir(s.dir)
+}
+
+// sync makes the appended records durable.
+func (s *spool) sync() error {
+	if s.w == nil {
+		return nil
+	}
+	if err := s.w.Sync(); err != nil {
+		return fmt.Errorf("sync spool: %w", err)
+	}
+	return nil
+}
+
+// next returns the record at the read position and the position after it;
+// false when every record was handed out.
+func (s *spool) next() (events.Wire, spoolPos, bool) {
+	for {
+		if s.read.seg < s.head.seg {
+			s.read = s.head // the segment was drained and deleted
+		}
+		if s.read == s.tailEnd() || len(s.segs) == 0 {
+			return events.Wire{}, spoolPos{}, false
+		}
+		i := s.segIndex(s.read.seg)
+		if i < 0 {
+			return events.Wire{}, spoolPos{}, false
+		}
+		sg := s.segs[i]
+		if s.read.off >= sg.size {
+			if i+1 >= len(s.segs) {
+				return events.Wire{}, spoolPos{}, false
+			}
+			s.read = spoolPos{seg: s.segs[i+1].id}
+			continue
+		}
+		if s.rf == nil || s.rfID != sg.id {
+			if s.rf != nil {
+				s.rf.Close()
+				s.rf = nil
+			}
+			f, err := os.Open(filepath.Join(s.dir, segName(sg.id)))
+			if err != nil {
+				s.log.Error().Err(err).Str("segment", segName(sg.id)).Msg("cannot read spool segment, skipping it")
+				s.cut(i, s.read.off)
+				continue
+			}
+			s.rf, s.rfID = f, sg.id
+		}
+		w, n, err := readRecord(s.rf, s.read.off, sg.size)
+		if err != nil {
+			s.corrupt++
+			s.log.Warn().Err(err).Str("segment", segName(sg.id)).Int64("offset", s.read.off).
+				Msg("spool segment has a corrupt record, cutting it off")
+			s.cut(i, s.read.off)
+			continue
+		}
+		s.read.off += n
+		return w, s.read, true
+	}
+}
+
+// cut shortens segment i to off bytes (its records from off on are lost).
+func (s *spool) cut(i int, off int64) {
+	sg := &s.segs[i]
+	if off >= sg.size {
+		return
+	}
+	if err := os.Truncate(filepath.Join(s.dir, segName(sg.id)), off); err != nil {
+		s.log.Error().Err(err).Str("segment", segName(sg.id)).Msg("cannot truncate spool segment")
+	}
+	s.total -= sg.size - off
+	sg.size = off
+}
+
+// rewind makes next start again at the first unacknowledged record.
+func (s *spool) rewind() { s.read = s.head }
+
+// commit marks every record before p as acknowledged, deletes the segments
+// that became empty and, when nothing is left, resets the spool.
+func (s *spool) commit(p spoolPos) error {
+	s.head = p
+	s.headDirty = true
+	deleted, err := s.dropDrained()
+	if err != nil {
+		return err
+	}
+	if s.empty() {
+		return s.reset()
+	}
+	if deleted || time.Since(s.lastPersist) >= headPersistEvery {
+		return s.persistHead()
+	}
+	return nil
+}
+
+// normalizeHead moves a head at the end of a segment to the start of the
+// next one.
+func (s *spool) normalizeHead() {
+	for {
+		i := s.segIndex(s.head.seg)
+		if i < 0 || i+1 >= len(s.segs) || s.head.off < s.segs[i].size {
+			return
+		}
+		s.head = spoolPos{seg: s.segs[i+1].id}
+	}
+}
+
+// dropDrained deletes the segments before the head.
+func (s *spool) dropDrained() (bool, error) {
+	s.normalizeHead()
+	deleted := false
+	for len(s.segs) > 1 && s.segs[0].id < s.head.seg {
+		sg := s.segs[0]
+		if s.rf != nil && s.rfID == sg.id {
+			s.rf.Close()
+			s.rf = nil
+		}
+		if err := os.Remove(filepath.Join(s.dir, segName(sg.id))); err != nil {
+			return deleted, fmt.Errorf("remove drained spool segment: %w", err)
+		}
+		s.total -= sg.size
+		s.segs = s.segs[1:]
+		deleted = true
+	}
+	return deleted, nil
+}
+
+// reset deletes every segment of an empty spool.
+func (s *spool) reset() error {
+	if s.w != nil {
+		s.w.Close()
+		s.w = nil
+	}
+	if s.rf != nil {
+		s.rf.Close()
+		s.rf = nil
+	}
+	for _, sg := range s.segs {
+		if err := os.Remove(filepath.Join(s.dir, segName(sg.id))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove drained spool segment: %w", err)
+		}
+	}
+	s.segs = nil
+	s.total = 0
+	s.head = spoolPos{seg: s.nextID}
+	s.read = s.head
+	if err := os.Remove(filepath.Join(s.dir, headFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove spool head: %w", err)
+	}
+	s.headDirty = false
+	return nil
+}
+
+// persistHead writes the head position atomically.
+func (s *spool) persistHead() error {
+	s.lastPersist = time.Now()
+	if !s.headDirty {
+		return nil
+	}
+	tmp := filepath.Join(s.dir, headFile+".tmp")
+	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d\n", s.head.seg, s.head.off), 0o600); err != nil {
+		return fmt.Errorf("write spool head: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, headFile)); err != nil {
+		return fmt.Errorf("write spool head: %w", err)
+	}
+	s.headDirty = false
+	return nil
+}
+
+// close persists the head and releases the files and the lock.
+func (s *spool) close() error {
+	var errs []error
+	if s.lock != nil && !s.empty() {
+		errs = append(errs, s.persistHead())
+	}
+	for _, f := range []*os.File{s.w, s.rf} {
+		if f != nil {
+			errs = append(errs, f.Close())
+		}
+	}
+	s.w, s.rf = nil, nil
+	if s.lock != nil {
+		unlockFile(s.lock)
+		errs = append(errs, s.lock.Close())
+		s.lock = nil
+	}
+	return errors.Join(errs...)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open spool dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync spool dir: %w", err)
+	}
+	return nil
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,93 @@
+// Package natstest runs a real, embedded nats-server with JetStream for
+// tests: never a mock. Start gives a server on a free port with its store
+// in t.TempDir(); NewServer gives one on a chosen store directory and port,
+// for restart tests (same store, same port) and testscript Setup.
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// readyTimeout bounds the wait for a started server to accept clients.
+const readyTimeout = 10 * time.Second
+
+// Options returns the server options NewServer uses: JetStream with its
+// store under storeDir, listening on 127.0.0.1:port (port <= 0 picks a free
+// port), no logging, no signal handlers.
+func Options(storeDir string, port int) *server.Options {
+	if port <= 0 {
+		port = server.RANDOM_PORT
+	}
+	return &server.Options{
+		Host:      "127.0.0.1",
+		Port:      port,
+		JetStream: true,
+		StoreDir:  storeDir,
+		NoLog:     true,
+		NoSigs:    true,
+		// Bound the store so a test can never fill the disk.
+		JetStreamMaxStore:  1 << 30,
+		JetStreamMaxMemory: 64 << 20,
+	}
+}
+
+// NewServer starts an embedded JetStream server with its store in storeDir
+// on 127.0.0.1:port (port <= 0 picks a free port) and waits until it
+// accepts clients. The caller shuts it down (see Shutdown).
+func NewServer(storeDir string, port int) (*server.Server, error) {
+	return NewServerWithOptions(Options(storeDir, port))
+}
+
+// NewServerWithOptions starts an embedded server from opts (for tests that
+// need authentication or TLS) and waits until it accepts clients.
+func NewServerWithOptions(opts *server.Options) (*server.Server, error) {
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natstest: new server: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(readyTimeout) {
+		Shutdown(s)
+		return nil, fmt.Errorf("natstest: server on port %d not ready within %s", opts.Port, readyTimeout)
+	}
+	return s, nil
+}
+
+// Shutdown stops s and waits until it has stopped (its port and store are
+// free again). It is safe to call more than once.
+func Shutdown(s *server.Server) {
+	s.Shutdown()
+	s.WaitForShutdown()
+}
+
+// Start starts an embedded JetStream server on a free port with its store
+// in t.TempDir(), and shuts it down when the test ends.
+func Start(t testing.TB) *server.Server {
+	t.Helper()
+	return StartAt(t, t.TempDir(), -1)
+}
+
+// StartAt is Start with a chosen store directory and port, for tests that
+// stop a server and start another on the same store and port.
+func StartAt(t testing.TB, storeDir string, port int) *server.Server {
+	t.Helper()
+	s, err := NewServer(storeDir, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Shutdown(s) })
+	return s
+}
+
+// Port returns the client port s listens on (0 when it does not listen).
+func Port(s *server.Server) int {
+	if a, ok := s.Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
+}

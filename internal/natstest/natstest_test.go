@@ -1,0 +1,71 @@
+package natstest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestRestartKeepsStoreIntegration writes a message, restarts the server on the same
+// store and port, and reads the message back.
+func TestRestartKeepsStoreIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: starts nats-server")
+	}
+	dir := t.TempDir()
+	s, err := natstest.NewServer(dir, 0)
+	require.NoError(t, err)
+	port := natstest.Port(s)
+	require.NotZero(t, port)
+	require.True(t, s.JetStreamEnabled())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "t.1", []byte("kept"))
+	require.NoError(t, err)
+	nc.Close()
+	natstest.Shutdown(s)
+	natstest.Shutdown(s) // idempotent
+
+	s2 := natstest.StartAt(t, dir, port)
+	require.Equal(t, port, natstest.Port(s2))
+	nc2, err := nats.Connect(s2.ClientURL())
+	require.NoError(t, err)
+	defer nc2.Close()
+	js2, err := jetstream.New(nc2)
+	require.NoError(t, err)
+	stream, err := js2.Stream(ctx, "T")
+	require.NoError(t, err)
+	msg, err := stream.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, "kept", string(msg.Data))
+}
+
+func TestStartIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: starts nats-server")
+	}
+	s := natstest.Start(t)
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	info, err := js.AccountInfo(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, info.Streams)
+}

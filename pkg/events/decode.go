@@ -1,0 +1,315 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// Marshal validates ev and returns its structured JSON encoding: one JSON
+// object on one line (no newline). The attributes come in a fixed order, so
+// equal events give equal bytes.
+func Marshal(ev event.Event) ([]byte, error) {
+	if err := ev.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	b, err := ev.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode: %w", ErrInvalid, err)
+	}
+	if bytes.IndexByte(b, '\n') >= 0 {
+		// The data of our events is compact; a foreign event with an
+		// indented data member would break the one-event-per-line format.
+		var c bytes.Buffer
+		if err := json.Compact(&c, b); err != nil {
+			return nil, fmt.Errorf("%w: encode: %w", ErrInvalid, err)
+		}
+		b = c.Bytes()
+	}
+	return b, nil
+}
+
+// Unmarshal parses one structured JSON CloudEvent and validates it. It does
+// not look at the type; Decode does. Malformed input gives an error wrapping
+// ErrInvalid, never a panic.
+func Unmarshal(b []byte) (ev event.Event, err error) {
+	if !json.Valid(b) {
+		return event.Event{}, fmt.Errorf("%w: not a JSON document", ErrInvalid)
+	}
+	defer func() {
+		// The SDK's parser can panic on some malformed members (e.g. a
+		// non-string data_base64); bad input must never crash us.
+		if r := recover(); r != nil {
+			ev, err = event.Event{}, fmt.Errorf("%w: parse: %v", ErrInvalid, r)
+		}
+	}()
+	if err := ev.UnmarshalJSON(b); err != nil {
+		return event.Event{}, fmt.Errorf("%w: parse: %w", ErrInvalid, err)
+	}
+	if err := ev.Validate(); err != nil {
+		return event.Event{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return ev, nil
+}
+
+// DecodeBytes is Unmarshal followed by Decode.
+func DecodeBytes(b []byte) (Decoded, error) {
+	ev, err := Unmarshal(b)
+	if err != nil {
+		return Decoded{}, err
+	}
+	return Decode(ev)
+}
+
+// Wire is what a transport needs to send one event.
+type Wire struct {
+	Subject string
+	ID      string
+	Data    []byte // the structured JSON event (Marshal)
+}
+
+// ToWire validates ev and returns its subject, id and bytes.
+func ToWire(ev event.Event) (Wire, error) {
+	subj, err := SubjectOf(ev)
+	if err != nil {
+		return Wire{}, err
+	}
+	b, err := Marshal(ev)
+	if err != nil {
+		return Wire{}, err
+	}
+	return Wire{Subject: subj, ID: ev.ID(), Data: b}, nil
+}
+
+// Decode checks that ev is a gttsplit event of a known type and version and
+// returns its typed content. An unknown type or version wraps
+// ErrUnknownType; anything malformed or inconsistent (attributes, id,
+// payload) wraps ErrInvalid.
+func Decode(ev event.Event) (Decoded, error) {
+	if err := ev.Validate(); err != nil {
+		return Decoded{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	typ := ev.Type()
+	if !known(typ) {
+		return Decoded{}, unknownType(typ)
+	}
+	if ev.SpecVersion() != event.CloudEventsVersionV1 {
+		return Decoded{}, fmt.Errorf("%w: specversion %q", ErrInvalid, ev.SpecVersion())
+	}
+	o, err := origin(ev)
+	if err != nil {
+		return Decoded{}, err
+	}
+	if got, want := ev.Source(), Source(o.Host); got != want {
+		return Decoded{}, fmt.Errorf("%w: source %q, want %q", ErrInvalid, got, want)
+	}
+	if ev.Subject() != o.RunID {
+		return Decoded{}, fmt.Errorf("%w: subject %q is not the run id %q", ErrInvalid, ev.Subject(), o.RunID)
+	}
+	if mt := ev.DataMediaType(); mt != ContentType {
+		return Decoded{}, fmt.Errorf("%w: datacontenttype %q", ErrInvalid, ev.DataContentType())
+	}
+	if ev.DataBase64 || len(ev.DataEncoded) == 0 {
+		return Decoded{}, fmt.Errorf("%w: %s has no JSON data", ErrInvalid, typ)
+	}
+	d := Decoded{Type: typ, ID: ev.ID(), Origin: o, Time: ev.Time()}
+	var wantID string
+	switch typ {
+	case TypeRunStarted:
+		wantID, err = d.decodeStarted(ev.DataEncoded)
+	case TypeLogLines:
+		wantID, err = d.decodeLines(ev.DataEncoded)
+	case TypeFDInfoSample:
+		wantID, err = d.decodeSample(ev.DataEncoded)
+	case TypeRunFinished:
+		wantID, err = d.decodeFinished(ev.DataEncoded)
+	case TypeSplit:
+		wantID, err = d.decodeSplit(ev.DataEncoded)
+	}
+	if err != nil {
+		return Decoded{}, fmt.Errorf("%w: %s %q: %w", ErrInvalid, typ, d.ID, err)
+	}
+	if d.ID != wantID {
+		return Decoded{}, fmt.Errorf("%w: %s id %q, want %q", ErrInvalid, typ, d.ID, wantID)
+	}
+	return d, nil
+}
+
+func known(typ string) bool {
+	for _, t := range Types {
+		if t == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownType says whether typ is a known type at an unknown version.
+func unknownType(typ string) error {
+	base, _, ok := cutVersion(typ)
+	if ok {
+		for _, t := range Types {
+			if b, _, _ := cutVersion(t); b == base {
+				return fmt.Errorf("%w: unknown version %q of %s", ErrUnknownType, typ, base)
+			}
+		}
+	}
+	return fmt.Errorf("%w: %q", ErrUnknownType, typ)
+}
+
+// cutVersion splits "io.gttsplit.log.lines.v1" into its base and "v1".
+func cutVersion(typ string) (base, version string, ok bool) {
+	i := strings.LastIndexByte(typ, '.')
+	if i < 0 || i+2 > len(typ) || typ[i+1] != 'v' {
+		return "", "", false
+	}
+	if _, err := strconv.ParseUint(typ[i+2:], 10, 32); err != nil {
+		return "", "", false
+	}
+	return typ[:i], typ[i+1:], true
+}
+
+func origin(ev event.Event) (Origin, error) {
+	var o Origin
+	ext := ev.Extensions() // a copy: take it once
+	for _, a := range []struct {
+		name string
+		dst  *string
+	}{{AttrRunID, &o.RunID}, {AttrHost, &o.Host}, {AttrLane, &o.Lane}} {
+		v, ok := ext[a.name]
+		if !ok {
+			return Origin{}, fmt.Errorf("%w: missing extension attribute %q", ErrInvalid, a.name)
+		}
+		s, err := types.ToString(v)
+		if err != nil {
+			return Origin{}, fmt.Errorf("%w: extension attribute %q: %w", ErrInvalid, a.name, err)
+		}
+		*a.dst = s
+	}
+	if err := checkOrigin(o); err != nil {
+		return Origin{}, err
+	}
+	return o, nil
+}
+
+func (d *Decoded) decodeStarted(b []byte) (string, error) {
+	var data RunStartedData
+	if err := json.Unmarshal(b, &data); err != nil {
+		return "", err
+	}
+	d.Started = &Started{
+		Info: split.RunInfo{
+			ID:               d.Origin.RunID,
+			Host:             d.Origin.Host,
+			Lane:             d.Origin.Lane,
+			Command:          data.Command,
+			Issue:            data.Issue,
+			Started:          data.Started,
+			SourceCommit:     data.SourceCommit,
+			SourceDirty:      data.SourceDirty,
+			CollectorVersion: data.CollectorVersion,
+		},
+		Detail: StartDetail{
+			Args:            data.Args,
+			Env:             data.Env,
+			EnvAdded:        data.EnvAdded,
+			VerboseAppended: data.VerboseAppended,
+			SourceDir:       data.SourceDir,
+			PID:             data.PID,
+		},
+	}
+	return ID(d.Origin.RunID, posStarted, 0), nil
+}
+
+func (d *Decoded) decodeLines(b []byte) (string, error) {
+	var data LogLinesData
+	if err := json.Unmarshal(b, &data); err != nil {
+		return "", err
+	}
+	if err := checkStream(data.Stream); err != nil {
+		return "", err
+	}
+	if len(data.Lines) == 0 {
+		return "", fmt.Errorf("no lines")
+	}
+	if data.FirstSeq+uint64(len(data.Lines)-1) < data.FirstSeq {
+		return "", fmt.Errorf("seq overflows at first_seq %d", data.FirstSeq)
+	}
+	d.Lines = make([]split.Line, len(data.Lines))
+	for i, l := range data.Lines {
+		d.Lines[i] = split.Line{Stream: data.Stream, Seq: data.FirstSeq + uint64(i), Text: l.Text, Time: l.T}
+	}
+	return ID(d.Origin.RunID, data.Stream, data.FirstSeq), nil
+}
+
+func (d *Decoded) decodeSample(b []byte) (string, error) {
+	var data FDInfoSampleData
+	if err := json.Unmarshal(b, &data); err != nil {
+		return "", err
+	}
+	s := &split.Sample{Seq: data.Seq, Time: data.T}
+	for _, p := range data.Procs {
+		fds := make([]split.FDInfo, len(p.FDs))
+		for j, fd := range p.FDs {
+			fds[j] = split.FDInfo{FD: fd.FD, Link: fd.Link, Text: fd.Text}
+		}
+		s.Procs = append(s.Procs, split.ProcFDs{PID: p.PID, FDs: fds})
+	}
+	for _, c := range data.Cards {
+		s.Cards = append(s.Cards, split.CardGTT{Card: c.Card, UsedBytes: c.GTTUsedBytes, TotalBytes: c.GTTTotalBytes})
+	}
+	d.Sample = s
+	return ID(d.Origin.RunID, posFDInfo, data.Seq), nil
+}
+
+func (d *Decoded) decodeFinished(b []byte) (string, error) {
+	var data RunFinishedData
+	if err := json.Unmarshal(b, &data); err != nil {
+		return "", err
+	}
+	if data.DurationNS < 0 {
+		return "", fmt.Errorf("negative duration_ns %d", data.DurationNS)
+	}
+	d.Finished = &Finished{
+		Info: split.FinishInfo{
+			Finished:   data.Finished,
+			ExitCode:   data.ExitCode,
+			Signal:     data.Signal,
+			Incomplete: data.Incomplete,
+		},
+		Detail: FinishDetail{Duration: time.Duration(data.DurationNS), DroppedEvents: data.DroppedEvents},
+	}
+	return ID(d.Origin.RunID, posFinished, 0), nil
+}
+
+func (d *Decoded) decodeSplit(b []byte) (string, error) {
+	var r split.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return "", err
+	}
+	if r.Schema != split.Schema {
+		return "", fmt.Errorf("report schema %q, want %q", r.Schema, split.Schema)
+	}
+	if r.Run.ID != d.Origin.RunID || r.Run.Host != d.Origin.Host || r.Run.Lane != d.Origin.Lane {
+		return "", fmt.Errorf("report run %q/%q/%q does not match the attributes", r.Run.ID, r.Run.Host, r.Run.Lane)
+	}
+	prefix := ID(d.Origin.RunID, posSplit, 0)
+	prefix = prefix[:len(prefix)-1]
+	rest, ok := strings.CutPrefix(d.ID, prefix)
+	if !ok {
+		return "", fmt.Errorf("id is not %s<n>", prefix)
+	}
+	n, err := strconv.ParseUint(rest, 10, 31)
+	if err != nil {
+		return "", fmt.Errorf("id is not %s<n>: %w", prefix, err)
+	}
+	d.Split, d.SplitN = &r, int(n)
+	return ID(d.Origin.RunID, posSplit, n), nil
+}
