@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -149,15 +150,33 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 			if len(runs.IDs()) == 0 {
 				return fmt.Errorf("no run in %d events", st.Events)
 			}
+			fan, err := aggregator.OpenSinks(cfg.Sinks, stdout, log, nil)
+			if err != nil {
+				return err
+			}
 			for _, id := range runs.IDs() {
-				if err := aggregator.WriteReport(stdout, cfg.Format, aggregator.Report(runs.Get(id))); err != nil {
+				r := aggregator.Report(runs.Get(id))
+				if err := aggregator.WriteReport(stdout, cfg.Format, r); err != nil {
 					return err
+				}
+				if fan != nil {
+					if err := fan.Write(cmd.Context(), r); err != nil {
+						return err
+					}
+				}
+			}
+			if fan != nil {
+				// The sinks retry transient errors until shutdown_timeout.
+				ctx, cancel := context.WithTimeout(cmd.Context(), cfg.ShutdownTimeout)
+				defer cancel()
+				if err := fan.Close(ctx); err != nil {
+					return fmt.Errorf("sinks: %w", err)
 				}
 			}
 			return nil
 		},
 	}
-	addFlags(c.Flags(), "format", "threshold")
+	addFlags(c.Flags(), append([]string{"format", "threshold", "log-level"}, sinkFlags...)...)
 	return c
 }
 

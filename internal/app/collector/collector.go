@@ -191,10 +191,7 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 		if err := s.pipe.pub.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close publisher: %w", err))
 		}
-		st := s.pipe.pub.Stats()
-		dropped = st.Dropped
-		s.log.Info().Uint64("published", st.Published).Uint64("spooled", st.Spooled).Uint64("drained", st.Drained).
-			Uint64("dropped", st.Dropped).Int64("spool_bytes", st.SpoolBytes).Msg("publisher closed")
+		dropped = s.pipe.pub.Dropped()
 	}
 	if s.pipe.out != nil {
 		r := s.pipe.fold.Report()
