@@ -27,7 +27,7 @@ type Collector struct {
 
 // CollectorNATS is how the collector publishes to NATS JetStream.
 type CollectorNATS struct {
-	URL             string        `mapstructure:"url" flag:"nats-url" desc:"NATS server URL(s), comma-separated; empty means no broker: events go to the spool"`
+	URL             string        `mapstructure:"url" flag:"nats-url" desc:"NATS server URL(s), comma-separated; empty means no broker (then --out is needed); an unreachable broker spools events to disk"`
 	Token           Secret        `mapstructure:"token" desc:"NATS auth token; set it through the environment"`
 	User            string        `mapstructure:"user" desc:"NATS user name; needs nats.password"`
 	Password        Secret        `mapstructure:"password" desc:"NATS password; set it through the environment"`

@@ -107,6 +107,9 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		if cfg.Batch.MaxLines > 0 {
 			lc.MaxBatchLines = cfg.Batch.MaxLines
 		}
+		if cfg.Batch.MaxDelay > 0 {
+			lc.MaxBatchDelay = cfg.Batch.MaxDelay
+		}
 		tail, err := lt.New(lc, set)
 		if err != nil {
 			_, _ = s.close(ctx)
