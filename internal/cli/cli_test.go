@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/config"
+)
+
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, ExitOK, Code(nil))
+	require.Equal(t, ExitFailure, Code(errors.New("x")))
+	require.Equal(t, ExitUsage, Code(Usage(errors.New("x"))))
+	require.Equal(t, ExitUsage, Code(fmt.Errorf("load: %w", config.ErrInvalid)))
+	require.Equal(t, 3, Code(&ExitError{Code: 3}))
+}
+
+func TestExecute(t *testing.T) {
+	t.Parallel()
+	newRoot := func() *cobra.Command {
+		root := &cobra.Command{Use: "prog"}
+		root.AddCommand(&cobra.Command{Use: "ok", Args: Args(cobra.NoArgs), RunE: func(*cobra.Command, []string) error { return nil }},
+			&cobra.Command{Use: "fail", RunE: func(*cobra.Command, []string) error { return errors.New("it broke") }},
+			&cobra.Command{Use: "child", RunE: func(*cobra.Command, []string) error { return &ExitError{Code: 3} }})
+		return root
+	}
+	var stderr bytes.Buffer
+	require.Equal(t, 0, Execute(newRoot(), []string{"ok"}, &stderr))
+	require.Equal(t, 2, Execute(newRoot(), []string{"ok", "extra"}, &stderr))
+	require.Equal(t, 2, Execute(newRoot(), []string{"nope"}, &stderr))
+	require.Equal(t, 2, Execute(newRoot(), []string{"ok", "--no-such-flag"}, &stderr))
+	stderr.Reset()
+	require.Equal(t, 1, Execute(newRoot(), []string{"fail"}, &stderr))
+	require.Equal(t, "prog: it broke\n", stderr.String())
+	stderr.Reset()
+	require.Equal(t, 3, Execute(newRoot(), []string{"child"}, &stderr))
+	require.Empty(t, stderr.String(), "a child's exit code is passed on silently")
+}
