@@ -195,6 +195,7 @@ func (s *Service) run(ctx context.Context, o events.Origin) (*liveRun, error) {
 		}
 		r := &liveRun{st: st, rev: e.Revision()}
 		s.runs[o.RunID] = r
+		s.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
 		return r, nil
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		r := &liveRun{st: NewRunState(o, s.opts)}
