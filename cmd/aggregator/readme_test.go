@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// readmeCommands returns the commands of the README's "The two commands"
+// section, in order.
+func readmeCommands(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	s := string(b)
+	i := strings.Index(s, "## The two commands")
+	require.GreaterOrEqual(t, i, 0, "README.md lost its 'The two commands' section")
+	s = s[i:]
+	if j := strings.Index(s[3:], "\n## "); j >= 0 {
+		s = s[:j+3]
+	}
+	var cmds []string
+	for _, block := range strings.Split(s, "```sh\n")[1:] {
+		cmd := strings.TrimSpace(block[:strings.Index(block, "```")])
+		cmds = append(cmds, cmd)
+	}
+	return cmds
+}
+
+// TestREADMEQuickstartIntegration runs the README's quickstart command
+// itself, from the repository's root, so the README cannot drift.
+func TestREADMEQuickstartIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole pipeline")
+	}
+	cmds := readmeCommands(t)
+	require.Len(t, cmds, 2, "the README names two commands: the quickstart and the tests")
+	require.Equal(t, "go test -race ./...", cmds[1])
+	ci, err := os.ReadFile(filepath.Join("..", "..", ".ci", "run"))
+	require.NoError(t, err)
+	require.Contains(t, string(ci), "\n"+cmds[1]+"\n", ".ci/run must run the README's test command")
+
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	out := filepath.Join(root, "quickstart-out")
+	require.NoError(t, os.RemoveAll(out))
+	t.Cleanup(func() { _ = os.RemoveAll(out) })
+
+	cmd := exec.Command("sh", "-c", cmds[0])
+	cmd.Dir = root
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stderr:\n%s", stderr.String())
+	for _, want := range []string{"3925.0", "2375.9", "795.8", "20497.0", "15718.5", "2631.3", "wrote 2 splits"} {
+		require.Contains(t, stdout.String(), want)
+	}
+	for _, f := range []string{
+		"json/strix01/gpu0/strix01-20261107T140311-4b.json", "json/strix01/gpu1/strix01-20261107T141902-27b.json",
+		"json/splits.jsonl", "reports/strix01/gpu0/strix01-20261107T140311-4b.md",
+	} {
+		require.FileExists(t, filepath.Join(out, f))
+	}
+}
