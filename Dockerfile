@@ -1,0 +1,39 @@
+# syntax=docker/dockerfile:1
+#
+# gttsplit: the collector and aggregator binaries on a small Alpine image,
+# with the recorded reference runs (testdata/runs) for replays and
+# `aggregator quickstart`.
+#
+#   docker build -t gttsplit:dev .
+#   docker run --rm -p 8080:8080 -p 4222:4222 gttsplit:dev \
+#     aggregator serve --embedded-listen 0.0.0.0:4222 --http 0.0.0.0:8080 --json-dir /out/json
+#
+# docker-compose.yml runs it with a NATS server (see the README).
+
+FROM golang:1.26 AS build
+WORKDIR /src
+# Modules first, so a source change does not download them again.
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+# Static binaries: the runtime image needs no C library of the builder's.
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w" \
+      -o /dist/ ./cmd/collector ./cmd/aggregator
+
+FROM alpine:3.22
+# A fixed non-root user; /out (sinks), /data (the embedded server's store)
+# and /spool (the collector's spool) belong to it, so fresh named volumes
+# mounted there are writable.
+RUN addgroup -S -g 65532 gttsplit \
+ && adduser -S -D -u 65532 -G gttsplit -h /home/gttsplit gttsplit \
+ && mkdir -p /out /data /spool \
+ && chown gttsplit:gttsplit /out /data /spool
+COPY --from=build /dist/collector /dist/aggregator /usr/local/bin/
+COPY testdata/runs /testdata/runs
+USER gttsplit
+# From /, `aggregator quickstart` finds testdata/runs/*/events.jsonl and
+# the embedded server's default store ./data is /data.
+WORKDIR /
+ENV GTTSPLIT_SPOOL_DIR=/spool
+EXPOSE 8080 4222
+CMD ["aggregator", "--help"]
