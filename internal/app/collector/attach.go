@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -75,7 +76,8 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		_, _ = s.close(ctx)
 		return err
 	}
-	done := make(chan struct{})
+	done := make(chan struct{}) // closed when the process exited
+	d := &detacher{sourcesDone: make(chan struct{})}
 	// Samples are numbered by their time: a restarted collector's samples
 	// do not collide with the first one's.
 	sampleEmit := func(ctx context.Context, r sources.Record) error {
@@ -85,10 +87,15 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		return s.pipe.emit(ctx, r)
 	}
 	srcs := []sources.Source{sourceFunc(func(ctx context.Context, _ sources.Emit) error {
-		defer close(done)
 		err := sampler.Run(ctx, sampleEmit)
 		if errors.Is(err, fdinfo.ErrNoProcess) {
-			return nil
+			err = nil
+		}
+		switch {
+		case err != nil:
+			stop() // a failed sampler detaches
+		case ctx.Err() == nil:
+			close(done) // the process exited: the run is finished
 		}
 		return err
 	})}
@@ -115,10 +122,16 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 			_, _ = s.close(ctx)
 			return cli.Usage(err)
 		}
-		srcs = append(srcs, tail)
+		srcs = append(srcs, sourceFunc(func(ctx context.Context, _ sources.Emit) error {
+			return tail.Run(ctx, d.logEmit(s.pipe.emit))
+		}))
 	}
 	s.log.Info().Int("pid", pid).Str("log", cfg.Attach.Log).Msg("attached")
-	runErr := runSources(ctx, s.pipe.emit, srcs...)
+	srcCtx, stopSources := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSources()
+	go d.run(ctx, s, stopSources)
+	runErr := runSources(srcCtx, s.pipe.emit, srcs...)
+	close(d.sourcesDone)
 
 	sctx, cancel := s.shutdownCtx(ctx)
 	defer cancel()
@@ -141,6 +154,65 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	}
 	_, closeErr := s.close(sctx)
 	return errors.Join(runErr, closeErr)
+}
+
+// detacher stops attach's sources when the collector detaches (ctx ends
+// before the process exited), but only once what they emitted is durable.
+// The log follower saves its read position when the broker acknowledged a
+// record, and only while it runs: a record acknowledged after it stopped
+// would be read again by the next attach, in a batch of other bounds whose
+// id (<run>/log/<first seq>) the stream already holds for fewer lines, so
+// JetStream would drop it as a duplicate and the lines after those lost.
+type detacher struct {
+	mu          sync.RWMutex // held for reading while a log record is handed over
+	detaching   bool
+	sourcesDone chan struct{} // closed when the sources returned
+}
+
+// logEmit wraps the log follower's emit: once detaching, records are held
+// back (the next attach reads them again) until the sources stop.
+func (d *detacher) logEmit(emit sources.Emit) sources.Emit {
+	return func(ctx context.Context, r sources.Record) error {
+		d.mu.RLock()
+		if !d.detaching {
+			defer d.mu.RUnlock()
+			return emit(ctx, r)
+		}
+		d.mu.RUnlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+}
+
+// run waits for ctx to end; then it holds new log records back, waits until
+// the publisher has every event handed to it acknowledged or spooled, all
+// within the shutdown timeout, and stops the sources.
+func (d *detacher) run(ctx context.Context, s *session, stopSources context.CancelFunc) {
+	select {
+	case <-d.sourcesDone:
+		return
+	case <-ctx.Done():
+	}
+	defer stopSources()
+	sctx, cancel := s.shutdownCtx(ctx)
+	defer cancel()
+	held := make(chan struct{})
+	go func() {
+		d.mu.Lock() // a record being handed over goes first
+		d.detaching = true
+		d.mu.Unlock()
+		close(held)
+	}()
+	select {
+	case <-held:
+	case <-sctx.Done():
+		return
+	}
+	if s.pipe.pub != nil {
+		if err := s.pipe.pub.Flush(sctx); err != nil {
+			s.log.Warn().Err(err).Msg("detaching before the broker acknowledged every event; the next attach sends them again")
+		}
+	}
 }
 
 type sourceFunc func(ctx context.Context, emit sources.Emit) error

@@ -66,8 +66,12 @@ files:
 				s.log.Debug().Str("file", name).Int("line", r.Line()).Err(err).Msg("skipped an event")
 				continue
 			}
-			if factor > 0 && !ev.Time().IsZero() {
-				if !last.IsZero() && ev.Time().After(last) {
+			// Pace by the latest time seen: an event stamped earlier than
+			// the one before it (a log batch is stamped with its first
+			// line) goes at once and does not make the next one wait its
+			// gap again.
+			if factor > 0 && ev.Time().After(last) {
+				if !last.IsZero() {
 					wait := time.Duration(float64(ev.Time().Sub(last)) / factor)
 					select {
 					case <-time.After(wait):
@@ -79,7 +83,9 @@ files:
 				last = ev.Time()
 			}
 			if err := s.pipe.pub.Publish(ctx, ev, nil); err != nil {
-				runErr = err
+				if ctx.Err() == nil { // else stopped by a signal
+					runErr = err
+				}
 				f.Close()
 				break files
 			}

@@ -65,15 +65,7 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	}
 
 	fc := fdinfo.DefaultConfig()
-	fc.PIDFunc = func(ctx context.Context) (int, error) {
-		pid, err := pw.WaitPID(ctx)
-		if err == nil {
-			s.pipe.mu.Lock()
-			s.pipe.detail.PID = pid
-			s.pipe.mu.Unlock()
-		}
-		return pid, err
-	}
+	fc.PIDFunc = pw.WaitPID
 	fc.ProcRoot, fc.SysRoot = cfg.Sample.ProcRoot, cfg.Sample.SysRoot
 	fc.Interval, fc.RescanInterval = cfg.Sample.Interval, cfg.Sample.RescanInterval
 	sampler, err := fdinfo.New(fc, set)
@@ -89,6 +81,13 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 		finished *split.FinishInfo
 	)
 	emit := func(ctx context.Context, r sources.Record) error {
+		if r.Started != nil {
+			// procwrap emits Started once the child runs: name its pid
+			// there, not when the sampler happens to learn it.
+			s.pipe.mu.Lock()
+			s.pipe.detail.PID = pw.PID()
+			s.pipe.mu.Unlock()
+		}
 		if r.Finished != nil {
 			mu.Lock()
 			finished = r.Finished

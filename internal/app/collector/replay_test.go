@@ -1,0 +1,112 @@
+package collector
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// TestReplayIntegration publishes the 4B recorded stream to an embedded
+// nats-server: each event once with its id unchanged; replaying it again, at
+// any pace, leaves one copy of each in the stream (JetStream de-duplicates
+// by Nats-Msg-Id); lines that are no events are counted and skipped.
+func TestReplayIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
+	recorded := readJSONL(t, file)
+	runID := recorded[0].Origin.RunID
+	srv := natstest.Start(t)
+	js := jsConn(t, srv.ClientURL())
+
+	replay := func(pace string, files ...string) ReplayStats {
+		t.Helper()
+		cfg := testConfig(t)
+		cfg.NATS.URL = srv.ClientURL()
+		cfg.Replay.Pace = pace
+		st, err := Replay(testCtx(t), cfg, files, newTestIO().io(), testLogger(t))
+		require.NoError(t, err, "pace %s", pace)
+		return st
+	}
+	requireStream := func() {
+		t.Helper()
+		msgs := streamOf(t, js, runID)
+		require.Len(t, msgs, len(recorded), "one copy of each event")
+		for i, m := range msgs {
+			require.Equal(t, recorded[i].ID, m.ID, "event %d: id unchanged, file order kept", i)
+			require.Equal(t, m.ID, m.MsgID)
+			require.Equal(t, recorded[i], m.Decoded, "event %d: content unchanged", i)
+		}
+		s, err := js.Stream(testCtx(t), "GTTSPLIT")
+		require.NoError(t, err)
+		info, err := s.Info(testCtx(t))
+		require.NoError(t, err)
+		require.Equal(t, uint64(len(recorded)), info.State.Msgs, "nothing else in the stream")
+	}
+
+	st := replay("instant", file)
+	require.Equal(t, ReplayStats{Published: len(recorded)}, st)
+	requireStream()
+
+	// Published again: every copy is a duplicate.
+	st = replay("instant", file)
+	require.Equal(t, ReplayStats{Published: len(recorded)}, st)
+	requireStream()
+
+	// Paced by the events' own time, 1000 times faster.
+	st = replay("1000x", file)
+	require.Equal(t, len(recorded), st.Published)
+	requireStream()
+
+	// At the original pace, three samples about 100 ms apart, with a
+	// malformed line and an event of an unknown type among them.
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var part bytes.Buffer
+	n := 0
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		if bytes.Contains(line, []byte(`"type":"`+events.TypeFDInfoSample+`"`)) && n < 3 {
+			part.Write(line)
+			n++
+			if n == 1 {
+				part.WriteString("{not an event\n")
+				unknown := bytes.Replace(line, []byte(events.TypeFDInfoSample), []byte("io.gttsplit.fdinfo.sample.v9"), 1)
+				part.Write(unknown)
+			}
+		}
+	}
+	require.Equal(t, 3, n)
+	small := filepath.Join(t.TempDir(), "part.jsonl")
+	require.NoError(t, os.WriteFile(small, part.Bytes(), 0o644))
+	st = replay("original", small)
+	require.Equal(t, ReplayStats{Published: 3, Skipped: 1, Invalid: 1}, st)
+	requireStream()
+
+	// A signal stops it (before the first event or in the hour's gap after
+	// it) without an error.
+	var gap bytes.Buffer
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	gap.Write(lines[0])
+	last := lines[len(recorded)-1]
+	late := bytes.Replace(last, []byte(`"time":"2026-11-07T14:`), []byte(`"time":"2026-11-07T15:`), 1)
+	require.NotEqual(t, last, late)
+	gap.Write(late)
+	gapFile := filepath.Join(t.TempDir(), "gap.jsonl")
+	require.NoError(t, os.WriteFile(gapFile, gap.Bytes(), 0o644))
+	cfg := testConfig(t)
+	cfg.NATS.URL = srv.ClientURL()
+	cfg.Replay.Pace = "original"
+	o := newTestIO()
+	o.sigs <- syscall.SIGINT
+	st, err = Replay(testCtx(t), cfg, []string{gapFile}, o.io(), testLogger(t))
+	require.NoError(t, err, "a signal is a clean stop")
+	require.LessOrEqual(t, st.Published, 1, "stopped in the gap")
+	requireStream()
+}
