@@ -83,7 +83,7 @@ func TestConsumerRedeliveryIntegration(t *testing.T) {
 	require.NotErrorIs(t, ctx.Err(), context.DeadlineExceeded, "not every message was acked")
 
 	require.ElementsMatch(t, byRun["run-x"], c.acked)
-	naked := "run-x/stdout/4"
+	naked := "run-x/stdout/4-6"
 	require.Equal(t, []uint64{1, 2}, c.seen[naked])
 	for id, d := range c.seen {
 		if id != naked {

@@ -246,7 +246,7 @@ func (d *Decoded) decodeLines(b []byte) (string, error) {
 	for i, l := range data.Lines {
 		d.Lines[i] = split.Line{Stream: data.Stream, Seq: data.FirstSeq + uint64(i), Text: l.Text, Time: l.T}
 	}
-	return ID(d.Origin.RunID, data.Stream, data.FirstSeq), nil
+	return LinesID(d.Origin.RunID, data.Stream, data.FirstSeq, data.FirstSeq+uint64(len(data.Lines))-1), nil
 }
 
 func (d *Decoded) decodeSample(b []byte) (string, error) {

@@ -55,6 +55,15 @@ func ID(runID, pos string, n uint64) string {
 	return runID + "/" + pos + "/" + strconv.FormatUint(n, 10)
 }
 
+// LinesID returns the id of the log batch holding lines first..last of
+// stream: <runid>/<stream>/<first>-<last>. Naming both ends keeps a batch
+// that a restarted source re-reads with other bounds from being dropped by
+// JetStream as a duplicate of a shorter one (the fold ignores the lines it
+// already has).
+func LinesID(runID, stream string, first, last uint64) string {
+	return ID(runID, stream, first) + "-" + strconv.FormatUint(last, 10)
+}
+
 // NewRunStarted builds the run-started event of the run described by info;
 // info.ID, info.Host and info.Lane are the event's origin.
 func NewRunStarted(info split.RunInfo, d StartDetail) (event.Event, error) {
@@ -99,7 +108,7 @@ func NewLogLines(o Origin, lines []split.Line) (event.Event, error) {
 		}
 		data.Lines[i] = LineData{T: utc(l.Time), Text: l.Text}
 	}
-	return build(o, TypeLogLines, ID(o.RunID, stream, data.FirstSeq), data.Lines[0].T, data)
+	return build(o, TypeLogLines, LinesID(o.RunID, stream, data.FirstSeq, data.FirstSeq+uint64(len(lines))-1), data.Lines[0].T, data)
 }
 
 // NewFDInfoSample builds the event of one sampling tick.

@@ -42,7 +42,7 @@ func TestRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		d := decode(t, ev)
 		require.Empty(t, cmp.Diff(exampleLines(), d.Lines, equate))
-		require.Equal(t, origin.RunID+"/stderr/212", d.ID)
+		require.Equal(t, origin.RunID+"/stderr/212-214", d.ID)
 	})
 	t.Run("fdinfo sample", func(t *testing.T) {
 		ev, err := events.NewFDInfoSample(origin, exampleSample())
@@ -85,7 +85,7 @@ func TestIDsAndAttributes(t *testing.T) {
 	t.Parallel()
 	wantIDs := map[string]string{
 		events.TypeRunStarted:   origin.RunID + "/started/0",
-		events.TypeLogLines:     origin.RunID + "/stderr/212",
+		events.TypeLogLines:     origin.RunID + "/stderr/212-214",
 		events.TypeFDInfoSample: origin.RunID + "/fdinfo/7",
 		events.TypeRunFinished:  origin.RunID + "/finished/0",
 		events.TypeSplit:        origin.RunID + "/split/0",
@@ -237,7 +237,7 @@ func TestDecodeErrors(t *testing.T) {
 			ev.DataEncoded = []byte(`{"stream":"split","first_seq":212,"lines":[{"text":"x"}]}`)
 		}), events.ErrInvalid},
 		{"seq overflow", mutate(t, lines, func(ev *event.Event) {
-			ev.SetID(origin.RunID + "/stderr/18446744073709551615")
+			ev.SetID(origin.RunID + "/stderr/18446744073709551615-0")
 			ev.DataEncoded = []byte(`{"stream":"stderr","first_seq":18446744073709551615,"lines":[{"text":"a"},{"text":"b"}]}`)
 		}), events.ErrInvalid},
 		{"negative seq", mutate(t, sample, func(ev *event.Event) { ev.DataEncoded = []byte(`{"seq":-1}`) }), events.ErrInvalid},

@@ -159,10 +159,10 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 // detacher stops attach's sources when the collector detaches (ctx ends
 // before the process exited), but only once what they emitted is durable.
 // The log follower saves its read position when the broker acknowledged a
-// record, and only while it runs: a record acknowledged after it stopped
-// would be read again by the next attach, in a batch of other bounds whose
-// id (<run>/log/<first seq>) the stream already holds for fewer lines, so
-// JetStream would drop it as a duplicate and the lines after those lost.
+// record, and only while it runs: a record acknowledged after it stopped is
+// read again by the next attach (as a batch of other bounds, so it gets its
+// own id and the fold drops the lines it already has). Draining first keeps
+// that re-read, and the duplicate traffic, small.
 type detacher struct {
 	mu          sync.RWMutex // held for reading while a log record is handed over
 	detaching   bool
