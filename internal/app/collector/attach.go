@@ -49,7 +49,7 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	if runID == "" {
 		runID = fmt.Sprintf("%s-pid%d-%d", tokenSafe(host), pid, start)
 	}
-	s, err := newSession(ctx, cfg, runID, log)
+	s, err := newSession(ctx, cfg, runID, true, log)
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,12 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	go forward(ctx, io, func(os.Signal) { stop() })
 
 	if err := s.pipe.emit(ctx, sources.Record{Started: &s.info}); err != nil {
-		_, _ = s.close(ctx)
+		sctx, cancel := s.shutdownCtx(ctx)
+		defer cancel()
+		_, _ = s.close(sctx)
+		if ctx.Err() != nil {
+			return nil // stopped by a signal before anything was attached
+		}
 		return err
 	}
 	set := sources.Settings{Logger: s.log}

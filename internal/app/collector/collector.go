@@ -64,7 +64,9 @@ type session struct {
 	pipe   *pipeline
 }
 
-func newSession(ctx context.Context, cfg config.Collector, runID string, log zerolog.Logger) (*session, error) {
+// newSession sets up a run's pipeline. resume is set by attach: a restarted
+// attach continues the same run, so --out is appended to.
+func newSession(ctx context.Context, cfg config.Collector, runID string, resume bool, log zerolog.Logger) (*session, error) {
 	if cfg.NATS.URL == "" && cfg.Out == "" {
 		return nil, cli.Usage(ErrNoDestination)
 	}
@@ -84,7 +86,7 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, log zer
 	s.info = split.RunInfo{ID: runID, Host: host, Lane: cfg.Lane, Issue: cfg.Issue, CollectorVersion: cli.Version()}
 	s.pipe = &pipeline{origin: s.origin, maxLines: cfg.Batch.MaxLines, log: s.log, fold: split.NewFold(split.Options{})}
 	if cfg.Out != "" {
-		rec, err := newRecorder(cfg.Out)
+		rec, err := newRecorder(cfg.Out, resume, s.pipe.fold)
 		if err != nil {
 			return nil, err
 		}

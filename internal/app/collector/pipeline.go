@@ -148,21 +148,31 @@ type recorder struct {
 	scratch bytes.Buffer
 }
 
-func newRecorder(dir string) (*recorder, error) {
+// newRecorder opens the --out directory. With resume (a restarted attach of
+// the same run) the files are appended to, and what events.jsonl already
+// holds is folded into fold, so the local split covers the whole run;
+// otherwise they start empty.
+func newRecorder(dir string, resume bool, fold *split.Fold) (*recorder, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("out: %w", err)
 	}
 	rec := &recorder{dir: dir}
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if resume {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
 	var err error
-	if rec.logf, err = os.Create(filepath.Join(dir, "split.log")); err != nil {
+	if rec.logf, err = os.OpenFile(filepath.Join(dir, "split.log"), flags, 0o644); err != nil {
 		return nil, fmt.Errorf("out: %w", err)
 	}
-	if rec.gtt, err = os.Create(filepath.Join(dir, "gtt.txt")); err != nil {
+	if rec.gtt, err = os.OpenFile(filepath.Join(dir, "gtt.txt"), flags, 0o644); err != nil {
 		rec.close()
 		return nil, fmt.Errorf("out: %w", err)
 	}
 	path := filepath.Join(dir, "events.jsonl")
-	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+	if resume {
+		refold(path, fold)
+	} else if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		rec.close()
 		return nil, fmt.Errorf("out: %w", err)
 	}
@@ -171,6 +181,35 @@ func newRecorder(dir string) (*recorder, error) {
 		return nil, fmt.Errorf("out: %w", err)
 	}
 	return rec, nil
+}
+
+// refold folds the events of a recorded stream into fold (a missing file is
+// an empty one).
+func refold(path string, fold *split.Fold) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	r := events.NewReader(f)
+	for r.Next() {
+		d, err := events.Decode(r.Event())
+		if err != nil {
+			continue
+		}
+		switch {
+		case d.Started != nil:
+			fold.SetRun(d.Started.Info)
+		case d.Lines != nil:
+			for _, l := range d.Lines {
+				fold.AddLine(l)
+			}
+		case d.Sample != nil:
+			fold.AddSample(*d.Sample)
+		case d.Finished != nil:
+			fold.Finish(d.Finished.Info)
+		}
+	}
 }
 
 // write records a record and the events built from it.

@@ -41,7 +41,7 @@ func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, lo
 	}
 	c := cfg
 	c.Out = ""
-	s, err := newSession(ctx, c, "replay", log)
+	s, err := newSession(ctx, c, "replay", false, log)
 	if err != nil {
 		return st, err
 	}

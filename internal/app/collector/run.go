@@ -26,7 +26,7 @@ const ExitCannotRun = procwrap.ExitCannotRun
 // both, and returns the child's exit code (128+N for a signal, 127 when it
 // could not start).
 func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log zerolog.Logger) (int, error) {
-	s, err := newSession(ctx, cfg, cfg.RunID, log)
+	s, err := newSession(ctx, cfg, cfg.RunID, false, log)
 	if err != nil {
 		return 1, err
 	}

@@ -319,7 +319,7 @@ func requireExactlyOnce(t *testing.T, msgs []streamMsg, recorded []events.Decode
 		case events.TypeFDInfoSample:
 			want = fmt.Sprintf("%s/fdinfo/%d", runID, m.Sample.Seq)
 		case events.TypeLogLines:
-			want = fmt.Sprintf("%s/%s/%d", runID, m.Lines[0].Stream, m.Lines[0].Seq)
+			want = fmt.Sprintf("%s/%s/%d-%d", runID, m.Lines[0].Stream, m.Lines[0].Seq, m.Lines[len(m.Lines)-1].Seq)
 		}
 		require.Equal(t, want, m.ID, "deterministic id")
 	}
