@@ -86,7 +86,11 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, resume 
 	s.info = split.RunInfo{ID: runID, Host: host, Lane: cfg.Lane, Issue: cfg.Issue, CollectorVersion: cli.Version()}
 	s.pipe = &pipeline{origin: s.origin, maxLines: cfg.Batch.MaxLines, log: s.log, fold: split.NewFold(split.Options{})}
 	if cfg.Out != "" {
-		rec, err := newRecorder(cfg.Out, resume, s.pipe.fold)
+		resumeRun := ""
+		if resume {
+			resumeRun = runID
+		}
+		rec, err := newRecorder(cfg.Out, resumeRun, s.pipe.fold)
 		if err != nil {
 			return nil, err
 		}

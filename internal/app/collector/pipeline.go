@@ -148,15 +148,17 @@ type recorder struct {
 	scratch bytes.Buffer
 }
 
-// newRecorder opens the --out directory. With resume (a restarted attach of
-// the same run) the files are appended to, and what events.jsonl already
-// holds is folded into fold, so the local split covers the whole run;
-// otherwise they start empty.
-func newRecorder(dir string, resume bool, fold *split.Fold) (*recorder, error) {
+// newRecorder opens the --out directory. When resumeRun names the run that
+// events.jsonl already records (a restarted attach of the same run), the
+// files are appended to and what events.jsonl holds is folded into fold, so
+// the local split covers the whole run; otherwise they start empty.
+func newRecorder(dir, resumeRun string, fold *split.Fold) (*recorder, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("out: %w", err)
 	}
 	rec := &recorder{dir: dir}
+	path := filepath.Join(dir, "events.jsonl")
+	resume := resumeRun != "" && refold(path, resumeRun, fold)
 	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	if resume {
 		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
@@ -169,12 +171,11 @@ func newRecorder(dir string, resume bool, fold *split.Fold) (*recorder, error) {
 		rec.close()
 		return nil, fmt.Errorf("out: %w", err)
 	}
-	path := filepath.Join(dir, "events.jsonl")
-	if resume {
-		refold(path, fold)
-	} else if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-		rec.close()
-		return nil, fmt.Errorf("out: %w", err)
+	if !resume {
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			rec.close()
+			return nil, fmt.Errorf("out: %w", err)
+		}
 	}
 	if rec.jsonl, err = events.OpenWriter(path); err != nil {
 		rec.close()
@@ -183,20 +184,29 @@ func newRecorder(dir string, resume bool, fold *split.Fold) (*recorder, error) {
 	return rec, nil
 }
 
-// refold folds the events of a recorded stream into fold (a missing file is
-// an empty one).
-func refold(path string, fold *split.Fold) {
+// refold folds the events of run in a recorded stream into fold. It
+// returns false, folding nothing, when the file is missing or records
+// another run.
+func refold(path, run string, fold *split.Fold) bool {
 	f, err := os.Open(path)
 	if err != nil {
-		return
+		return false
 	}
 	defer f.Close()
 	r := events.NewReader(f)
+	first := true
 	for r.Next() {
 		d, err := events.Decode(r.Event())
 		if err != nil {
 			continue
 		}
+		if d.Origin.RunID != run {
+			if first {
+				return false
+			}
+			continue
+		}
+		first = false
 		switch {
 		case d.Started != nil:
 			fold.SetRun(d.Started.Info)
@@ -210,6 +220,7 @@ func refold(path string, fold *split.Fold) {
 			fold.Finish(d.Finished.Info)
 		}
 	}
+	return !first
 }
 
 // write records a record and the events built from it.
