@@ -21,6 +21,9 @@ type RunState struct {
 	LastEvent time.Time `json:"last_event"`
 	// Finished is set once the run-finished event was applied.
 	Finished bool `json:"finished"`
+	// FinishedSeq is the stream sequence of the run-finished message (the
+	// highest, if it came more than once); 0 when not from a stream.
+	FinishedSeq uint64 `json:"finished_seq,omitempty"`
 	// Reported is the JSON of the last split written to the sinks, so an
 	// unchanged split is not written again.
 	Reported string `json:"reported,omitempty"`

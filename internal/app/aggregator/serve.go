@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -149,6 +150,10 @@ type ServeOptions struct {
 	Ready func(natsURL string)
 	// OnClose, if set, is called after each run's split was written.
 	OnClose func(id string, r split.Report)
+	// HTTPReady, if set, is called once the HTTP endpoint listens, with
+	// its address (host:port; it tells the port when http.listen asks for
+	// port 0).
+	HTTPReady func(addr string)
 }
 
 // Serve is `aggregator serve`: it consumes the events of every run, folds
@@ -175,36 +180,47 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	if err != nil {
 		return err
 	}
-	b, err := openBroker(ctx, cfg, log)
-	if err != nil {
+	closeSinks := func() {
 		if fan != nil {
 			_ = fan.Close(context.Background())
 		}
+	}
+	b, err := openBroker(ctx, cfg, log)
+	if err != nil {
+		closeSinks()
+		return err
+	}
+	// fail undoes the start on an error before consuming began.
+	fail := func(err error) error {
+		b.close()
+		closeSinks()
 		return err
 	}
 	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose}
 	if opt.Stdout != nil {
 		sc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
 	}
-	svc, err := NewService(ctx, b.js, sc, m, log)
-	if err != nil {
-		b.close()
-		return err
-	}
 	cc := bus.DefaultConsumerConfig()
 	cc.Stream, cc.Durable = cfg.NATS.Stream, cfg.Consumer.Durable
 	cc.AckWait, cc.MaxAckPending = cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending
 	cons, err := bus.NewConsumer(ctx, b.js, cc, log)
 	if err != nil {
-		b.close()
-		return err
+		return fail(err)
+	}
+	sc.AckFloor = ConsumerAckFloor(b.js, cc)
+	svc, err := NewService(ctx, b.js, sc, m, log)
+	if err != nil {
+		return fail(err)
 	}
 	var srv *http.Server
 	if cfg.HTTP.Listen != "" {
-		srv, err = startHTTP(cfg.HTTP.Listen, svc, b, m, log)
+		var addr string
+		srv, addr, err = startHTTP(cfg.HTTP.Listen, svc, b, m, log)
 		if err != nil {
-			b.close()
-			return err
+			return fail(err)
+		}
+		if opt.HTTPReady != nil {
+			opt.HTTPReady(addr)
 		}
 	}
 	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
@@ -214,7 +230,9 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	if opt.Ready != nil {
 		opt.Ready(b.nc.ConnectedUrl())
 	}
-	consumeErr := cons.Consume(ctx, svc.Handle)
+	hs := StartHandlers(ctx, runtime.GOMAXPROCS(0), svc.Handle, cc.NakDelay, log)
+	consumeErr := cons.Consume(ctx, hs.Handle)
+	hs.Close()
 
 	// Drain: what the consumer handed over is folded; write it and ack it,
 	// then flush the sinks, within the shutdown deadline.
@@ -240,7 +258,19 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	return errors.Join(errs...)
 }
 
-func startHTTP(listen string, svc *Service, b *broker, m *metrics, log zerolog.Logger) (*http.Server, error) {
+// ConsumerAckFloor returns the ServiceConfig.AckFloor of a service that
+// consumes cc: it asks the server for the consumer's ack floor.
+func ConsumerAckFloor(js jetstream.JetStream, cc bus.ConsumerConfig) func(context.Context) (uint64, error) {
+	return func(ctx context.Context) (uint64, error) {
+		c, err := js.Consumer(ctx, cc.Stream, cc.Durable)
+		if err != nil {
+			return 0, fmt.Errorf("consumer %s: %w", cc.Durable, err)
+		}
+		return c.CachedInfo().AckFloor.Stream, nil
+	}
+}
+
+func startHTTP(listen string, svc *Service, b *broker, m *metrics, log zerolog.Logger) (*http.Server, string, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -275,7 +305,7 @@ func startHTTP(listen string, svc *Service, b *broker, m *metrics, log zerolog.L
 	})
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return nil, fmt.Errorf("http.listen: %w", err)
+		return nil, "", fmt.Errorf("http.listen: %w", err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -284,7 +314,7 @@ func startHTTP(listen string, svc *Service, b *broker, m *metrics, log zerolog.L
 		}
 	}()
 	log.Info().Str("listen", ln.Addr().String()).Msg("http: /healthz /readyz /metrics /runs /runs/{id}")
-	return srv, nil
+	return srv, ln.Addr().String(), nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -30,6 +30,9 @@ const StateBucket = "GTTSPLIT_RUNS"
 const (
 	flushEvery = 50 * time.Millisecond // persist and ack at least this often
 	flushBatch = 256                   // ... or after this many messages
+	// persistParallel bounds the run states a flush writes at once (the
+	// writes are independent round trips to the server).
+	persistParallel = 32
 )
 
 // Service folds the events of every run from a durable JetStream consumer.
@@ -41,21 +44,29 @@ const (
 // re-reads the state and re-applies its events (the fold ignores what it
 // already holds).
 type Service struct {
-	log     zerolog.Logger
-	opts    split.Options
-	idle    time.Duration
-	js      jetstream.JetStream
-	kv      jetstream.KeyValue
-	sinks   *sinks.Fanout // nil: no sink
-	print   func(split.Report)
-	now     func() time.Time
-	m       *metrics
-	onClose func(id string, r split.Report)
+	log      zerolog.Logger
+	opts     split.Options
+	idle     time.Duration
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	sinks    *sinks.Fanout // nil: no sink
+	print    func(split.Report)
+	now      func() time.Time
+	m        *metrics
+	onClose  func(id string, r split.Report)
+	ackFloor func(context.Context) (uint64, error)
 
 	mu      sync.Mutex
 	runs    map[string]*liveRun
-	pending []bus.Msg
+	pending []pendingMsg
 	closed  atomic.Int64
+}
+
+// pendingMsg is a folded message awaiting its ack, with its run (so the
+// flush need not decode it again).
+type pendingMsg struct {
+	msg bus.Msg
+	run string
 }
 
 type liveRun struct {
@@ -75,6 +86,16 @@ type ServiceConfig struct {
 	// OnClose, if set, is called after a run's split was written.
 	OnClose func(id string, r split.Report)
 	Now     func() time.Time
+	// AckFloor, if set, returns the consumer's ack floor: the stream
+	// sequence up to which every message was acknowledged, by any
+	// aggregator sharing the consumer. A finished run is closed only once
+	// the floor reached its run-finished event, so that no event published
+	// before that one is still in flight: held unacknowledged by another
+	// aggregator, or taken by one that crashed and due for redelivery
+	// after the ack wait. A split written before them would be wrong (and
+	// replaced later). Without AckFloor, or when it fails, a finished run
+	// closes at once, or at the idle timeout. See ConsumerAckFloor.
+	AckFloor func(ctx context.Context) (uint64, error)
 }
 
 // NewService opens the state bucket and loads the runs still open in it.
@@ -95,7 +116,8 @@ func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, 
 		m = newMetrics()
 	}
 	s := &Service{log: log, opts: cfg.Fold, idle: cfg.IdleTimeout, js: js, kv: kv, sinks: cfg.Sinks,
-		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{}}
+		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{},
+		ackFloor: cfg.AckFloor}
 	if err := s.loadOpen(ctx); err != nil {
 		return nil, err
 	}
@@ -166,10 +188,13 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 		return err // nak: the bucket is not reachable
 	}
 	ApplyTo(r.st, d)
+	if seq := msg.Metadata().StreamSeq; d.Finished != nil && seq > r.st.FinishedSeq {
+		r.st.FinishedSeq = seq
+	}
 	r.st.LastEvent = s.now()
 	r.dirty = true
 	r.events = append(r.events, d)
-	s.pending = append(s.pending, msg)
+	s.pending = append(s.pending, pendingMsg{msg: msg, run: d.Origin.RunID})
 	full := len(s.pending) >= flushBatch
 	s.mu.Unlock()
 	s.m.foldSeconds.Observe(time.Since(t0).Seconds())
@@ -260,27 +285,44 @@ func splitSubject(s string) []string {
 func (s *Service) Flush(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	failed := map[string]bool{}
+	var dirty []string
 	for id, r := range s.runs {
-		if !r.dirty {
-			continue
+		if r.dirty {
+			dirty = append(dirty, id)
 		}
-		if err := s.persist(ctx, r); err != nil {
+	}
+	// Each run's write is its own compare-and-set: write them at once.
+	errs := make([]error, len(dirty))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, persistParallel)
+	for i, id := range dirty {
+		r := s.runs[id]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.persist(ctx, r)
+			<-sem
+		}()
+	}
+	wg.Wait()
+	failed := map[string]bool{}
+	for i, id := range dirty {
+		if err := errs[i]; err != nil {
 			s.m.persistErrs.Inc()
 			s.log.Error().Err(err).Str("run_id", id).Msg("run state not written; its events will be redelivered")
 			failed[id] = true
 			// Forget the in-memory state: the redelivered events rebuild it
 			// from the last durable state.
-			delete(s.runs, id)
-			continue
+			s.forget(id)
 		}
 	}
-	for _, m := range s.pending {
-		if d, err := m.Decode(); err == nil && failed[d.Origin.RunID] {
-			_ = m.Nak()
+	for _, p := range s.pending {
+		if failed[p.run] {
+			_ = p.msg.Nak()
 			continue
 		}
-		if err := m.Ack(); err != nil {
+		if err := p.msg.Ack(); err != nil {
 			s.log.Debug().Err(err).Msg("ack")
 		}
 	}
@@ -289,25 +331,17 @@ func (s *Service) Flush(ctx context.Context) {
 }
 
 // persist writes r's state with compare-and-set, re-applying its events on
-// a lost race. s.mu is held.
+// a lost race. s.mu is held; persist touches r only, so the writes of
+// different runs may run at once.
 func (s *Service) persist(ctx context.Context, r *liveRun) error {
 	key := stateKey(r.st.Origin.RunID)
 	for attempt := 0; attempt < 5; attempt++ {
-		b, err := MarshalState(r.st)
-		if err != nil {
-			return err
-		}
-		var rev uint64
-		if r.rev == 0 {
-			rev, err = s.kv.Create(ctx, key, b)
-		} else {
-			rev, err = s.kv.Update(ctx, key, b, r.rev)
-		}
+		rev, err := s.write(ctx, r.st, r.rev)
 		if err == nil {
 			r.rev, r.dirty, r.events = rev, false, nil
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+		if !isConflict(err) {
 			return err
 		}
 		// Another aggregator wrote this run: take its state and fold our
@@ -324,10 +358,33 @@ func (s *Service) persist(ctx context.Context, r *liveRun) error {
 		for _, d := range r.events {
 			ApplyTo(st, d)
 		}
-		st.LastEvent = r.st.LastEvent
+		if r.st.LastEvent.After(st.LastEvent) {
+			st.LastEvent = r.st.LastEvent
+		}
+		st.FinishedSeq = max(st.FinishedSeq, r.st.FinishedSeq)
 		r.st, r.rev = st, e.Revision()
 	}
 	return fmt.Errorf("run %q: state write kept conflicting", r.st.Origin.RunID)
+}
+
+// write stores st under its run's key if the key is still at revision rev
+// (rev 0: if there is no such key yet), and returns the new revision.
+func (s *Service) write(ctx context.Context, st *RunState, rev uint64) (uint64, error) {
+	b, err := MarshalState(st)
+	if err != nil {
+		return 0, err
+	}
+	key := stateKey(st.Origin.RunID)
+	if rev == 0 {
+		return s.kv.Create(ctx, key, b)
+	}
+	return s.kv.Update(ctx, key, b, rev)
+}
+
+// isConflict says a compare-and-set write lost: the key exists, or is at
+// another revision (code 10071, or 10164 on a replicated bucket).
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongSequence(err)
 }
 
 func isWrongSequence(err error) bool {
@@ -335,8 +392,66 @@ func isWrongSequence(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
+// reload replaces r's state with the stored one, or forgets the run when
+// the stored state is closed (another aggregator wrote its split). s.mu is
+// held.
+func (s *Service) reload(ctx context.Context, id string, r *liveRun) error {
+	e, err := s.kv.Get(ctx, stateKey(id))
+	if err != nil {
+		return err
+	}
+	st, err := UnmarshalState(e.Value(), s.opts)
+	if err != nil {
+		return err
+	}
+	if st.Closed {
+		s.forget(id)
+		return nil
+	}
+	r.st, r.rev, r.events = st, e.Revision(), nil
+	return nil
+}
+
+// settled says every message before st's run-finished event was
+// acknowledged (see ServiceConfig.AckFloor); *floor caches the ack floor
+// for one pass of closeRuns.
+func (s *Service) settled(ctx context.Context, st *RunState, floor **uint64) bool {
+	if s.ackFloor == nil || st.FinishedSeq == 0 {
+		return true
+	}
+	if *floor == nil {
+		f, err := s.ackFloor(ctx)
+		if err != nil {
+			s.log.Debug().Err(err).Msg("ack floor not read; finished runs wait")
+		}
+		*floor = &f // 0 on an error: nothing settles in this pass
+	}
+	return **floor >= st.FinishedSeq
+}
+
+// cloneState returns a deep copy of st.
+func cloneState(st *RunState, opts split.Options) (*RunState, error) {
+	b, err := MarshalState(st)
+	if err != nil {
+		return nil, err
+	}
+	return UnmarshalState(b, opts)
+}
+
+// forget drops a run from memory (its state stays in the bucket). s.mu is
+// held.
+func (s *Service) forget(id string) {
+	delete(s.runs, id)
+	s.m.runsOpen.Dec()
+}
+
 // closeRuns writes the split of every finished run, and of every run idle
-// for longer than the idle timeout (as incomplete). s.mu is held.
+// for longer than the idle timeout (as incomplete). The closed state is
+// written compare-and-set on the revision the split was computed from: if
+// another aggregator wrote the run since, this split is stale and is not
+// written; the stored state is taken instead, and the run is closed at a
+// later flush if it is still due (or forgotten if it was closed). s.mu is
+// held.
 func (s *Service) closeRuns(ctx context.Context) {
 	now := s.now()
 	ids := make([]string, 0, len(s.runs))
@@ -344,39 +459,53 @@ func (s *Service) closeRuns(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	var floor *uint64 // read once, when a finished run needs it
 	for _, id := range ids {
 		r := s.runs[id]
 		if r.st.Closed || r.dirty {
 			continue
 		}
 		idle := s.idle > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > s.idle
-		if !r.st.Finished && !idle {
+		if !idle && (!r.st.Finished || !s.settled(ctx, r.st, &floor)) {
 			continue
 		}
-		if !r.st.Finished {
-			r.st.Fold.Finish(split.FinishInfo{Finished: now, Incomplete: true})
+		// Close a copy: a failed write leaves the live state as it was.
+		st, err := cloneState(r.st, s.opts)
+		if err != nil {
+			s.log.Error().Err(err).Str("run_id", id).Msg("run state not copied")
+			continue
 		}
-		rep := Report(r.st)
+		if !st.Finished {
+			st.Fold.Finish(split.FinishInfo{Finished: now, Incomplete: true})
+		}
+		rep := Report(st)
 		js, err := split.JSON(rep)
 		if err != nil {
 			s.log.Error().Err(err).Str("run_id", id).Msg("split not encoded")
 			continue
 		}
-		changed := string(js) != r.st.Reported
-		r.st.Closed = true
-		r.st.Reported = string(js)
+		changed := string(js) != st.Reported
+		st.Closed = true
+		st.Reported = string(js)
 		if changed {
-			r.st.Splits++
+			st.Splits++
 		}
-		r.dirty = true
-		if err := s.persist(ctx, r); err != nil {
-			s.m.persistErrs.Inc()
-			s.log.Error().Err(err).Str("run_id", id).Msg("closed state not written; the run is closed again later")
-			r.st.Closed = false
+		rev, err := s.write(ctx, st, r.rev)
+		if isConflict(err) {
+			s.m.conflicts.Inc()
+			if err := s.reload(ctx, id, r); err != nil {
+				s.m.persistErrs.Inc()
+				s.log.Error().Err(err).Str("run_id", id).Msg("run state not read again; the run is closed later")
+			}
 			continue
 		}
-		delete(s.runs, id)
-		s.m.runsOpen.Dec()
+		if err != nil {
+			s.m.persistErrs.Inc()
+			s.log.Error().Err(err).Str("run_id", id).Msg("closed state not written; the run is closed again later")
+			continue
+		}
+		r.st, r.rev = st, rev
+		s.forget(id)
 		status := "complete"
 		if !rep.Run.Complete {
 			status = "incomplete"
@@ -503,7 +632,9 @@ func (s *Service) Loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.Flush(ctx)
+			// A flush under way is not cut short by the stop: its writes
+			// and acks would fail, and the drain would nak what it holds.
+			s.Flush(context.WithoutCancel(ctx))
 		}
 	}
 }
