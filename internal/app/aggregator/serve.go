@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"strconv"
 	"time"
 
@@ -230,7 +229,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	if opt.Ready != nil {
 		opt.Ready(b.nc.ConnectedUrl())
 	}
-	hs := StartHandlers(ctx, runtime.GOMAXPROCS(0), svc.Handle, cc.NakDelay, log)
+	hs := StartHandlers(ctx, DefaultHandlers(), svc.Handle, cc.NakDelay, log)
 	consumeErr := cons.Consume(ctx, hs.Handle)
 	hs.Close()
 
@@ -240,7 +239,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	defer cancel()
 	stopLoop()
 	<-loopDone
-	svc.Flush(sctx)
+	svc.Drain(sctx)
 	var errs []error
 	if consumeErr != nil {
 		errs = append(errs, consumeErr)

@@ -33,6 +33,9 @@ const (
 	// persistParallel bounds the run states a flush writes at once (the
 	// writes are independent round trips to the server).
 	persistParallel = 32
+	// drainSettle bounds how long Drain waits for finished runs to settle
+	// (see ServiceConfig.AckFloor) before it closes them anyway.
+	drainSettle = 3 * time.Second
 )
 
 // Service folds the events of every run from a durable JetStream consumer.
@@ -327,7 +330,43 @@ func (s *Service) Flush(ctx context.Context) {
 		}
 	}
 	s.pending = s.pending[:0]
-	s.closeRuns(ctx)
+	s.closeRuns(ctx, false)
+}
+
+// Drain is the last flush of a stopping service: it flushes until no
+// finished run waits for earlier events to be acknowledged, for at most
+// drainSettle, then closes the finished runs that still wait (no other
+// aggregator may know of them; a late event re-opens a run).
+func (s *Service) Drain(ctx context.Context) {
+	deadline := time.Now().Add(drainSettle)
+	for {
+		s.Flush(ctx)
+		if !s.waiting() || !time.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(flushEvery):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeRuns(ctx, true)
+}
+
+// waiting says a finished run is in memory and not closed.
+func (s *Service) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.runs {
+		if r.st.Finished && !r.st.Closed {
+			return true
+		}
+	}
+	return false
 }
 
 // persist writes r's state with compare-and-set, re-applying its events on
@@ -450,9 +489,9 @@ func (s *Service) forget(id string) {
 // written compare-and-set on the revision the split was computed from: if
 // another aggregator wrote the run since, this split is stale and is not
 // written; the stored state is taken instead, and the run is closed at a
-// later flush if it is still due (or forgotten if it was closed). s.mu is
-// held.
-func (s *Service) closeRuns(ctx context.Context) {
+// later flush if it is still due (or forgotten if it was closed). force
+// closes finished runs that have not settled. s.mu is held.
+func (s *Service) closeRuns(ctx context.Context, force bool) {
 	now := s.now()
 	ids := make([]string, 0, len(s.runs))
 	for id := range s.runs {
@@ -466,7 +505,7 @@ func (s *Service) closeRuns(ctx context.Context) {
 			continue
 		}
 		idle := s.idle > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > s.idle
-		if !idle && (!r.st.Finished || !s.settled(ctx, r.st, &floor)) {
+		if !idle && (!r.st.Finished || !force && !s.settled(ctx, r.st, &floor)) {
 			continue
 		}
 		// Close a copy: a failed write leaves the live state as it was.

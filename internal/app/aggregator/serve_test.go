@@ -1,0 +1,360 @@
+package aggregator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// syncBuffer is a bytes.Buffer Serve may print to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}
+
+// TestServeShuffledDuplicatesIntegration publishes the 4B run's events in
+// a random order, a third of them twice under different Nats-Msg-Ids (so
+// JetStream keeps both and the aggregator really gets duplicates): the
+// split the JSON sink writes is byte for byte the one `aggregator replay`
+// computes from the file.
+func TestServeShuffledDuplicatesIntegration(t *testing.T) {
+	skipShort(t)
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+
+	var ws []events.Wire
+	var ids []string
+	for i, k := range shuffled(t, len(fx.wires)) {
+		w := fx.wires[k]
+		ws, ids = append(ws, w), append(ids, "")
+		if i%3 == 0 {
+			ws, ids = append(ws, w), append(ids, w.ID+"#again")
+		}
+	}
+	dups := len(ws) - len(fx.wires)
+	require.Positive(t, dups)
+	b.publishIDs(t, ws, ids)
+	// JetStream kept every copy: the aggregator is handed real duplicates.
+	require.Len(t, b.streamMsgs(t, "gttsplit.>"), len(ws))
+
+	cfg := testConfig(t, b.url)
+	s := startServe(t, cfg, ServeOptions{})
+	b.waitAcked(t, cfg.Consumer.Durable)
+	require.NoError(t, s.stop(t))
+
+	ci, err := b.consumerInfo(cfg.Consumer.Durable)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, ci.Delivered.Consumer, uint64(len(ws)), "every copy was delivered")
+
+	docs := sinkDocs(t, cfg.Sinks.JSON.Dir)
+	require.Len(t, docs, 1)
+	require.Equal(t, string(fx.want), string(docs[fx.origin.RunID]))
+	got := s.closes.of(fx.origin.RunID)
+	require.NotEmpty(t, got)
+	last, err := split.JSON(got[len(got)-1])
+	require.NoError(t, err)
+	require.Equal(t, string(fx.want), string(last))
+	// The durable state says the same.
+	st := b.state(t, fx.origin.RunID)
+	require.True(t, st.Closed)
+	require.Equal(t, string(fx.want), st.Reported)
+}
+
+// TestServeLiveEqualsReplayIntegration publishes both recorded runs in
+// their order through a real `serve` with a JSON sink: each run's
+// document, its splits.jsonl line and what serve printed are byte for byte
+// what `aggregator replay --format json` prints, and each run got exactly
+// one split.
+func TestServeLiveEqualsReplayIntegration(t *testing.T) {
+	skipShort(t)
+	fxs := []fixture{loadFixture(t, fixture4B), loadFixture(t, fixture27B)}
+	b := startBroker(t)
+	cfg := testConfig(t, b.url)
+	var out syncBuffer
+	s := startServe(t, cfg, ServeOptions{Stdout: &out})
+	for _, fx := range fxs {
+		b.publish(t, fx.wires...)
+	}
+	eventually(t, "both splits", func() bool { n, _ := s.closes.count(); return n >= len(fxs) })
+	b.waitAcked(t, cfg.Consumer.Durable)
+	require.NoError(t, s.stop(t))
+
+	docs := sinkDocs(t, cfg.Sinks.JSON.Dir)
+	require.Len(t, docs, len(fxs))
+	lines := sinkLines(t, cfg.Sinks.JSON.Dir)
+	require.Len(t, lines, len(fxs), "one split per run")
+	printed := out.Bytes()
+	for _, fx := range fxs {
+		require.Equal(t, string(fx.want), string(docs[fx.origin.RunID]), fx.path)
+		require.Len(t, s.closes.of(fx.origin.RunID), 1, "%s: one split", fx.path)
+		var line []byte
+		for _, l := range lines {
+			if l.id == fx.origin.RunID {
+				line = l.raw
+			}
+		}
+		require.Equal(t, string(compact(t, fx.want)), string(line), fx.path)
+		require.Equal(t, 1, bytes.Count(printed, fx.want), "%s: serve printed the split once", fx.path)
+	}
+	require.Len(t, printed, len(fxs[0].want)+len(fxs[1].want))
+}
+
+// TestServeManyRunsIntegration folds 52 runs from three hosts and four
+// lanes (the two recorded runs under new ids) published interleaved: each
+// run's split has its own id, host and lane and otherwise exactly the
+// numbers of the recorded run it was made from, and exactly 52 splits are
+// written.
+func TestServeManyRunsIntegration(t *testing.T) {
+	skipShort(t)
+	const n = 52
+	fxs := []fixture{loadFixture(t, fixture4B), loadFixture(t, fixture27B)}
+	t0 := time.Now()
+	runs := genRuns(t, n, fxs...)
+	t.Logf("generated in %s", time.Since(t0))
+	b := startBroker(t)
+	cfg := testConfig(t, b.url)
+	s := startServe(t, cfg, ServeOptions{})
+	t0 = time.Now()
+	b.publish(t, interleave(runs)...)
+	t.Logf("published in %s", time.Since(t0))
+	eventually(t, fmt.Sprintf("%d splits", n), func() bool { c, _ := s.closes.count(); return c >= n })
+	t.Logf("folded in %s", time.Since(t0))
+	b.waitAcked(t, cfg.Consumer.Durable)
+	require.NoError(t, s.stop(t))
+
+	splits, distinct := s.closes.count()
+	require.Equal(t, n, splits, "exactly one split per run")
+	require.Equal(t, n, distinct)
+	docs := sinkDocs(t, cfg.Sinks.JSON.Dir)
+	require.Len(t, docs, n)
+	require.Len(t, sinkLines(t, cfg.Sinks.JSON.Dir), n)
+	hosts, lanes := map[string]bool{}, map[string]bool{}
+	for _, g := range runs {
+		doc, ok := docs[g.o.RunID]
+		require.True(t, ok, "no split of %s", g.o.RunID)
+		var r split.Report
+		require.NoError(t, json.Unmarshal(doc, &r))
+		require.Equal(t, g.o.RunID, r.Run.ID)
+		require.Equal(t, g.o.Host, r.Run.Host)
+		require.Equal(t, g.o.Lane, r.Run.Lane)
+		hosts[r.Run.Host], lanes[r.Run.Lane] = true, true
+		// Everything else is the recorded run's split, byte for byte.
+		r.Run.ID, r.Run.Host, r.Run.Lane = g.fx.origin.RunID, g.fx.origin.Host, g.fx.origin.Lane
+		got, err := split.JSON(r)
+		require.NoError(t, err)
+		require.Equal(t, string(g.fx.want), string(got), g.o.RunID)
+	}
+	require.Len(t, hosts, 3)
+	require.Len(t, lanes, 4)
+}
+
+// TestServePoisonIntegration publishes, among a recorded run's events, a
+// message that is not JSON and a valid CloudEvent of an unknown type
+// version on a consumed subject: both go to
+// gttsplit.dlq.<host>.<lane>.<run> with their reason, /metrics counts them,
+// and the run still folds to the replay's split.
+func TestServePoisonIntegration(t *testing.T) {
+	skipShort(t)
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+	cfg := testConfig(t, b.url)
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	s := startServe(t, cfg, ServeOptions{})
+
+	// A log-lines event of the run, re-typed as a v9 the aggregator does
+	// not know: still a valid CloudEvent.
+	var v9 map[string]any
+	var logWire events.Wire
+	for i, d := range fx.decoded {
+		if d.Lines != nil {
+			logWire = fx.wires[i]
+			break
+		}
+	}
+	require.NoError(t, json.Unmarshal(logWire.Data, &v9))
+	v9["type"] = "io.gttsplit.log.lines.v9"
+	v9["id"] = "poison-v9"
+	unknown, err := json.Marshal(v9)
+	require.NoError(t, err)
+	_, err = events.Unmarshal(unknown)
+	require.NoError(t, err, "the v9 event is a valid CloudEvent")
+	notJSON := []byte(`{"specversion":"1.0","id":`)
+
+	half := len(fx.wires) / 2
+	b.publish(t, fx.wires[:half]...)
+	b.publishRaw(t, logWire.Subject, notJSON)
+	b.publishRaw(t, logWire.Subject, unknown)
+	b.publish(t, fx.wires[half:]...)
+
+	eventually(t, "the run's split", func() bool { n, _ := s.closes.count(); return n >= 1 })
+	b.waitAcked(t, cfg.Consumer.Durable)
+
+	dlq := events.Subject(events.KindDLQ, fx.origin.Host, fx.origin.Lane, fx.origin.RunID)
+	require.Equal(t, "gttsplit.dlq.strix01.gpu0."+fx.origin.RunID, dlq)
+	eventually(t, "two dead letters", func() bool { return len(b.streamMsgs(t, "gttsplit.dlq.>")) >= 2 })
+	msgs := b.streamMsgs(t, "gttsplit.dlq.>")
+	require.Len(t, msgs, 2)
+	for _, m := range msgs {
+		require.Equal(t, dlq, m.Subject())
+		require.Equal(t, logWire.Subject, m.Headers().Get("Gttsplit-Original-Subject"))
+		require.NotEmpty(t, m.Headers().Get("Gttsplit-Stream-Seq"))
+	}
+	require.Equal(t, notJSON, msgs[0].Data())
+	require.Contains(t, msgs[0].Headers().Get("Gttsplit-Reason"), events.ErrInvalid.Error())
+	require.Equal(t, unknown, msgs[1].Data())
+	reason := msgs[1].Headers().Get("Gttsplit-Reason")
+	require.Contains(t, reason, events.ErrUnknownType.Error())
+	require.Contains(t, reason, "io.gttsplit.log.lines.v9")
+
+	metrics := httpGet(t, s.http, "/metrics", http.StatusOK)
+	require.Contains(t, metrics, `gttsplit_events_dead_lettered_total{reason="invalid"} 1`)
+	require.Contains(t, metrics, `gttsplit_events_dead_lettered_total{reason="unknown_type"} 1`)
+	require.Contains(t, metrics, fmt.Sprintf("gttsplit_events_folded_total %d", len(fx.wires)))
+	require.Contains(t, metrics, `gttsplit_runs_completed_total{status="complete"} 1`)
+
+	require.NoError(t, s.stop(t))
+	require.Equal(t, string(fx.want), string(sinkDocs(t, cfg.Sinks.JSON.Dir)[fx.origin.RunID]))
+}
+
+// httpGet fetches path from the test's HTTP endpoint (no keep-alive, so no
+// connection outlives the test) and checks the status.
+func httpGet(t testing.TB, addr, path string, status int) string {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitFor}
+	resp, err := c.Get("http://" + addr + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, status, resp.StatusCode, "GET %s: %s", path, b)
+	return string(b)
+}
+
+// metricValue returns the value of a metric line (name with labels) in a
+// Prometheus text page, or "" when absent.
+func metricValue(page, name string) string {
+	for _, l := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestServeHTTPIntegration serves HTTP on a free port: /healthz and
+// /readyz answer, /metrics has the counters, /runs lists an open run and
+// /runs/{id} gives its current split (the replay of the events published
+// so far); after the run-finished event /runs says closed and /runs/{id}
+// is the final split.
+func TestServeHTTPIntegration(t *testing.T) {
+	skipShort(t)
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+	cfg := testConfig(t, b.url)
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	s := startServe(t, cfg, ServeOptions{})
+	host, _, err := net.SplitHostPort(s.http)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1", host)
+
+	require.Equal(t, "ok\n", httpGet(t, s.http, "/healthz", http.StatusOK))
+	require.Equal(t, "ready\n", httpGet(t, s.http, "/readyz", http.StatusOK))
+	require.Equal(t, "[]\n", httpGet(t, s.http, "/runs", http.StatusOK))
+	httpGet(t, s.http, "/runs/no-such-run", http.StatusNotFound)
+
+	fin := fx.finishedIndex(t)
+	var open []events.Wire
+	for i, w := range fx.wires {
+		if i != fin {
+			open = append(open, w)
+		}
+	}
+	b.publish(t, open...)
+	b.waitAcked(t, cfg.Consumer.Durable)
+
+	m := httpGet(t, s.http, "/metrics", http.StatusOK)
+	require.Equal(t, fmt.Sprint(len(open)), metricValue(m, "gttsplit_events_folded_total"))
+	require.Equal(t, "1", metricValue(m, "gttsplit_runs_open"))
+	require.Equal(t, "0", metricValue(m, "gttsplit_events_redelivered_total"))
+	for _, name := range []string{"gttsplit_state_conflicts_total", "gttsplit_state_persist_errors_total", "gttsplit_fold_seconds_count", "go_goroutines"} {
+		require.NotEmpty(t, metricValue(m, name), name)
+	}
+
+	var list []RunSummary
+	require.NoError(t, json.Unmarshal([]byte(httpGet(t, s.http, "/runs", http.StatusOK)), &list))
+	require.Len(t, list, 1)
+	require.Equal(t, RunSummary{ID: fx.origin.RunID, Host: fx.origin.Host, Lane: fx.origin.Lane, State: "open", LastEvent: list[0].LastEvent}, list[0])
+	require.False(t, list[0].LastEvent.IsZero())
+
+	wantOpen := replayJSON(t, open)
+	requireSameReport(t, wantOpen, httpGet(t, s.http, "/runs/"+fx.origin.RunID, http.StatusOK))
+	var r split.Report
+	require.NoError(t, json.Unmarshal(wantOpen, &r))
+	require.False(t, r.Run.Complete, "the open run's split is not complete")
+
+	b.publish(t, fx.wires[fin])
+	eventually(t, "the split", func() bool { n, _ := s.closes.count(); return n == 1 })
+	b.waitAcked(t, cfg.Consumer.Durable)
+	require.NoError(t, json.Unmarshal([]byte(httpGet(t, s.http, "/runs", http.StatusOK)), &list))
+	require.Len(t, list, 1)
+	require.Equal(t, "closed", list[0].State)
+	requireSameReport(t, fx.want, httpGet(t, s.http, "/runs/"+fx.origin.RunID, http.StatusOK))
+	m = httpGet(t, s.http, "/metrics", http.StatusOK)
+	require.Equal(t, "0", metricValue(m, "gttsplit_runs_open"))
+	require.Equal(t, "1", metricValue(m, `gttsplit_runs_completed_total{status="complete"}`))
+	require.Equal(t, "1", metricValue(m, `gttsplit_sink_writes_total{sink="json"}`))
+
+	require.NoError(t, s.stop(t))
+}
+
+// requireSameReport compares an HTTP answer with a split.JSON document as
+// decoded reports (the endpoint indents on its own).
+func requireSameReport(t testing.TB, want []byte, got string) {
+	t.Helper()
+	var w, g split.Report
+	require.NoError(t, json.Unmarshal(want, &w))
+	require.NoError(t, json.Unmarshal([]byte(got), &g))
+	require.Equal(t, w, g)
+	gb, err := split.JSON(g)
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(gb))
+}
+
+// TestServeHTTPListenBusyIntegration: an HTTP address already in use is an
+// error from Serve, which leaves nothing running (goleak checks the sink
+// goroutines).
+func TestServeHTTPListenBusyIntegration(t *testing.T) {
+	skipShort(t)
+	b := startBroker(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	cfg := testConfig(t, b.url)
+	cfg.HTTP.Listen = ln.Addr().String()
+	err = Serve(testCtx(t), cfg, ServeOptions{}, testLogger(t))
+	require.ErrorContains(t, err, "http.listen")
+}
