@@ -290,3 +290,15 @@ func TestBatches(t *testing.T) {
 	require.Nil(t, events.Batches(nil, 0, 0))
 	require.Len(t, events.Batches(lines[3:6], 0, 0), 1)
 }
+
+func TestUnmarshalRejectsTrailingGarbage(t *testing.T) {
+	t.Parallel()
+	ev, err := events.NewRunStarted(split.RunInfo{ID: "r", Host: "h", Lane: "l"}, events.StartDetail{})
+	require.NoError(t, err)
+	b, err := events.Marshal(ev)
+	require.NoError(t, err)
+	_, err = events.Unmarshal(b)
+	require.NoError(t, err)
+	_, err = events.Unmarshal(append(b, []byte("garbage")...))
+	require.ErrorIs(t, err, events.ErrInvalid)
+}
