@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gttsplit/gttsplit/internal/plugin"
 	"io"
 	"net/http"
 	"net/url"
@@ -114,14 +115,9 @@ func NewFactory() sinks.Factory {
 }
 
 func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
-	var c Config
-	switch v := cfg.(type) {
-	case *Config:
-		c = *v
-	case Config:
-		c = v
-	default:
-		return nil, fmt.Errorf("issue comment sink: config is %T, not *commentsink.Config", cfg)
+	c, err := plugin.Config[Config]("issue comment sink", cfg)
+	if err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gttsplit/gttsplit/internal/plugin"
 	"os"
 
 	"github.com/gttsplit/gttsplit/pkg/sinks"
@@ -51,14 +52,9 @@ func NewFactory() sinks.Factory {
 }
 
 func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
-	var c Config
-	switch v := cfg.(type) {
-	case *Config:
-		c = *v
-	case Config:
-		c = v
-	default:
-		return nil, fmt.Errorf("file sink: config is %T, not *filesink.Config", cfg)
+	c, err := plugin.Config[Config]("file sink", cfg)
+	if err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err

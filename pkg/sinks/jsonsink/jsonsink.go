@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gttsplit/gttsplit/internal/plugin"
 	"io"
 	"os"
 	"sync"
@@ -66,14 +67,9 @@ func NewFactory() sinks.Factory {
 }
 
 func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
-	var c Config
-	switch v := cfg.(type) {
-	case *Config:
-		c = *v
-	case Config:
-		c = v
-	default:
-		return nil, fmt.Errorf("json sink: config is %T, not *jsonsink.Config", cfg)
+	c, err := plugin.Config[Config]("json sink", cfg)
+	if err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gttsplit/gttsplit/internal/plugin"
 	"os"
 	"time"
 
@@ -96,14 +97,11 @@ func NewFactory() sources.Factory {
 			return &c
 		},
 		New: func(cfg any, set sources.Settings) (sources.Source, error) {
-			switch c := cfg.(type) {
-			case *Config:
-				return New(*c, set)
-			case Config:
-				return New(c, set)
-			default:
-				return nil, fmt.Errorf("fdinfo: config is %T, want *fdinfo.Config", cfg)
+			c, err := plugin.Config[Config]("fdinfo", cfg)
+			if err != nil {
+				return nil, err
 			}
+			return New(c, set)
 		},
 	}
 }

@@ -2,6 +2,7 @@ package logtail
 
 import (
 	"fmt"
+	"github.com/gttsplit/gttsplit/internal/plugin"
 
 	"github.com/gttsplit/gttsplit/pkg/sources"
 )
@@ -19,17 +20,9 @@ func NewFactory() sources.Factory {
 }
 
 func newSource(cfg any, set sources.Settings) (sources.Source, error) {
-	var c Config
-	switch v := cfg.(type) {
-	case *Config:
-		if v == nil {
-			return nil, fmt.Errorf("%s: nil config", typeName)
-		}
-		c = *v
-	case Config:
-		c = v
-	default:
-		return nil, fmt.Errorf("%s: config is %T, want *logtail.Config", typeName, cfg)
+	c, err := plugin.Config[Config](typeName, cfg)
+	if err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: invalid config: %w", typeName, err)

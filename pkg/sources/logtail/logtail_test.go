@@ -178,7 +178,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 
 	_, err = f.New("nope", sources.Settings{})
-	require.ErrorContains(t, err, "config is string")
+	require.ErrorContains(t, err, "wrong config type: string")
 
 	ok := *f.DefaultConfig().(*logtail.Config)
 	ok.Path = "llama.log"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gttsplit/gttsplit/internal/plugin"
 	"io"
 	"io/fs"
 	"os"
@@ -205,14 +206,11 @@ func NewFactory() sources.Factory {
 			return &c
 		},
 		New: func(cfg any, set sources.Settings) (sources.Source, error) {
-			switch c := cfg.(type) {
-			case *Config:
-				return New(*c, set)
-			case Config:
-				return New(c, set)
-			default:
-				return nil, fmt.Errorf("procwrap: config is %T, want *procwrap.Config", cfg)
+			c, err := plugin.Config[Config]("procwrap", cfg)
+			if err != nil {
+				return nil, err
 			}
+			return New(c, set)
 		},
 	}
 }
