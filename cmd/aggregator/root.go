@@ -52,22 +52,10 @@ func addFlags(fs *pflag.FlagSet, names ...string) {
 }
 
 func newValidate(stdout io.Writer) *cobra.Command {
-	return &cobra.Command{
-		Use:   "validate [--config FILE]",
-		Short: "Check a configuration without touching the network",
-		Long: `validate loads the configuration (defaults, --config file, GTTSPLIT_* environment)
-and checks it. It exits 0 when it is valid, and 2 listing every problem with
-its key path (an unknown key is a problem).`,
-		Example: "  aggregator validate --config configs/aggregator.yaml",
-		Args:    cli.Args(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := loadConfig(cmd); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, "config ok")
-			return nil
-		},
-	}
+	return cli.NewValidate("aggregator", stdout, func(cmd *cobra.Command) error {
+		_, err := loadConfig(cmd)
+		return err
+	})
 }
 
 func newParse(stdout io.Writer) *cobra.Command {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
 
@@ -165,20 +164,8 @@ the events' own time gaps, Nx is N times faster than original.`,
 }
 
 func newValidate(stdout io.Writer) *cobra.Command {
-	return &cobra.Command{
-		Use:   "validate [--config FILE]",
-		Short: "Check a configuration without touching the network",
-		Long: `validate loads the configuration (defaults, --config file, GTTSPLIT_* environment)
-and checks it. It exits 0 when it is valid, and 2 listing every problem with
-its key path (an unknown key is a problem).`,
-		Example: "  collector validate --config configs/collector.yaml",
-		Args:    cli.Args(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := loadConfig(cmd); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, "config ok")
-			return nil
-		},
-	}
+	return cli.NewValidate("collector", stdout, func(cmd *cobra.Command) error {
+		_, err := loadConfig(cmd)
+		return err
+	})
 }

@@ -142,3 +142,25 @@ func Version() string {
 	}
 	return "devel-" + rev + dirty
 }
+
+// NewValidate returns the `validate` command of a binary: it loads the
+// configuration with load (defaults, --config, GTTSPLIT_* environment) and
+// prints "config ok", or fails with every problem (exit 2).
+func NewValidate(binary string, stdout io.Writer, load func(*cobra.Command) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate [--config FILE]",
+		Short: "Check a configuration without touching the network",
+		Long: `validate loads the configuration (defaults, --config file, GTTSPLIT_* environment)
+and checks it. It exits 0 when it is valid, and 2 listing every problem with
+its key path (an unknown key is a problem).`,
+		Example: fmt.Sprintf("  %s validate --config configs/%s.yaml", binary, binary),
+		Args:    Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := load(cmd); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, "config ok")
+			return nil
+		},
+	}
+}
