@@ -27,9 +27,10 @@ buffers, and the unattributed rest.
 It folds the events collectors publish (serve), recorded event streams
 (replay), or a saved -v llama.cpp log with fdinfo samples (parse).
 
-Every setting is a flag, a key of the YAML file given with --config, and an
-environment variable GTTSPLIT_<KEY> (dots become underscores); flags win
-over the environment, the environment over the file, the file over defaults.`,
+Every setting is a key of the YAML file given with --config and an
+environment variable GTTSPLIT_<KEY> (dots become underscores); the common
+ones are flags too (see each command's --help). Flags win over the
+environment, the environment over the file, the file over the defaults.`,
 		Version: cli.Version(),
 	}
 	root.SetOut(stdout)

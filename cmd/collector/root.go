@@ -24,9 +24,10 @@ aggregator to fold into a GTT split. It can also write everything to a
 directory (--out), which needs no broker at all, and publish a recorded
 stream (replay).
 
-Every setting is a flag, a key of the YAML file given with --config, and an
-environment variable GTTSPLIT_<KEY> (dots become underscores); flags win
-over the environment, the environment over the file, the file over defaults.`,
+Every setting is a key of the YAML file given with --config and an
+environment variable GTTSPLIT_<KEY> (dots become underscores); the common
+ones are flags too (see each command's --help). Flags win over the
+environment, the environment over the file, the file over the defaults.`,
 		Version: cli.Version(),
 	}
 	root.SetOut(stdout)
