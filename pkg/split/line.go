@@ -321,15 +321,6 @@ func traceName(s []byte) string {
 
 var reRealloc = regexp.MustCompile(`from size +([0-9.]+) MiB to +([0-9.]+) MiB`)
 
-// afterFunc returns what follows "<func>: " (or s when there is no such
-// prefix).
-func afterFunc(s []byte) []byte {
-	if i := bytes.Index(s, []byte(": ")); i > 0 {
-		return s[i+2:]
-	}
-	return s
-}
-
 func leadingDigits(b []byte) []byte {
 	i := 0
 	for i < len(b) && isDigit(b[i]) {

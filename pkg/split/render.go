@@ -52,9 +52,8 @@ var FlagText = map[string]string{
 }
 
 type row struct {
-	part      string
-	v         *MiB
-	countFree bool // not a share of GTT (host rows)
+	part string
+	v    *MiB
 }
 
 func render(r Report, md bool) string {

@@ -306,3 +306,41 @@ func TestUnknownBufferKindsAreListed(t *testing.T) {
 	require.Equal(t, "LoRA", r.Detail.Unknown[0].Kind)
 	require.InDelta(t, 5, val(r.StateMiB), 1e-9, "DSV4 state buffers are state")
 }
+
+// The cross-checks fail when two sources disagree about the same bytes.
+func TestCrossChecksCanFail(t *testing.T) {
+	t.Parallel()
+	check := func(r Report, name string) Check {
+		for _, c := range r.Checks {
+			if c.Name == name {
+				return c
+			}
+		}
+		t.Fatalf("no check %s in %+v", name, r.Checks)
+		return Check{}
+	}
+	// A packed copy larger than the model buffer cannot be a copy of it.
+	r := foldLog(t, verbose+load+"load_tensors:         HRX0 model buffer size =  2000.00 MiB\n"+
+		"hrx: host-weight summary packed=3 resident=3000.0 MiB\n")
+	require.Equal(t, StatusFail, check(r, "trace_vs_model").Status)
+
+	// A process above its card's device-wide GTT use means a bad sample.
+	s := sample(1, fdText("amdgpu", "0000:c5:00.0", "30", "3000 MiB"))
+	s.Cards = []CardGTT{{Card: "card1", UsedBytes: 2000 << 20, TotalBytes: 96 << 30}}
+	r = foldLog(t, verbose+load+"load_tensors:         HRX0 model buffer size =  2000.00 MiB\n", s)
+	require.Equal(t, StatusFail, check(r, "process_vs_card").Status)
+
+	// llama.cpp's own table disagreeing with the buffer lines is a warning.
+	r = foldLog(t, verbose+load+"load_tensors:         HRX0 model buffer size =  2000.00 MiB\n"+
+		"common_memory_breakdown_print: | memory breakdown [MiB] | total   free    self   model   context   compute    unaccounted |\n"+
+		"common_memory_breakdown_print: |   - HRX0 (8060S)       | 131072 = 120000 + (2500 = 2400 +  0 + 0) + 8572 |\n")
+	require.Equal(t, StatusWarn, check(r, "breakdown_model").Status)
+
+	// A peak that falls by more than the packed copy: briefly twice.
+	fd := func(v string) string { return fdText("amdgpu", "0000:c5:00.0", "30", v) }
+	r = foldLog(t, verbose+load+"load_tensors:         HRX0 model buffer size =  2000.00 MiB\n"+
+		"hrx: host-weight summary packed=3 resident=500.0 MiB\n", sample(1, fd("2600 MiB")), sample(2, fd("2050 MiB")))
+	c := check(r, "steady_state")
+	require.Equal(t, StatusWarn, c.Status)
+	require.Contains(t, c.Detail, "briefly twice")
+}
