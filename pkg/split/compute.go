@@ -142,7 +142,7 @@ func (f *Fold) Report() Report {
 		}
 		return recs[i].Kind < recs[j].Kind
 	})
-	c := &computation{thr: f.thr, st: &f.st}
+	c := &computation{thr: f.thr, st: &f.st, linesRead: f.linesRead()}
 	c.logRows(recs)
 	c.samples(&f.st.Ticks)
 	c.finish()
@@ -150,11 +150,12 @@ func (f *Fold) Report() Report {
 }
 
 type computation struct {
-	thr   float64
-	st    *state
-	r     Report
-	flags map[string]bool
-	warn  []string
+	thr       float64
+	linesRead uint64
+	st        *state
+	r         Report
+	flags     map[string]bool
+	warn      []string
 
 	model, packed, stateMiB, compute *float64
 	peak, final                      *float64
@@ -306,7 +307,7 @@ func (c *computation) logRows(recs []Record) {
 	}
 
 	d := &c.r.Detail
-	d.LinesRead = c.st.MaxSeq
+	d.LinesRead = c.linesRead
 	d.LinesSkipped = skipped
 	if skipped > 0 {
 		c.flag(FlagLinesSkipped)

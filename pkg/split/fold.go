@@ -46,7 +46,9 @@ type state struct {
 	HaveFinish bool       `json:"have_finish"`
 	// records holds the relevant lines, keyed by position.
 	records map[lineKey]Record
-	MaxSeq  uint64 `json:"max_seq"`
+	// Lines holds, per stream, the positions of every line applied (as
+	// ranges): it makes a repeated line a no-op and counts the lines read.
+	Lines map[string]rangeSet `json:"lines"`
 	// DebugSeq is the position of a line only -v prints (0: none seen).
 	DebugSeq uint64 `json:"debug_seq"`
 	// HaveBuild and HaveVerbosity say the fold has a build (verbosity)
@@ -163,6 +165,30 @@ func (r *rangeSet) add(v uint64) {
 	*r = s
 }
 
+// addRange adds lo..hi (lo <= hi).
+func (r *rangeSet) addRange(lo, hi uint64) {
+	out := make(rangeSet, 0, len(*r)+1)
+	placed := false
+	for _, x := range *r {
+		switch {
+		case x[1]+1 < lo: // wholly before, not adjacent
+			out = append(out, x)
+		case hi+1 < x[0]: // wholly after
+			if !placed {
+				out = append(out, [2]uint64{lo, hi})
+				placed = true
+			}
+			out = append(out, x)
+		default: // overlaps or touches: merge into lo..hi
+			lo, hi = min(lo, x[0]), max(hi, x[1])
+		}
+	}
+	if !placed {
+		out = append(out, [2]uint64{lo, hi})
+	}
+	*r = out
+}
+
 func (r rangeSet) count() uint64 {
 	var n uint64
 	for _, x := range r {
@@ -200,34 +226,56 @@ func NewFold(o Options) *Fold {
 	return &Fold{p: p, thr: thr, st: state{records: map[lineKey]Record{}}}
 }
 
-// SetRun records the run's description (the run-started event).
-func (f *Fold) SetRun(r RunInfo) { f.st.Run, f.st.HaveRun = r, true }
+// SetRun records the run's description (the run-started event). It reports
+// whether the fold had none yet.
+func (f *Fold) SetRun(r RunInfo) bool {
+	fresh := !f.st.HaveRun
+	f.st.Run, f.st.HaveRun = r, true
+	return fresh
+}
 
 // Finish records how the run ended (the run-finished event, or an idle
 // timeout with Incomplete set). A real finish is never replaced by an idle
 // close.
-func (f *Fold) Finish(fi FinishInfo) {
-	if f.st.HaveFinish && !f.st.Finish.Incomplete && fi.Incomplete {
-		return
+//
+// It reports whether the run's end changed: the first finish, or a real
+// finish after an idle close.
+func (f *Fold) Finish(fi FinishInfo) bool {
+	if f.st.HaveFinish && !f.st.Finish.Incomplete {
+		if !fi.Incomplete {
+			f.st.Finish = fi // a repeated finish: same event, same info
+		}
+		return false
 	}
+	fresh := !f.st.HaveFinish || !fi.Incomplete
 	f.st.Finish, f.st.HaveFinish = fi, true
+	return fresh
 }
 
-// AddLine applies one log line.
-func (f *Fold) AddLine(l Line) { f.AddLineBytes(l.Stream, l.Seq, []byte(l.Text)) }
+// AddLine applies one log line. It reports whether the line was new (a line
+// applied before changes nothing).
+func (f *Fold) AddLine(l Line) bool { return f.AddLineBytes(l.Stream, l.Seq, []byte(l.Text)) }
 
-// AddLineBytes applies one log line given as bytes; b is not retained.
-func (f *Fold) AddLineBytes(stream string, seq uint64, b []byte) {
-	if seq > f.st.MaxSeq {
-		f.st.MaxSeq = seq
+// AddLineBytes applies one log line given as bytes; b is not retained. It
+// reports whether the line was new.
+func (f *Fold) AddLineBytes(stream string, seq uint64, b []byte) bool {
+	rs := f.st.Lines[stream]
+	if rs.has(seq) {
+		return false
 	}
-	if !f.p.Relevant(b, f.st.DebugSeq == 0) {
-		return
+	rs.add(seq)
+	if f.st.Lines == nil {
+		f.st.Lines = map[string]rangeSet{}
 	}
+	f.st.Lines[stream] = rs
+	if f.p.Relevant(b, f.st.DebugSeq == 0) {
+		f.addRelevant(stream, seq, b)
+	}
+	return true
+}
+
+func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 	k := lineKey{stream, seq}
-	if _, dup := f.st.records[k]; dup {
-		return
-	}
 	r, ok := f.p.Parse(seq, Payload(b, &f.scratch))
 	if !ok {
 		return
@@ -249,11 +297,34 @@ func (f *Fold) AddLineBytes(stream string, seq uint64, b []byte) {
 	f.st.records[k] = r
 }
 
-// AddSample applies one sampling tick. A tick whose Seq was applied before
-// is ignored.
-func (f *Fold) AddSample(s Sample) {
-	if f.st.Ticks.Seen.has(s.Seq) {
+// markLines records that lines lo..hi of stream were read (ReadLog parses
+// only the relevant ones).
+func (f *Fold) markLines(stream string, lo, hi uint64) {
+	if hi < lo {
 		return
+	}
+	if f.st.Lines == nil {
+		f.st.Lines = map[string]rangeSet{}
+	}
+	rs := f.st.Lines[stream]
+	rs.addRange(lo, hi)
+	f.st.Lines[stream] = rs
+}
+
+// linesRead counts the distinct lines applied.
+func (f *Fold) linesRead() uint64 {
+	var n uint64
+	for _, rs := range f.st.Lines {
+		n += rs.count()
+	}
+	return n
+}
+
+// AddSample applies one sampling tick. A tick whose Seq was applied before
+// is ignored; it reports whether the tick was new.
+func (f *Fold) AddSample(s Sample) bool {
+	if f.st.Ticks.Seen.has(s.Seq) {
+		return false
 	}
 	t := tick{Seq: s.Seq, Time: s.Time, Cards: slices.Clone(s.Cards)}
 	procs := slices.Clone(s.Procs)
@@ -280,6 +351,7 @@ func (f *Fold) AddSample(s Sample) {
 		}
 	}
 	f.st.Ticks.add(t)
+	return true
 }
 
 // NoteSkippedSampleLines adds n to the count of samples-file lines that

@@ -155,3 +155,32 @@ func TestRangeSet(t *testing.T) {
 		require.Less(t, r[i-1][1]+1, r[i][0], "ranges are disjoint and not adjacent")
 	}
 }
+
+func TestRangeSetAddRange(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for round := 0; round < 200; round++ {
+		var r rangeSet
+		seen := map[uint64]bool{}
+		for i := 0; i < 20; i++ {
+			lo := uint64(rng.IntN(300))
+			hi := lo + uint64(rng.IntN(20))
+			if rng.IntN(2) == 0 {
+				hi = lo
+				r.add(lo)
+			} else {
+				r.addRange(lo, hi)
+			}
+			for v := lo; v <= hi; v++ {
+				seen[v] = true
+			}
+		}
+		require.Equal(t, uint64(len(seen)), r.count())
+		for v := uint64(0); v < 330; v++ {
+			require.Equal(t, seen[v], r.has(v), "round %d value %d: %v", round, v, r)
+		}
+		for i := 1; i < len(r); i++ {
+			require.Less(t, r[i-1][1]+1, r[i][0], "disjoint, not adjacent: %v", r)
+		}
+	}
+}

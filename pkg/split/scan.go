@@ -59,9 +59,7 @@ func (f *Fold) ReadLog(r io.Reader, stream string) (uint64, error) {
 			if len(chunk) > 0 && chunk[len(chunk)-1] != '\n' {
 				lineNo++ // a last line without a newline
 			}
-			if lineNo > f.st.MaxSeq {
-				f.st.MaxSeq = lineNo
-			}
+			f.markLines(stream, 1, lineNo)
 			return lineNo, nil
 		}
 		carry = copy(buf, buf[len(chunk):end])

@@ -10,6 +10,7 @@ type metrics struct {
 	reg         *prometheus.Registry
 	folded      prometheus.Counter
 	redelivered prometheus.Counter
+	duplicates  prometheus.Counter
 	dead        *prometheus.CounterVec
 	runsOpen    prometheus.Gauge
 	completed   *prometheus.CounterVec
@@ -26,6 +27,8 @@ func newMetrics() *metrics {
 		Help: "Events folded into a run's split."})
 	m.redelivered = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_redelivered_total",
 		Help: "Events delivered again by JetStream; the fold ignores what they repeat."})
+	m.duplicates = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_duplicate_total",
+		Help: "Events that brought nothing new (every line and sample already folded) and were ignored."})
 	m.dead = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_events_dead_lettered_total",
 		Help: "Events that could not be folded and went to the dead-letter subject, by reason."}, []string{"reason"})
 	m.runsOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_runs_open",
@@ -42,7 +45,7 @@ func newMetrics() *metrics {
 		Help: "Failed writes of run state to the state bucket (the events are redelivered)."})
 	m.conflicts = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_conflicts_total",
 		Help: "Run-state writes that lost a race with another aggregator and were re-applied."})
-	m.reg.MustRegister(m.folded, m.redelivered, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
+	m.reg.MustRegister(m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.foldSeconds, m.persistErrs, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

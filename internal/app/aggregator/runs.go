@@ -89,23 +89,32 @@ func (rs *Runs) Apply(d events.Decoded, now time.Time) (id string, ok bool) {
 }
 
 // ApplyTo folds one decoded event into st.
-func ApplyTo(st *RunState, d events.Decoded) {
+//
+// It reports whether the event brought anything new: a duplicate (every
+// line and sample of it already folded, a repeated start or finish) changes
+// nothing and leaves a closed run closed.
+func ApplyTo(st *RunState, d events.Decoded) (fresh bool) {
 	switch {
 	case d.Started != nil:
-		st.Fold.SetRun(d.Started.Info)
+		fresh = st.Fold.SetRun(d.Started.Info)
 	case d.Lines != nil:
 		for _, l := range d.Lines {
-			st.Fold.AddLine(l)
+			if st.Fold.AddLine(l) {
+				fresh = true
+			}
 		}
 	case d.Sample != nil:
-		st.Fold.AddSample(*d.Sample)
+		fresh = st.Fold.AddSample(*d.Sample)
 	case d.Finished != nil:
 		fi := d.Finished.Info
 		fi.DroppedEvents = d.Finished.Detail.DroppedEvents
-		st.Fold.Finish(fi)
+		fresh = st.Fold.Finish(fi)
 		st.Finished = true
 	}
-	st.Closed = false
+	if fresh {
+		st.Closed = false
+	}
+	return fresh
 }
 
 // Report computes the run's split. The run's id, host and lane come from its

@@ -190,7 +190,22 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 		s.mu.Unlock()
 		return err // nak: the bucket is not reachable
 	}
-	ApplyTo(r.st, d)
+	if !ApplyTo(r.st, d) {
+		// A duplicate (a redelivery, or an event re-published under
+		// another message id): nothing to write, only to acknowledge.
+		s.m.duplicates.Inc()
+		if r.st.Closed && !r.dirty {
+			s.forget(d.Origin.RunID) // loaded only to see it was a duplicate
+		}
+		s.pending = append(s.pending, pendingMsg{msg: msg, run: d.Origin.RunID})
+		full := len(s.pending) >= flushBatch
+		s.mu.Unlock()
+		s.m.folded.Inc()
+		if full {
+			s.Flush(ctx)
+		}
+		return nil
+	}
 	if seq := msg.Metadata().StreamSeq; d.Finished != nil && seq > r.st.FinishedSeq {
 		r.st.FinishedSeq = seq
 	}
