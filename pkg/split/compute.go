@@ -481,7 +481,8 @@ func bufferRow(r Record) string {
 	case k == "RS" || strings.HasSuffix(k, " state"):
 		return "rs"
 	case k == "compute":
-		if fn == "alloc_compute_meta" || strings.HasPrefix(fn, "clip") {
+		// (a suffix: generated text can be glued in front of a line)
+		if strings.HasSuffix(fn, "alloc_compute_meta") || strings.HasPrefix(fn, "clip") {
 			return "mmproj"
 		}
 		return "compute"
@@ -555,11 +556,15 @@ func (c *computation) samples(ts *tickState) {
 		return
 	}
 	c.peakTick = ts.Peak
+	d.PeakKey = "drm-total-gtt"
 	if ts.Resident {
 		c.flag(FlagResidentOnly)
-		d.PeakKey = "drm-memory-gtt"
-	} else {
-		d.PeakKey = "drm-total-gtt"
+		d.PeakKey = ""
+		for _, cl := range ts.Peak.Clients {
+			if cl.Key != "drm-total-gtt" {
+				d.PeakKey = cl.Key
+			}
+		}
 	}
 	p := float64(ts.Peak.sum()) / bytesPerMiB
 	c.peak = &p

@@ -24,6 +24,7 @@ func Payload(line []byte, scratch *[]byte) []byte {
 		n := len(line)
 		line = trimLeftSpace(line)
 		line = trimBracketNumber(line)
+		line = trimLegacyPrefix(line)
 		line = trimDots(line)
 		line = trimTimestamp(line)
 		if len(line) == n {
@@ -82,6 +83,37 @@ func trimBracketNumber(b []byte) []byte {
 		return b
 	}
 	return b[i+2:]
+}
+
+// trimLegacyPrefix removes the ≤ b3760 log file's "[%24s:%5d][%24s] "
+// file/line/function prefix ("[   llama.cpp: 1234][ llm_load_tensors] ").
+func trimLegacyPrefix(b []byte) []byte {
+	if len(b) < 8 || b[0] != '[' {
+		return b
+	}
+	i := bytes.IndexByte(b, ']')
+	if i < 0 || i+1 >= len(b) || b[i+1] != '[' {
+		return b
+	}
+	first := b[1:i]
+	c := bytes.LastIndexByte(first, ':')
+	if c < 0 || len(bytes.TrimSpace(first[c+1:])) == 0 {
+		return b
+	}
+	for _, d := range bytes.TrimSpace(first[c+1:]) {
+		if !isDigit(d) {
+			return b
+		}
+	}
+	j := bytes.IndexByte(b[i+1:], ']')
+	if j < 0 {
+		return b
+	}
+	rest := b[i+1+j+1:]
+	if len(rest) == 0 || rest[0] != ' ' {
+		return b
+	}
+	return rest[1:]
 }
 
 func trimDots(b []byte) []byte {

@@ -23,6 +23,7 @@ func TestPayloadStripsEveryEnvelope(t *testing.T) {
 		"windows":               want + "\r",
 		"crlf with newline":     want + "\r\n",
 		"router then dots":      "[47161] ....0.15.050.780 I " + want,
+		"legacy file prefix":    "[                llama.cpp: 1234][        llm_load_tensors] " + want,
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -47,6 +48,7 @@ func TestPayloadDoesNotEatNumbersThatAreNotTimestamps(t *testing.T) {
 	var s []byte
 	require.Equal(t, "1.5 is a number", string(Payload([]byte("1.5 is a number"), &s)))
 	require.Equal(t, "0.04.123.305 X msg", string(Payload([]byte("0.04.123.305 X msg"), &s)))
+	require.Equal(t, "[a][b] c", string(Payload([]byte("[a][b] c"), &s)), "not a file:line prefix")
 }
 
 func TestParseBuildLines(t *testing.T) {
@@ -135,6 +137,15 @@ func TestParseFDInfoVariants(t *testing.T) {
 	require.Equal(t, int64(20480<<10), c.GTTBytes)
 	require.Equal(t, "drm-memory-gtt", c.Key)
 
+	// Kernels 5.14 to 5.18: no drm- keys; the pasid keys the client.
+	old := "pos:\t0\nflags:\t02100002\npdev:\t0000:04:00.0\npasid:\t32785\nvram mem:\t155068 kB\ngtt mem:\t20480 kB\ncpu mem:\t0 kB\ngfx0:\t0.00%\n"
+	c, v = ParseFDInfo([]byte(old))
+	require.Equal(t, FDAmdgpu, v)
+	require.Equal(t, "pasid-32785", c.ClientID)
+	require.Equal(t, "0000:04:00.0", c.PDev)
+	require.Equal(t, int64(20480<<10), c.GTTBytes)
+	require.Equal(t, "gtt mem", c.Key)
+
 	// drm-total-gtt wins over drm-memory-gtt; drm-total-cycles is not memory.
 	both := "drm-driver:\tamdgpu\ndrm-client-id:\t1\ndrm-pdev:\t0000:04:00.0\ndrm-total-cycles-gfx:\t99\ndrm-total-gtt:\t22 MiB\ndrm-memory-gtt: \t20480 KiB\n"
 	c, v = ParseFDInfo([]byte(both))
@@ -142,16 +153,16 @@ func TestParseFDInfoVariants(t *testing.T) {
 	require.Equal(t, int64(22<<20), c.GTTBytes)
 
 	for name, in := range map[string]string{
-		"dma-buf":  "pos:\t0\nflags:\t02\nmnt_id:\t15\nino:\t99\nsize:\t4194304\ncount:\t1\nexp_name:\tamdgpu\n",
-		"kfd":      "pos:\t0\nflags:\t02\nmnt_id:\t1\nino:\t2\n",
-		"xe":       "drm-driver:\txe\ndrm-client-id:\t3\ndrm-total-gtt:\t192 KiB\n",
-		"amdxdna":  "drm-driver:\tamdxdna_accel_driver\ndrm-client-id:\t76\ndrm-pdev:\t0000:c5:00.1\ndrm-total-memory:\t0\n",
-		"old 5.18": "pdev:\t0000:04:00.0\npasid:\t3\nvram mem:\t1024 kB\ngtt mem:\t2048 kB\n",
-		"no id":    "drm-driver:\tamdgpu\ndrm-pdev:\t0000:04:00.0\ndrm-total-gtt:\t2 MiB\n",
-		"cut":      "drm-driver:\tamdgpu\ndrm-client-id:\t1\ndrm-pdev:\t0000:04:00.0\ndrm-total-gtt:\t2",
+		"dma-buf":       "pos:\t0\nflags:\t02\nmnt_id:\t15\nino:\t99\nsize:\t4194304\ncount:\t1\nexp_name:\tamdgpu\n",
+		"kfd":           "pos:\t0\nflags:\t02\nmnt_id:\t1\nino:\t2\n",
+		"xe":            "drm-driver:\txe\ndrm-client-id:\t3\ndrm-total-gtt:\t192 KiB\n",
+		"amdxdna":       "drm-driver:\tamdxdna_accel_driver\ndrm-client-id:\t76\ndrm-pdev:\t0000:c5:00.1\ndrm-total-memory:\t0\n",
+		"old, no pasid": "pdev:\t0000:04:00.0\nvram mem:\t1024 kB\ngtt mem:\t2048 kB\n",
+		"no id":         "drm-driver:\tamdgpu\ndrm-pdev:\t0000:04:00.0\ndrm-total-gtt:\t2 MiB\n",
+		"cut":           "drm-driver:\tamdgpu\ndrm-client-id:\t1\ndrm-pdev:\t0000:04:00.0\ndrm-total-gtt:\t2",
 	} {
 		want := map[string]FDVerdict{"dma-buf": FDNotDRM, "kfd": FDNotDRM, "xe": FDOtherDriver, "amdxdna": FDOtherDriver,
-			"old 5.18": FDUnsupported, "no id": FDMalformed, "cut": FDMalformed}[name]
+			"old, no pasid": FDUnsupported, "no id": FDMalformed, "cut": FDMalformed}[name]
 		_, v := ParseFDInfo([]byte(in))
 		require.Equal(t, want, v, name)
 	}

@@ -14,7 +14,7 @@ const (
 	FDOtherDriver                  // a DRM client of another driver (xe, i915, amdxdna ...)
 	FDAmdgpu                       // an amdgpu client with a GTT figure
 	FDMalformed                    // amdgpu, but no client id or no parsable GTT key
-	FDUnsupported                  // amdgpu before kernel 5.19 ("gtt mem:"), no drm- keys
+	FDUnsupported                  // amdgpu before kernel 5.19 ("gtt mem:") without a pasid to key it on
 )
 
 // DRMClient is the part of one fd's fdinfo that the split uses.
@@ -34,8 +34,8 @@ type DRMClient struct {
 // mid-line (no final newline) loses only its last line.
 func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
 	var c DRMClient
-	var total, memory []byte
-	var haveDriver, haveClient, havePDev, oldGTT bool
+	var total, memory, oldGTT, oldPDev, pasid []byte
+	var haveDriver, haveClient, havePDev bool
 	for len(text) > 0 {
 		nl := bytes.IndexByte(text, '\n')
 		var line []byte
@@ -71,15 +71,36 @@ func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
 			if memory == nil {
 				memory = val
 			}
+		// amdgpu before kernel 5.19: "pdev:", "pasid:", "gtt mem:\t%llu kB"
 		case "gtt mem":
-			oldGTT = true
+			if oldGTT == nil {
+				oldGTT = val
+			}
+		case "pdev":
+			if oldPDev == nil {
+				oldPDev = val
+			}
+		case "pasid":
+			if pasid == nil {
+				pasid = val
+			}
 		}
 	}
 	if !haveDriver {
-		if oldGTT {
+		if oldGTT == nil {
+			return c, FDNotDRM
+		}
+		// Kernels 5.14 to 5.18 print no client id; a pasid names the
+		// drm_file's VM, one per open, so it keys the client as well.
+		if len(pasid) == 0 {
 			return c, FDUnsupported
 		}
-		return c, FDNotDRM
+		v, ok := ParseSize(oldGTT)
+		if !ok {
+			return c, FDMalformed
+		}
+		c.Driver, c.PDev, c.ClientID, c.GTTBytes, c.Key = "amdgpu", string(oldPDev), "pasid-"+string(pasid), v, "gtt mem"
+		return c, FDAmdgpu
 	}
 	if c.Driver != "amdgpu" {
 		return c, FDOtherDriver

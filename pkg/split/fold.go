@@ -104,8 +104,8 @@ func (ts *tickState) add(t tick) {
 	}
 	ts.AnyClients = true
 	for _, c := range t.Clients {
-		if c.Key == "drm-memory-gtt" {
-			ts.Resident = true
+		if c.Key != "drm-total-gtt" {
+			ts.Resident = true // drm-memory-gtt, or the pre-5.19 "gtt mem"
 		}
 	}
 	if p := ts.Peak; p == nil || t.sum() > p.sum() || t.sum() == p.sum() && t.before(p) {

@@ -92,7 +92,7 @@ func FuzzParseFDInfo(f *testing.F) {
 	f.Fuzz(func(t *testing.T, text []byte) {
 		c, v := ParseFDInfo(text)
 		if v == FDAmdgpu {
-			if c.GTTBytes < 0 || c.ClientID == "" || (c.Key != "drm-total-gtt" && c.Key != "drm-memory-gtt") {
+			if c.GTTBytes < 0 || c.ClientID == "" || (c.Key != "drm-total-gtt" && c.Key != "drm-memory-gtt" && c.Key != "gtt mem") {
 				t.Fatalf("bad client %+v from %q", c, text)
 			}
 		}

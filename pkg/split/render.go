@@ -40,7 +40,7 @@ var FlagText = map[string]string{
 	FlagNoTrace:          "no host-weight trace line: the packed row is unknown, not 0 (run with GGML_HRX_HOST_WEIGHT_TRACE=1)",
 	FlagNoSamples:        "no fdinfo samples: the peak is unknown",
 	FlagNoGPUClient:      "no amdgpu DRM client in any sample: the peak is unknown",
-	FlagResidentOnly:     "the kernel gave only drm-memory-gtt (resident), not drm-total-gtt",
+	FlagResidentOnly:     "the kernel gave only resident GTT (drm-memory-gtt, or gtt mem before 5.19), not drm-total-gtt",
 	FlagUnattribHigh:     "not attributed is above the threshold",
 	FlagUnattribNegative: "the rows add up to MORE than the measured peak",
 	FlagLinesSkipped:     "malformed lines were counted and skipped",
