@@ -174,6 +174,9 @@ func (a Aggregator) problems() []*FieldError {
 		if err := checkHTTPURL(a.Sinks.IssueComment.API); err != nil {
 			p.add("sinks.issue_comment.api", "%w", err)
 		}
+		if a.Sinks.IssueComment.Token == "" && !a.Sinks.IssueComment.DryRun {
+			p.add("sinks.issue_comment.token", "must be set when sinks.issue_comment.api is (GTTSPLIT_COMMENT_TOKEN), unless sinks.issue_comment.dry_run")
+		}
 	}
 	if a.Sinks.IssueComment.DefaultIssue != "" {
 		if _, _, _, err := ParseIssue(a.Sinks.IssueComment.DefaultIssue); err != nil {

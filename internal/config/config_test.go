@@ -431,8 +431,14 @@ func TestValidate(t *testing.T) {
 		{"pattern two groups", func(a *Aggregator) { a.Split.TraceNamePattern = `(name)=(\S+)` }, []string{"split.trace_name_pattern"}},
 		{"pattern broken", func(a *Aggregator) { a.Split.TracePattern = `resident=([0-9]+` }, []string{"split.trace_pattern"}},
 		{"pattern non-capturing ok", func(a *Aggregator) { a.Split.TraceNamePattern = `(?:name|tensor)=(\S+)` }, nil},
-		{"api", func(a *Aggregator) { a.Sinks.IssueComment.API = "api.github.com" }, []string{"sinks.issue_comment.api"}},
-		{"api gitea", func(a *Aggregator) { a.Sinks.IssueComment.API = "http://127.0.0.1:3000/api/v1" }, nil},
+		{"api", func(a *Aggregator) { a.Sinks.IssueComment.API, a.Sinks.IssueComment.DryRun = "api.github.com", true }, []string{"sinks.issue_comment.api"}},
+		{"api gitea", func(a *Aggregator) {
+			a.Sinks.IssueComment.API, a.Sinks.IssueComment.Token = "http://127.0.0.1:3000/api/v1", "t"
+		}, nil},
+		{"api without token", func(a *Aggregator) { a.Sinks.IssueComment.API = "https://api.github.com" }, []string{"sinks.issue_comment.token"}},
+		{"api dry run without token", func(a *Aggregator) {
+			a.Sinks.IssueComment.API, a.Sinks.IssueComment.DryRun = "https://api.github.com", true
+		}, nil},
 		{"default issue", func(a *Aggregator) { a.Sinks.IssueComment.DefaultIssue = "#5" }, []string{"sinks.issue_comment.default_issue"}},
 		{"max backoff", func(a *Aggregator) { a.Sinks.Retry.MaxBackoff = 0 }, []string{"sinks.retry.max_backoff"}},
 		{"format", func(a *Aggregator) { a.Format = "markdown" }, []string{"format"}},
