@@ -69,6 +69,17 @@ type Sinks struct {
 	Retry        Retry            `mapstructure:"retry"`
 }
 
+// Count returns how many sinks the configuration enables.
+func (s Sinks) Count() int {
+	n := 0
+	for _, on := range []bool{s.File.Dir != "", s.JSON.Dir != "", s.IssueComment.API != ""} {
+		if on {
+			n++
+		}
+	}
+	return n
+}
+
 // FileSink writes one Markdown report per run.
 type FileSink struct {
 	Dir string `mapstructure:"dir" flag:"file-dir" desc:"directory for one Markdown report per run; empty disables the file sink"`

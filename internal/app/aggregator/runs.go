@@ -30,6 +30,9 @@ type RunState struct {
 	// Closed is set when the run was reported complete, or incomplete after
 	// the idle timeout. A later event re-opens it.
 	Closed bool `json:"closed,omitempty"`
+	// SinksPending is set while the last split written is not yet settled
+	// by every sink; a restarted aggregator sends it to the sinks again.
+	SinksPending bool `json:"sinks_pending,omitempty"`
 	// Splits counts the distinct splits written (the n of the next split
 	// event's id is Splits-1 after the increment).
 	Splits int `json:"splits,omitempty"`

@@ -166,6 +166,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		return err
 	}
 	m := newMetrics()
+	deliv := newDeliveries(cfg.Sinks.Count())
 	obs := sinks.ObserverFunc(func(e sinks.Event) {
 		switch e.Outcome {
 		case sinks.OutcomeDelivered:
@@ -173,6 +174,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		default:
 			m.sinkErrors.WithLabelValues(e.Sink, e.Outcome.String()).Inc()
 		}
+		deliv.Observe(e)
 	})
 	// Downstream first: the sinks, then the broker, then the consumer.
 	fan, err := OpenSinks(cfg.Sinks, opt.Stdout, log, obs)
@@ -195,7 +197,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		closeSinks()
 		return err
 	}
-	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose}
+	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose, Deliveries: deliv}
 	if opt.Stdout != nil {
 		sc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
 	}

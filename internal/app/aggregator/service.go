@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -58,6 +59,7 @@ type Service struct {
 	m        *metrics
 	onClose  func(id string, r split.Report)
 	ackFloor func(context.Context) (uint64, error)
+	deliv    *deliveries
 
 	mu      sync.Mutex
 	runs    map[string]*liveRun
@@ -99,6 +101,10 @@ type ServiceConfig struct {
 	// replaced later). Without AckFloor, or when it fails, a finished run
 	// closes at once, or at the idle timeout. See ConsumerAckFloor.
 	AckFloor func(ctx context.Context) (uint64, error)
+	// Deliveries, when set, is the observer of Sinks' outcomes (see
+	// deliveries): closed runs stay SinksPending until every sink settled
+	// their split, and are re-sent after a restart until then.
+	Deliveries *deliveries
 }
 
 // NewService opens the state bucket and loads the runs still open in it.
@@ -120,7 +126,7 @@ func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, 
 	}
 	s := &Service{log: log, opts: cfg.Fold, idle: cfg.IdleTimeout, js: js, kv: kv, sinks: cfg.Sinks,
 		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{},
-		ackFloor: cfg.AckFloor}
+		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries}
 	if err := s.loadOpen(ctx); err != nil {
 		return nil, err
 	}
@@ -135,6 +141,7 @@ func (s *Service) loadOpen(ctx context.Context) error {
 		return fmt.Errorf("state bucket: %w", err)
 	}
 	n := 0
+	var resend []*RunState
 	for key := range lister.Keys() {
 		e, err := s.kv.Get(ctx, key)
 		if err != nil {
@@ -146,16 +153,70 @@ func (s *Service) loadOpen(ctx context.Context) error {
 			continue
 		}
 		if st.Closed {
+			if st.SinksPending {
+				resend = append(resend, st)
+			}
 			continue
 		}
 		s.runs[st.Origin.RunID] = &liveRun{st: st, rev: e.Revision()}
 		n++
 	}
+	s.resend(ctx, resend)
 	s.m.runsOpen.Set(float64(n))
 	if n > 0 {
 		s.log.Info().Int("runs", n).Msg("resumed open runs from the state bucket")
 	}
 	return nil
+}
+
+// resend hands the sinks again the splits of closed runs that not every
+// sink settled before the last aggregator stopped (the sinks are
+// idempotent: a split they already have changes nothing).
+func (s *Service) resend(ctx context.Context, sts []*RunState) {
+	if s.sinks == nil || len(sts) == 0 {
+		return
+	}
+	for _, st := range sts {
+		var rep split.Report
+		if err := json.Unmarshal([]byte(st.Reported), &rep); err != nil {
+			s.log.Warn().Err(err).Str("run_id", st.Origin.RunID).Msg("written split unreadable; not re-sent")
+			continue
+		}
+		if s.deliv != nil {
+			s.deliv.queued(rep.Run.ID)
+		}
+		if err := s.sinks.Write(ctx, rep); err != nil {
+			s.log.Warn().Err(err).Str("run_id", st.Origin.RunID).Msg("split not re-sent")
+		}
+	}
+	s.log.Info().Int("runs", len(sts)).Msg("re-sent splits whose delivery to the sinks was not confirmed")
+}
+
+// settleDeliveries clears SinksPending of the closed runs whose split every
+// sink settled. A failed or conflicting write is left for a later restart
+// to re-send (harmless). s.mu is held.
+func (s *Service) settleDeliveries(ctx context.Context) {
+	if s.deliv == nil {
+		return
+	}
+	for _, id := range s.deliv.take() {
+		if s.runs[id] != nil {
+			continue // re-opened: its next close decides
+		}
+		key := stateKey(id)
+		e, err := s.kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		st, err := UnmarshalState(e.Value(), s.opts)
+		if err != nil || !st.Closed || !st.SinksPending {
+			continue
+		}
+		st.SinksPending = false
+		if b, err := MarshalState(st); err == nil {
+			_, _ = s.kv.Update(ctx, key, b, e.Revision())
+		}
+	}
 }
 
 var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
@@ -346,6 +407,7 @@ func (s *Service) Flush(ctx context.Context) {
 	}
 	s.pending = s.pending[:0]
 	s.closeRuns(ctx, false)
+	s.settleDeliveries(ctx)
 }
 
 // Drain is the last flush of a stopping service: it flushes until no
@@ -543,6 +605,7 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 		st.Reported = string(js)
 		if changed {
 			st.Splits++
+			st.SinksPending = s.sinks != nil
 		}
 		rev, err := s.write(ctx, st, r.rev)
 		if isConflict(err) {
@@ -571,6 +634,9 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 		s.closed.Add(1)
 		s.publishSplit(ctx, rep, r.st.Splits-1)
 		if s.sinks != nil {
+			if s.deliv != nil {
+				s.deliv.queued(rep.Run.ID)
+			}
 			if err := s.sinks.Write(ctx, rep); err != nil {
 				s.log.Error().Err(err).Str("run_id", id).Msg("split not queued for the sinks")
 			}
