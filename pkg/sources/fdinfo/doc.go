@@ -28,7 +28,8 @@
 // <proc>/<pid>/stat), so a reused PID is a new process. When <proc>/<pid>/fd
 // cannot be listed (a captured fixture tree has no fd links), the sampler
 // reads every fdinfo file of that process at rescan time and keeps those that
-// contain "drm-driver:"; FDInfo.Link is empty then.
+// contain "drm-driver:" (or, amdgpu before kernel 5.19, "gtt mem:");
+// FDInfo.Link is empty then.
 //
 // Cards are the <sys>/class/drm/card<N> entries whose device/driver link
 // names amdgpu, or that have no driver link but do have

@@ -25,6 +25,7 @@ const (
 
 var (
 	keyDriver   = []byte("drm-driver:")
+	keyOldGTT   = []byte("gtt mem:") // amdgpu before kernel 5.19: no drm- keys
 	keyClientID = []byte("drm-client-id:")
 	cardName    = regexp.MustCompile(`^card[0-9]+$`)
 	errTooLarge = errors.New("file larger than 1 MiB")
@@ -392,7 +393,7 @@ func (s *sampler) scanFDsByContent(p *procState) bool {
 			continue
 		}
 		n, err := s.pread(f)
-		if err != nil || !hasKey(s.buf[:n], keyDriver) {
+		if err != nil || !isDRM(s.buf[:n]) {
 			_ = f.Close()
 			continue
 		}
@@ -420,7 +421,7 @@ func (s *sampler) readFDs(p *procState) (fds []split.FDInfo, ok bool) {
 			continue
 		}
 		text := s.buf[:n]
-		if !p.links && !hasKey(text, keyDriver) {
+		if !p.links && !isDRM(text) {
 			ok = false
 			continue
 		}
@@ -514,6 +515,10 @@ func (fs *fdState) close() {
 }
 
 // hasKey reports whether text has a line starting with key.
+// isDRM reports whether an fdinfo text is a DRM client's: a drm-driver
+// key, or the pre-5.19 amdgpu "gtt mem" key.
+func isDRM(text []byte) bool { return hasKey(text, keyDriver) || hasKey(text, keyOldGTT) }
+
 func hasKey(text, key []byte) bool {
 	return lineStart(text, key) >= 0
 }
