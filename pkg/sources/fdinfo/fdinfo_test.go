@@ -460,3 +460,30 @@ func TestRealProcRootExits(t *testing.T) {
 		require.Equal(t, []int{cmd.Process.Pid}, pids(smp), fmt.Sprint(smp.Procs))
 	}
 }
+
+// A pre-5.19 amdgpu fd (no drm- keys) is sampled too, with fd links or
+// without them (a captured tree: the sampler then keeps fds by content).
+func TestSamplerKeepsPre519AmdgpuFDs(t *testing.T) {
+	t.Parallel()
+	for _, links := range []bool{true, false} {
+		tr := newTree(t, true, links)
+		tr.addProc(1, 0, "init", 1)
+		tr.addProc(100, 1, "llama-cli", 5000)
+		tr.addFD(100, 3, "/dev/dri/renderD128", fixture(t, "amdgpu-5.18"))
+		tr.addFD(100, 4, "/dev/kfd", fixture(t, "kfd"))
+		cfg := DefaultConfig()
+		cfg.ProcRoot, cfg.SysRoot = tr.proc, tr.sys
+		s, err := newSampler(cfg, tr.readlink, testLogger(t), 100)
+		require.NoError(t, err)
+		smp := s.sample(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
+		s.close()
+		require.NotNil(t, smp)
+		var fds []int
+		for _, p := range smp.Procs {
+			for _, fd := range p.FDs {
+				fds = append(fds, fd.FD)
+			}
+		}
+		require.Equal(t, []int{3}, fds, "links=%v", links)
+	}
+}
