@@ -33,18 +33,9 @@ environment, the environment over the file, the file over the defaults.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/collector.yaml)")
-	io := collector.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Signals: sigs, StdinIsTTY: isTTY(stdin)}
+	io := collector.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Signals: sigs, StdinIsTTY: cli.IsTerminal(stdin)}
 	root.AddCommand(newRun(io), newAttach(io), newReplay(io), newValidate(stdout))
 	return root
-}
-
-func isTTY(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func loadConfig(cmd *cobra.Command) (config.Collector, error) {

@@ -99,13 +99,14 @@ func Logger(w io.Writer, level, format string) zerolog.Logger {
 		lvl = zerolog.InfoLevel
 	}
 	if format != "json" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !IsTerminal(w)}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+// IsTerminal reports whether v (a reader or writer) is a terminal.
+func IsTerminal(v any) bool {
+	f, ok := v.(*os.File)
 	if !ok {
 		return false
 	}

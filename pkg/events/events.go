@@ -263,3 +263,26 @@ func nonNil[T any](s []T) []T {
 	}
 	return s
 }
+
+// ApplyTo folds d into f: the run's start, lines, sample or finish (with
+// the collector's drop count). It reports whether d brought anything new; a
+// split event is not folded and reports false.
+func (d Decoded) ApplyTo(f *split.Fold) (fresh bool) {
+	switch {
+	case d.Started != nil:
+		fresh = f.SetRun(d.Started.Info)
+	case d.Lines != nil:
+		for _, l := range d.Lines {
+			if f.AddLine(l) {
+				fresh = true
+			}
+		}
+	case d.Sample != nil:
+		fresh = f.AddSample(*d.Sample)
+	case d.Finished != nil:
+		fi := d.Finished.Info
+		fi.DroppedEvents = d.Finished.Detail.DroppedEvents
+		fresh = f.Finish(fi)
+	}
+	return fresh
+}

@@ -97,21 +97,8 @@ func (rs *Runs) Apply(d events.Decoded, now time.Time) (id string, ok bool) {
 // line and sample of it already folded, a repeated start or finish) changes
 // nothing and leaves a closed run closed.
 func ApplyTo(st *RunState, d events.Decoded) (fresh bool) {
-	switch {
-	case d.Started != nil:
-		fresh = st.Fold.SetRun(d.Started.Info)
-	case d.Lines != nil:
-		for _, l := range d.Lines {
-			if st.Fold.AddLine(l) {
-				fresh = true
-			}
-		}
-	case d.Sample != nil:
-		fresh = st.Fold.AddSample(*d.Sample)
-	case d.Finished != nil:
-		fi := d.Finished.Info
-		fi.DroppedEvents = d.Finished.Detail.DroppedEvents
-		fresh = st.Fold.Finish(fi)
+	fresh = d.ApplyTo(st.Fold)
+	if d.Finished != nil {
 		st.Finished = true
 	}
 	if fresh {

@@ -207,18 +207,7 @@ func refold(path, run string, fold *split.Fold) bool {
 			continue
 		}
 		first = false
-		switch {
-		case d.Started != nil:
-			fold.SetRun(d.Started.Info)
-		case d.Lines != nil:
-			for _, l := range d.Lines {
-				fold.AddLine(l)
-			}
-		case d.Sample != nil:
-			fold.AddSample(*d.Sample)
-		case d.Finished != nil:
-			fold.Finish(d.Finished.Info)
-		}
+		d.ApplyTo(fold)
 	}
 	return !first
 }
