@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"maps"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/gttsplit/gttsplit/cmd/internal/clitest"
+	"github.com/gttsplit/gttsplit/pkg/sinks/commentsink/githubtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the scripts' expected files (cmp) from the actual output")
@@ -37,17 +41,88 @@ func TestScript(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	cmds := clitest.Commands()
+	maps.Copy(cmds, ghCommands())
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
 		UpdateScripts:       *update,
-		Cmds:                clitest.Commands(),
+		Cmds:                cmds,
 		Setup: func(e *testscript.Env) error {
 			if err := clitest.Setup(e); err != nil {
 				return err
 			}
 			e.Setenv("PATH", bin+string(filepath.ListSeparator)+e.Getenv("PATH"))
+			gh := githubtest.Start(githubtest.WithToken(ghToken))
+			e.Defer(gh.Close)
+			e.Values[ghKey{}] = gh
+			e.Setenv("GITHUB_API", gh.URL)
+			e.Setenv("GH_TOKEN", ghToken)
 			return nil
 		},
 	})
+}
+
+// ghToken is the only token the scripts' GitHub API server accepts.
+const ghToken = "gh-test-token-5c1f"
+
+type ghKey struct{}
+
+// ghCommands are the script commands that drive the script's local GitHub
+// API server (githubtest), whose base URL is $GITHUB_API and which accepts
+// only the token $GH_TOKEN:
+//
+//	ghissue ISSUE...              create issues (OWNER/REPO#N), with no comment
+//	ghcomments ISSUE              print each comment of ISSUE: a line
+//	                              "comment id=N edits=N", then its body
+//	ghwait ISSUE COMMENTS EDITS   wait until ISSUE has COMMENTS comments
+//	                              edited EDITS times in all
+func ghCommands() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
+	server := func(ts *testscript.TestScript) *githubtest.Server {
+		return ts.Value(ghKey{}).(*githubtest.Server)
+	}
+	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
+		"ghissue": func(ts *testscript.TestScript, neg bool, args []string) {
+			if neg || len(args) == 0 {
+				ts.Fatalf("usage: ghissue ISSUE...")
+			}
+			for _, a := range args {
+				server(ts).AddIssue(a)
+			}
+		},
+		"ghcomments": func(ts *testscript.TestScript, neg bool, args []string) {
+			if neg || len(args) != 1 {
+				ts.Fatalf("usage: ghcomments ISSUE")
+			}
+			for _, c := range server(ts).Comments(args[0]) {
+				fmt.Fprintf(ts.Stdout(), "comment id=%d edits=%d\n%s\n", c.ID, c.Edits, c.Body)
+			}
+		},
+		"ghwait": func(ts *testscript.TestScript, neg bool, args []string) {
+			if neg || len(args) != 3 {
+				ts.Fatalf("usage: ghwait ISSUE COMMENTS EDITS")
+			}
+			wantC, err1 := strconv.Atoi(args[1])
+			wantE, err2 := strconv.Atoi(args[2])
+			if err1 != nil || err2 != nil {
+				ts.Fatalf("ghwait: COMMENTS and EDITS are numbers")
+			}
+			deadline := time.Now().Add(clitest.WaitTimeout)
+			for {
+				cs := server(ts).Comments(args[0])
+				edits := 0
+				for _, c := range cs {
+					edits += c.Edits
+				}
+				if len(cs) == wantC && edits == wantE {
+					return
+				}
+				if time.Now().After(deadline) {
+					ts.Fatalf("ghwait: %s has %d comments edited %d times after %s, want %d and %d",
+						args[0], len(cs), edits, clitest.WaitTimeout, wantC, wantE)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		},
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -13,6 +15,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/offline"
+	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -139,7 +142,8 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 			if len(runs.IDs()) == 0 {
 				return fmt.Errorf("no run in %d events", st.Events)
 			}
-			fan, err := aggregator.OpenSinks(cfg.Sinks, stdout, log, nil)
+			var counts sinks.Counters
+			fan, err := aggregator.OpenSinks(cfg.Sinks, stdout, log, &counts)
 			if err != nil {
 				return err
 			}
@@ -161,12 +165,28 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 				if err := fan.Close(ctx); err != nil {
 					return fmt.Errorf("sinks: %w", err)
 				}
+				if err := undelivered(counts.Snapshot()); err != nil {
+					return err
+				}
 			}
 			return nil
 		},
 	}
 	addFlags(c.Flags(), append([]string{"format", "threshold", "log-level"}, sinkFlags...)...)
 	return c
+}
+
+// undelivered is the error of a one-shot command whose sinks dropped
+// reports (a permanent failure such as a refused token), or nil.
+func undelivered(counts map[string]sinks.SinkCounts) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		c := counts[name]
+		if n := c.Failed + c.Dropped; n > 0 {
+			errs = append(errs, fmt.Errorf("sink %s: %d reports not delivered: %s", name, n, c.LastError))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func newFold(cfg config.Aggregator) (*split.Fold, error) {

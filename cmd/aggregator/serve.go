@@ -37,6 +37,11 @@ GTTSPLIT_RUNS key-value bucket, so a killed and restarted aggregator writes
 the split an uninterrupted one would have. Events that cannot be folded go
 to gttsplit.dlq.<host>.<lane>.<run> with their reason.
 
+With --comment-api, each run's Markdown report is posted as a comment on
+the run's issue (collector run --issue, else --comment-issue), edited rather
+than duplicated when the run's report changes. The API token is read from
+the environment variable GTTSPLIT_COMMENT_TOKEN, never from a flag.
+
 HTTP on --http: /healthz, /readyz, /metrics (Prometheus), /runs, /runs/{id}.
 SIGINT or SIGTERM drains: stop consuming, fold and acknowledge what is in
 hand, flush the sinks, exit 0 (within shutdown_timeout).`,
@@ -124,7 +129,9 @@ func newQuickstart(stdout io.Writer) *cobra.Command {
 NATS server (a fresh store and a free port) consumes; a collector publishes
 recorded runs to it over NATS exactly as 'collector replay' would; every
 run's split is folded, printed, and written to the file and JSON sinks under
---out (reports/ and json/). It exits once every run was written.
+--out (reports/ and json/), and with --comment-api posted to each run's
+issue as 'aggregator serve' does (token in GTTSPLIT_COMMENT_TOKEN). It exits
+once every run was written.
 
 Without FILE it uses the bundled 4B and 27B runs, testdata/runs/*/events.jsonl
 (run it from the repository's root).`,
@@ -153,6 +160,6 @@ Without FILE it uses the bundled 4B and 27B runs, testdata/runs/*/events.jsonl
 	}
 	c.Flags().StringVar(&out, "out", "quickstart-out", "directory for the file and JSON sinks")
 	c.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up when the splits are not all written by then")
-	addFlags(c.Flags(), "format", "log-level")
+	addFlags(c.Flags(), "format", "log-level", "comment-api", "comment-issue", "comment-dry-run")
 	return c
 }

@@ -92,10 +92,11 @@ type JSONSink struct {
 
 // IssueCommentSink posts the report as a comment on the run's issue.
 type IssueCommentSink struct {
-	API          string `mapstructure:"api" flag:"comment-api" desc:"issue tracker API base URL (e.g. https://api.github.com); empty disables the comment sink"`
-	DefaultIssue string `mapstructure:"default_issue" flag:"comment-issue" desc:"issue OWNER/REPO#N for runs that name none"`
-	DryRun       bool   `mapstructure:"dry_run" flag:"comment-dry-run" desc:"print what would be posted instead of posting it"`
-	Token        Secret `mapstructure:"token" env:"GTTSPLIT_COMMENT_TOKEN" desc:"API token of the comment sink; never printed"`
+	API          string        `mapstructure:"api" flag:"comment-api" desc:"issue tracker API base URL (e.g. https://api.github.com), the token read from GTTSPLIT_COMMENT_TOKEN; empty disables the comment sink"`
+	DefaultIssue string        `mapstructure:"default_issue" flag:"comment-issue" desc:"issue OWNER/REPO#N for runs that name none"`
+	DryRun       bool          `mapstructure:"dry_run" flag:"comment-dry-run" desc:"print what would be posted instead of posting it"`
+	Token        Secret        `mapstructure:"token" env:"GTTSPLIT_COMMENT_TOKEN" desc:"API token of the comment sink; never printed"`
+	Timeout      time.Duration `mapstructure:"timeout" desc:"time one request to the tracker API may take"`
 }
 
 // Retry bounds how sinks retry transient errors.
@@ -124,7 +125,10 @@ func DefaultAggregator() Aggregator {
 			TracePattern:             defaultTracePattern,
 			TraceNamePattern:         defaultTraceNamePattern,
 		},
-		Sinks:           Sinks{Retry: Retry{MaxBackoff: 5 * time.Minute}},
+		Sinks: Sinks{
+			IssueComment: IssueCommentSink{Timeout: 30 * time.Second},
+			Retry:        Retry{MaxBackoff: 5 * time.Minute},
+		},
 		Format:          "text",
 		ShutdownTimeout: 30 * time.Second,
 	}
@@ -194,6 +198,7 @@ func (a Aggregator) problems() []*FieldError {
 			p.add("sinks.issue_comment.default_issue", "%w", err)
 		}
 	}
+	p.positive("sinks.issue_comment.timeout", a.Sinks.IssueComment.Timeout)
 	p.positive("sinks.retry.max_backoff", a.Sinks.Retry.MaxBackoff)
 	p.oneOf("format", a.Format, "text", "md", "json")
 	p.positive("shutdown_timeout", a.ShutdownTimeout)

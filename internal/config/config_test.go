@@ -440,6 +440,9 @@ func TestValidate(t *testing.T) {
 			a.Sinks.IssueComment.API, a.Sinks.IssueComment.DryRun = "https://api.github.com", true
 		}, nil},
 		{"default issue", func(a *Aggregator) { a.Sinks.IssueComment.DefaultIssue = "#5" }, []string{"sinks.issue_comment.default_issue"}},
+		{"comment timeout", func(a *Aggregator) {
+			a.Sinks.IssueComment.API, a.Sinks.IssueComment.Token, a.Sinks.IssueComment.Timeout = "https://api.github.com", "t", 0
+		}, []string{"sinks.issue_comment.timeout"}},
 		{"max backoff", func(a *Aggregator) { a.Sinks.Retry.MaxBackoff = 0 }, []string{"sinks.retry.max_backoff"}},
 		{"format", func(a *Aggregator) { a.Format = "markdown" }, []string{"format"}},
 		{"format md", func(a *Aggregator) { a.Format = "md" }, nil},

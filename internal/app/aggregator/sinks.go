@@ -29,7 +29,16 @@ func OpenSinks(cfg config.Sinks, stdout io.Writer, log zerolog.Logger, obs sinks
 	}
 	set := sinks.Settings{Logger: log, Stdout: stdout}
 	var targets []sinks.Target
-	add := func(typ string, c any) error {
+	// add builds a sink from its factory's defaults with configure applied,
+	// so a sink option the aggregator's config does not set keeps the
+	// sink's own default instead of a zero value.
+	add := func(typ string, configure func(cfg any)) error {
+		f, ok := reg[typ]
+		if !ok {
+			return fmt.Errorf("sinks.%s: %w", typ, sinks.ErrUnknownType)
+		}
+		c := f.DefaultConfig()
+		configure(c)
 		s, err := reg.New(typ, c, set)
 		if err != nil {
 			for _, t := range targets {
@@ -41,18 +50,25 @@ func OpenSinks(cfg config.Sinks, stdout io.Writer, log zerolog.Logger, obs sinks
 		return nil
 	}
 	if cfg.File.Dir != "" {
-		if err := add("file", &filesink.Config{Dir: cfg.File.Dir}); err != nil {
+		if err := add("file", func(c any) { c.(*filesink.Config).Dir = cfg.File.Dir }); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.JSON.Dir != "" {
-		if err := add("json", &jsonsink.Config{Dir: cfg.JSON.Dir}); err != nil {
+		if err := add("json", func(c any) { c.(*jsonsink.Config).Dir = cfg.JSON.Dir }); err != nil {
 			return nil, err
 		}
 	}
 	if ic := cfg.IssueComment; ic.API != "" {
-		c := &commentsink.Config{API: ic.API, DefaultIssue: ic.DefaultIssue, DryRun: ic.DryRun, Token: sinks.Secret(ic.Token.Reveal())}
-		if err := add("issue_comment", c); err != nil {
+		err := add("issue_comment", func(c any) {
+			cc := c.(*commentsink.Config)
+			cc.API, cc.DefaultIssue, cc.DryRun = ic.API, ic.DefaultIssue, ic.DryRun
+			cc.Token = sinks.Secret(ic.Token.Reveal())
+			if ic.Timeout > 0 {
+				cc.Timeout = ic.Timeout
+			}
+		})
+		if err != nil {
 			return nil, err
 		}
 	}

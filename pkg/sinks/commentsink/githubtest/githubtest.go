@@ -110,6 +110,14 @@ type Server struct {
 // New starts a server; tb's cleanup closes it.
 func New(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
+	s := Start(opts...)
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a server that the caller closes (Close), for harnesses that
+// have no testing.TB, such as a testscript's setup.
+func Start(opts ...Option) *Server {
 	s := &Server{
 		issues: make(map[string][]*Comment),
 		byID:   make(map[int64]*Comment),
@@ -121,7 +129,6 @@ func New(tb testing.TB, opts ...Option) *Server {
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL + s.base
-	tb.Cleanup(s.Close)
 	return s
 }
 
