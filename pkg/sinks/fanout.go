@@ -384,24 +384,27 @@ func (w *worker) run() {
 		}
 		it.attempts++
 		err := w.write(it.r)
+		// The outcome is observed before the item is settled: Flush and
+		// Close return once every item is settled, and by then every
+		// observer must have seen what happened to it.
 		switch {
 		case err == nil:
 			w.failures = 0
-			w.settle(it, false)
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDelivered, Attempt: it.attempts})
-		case IsPermanent(err):
 			w.settle(it, false)
+		case IsPermanent(err):
 			w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Err(err).Msg("report dropped on permanent error")
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeFailed, Attempt: it.attempts, Err: err})
+			w.settle(it, false)
 		case w.f.actx.Err() != nil:
 			w.settle(it, true) // Close counts it as undelivered
 			return
 		default:
 			w.failures++
 			delay := w.f.cfg.Retry.Delay(err, w.failures, w.f.cfg.Rand())
-			w.settle(it, true)
 			w.log.Debug().Str("run_id", it.run).Int("attempt", it.attempts).Dur("delay", delay).Err(err).Msg("write failed, will retry")
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRetrying, Attempt: it.attempts, Err: err, Delay: delay})
+			w.settle(it, true)
 			w.wait(delay)
 		}
 	}

@@ -185,6 +185,34 @@ func TestFanoutPermanentNotRetried(t *testing.T) {
 	require.Equal(t, 1, m.Attempts())
 }
 
+// TestFanoutFlushWaitsForObservers: when Flush returns, the observer has
+// seen the outcome of every report (a counter read right after Flush is
+// exact). The observer is slow on purpose: were outcomes observed after the
+// report was settled, Flush would return while it is still counting.
+func TestFanoutFlushWaitsForObservers(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []error{nil, sinks.Permanent(errors.New("401 Bad credentials"))} {
+		m := &sinktest.Memory{}
+		if fail != nil {
+			m.FailNext(fail)
+		}
+		var counts sinks.Counters
+		slow := sinks.ObserverFunc(func(e sinks.Event) {
+			time.Sleep(50 * time.Millisecond)
+			counts.Observe(e)
+		})
+		f := newFanout(t, newClock(false), sinks.FanoutConfig{Observer: slow}, sinks.Target{Name: "m", Sink: m})
+		require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+		require.NoError(t, f.Flush(context.Background()))
+		c := counts.Snapshot()["m"]
+		if fail != nil {
+			require.Equal(t, uint64(1), c.Failed)
+		} else {
+			require.Equal(t, uint64(1), c.Delivered)
+		}
+	}
+}
+
 func TestFanoutFailingSinkDoesNotBlockOthers(t *testing.T) {
 	t.Parallel()
 	stuck, good := &sinktest.Memory{}, &sinktest.Memory{}
