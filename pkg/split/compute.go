@@ -40,7 +40,7 @@ var flagOrder = []string{
 	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagUnknownBuffer, FlagMmproj,
 	FlagComputeMismatch, FlagOutputRealloc, FlagNoTrace, FlagNoSamples, FlagNoGPUClient,
 	FlagResidentOnly, FlagUnattribHigh, FlagUnattribNegative, FlagLinesSkipped, FlagFDsSkipped,
-	FlagSourceDirty, FlagSourceUnknown, FlagIncomplete, FlagEventsDropped,
+	FlagSourceDirty, FlagSourceUnknown, FlagIncomplete, FlagEventsDropped, FlagStateCapped,
 }
 
 // IsHostBuffer reports whether a buffer-type name is plain host memory, not
@@ -132,16 +132,7 @@ type table struct {
 // Report computes the split from everything applied so far. It does not
 // change the fold.
 func (f *Fold) Report() Report {
-	recs := make([]Record, 0, len(f.st.records))
-	for _, r := range f.st.records {
-		recs = append(recs, r)
-	}
-	sort.Slice(recs, func(i, j int) bool {
-		if recs[i].Seq != recs[j].Seq {
-			return recs[i].Seq < recs[j].Seq
-		}
-		return recs[i].Kind < recs[j].Kind
-	})
+	recs := f.st.sortedRecords()
 	c := &computation{thr: f.thr, st: &f.st, linesRead: f.linesRead()}
 	c.logRows(recs)
 	c.samples(&f.st.Ticks)
@@ -178,10 +169,6 @@ func (c *computation) logRows(recs []Record) {
 		pseudo    = &loadAcc{}
 		owner     *loadAcc // the latest load with model lines
 		tables    []*table
-		traceMax  *Record
-		traceLast *Record
-		names     = map[string]bool{}
-		nTrace    int
 		haveLoad  bool
 		verbose   bool
 		verbosity int64 = -1
@@ -268,15 +255,6 @@ func (c *computation) logRows(recs []Record) {
 			}
 		case KindEcho:
 			echoes = append(echoes, r)
-		case KindTrace:
-			nTrace++
-			if traceMax == nil || r.MiB > traceMax.MiB {
-				traceMax = &recs[i]
-			}
-			traceLast = &recs[i]
-			if r.Name != "" {
-				names[r.Name] = true
-			}
 		case KindBreakdownHead:
 			tables = append(tables, &table{seq: r.Seq, next: r.Seq + 1})
 		case KindBreakdownRow:
@@ -301,10 +279,9 @@ func (c *computation) logRows(recs []Record) {
 		case KindOutputRealloc:
 			realloc = true
 			c.warn = append(c.warn, fmt.Sprintf("line %d: the output buffer was reallocated from %.2f to %.2f MiB after the reservation", r.Seq, r.Expect, r.MiB))
-		case KindMalformed:
-			skipped++
 		}
 	}
+	skipped = c.st.Malformed
 
 	d := &c.r.Detail
 	d.LinesRead = c.linesRead
@@ -443,17 +420,22 @@ func (c *computation) logRows(recs []Record) {
 	}
 
 	// The packed copy: the largest resident= wins; evictions never lower it.
-	d.PackedTraceLines = nTrace
-	if traceMax == nil {
+	tr := &c.st.Trace
+	d.PackedTraceLines = tr.N
+	if tr.Max == nil {
 		c.flag(FlagNoTrace)
 	} else {
-		v := traceMax.MiB
+		v := tr.Max.MiB
 		c.packed = &v
 		c.r.PackedMiB = mib(v)
-		n := len(names)
+		n, _ := tr.names()
 		c.r.PackedWeights = &n
-		d.PackedPeakSeq = traceMax.Seq
-		d.PackedLastMiB = mib(traceLast.MiB)
+		d.PackedPeakSeq = tr.Max.Seq
+		d.PackedLastMiB = mib(tr.Last.MiB)
+	}
+	if w := c.st.capWarnings(); len(w) > 0 {
+		c.flag(FlagStateCapped)
+		c.warn = append(c.warn, w...)
 	}
 
 	// llama.cpp's own memory breakdown, the last table after the measured load.
@@ -545,9 +527,7 @@ func (c *computation) samples(ts *tickState) {
 		c.flag(FlagNoSamples)
 		return
 	}
-	for _, n := range ts.Skipped {
-		d.FDsSkipped += n
-	}
+	d.FDsSkipped = ts.FDsSkipped
 	if d.FDsSkipped > 0 {
 		c.flag(FlagFDsSkipped)
 	}

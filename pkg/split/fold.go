@@ -44,8 +44,18 @@ type state struct {
 	HaveRun    bool       `json:"have_run"`
 	Finish     FinishInfo `json:"finish"`
 	HaveFinish bool       `json:"have_finish"`
-	// records holds the relevant lines, keyed by position.
+	// records holds the relevant lines other than trace, malformed,
+	// summary and first-only lines, keyed by position: at most MaxRecords,
+	// the latest (see keep).
 	records map[lineKey]Record
+	// firsts holds the first build, verbosity and legacy line.
+	firsts map[Kind]keyedRecord
+	// Capped counts the distinct lines that went to records (kept or not).
+	Capped int `json:"capped,omitempty"`
+	// Trace is the fold of the host-weight trace lines.
+	Trace traceAcc `json:"trace"`
+	// Malformed counts the lines that looked relevant and did not parse.
+	Malformed int `json:"malformed,omitempty"`
 	// Lines holds, per stream, the positions of every line applied (as
 	// ranges): it makes a repeated line a no-op and counts the lines read.
 	Lines map[string]rangeSet `json:"lines"`
@@ -68,12 +78,17 @@ type state struct {
 // the latest tick with an amdgpu client (by time, then seq). Both are
 // idempotent, so duplicates cannot change them; Seen makes counts exact.
 type tickState struct {
-	Seen       rangeSet       `json:"seen"`
-	Peak       *tick          `json:"peak,omitempty"`
-	Final      *tick          `json:"final,omitempty"`
-	Skipped    map[uint64]int `json:"skipped,omitempty"`
-	Resident   bool           `json:"resident,omitempty"` // some client gave only drm-memory-gtt
-	AnyClients bool           `json:"any_clients,omitempty"`
+	Seen  rangeSet `json:"seen"`
+	Peak  *tick    `json:"peak,omitempty"`
+	Final *tick    `json:"final,omitempty"`
+	// FDsSkipped sums the malformed fds of every distinct tick (Seen makes
+	// each tick count once).
+	FDsSkipped int  `json:"fds_skipped,omitempty"`
+	Resident   bool `json:"resident,omitempty"` // some client gave only drm-memory-gtt
+	AnyClients bool `json:"any_clients,omitempty"`
+	// LegacySkipped is the per-tick form older states were written with;
+	// it is read into FDsSkipped and never written.
+	LegacySkipped map[uint64]int `json:"skipped,omitempty"`
 }
 
 func (t *tick) sum() int64 {
@@ -93,12 +108,7 @@ func (t *tick) before(u *tick) bool {
 
 func (ts *tickState) add(t tick) {
 	ts.Seen.add(t.Seq)
-	if t.FDsSkipped > 0 {
-		if ts.Skipped == nil {
-			ts.Skipped = map[uint64]int{}
-		}
-		ts.Skipped[t.Seq] = t.FDsSkipped
-	}
+	ts.FDsSkipped += t.FDsSkipped
 	if len(t.Clients) == 0 {
 		return
 	}
@@ -294,7 +304,7 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 	case KindVerbosity:
 		f.st.HaveVerbosity = true
 	}
-	f.st.records[k] = r
+	f.st.keep(k, r)
 }
 
 // markLines records that lines lo..hi of stream were read (ReadLog parses
@@ -358,38 +368,45 @@ func (f *Fold) AddSample(s Sample) bool {
 // could not be used, so the report can say so.
 func (f *Fold) NoteSkippedSampleLines(n int) { f.st.SampleLinesSkipped += n }
 
-// Len reports how many relevant lines and distinct ticks the fold holds.
-func (f *Fold) Len() (lines int, ticks uint64) { return len(f.st.records), f.st.Ticks.Seen.count() }
+// Len reports how many relevant lines (trace lines included) and distinct
+// ticks the fold has taken in.
+func (f *Fold) Len() (lines int, ticks uint64) {
+	return f.st.Capped + f.st.Trace.N + f.st.Malformed + len(f.st.firsts), f.st.Ticks.Seen.count()
+}
 
 type persisted struct {
 	state
-	Records []persistedRecord `json:"records"`
-}
-
-type persistedRecord struct {
-	Stream string `json:"s"`
-	Record
+	Records []keyedRecord `json:"records"`
 }
 
 // MarshalJSON persists the fold's state (for a restart-safe aggregator).
-// The output is deterministic.
+// The output is deterministic, and bounded whatever the log holds (see
+// MaxRecords).
 func (f *Fold) MarshalJSON() ([]byte, error) {
-	p := persisted{state: f.st}
+	p := persisted{state: f.st, Records: make([]keyedRecord, 0, len(f.st.records)+len(f.st.firsts))}
 	for k, r := range f.st.records {
-		p.Records = append(p.Records, persistedRecord{Stream: k.stream, Record: r})
+		p.Records = append(p.Records, keyedRecord{Stream: k.stream, Record: r})
+	}
+	for _, r := range f.st.firsts {
+		p.Records = append(p.Records, r)
 	}
 	sort.Slice(p.Records, func(i, j int) bool {
 		a, b := p.Records[i], p.Records[j]
 		if a.Seq != b.Seq {
 			return a.Seq < b.Seq
 		}
-		return a.Stream < b.Stream
+		if a.Stream != b.Stream {
+			return a.Stream < b.Stream
+		}
+		return a.Kind < b.Kind
 	})
 	return json.Marshal(p)
 }
 
 // UnmarshalJSON restores a state written by MarshalJSON into f, which must
-// come from NewFold (its options are kept).
+// come from NewFold (its options are kept). A state written before the
+// state was bounded (every trace and malformed line a record, skipped fds
+// per tick) is read into the bounded form.
 func (f *Fold) UnmarshalJSON(b []byte) error {
 	var p persisted
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -398,9 +415,26 @@ func (f *Fold) UnmarshalJSON(b []byte) error {
 	}
 	st := p.state
 	st.records = make(map[lineKey]Record, len(p.Records))
+	st.firsts = nil
+	legacy := st.Capped == 0 && st.Trace.N == 0
+	capped := st.Capped
 	for _, r := range p.Records {
-		st.records[lineKey{r.Stream, r.Seq}] = r.Record
+		k := lineKey{r.Stream, r.Seq}
+		switch r.Kind {
+		case KindBuild, KindVerbosity, KindLegacy, KindTrace, KindMalformed, KindSummary:
+			st.keep(k, r.Record) // first-only kinds; trace and malformed only in old states
+		default:
+			st.records[k] = r.Record
+		}
 	}
+	if legacy {
+		capped = len(st.records)
+	}
+	st.Capped = capped
+	for _, n := range st.Ticks.LegacySkipped {
+		st.Ticks.FDsSkipped += n
+	}
+	st.Ticks.LegacySkipped = nil
 	if f.p == nil {
 		*f = *NewFold(Options{})
 	}

@@ -1,0 +1,270 @@
+package split
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+)
+
+// The fold's state is bounded whatever the log holds, so a run's persisted
+// state stays far below a broker's message limit: host-weight trace lines
+// are folded into traceAcc (never stored one by one), malformed lines are
+// counted, the first build, verbosity and legacy lines are kept on their
+// own, and the other relevant lines are kept up to MaxRecords, the latest by
+// position (the rules measure the last model load). Every part is a function
+// of the set of lines applied, so the fold stays order- and duplicate-free.
+const (
+	// MaxRecords bounds the relevant lines (other than trace lines) a fold
+	// keeps. A run that has more keeps the MaxRecords latest by position
+	// and is flagged state_capped.
+	MaxRecords = 512
+	// MaxTraceNames bounds the tensor-name hashes the trace keeps: up to
+	// that many distinct names the count is exact; beyond, it is estimated
+	// from the MaxTraceNames smallest hashes (flagged state_capped).
+	MaxTraceNames = 512
+)
+
+// FlagStateCapped says a cap of the fold's state was hit (see MaxRecords
+// and MaxTraceNames); the report's warnings say which.
+const FlagStateCapped = "state_capped"
+
+// traceAcc is the order-free fold of the host-weight trace lines: the line
+// with the largest resident= (ties: the lowest position), the last line by
+// position, how many lines, and the distinct tensor names (as hashes).
+type traceAcc struct {
+	N     int     `json:"n"`
+	Max   *Record `json:"max,omitempty"`
+	MaxS  string  `json:"max_s,omitempty"` // stream of Max
+	Last  *Record `json:"last,omitempty"`
+	LastS string  `json:"last_s,omitempty"` // stream of Last
+	Names hashSet `json:"names"`
+}
+
+// posLess orders lines by position: sequence number, then stream.
+func posLess(aSeq uint64, aStream string, bSeq uint64, bStream string) bool {
+	if aSeq != bSeq {
+		return aSeq < bSeq
+	}
+	return aStream < bStream
+}
+
+func (t *traceAcc) add(stream string, r Record) {
+	t.N++
+	if t.Max == nil || r.MiB > t.Max.MiB || r.MiB == t.Max.MiB && posLess(r.Seq, stream, t.Max.Seq, t.MaxS) {
+		c := r
+		c.Name = ""
+		t.Max, t.MaxS = &c, stream
+	}
+	if t.Last == nil || posLess(t.Last.Seq, t.LastS, r.Seq, stream) {
+		c := r
+		c.Name = ""
+		t.Last, t.LastS = &c, stream
+	}
+	if r.Name != "" {
+		t.Names.add(nameHash(r.Name), MaxTraceNames)
+	}
+}
+
+// names returns the number of distinct tensor names, and whether it is an
+// estimate (more than MaxTraceNames).
+func (t *traceAcc) names() (n int, estimated bool) {
+	return t.Names.distinct(MaxTraceNames)
+}
+
+// nameHash is a 64-bit FNV-1a hash of s, finished with the splitmix64
+// mixer so that the low and high bits are uniform (the distinct-count
+// estimate needs uniform hashes).
+func nameHash(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// hashSet keeps the k smallest distinct hashes it was given (a k-minimum-
+// values sketch), sorted. Its content is a function of the set of hashes
+// added, whatever the order; with at most k distinct hashes it is exact.
+type hashSet struct {
+	h    []uint64
+	full bool // more than k distinct hashes were added
+}
+
+func (s *hashSet) add(h uint64, k int) {
+	i, found := slices.BinarySearch(s.h, h)
+	if found {
+		return
+	}
+	if len(s.h) >= k {
+		s.full = true
+		if i >= len(s.h) {
+			return // larger than the k smallest
+		}
+		s.h = slices.Insert(s.h, i, h)
+		s.h = s.h[:k]
+		return
+	}
+	s.h = slices.Insert(s.h, i, h)
+}
+
+// distinct returns the count of distinct hashes added: exact when the set
+// never overflowed, else the k-minimum-values estimate (k-1)/u_k with u_k
+// the k-th smallest hash as a fraction of the hash space.
+func (s *hashSet) distinct(k int) (int, bool) {
+	if !s.full {
+		return len(s.h), false
+	}
+	u := float64(s.h[len(s.h)-1]) / math.Exp2(64)
+	if u <= 0 {
+		return len(s.h), true
+	}
+	return int(math.Round(float64(k-1) / u)), true
+}
+
+// MarshalJSON writes the hashes as one base64 string of big-endian words
+// (8 bytes a hash instead of ~20 digits), "!"-prefixed when the set
+// overflowed.
+func (s hashSet) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 8*len(s.h))
+	for i, h := range s.h {
+		binary.BigEndian.PutUint64(b[8*i:], h)
+	}
+	enc := base64.RawStdEncoding.EncodeToString(b)
+	if s.full {
+		enc = "!" + enc
+	}
+	return json.Marshal(enc)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (s *hashSet) UnmarshalJSON(data []byte) error {
+	var str string
+	if err := json.Unmarshal(data, &str); err != nil {
+		return err
+	}
+	full := len(str) > 0 && str[0] == '!'
+	if full {
+		str = str[1:]
+	}
+	b, err := base64.RawStdEncoding.DecodeString(str)
+	if err != nil {
+		return err
+	}
+	if len(b)%8 != 0 {
+		return fmt.Errorf("hash set: %d bytes is not a multiple of 8", len(b))
+	}
+	hs := make([]uint64, len(b)/8)
+	for i := range hs {
+		hs[i] = binary.BigEndian.Uint64(b[8*i:])
+	}
+	if !slices.IsSorted(hs) {
+		return fmt.Errorf("hash set: not sorted")
+	}
+	*s = hashSet{h: hs, full: full}
+	return nil
+}
+
+func (s hashSet) isZero() bool { return len(s.h) == 0 && !s.full }
+
+// keep routes one parsed relevant line (applied for the first time) into
+// the bounded state.
+func (st *state) keep(k lineKey, r Record) {
+	switch r.Kind {
+	case KindTrace:
+		st.Trace.add(k.stream, r)
+	case KindMalformed:
+		st.Malformed++
+	case KindSummary:
+		// never added to any row: nothing to keep
+	case KindBuild, KindVerbosity, KindLegacy:
+		// Only the first line of each kind (by position) is used.
+		if st.firsts == nil {
+			st.firsts = map[Kind]keyedRecord{}
+		}
+		if f, ok := st.firsts[r.Kind]; !ok || posLess(r.Seq, k.stream, f.Seq, f.Stream) {
+			st.firsts[r.Kind] = keyedRecord{Stream: k.stream, Record: r}
+		}
+	default:
+		st.Capped++
+		if len(st.records) >= MaxRecords {
+			// Keep the MaxRecords latest by position: drop the earliest,
+			// which may be this one.
+			min := st.minRecord()
+			if posLess(k.seq, k.stream, min.seq, min.stream) {
+				return
+			}
+			delete(st.records, min)
+		}
+		st.records[k] = r
+	}
+}
+
+// minRecord returns the key of the earliest kept record (len > 0).
+func (st *state) minRecord() lineKey {
+	first := true
+	var m lineKey
+	for k := range st.records {
+		if first || posLess(k.seq, k.stream, m.seq, m.stream) {
+			m, first = k, false
+		}
+	}
+	return m
+}
+
+// droppedRecords is how many relevant lines the cap left out.
+func (st *state) droppedRecords() int { return st.Capped - len(st.records) }
+
+// keyedRecord is a Record with its stream (a persisted record).
+type keyedRecord struct {
+	Stream string `json:"s"`
+	Record
+}
+
+// sortedRecords returns the kept records and the first build, verbosity
+// and legacy lines, by position.
+func (st *state) sortedRecords() []Record {
+	recs := make([]keyedRecord, 0, len(st.records)+len(st.firsts))
+	for k, r := range st.records {
+		recs = append(recs, keyedRecord{Stream: k.stream, Record: r})
+	}
+	for _, r := range st.firsts {
+		recs = append(recs, r)
+	}
+	sort.Slice(recs, func(i, j int) bool {
+		a, b := recs[i], recs[j]
+		if a.Seq != b.Seq {
+			return a.Seq < b.Seq
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Stream < b.Stream
+	})
+	out := make([]Record, len(recs))
+	for i, r := range recs {
+		out[i] = r.Record
+	}
+	return out
+}
+
+// capWarnings says which caps of the state were hit, for the report.
+func (st *state) capWarnings() []string {
+	var w []string
+	if n := st.droppedRecords(); n > 0 {
+		w = append(w, fmt.Sprintf("the run has %d relevant log lines; the fold keeps the %d latest (the earliest %d are not used)", st.Capped, MaxRecords, n))
+	}
+	if n, est := st.Trace.names(); est {
+		w = append(w, fmt.Sprintf("more than %d distinct packed tensor names: their count (%d) is an estimate", MaxTraceNames, n))
+	}
+	return w
+}

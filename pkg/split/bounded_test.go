@@ -1,0 +1,221 @@
+package split
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// maxStateBytes is what a run's persisted fold must stay below whatever the
+// log holds: far below a default broker's 1 MiB message limit.
+const maxStateBytes = 64 << 10
+
+// stateOf folds lines (numbered from 1 on stream "log") and returns the
+// fold and its persisted size.
+func stateOf(t *testing.T, lines []string) (*Fold, []byte) {
+	t.Helper()
+	f := NewFold(Options{})
+	for i, l := range lines {
+		f.AddLine(Line{Stream: "log", Seq: uint64(i + 1), Text: l})
+	}
+	b, err := json.Marshal(f)
+	require.NoError(t, err)
+	return f, b
+}
+
+// pathologicalLog is a log a long-running server can produce: many model
+// loads, each with its buffers and contexts, a trace line per packed tensor
+// with many distinct names and evictions, malformed and summary lines. The
+// last load is the one measured; its figures differ from every earlier one.
+func pathologicalLog(loads, traceLines, names int) (lines []string, lastModel, traceMax, traceLast float64, maxLine int) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	lines = append(lines, strings.TrimSuffix(verbose, "\n"))
+	for l := 0; l < loads; l++ {
+		lines = append(lines,
+			strings.TrimSuffix(load, "\n"),
+			fmt.Sprintf("load_tensors:         HRX0 model buffer size =  %d.00 MiB", 1000+l),
+			"llama_context: constructing llama_context",
+			"llama_kv_cache:       HRX0 KV buffer size =    24.00 MiB",
+			"sched_reserve:       HRX0 compute buffer size =    51.00 MiB",
+			"llama_kv_cache: size =   24.00 MiB (  256 cells,  36 layers,  1/1 seqs)",
+			"load_tensors:         HRX0 model buffer size = twelve MiB",
+		)
+		lastModel = float64(1000 + l)
+	}
+	for i := 0; i < traceLines; i++ {
+		v := float64(rng.IntN(100000)) / 10
+		if v > traceMax {
+			traceMax, maxLine = v, len(lines)+1
+		}
+		traceLast = v
+		lines = append(lines, fmt.Sprintf("hrx: host-weight pack    name=blk.%d.ffn_up.weight type=q4_K bytes=1 packed=1 resident=%.1f MiB", i%names, v))
+	}
+	return lines, lastModel, traceMax, traceLast, maxLine
+}
+
+// The checkpoint of the bundled runs and of a pathological log stays far
+// below the broker's message limit, and the figures are still the
+// uncapped ones where the rules need them.
+func TestStateIsBounded(t *testing.T) {
+	t.Parallel()
+	for _, run := range []string{"4b", "27b"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "runs", run, "split.log"))
+		require.NoError(t, err)
+		f, st := stateOf(t, strings.Split(string(b), "\n"))
+		t.Logf("%s run: persisted fold %d bytes", run, len(st))
+		require.Less(t, len(st), 16<<10, run)
+		require.NotContains(t, f.Report().Flags, FlagStateCapped, run)
+	}
+
+	const loads, traceLines, names = 2000, 200000, 5000
+	lines, lastModel, traceMax, traceLast, maxLine := pathologicalLog(loads, traceLines, names)
+	f, st := stateOf(t, lines)
+	t.Logf("pathological log (%d lines, %d loads, %d trace lines, %d names): persisted fold %d bytes", len(lines), loads, traceLines, names, len(st))
+	require.Less(t, len(st), maxStateBytes)
+	r := f.Report()
+	require.Contains(t, r.Flags, FlagStateCapped)
+	require.Equal(t, lastModel, val(r.ModelGTTMiB), "the last load is measured")
+	require.Equal(t, traceMax, val(r.PackedMiB))
+	require.Equal(t, traceLast, val(r.Detail.PackedLastMiB))
+	require.Equal(t, uint64(maxLine), r.Detail.PackedPeakSeq)
+	require.Equal(t, traceLines, r.Detail.PackedTraceLines)
+	require.Equal(t, loads, r.Detail.LinesSkipped, "every malformed line counted")
+	// The distinct names are estimated: within 10 % of the truth, and not
+	// the naive count of the names kept.
+	require.NotNil(t, r.PackedWeights)
+	require.InEpsilon(t, names, *r.PackedWeights, 0.10)
+	require.NotEqual(t, MaxTraceNames, *r.PackedWeights, "the naive count of kept names")
+	joined := strings.Join(r.Detail.Warnings, "\n")
+	require.Contains(t, joined, "distinct packed tensor names")
+	require.Contains(t, joined, "relevant log lines")
+}
+
+// Capped or not, the state is a function of the set of lines: shuffled
+// and duplicated delivery, with a persist-and-restore mid-way, gives the
+// same persisted state and the same report.
+func TestBoundedStateIsOrderFree(t *testing.T) {
+	t.Parallel()
+	lines, _, _, _, _ := pathologicalLog(300, 3000, 1500)
+	ref, refState := stateOf(t, lines)
+	want := reportJSON(t, ref)
+	require.Contains(t, want, FlagStateCapped)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := 0; round < 5; round++ {
+		idx := rng.Perm(len(lines))
+		idx = append(idx, idx[:len(idx)/4]...) // duplicates
+		f := NewFold(Options{})
+		cut := rng.IntN(len(idx))
+		for _, i := range idx[:cut] {
+			f.AddLine(Line{Stream: "log", Seq: uint64(i + 1), Text: lines[i]})
+		}
+		b, err := json.Marshal(f)
+		require.NoError(t, err)
+		g := NewFold(Options{})
+		require.NoError(t, json.Unmarshal(b, g))
+		for _, i := range idx[cut:] {
+			g.AddLine(Line{Stream: "log", Seq: uint64(i + 1), Text: lines[i]})
+		}
+		got, err := json.Marshal(g)
+		require.NoError(t, err)
+		require.Equal(t, string(refState), string(got), "round %d", round)
+		require.Equal(t, want, reportJSON(t, g), "round %d", round)
+	}
+}
+
+func TestHashSetExactThenEstimated(t *testing.T) {
+	t.Parallel()
+	var s hashSet
+	for i := 0; i < 100; i++ {
+		s.add(nameHash(fmt.Sprint("t", i%40)), 64)
+	}
+	n, est := s.distinct(64)
+	require.Equal(t, 40, n)
+	require.False(t, est)
+	for i := 0; i < 20000; i++ {
+		s.add(nameHash(fmt.Sprint("t", i)), 64)
+	}
+	n, est = s.distinct(64)
+	require.True(t, est)
+	require.InEpsilon(t, 20000, n, 0.35, "k=64 has ~13 %% standard error")
+	require.Len(t, s.h, 64)
+	require.True(t, slices.IsSorted(s.h))
+
+	b, err := json.Marshal(s)
+	require.NoError(t, err)
+	var back hashSet
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, s, back)
+	require.Error(t, json.Unmarshal([]byte(`"AAAA"`), &back), "not a multiple of 8 bytes")
+	require.Error(t, json.Unmarshal([]byte(`"!AAAAAAAAAAEAAAAAAAAAAA"`), &back), "not sorted")
+	require.Error(t, json.Unmarshal([]byte(`"*"`), &back), "not base64")
+}
+
+// A state written before the fold was bounded (every trace and malformed
+// line a record, skipped fds per tick) restores to the same report.
+func TestLegacyStateRestores(t *testing.T) {
+	t.Parallel()
+	lines := strings.Split(propertyLog+"load_tensors:         HRX0 model buffer size = twelve MiB\n", "\n")
+	f := NewFold(Options{})
+	for i, l := range lines {
+		f.AddLine(Line{Stream: "stderr", Seq: uint64(i + 1), Text: l})
+	}
+	bad := sample(4, fdText("amdgpu", "0000:c5:00.0", "30", "3000 MiB"), "drm-driver:\tamdgpu\ndrm-total-gtt:\tlots\n")
+	for _, s := range append(propertySamples(), bad) {
+		f.AddSample(s)
+	}
+	want := reportJSON(t, f)
+	require.Contains(t, want, `"packed_weights": 2`)
+
+	// Rewrite the state as the old format had it.
+	b, err := json.Marshal(f)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	recs := m["records"].([]any)
+	for i, l := range lines {
+		r, ok := MustParser().Parse(uint64(i+1), Payload([]byte(l), new([]byte)))
+		if ok && (r.Kind == KindTrace || r.Kind == KindMalformed) {
+			recs = append(recs, map[string]any{"s": "stderr", "seq": r.Seq, "k": r.Kind, "name": r.Name, "mib": r.MiB})
+		}
+	}
+	m["records"] = recs
+	delete(m, "trace")
+	delete(m, "capped")
+	delete(m, "malformed")
+	ticks := m["ticks"].(map[string]any)
+	require.Equal(t, float64(1), ticks["fds_skipped"])
+	delete(ticks, "fds_skipped")
+	ticks["skipped"] = map[string]int{"4": 1}
+	old, err := json.Marshal(m)
+	require.NoError(t, err)
+
+	g := NewFold(Options{})
+	require.NoError(t, json.Unmarshal(old, g))
+	require.Equal(t, want, reportJSON(t, g))
+	again, err := json.Marshal(g)
+	require.NoError(t, err)
+	require.Equal(t, string(b), string(again), "read into the bounded form")
+}
+
+func TestNameHashIsUniform(t *testing.T) {
+	t.Parallel()
+	// The top bit of the hash of sequential names is set about half the
+	// time (a plain FNV-1a of short sequential names is not uniform enough
+	// for the estimate).
+	n := 0
+	for i := 0; i < 10000; i++ {
+		if nameHash(fmt.Sprint("blk.", i, ".w"))>>63 == 1 {
+			n++
+		}
+	}
+	require.InDelta(t, 5000, n, 300)
+	require.Less(t, math.Abs(float64(n)-5000), 300.0)
+}
