@@ -16,7 +16,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/config"
 )
 
-// Exit codes (SPEC §4).
+// Exit codes (the README's Configuration section lists them).
 const (
 	ExitOK      = 0
 	ExitFailure = 1

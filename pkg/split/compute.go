@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Flag names (SPEC §5). They appear in a report in this order.
+// Flag names (docs/accounting.md rule 12). They appear in a report in this order.
 const (
 	FlagNotModelLoad     = "not_model_load"
 	FlagNotVerbose       = "not_verbose"
@@ -703,7 +703,7 @@ func (c *computation) traceCheck() {
 	}
 }
 
-// steadyCheck tells "resident twice" from "briefly twice" (SPEC §2 rule 8).
+// steadyCheck tells "resident twice" from "briefly twice" (docs/accounting.md rule 9).
 func (c *computation) steadyCheck() {
 	if c.final == nil || c.peak == nil {
 		return

@@ -2,7 +2,7 @@ package split
 
 import "bytes"
 
-// Payload strips the llama.cpp line envelope (FORMATS §1) from line and
+// Payload strips the llama.cpp line envelope (docs/formats.md, "The line envelope") from line and
 // returns the message. The steps, in order: ANSI CSI sequences anywhere; the
 // trailing "\r" (and "\n"); then, repeatedly at the start, router "[port] "
 // prefixes (and the legacy "[unix-seconds] " timestamp), runs of progress

@@ -28,7 +28,7 @@ type DRMClient struct {
 	Key string
 }
 
-// ParseFDInfo parses one /proc/<pid>/fdinfo/<fd> text (FORMATS §5). Only
+// ParseFDInfo parses one /proc/<pid>/fdinfo/<fd> text (docs/formats.md, "fdinfo"). Only
 // amdgpu clients get FDAmdgpu. Duplicate keys keep their first occurrence
 // (kernels 6.5 to about 6.7 print the client id twice). A text cut off
 // mid-line (no final newline) loses only its last line.

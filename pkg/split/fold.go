@@ -17,7 +17,7 @@ type Options struct {
 	UnattributedThresholdPct float64
 }
 
-// DefaultThresholdPct is the default unattributed threshold (SPEC §2 rule 9).
+// DefaultThresholdPct is the default unattributed threshold (docs/accounting.md rule 10).
 const DefaultThresholdPct = 10
 
 // Fold accumulates the lines and samples of one run and computes its split.

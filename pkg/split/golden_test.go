@@ -35,8 +35,9 @@ func foldRun(t *testing.T, name string) Report {
 	return f.Report()
 }
 
-// TestSeedTable reproduces SPEC §1's reference figures from the fixtures.
-func TestSeedTable(t *testing.T) {
+// TestReferenceFigures reproduces the README's reference table (the 4B and
+// 27B runs) from the fixtures.
+func TestReferenceFigures(t *testing.T) {
 	t.Parallel()
 	type want struct {
 		peak, model, packed, state, compute, unattributed, dup float64

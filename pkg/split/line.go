@@ -19,7 +19,7 @@ const (
 	KindContext            // "llama_context: constructing llama_context"
 	KindBuild              // a build/version line
 	KindVerbosity          // "verbosity = N"
-	KindDebugMarker        // a line only -v prints (FORMATS §3.3)
+	KindDebugMarker        // a line only -v prints (docs/formats.md, "Loads, contexts, build and verbosity")
 	KindTrace              // host-weight trace line with resident=
 	KindBreakdownHead      // "memory breakdown [MiB]" table header
 	KindBreakdownRow       // a row of that table
@@ -62,7 +62,7 @@ type Parser struct {
 }
 
 // DefaultTracePattern matches the resident size of the host-weight trace
-// (FORMATS §4). Its one group is the size in MiB.
+// (docs/formats.md, "The host-weight trace"). Its one group is the size in MiB.
 const DefaultTracePattern = `resident=([0-9]+(?:\.[0-9]+)?) ?MiB`
 
 // DefaultTraceNamePattern matches the packed tensor's name in a trace line.
@@ -127,7 +127,7 @@ var (
 )
 
 // debugMarkers are substrings of lines llama.cpp prints only at DEBUG level,
-// that is with -v (FORMATS §3.3).
+// that is with -v (docs/formats.md, "Loads, contexts, build and verbosity").
 var debugMarkers = [][]byte{
 	[]byte("create_tensor: loading tensor"),
 	[]byte("assigned to device"),
@@ -434,7 +434,7 @@ func parseBuild(s []byte) (buildInfo, bool) {
 // table's header.
 func isBreakdownHead(s []byte) bool { return bytes.Contains(s, []byte("memory breakdown [MiB]")) }
 
-// parseBreakdown parses a memory-breakdown table line (FORMATS §2.8).
+// parseBreakdown parses a memory-breakdown table line (docs/formats.md, "The memory breakdown table").
 func parseBreakdown(r Record, s []byte) (Record, bool) {
 	if isBreakdownHead(s) {
 		r.Kind = KindBreakdownHead

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// JSON renders the report as indented JSON (SPEC §5), with a final newline.
+// JSON renders the report as indented JSON (the gttsplit.split.v1 object), with a final newline.
 func JSON(r Report) ([]byte, error) {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

@@ -19,7 +19,7 @@ func round2(v float64) float64 { return math.Round(v*100) / 100 }
 // Pct is a percentage, marshalled like MiB (two decimals).
 type Pct = MiB
 
-// Report is the split of one run (SPEC §5). Pointer fields are null when
+// Report is the split of one run (its rows and keys: docs/accounting.md). Pointer fields are null when
 // unknown; the reason is always in Flags.
 type Report struct {
 	Schema     string     `json:"schema"`
@@ -63,7 +63,7 @@ type RunMeta struct {
 	Complete bool   `json:"complete"`
 }
 
-// Provenance names what was measured (SPEC §2 rule 12).
+// Provenance names what was measured (docs/accounting.md rule 13).
 type Provenance struct {
 	LlamaBuild       string `json:"llama_build"`
 	SourceCommit     string `json:"source_commit"`

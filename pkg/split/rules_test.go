@@ -47,7 +47,7 @@ func sample(seq uint64, fds ...string) Sample {
 	return s
 }
 
-// Each case is one rule of SPEC §2 with the figure a naive rule would give:
+// Each case is one rule of docs/accounting.md with the figure a naive rule would give:
 // the test fails if the core ever computes the naive figure.
 func TestRulesDiscriminate(t *testing.T) {
 	t.Parallel()

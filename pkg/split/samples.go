@@ -15,7 +15,7 @@ type SamplesStats struct {
 	SkippedLines int
 }
 
-// ParseSamples parses a samples file (gtt.txt, SPEC §4): each sample starts
+// ParseSamples parses a samples file (gtt.txt, docs/formats.md): each sample starts
 // "# sample t=<RFC3339Nano> pid=<pid>", each fd starts "## fd=<n>" and is
 // followed by that fd's fdinfo text verbatim; "## card=<name>
 // mem_info_gtt_used=<bytes> mem_info_gtt_total=<bytes>" records the card's
