@@ -29,7 +29,8 @@ The split is also published as an event on gttsplit.split.<host>.<lane>.<run>.
 
 With no NATS URL it starts an embedded NATS server with JetStream on
 --embedded-listen, storing under --store, and logs the URL collectors should
-use. With --nats-url (GTTSPLIT_NATS_URL) it uses that server or cluster;
+use. A store is locked by the aggregator using it: a second one on the same
+store (or the same port) fails at once, saying so. With --nats-url (GTTSPLIT_NATS_URL) it uses that server or cluster;
 aggregators with the same consumer.durable share the work.
 
 A message is acknowledged only after its run's state is written to the
@@ -73,8 +74,9 @@ func newExport(stdout io.Writer) *cobra.Command {
 as a recorded stream on stdout: one structured CloudEvent per line. Any past
 run can then be re-measured with a newer core: aggregator replay FILE.
 
-With no NATS URL it reads the embedded server's store (--store); stop
-'aggregator serve' on that store first.`,
+With no NATS URL it reads the embedded server's store (--store), which
+one process uses at a time: while an 'aggregator serve' holds it, export
+fails at once; export from that server with --nats-url instead.`,
 		Example: `  aggregator export --run host1-20261107T140311-a1b2c3 > run.jsonl
   aggregator export --since 24h --nats-url nats://nats:4222 > day.jsonl`,
 		Args: cli.Args(cobra.NoArgs),

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/dirlock"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -28,11 +29,14 @@ import (
 const embeddedMaxPayload = 8 << 20
 
 // ErrStoreInUse means the embedded server's store directory is locked by
-// another server (an `aggregator serve` already running on it).
-var ErrStoreInUse = errors.New("store in use")
+// another aggregator (an `aggregator serve` or `export` running on it).
+var ErrStoreInUse = dirlock.ErrLocked
 
 // StartEmbedded starts the in-process NATS server with JetStream on listen
-// (host:port; port 0 picks a free one) with its store in store.
+// (host:port; port 0 picks a free one) with its store in store. It first
+// takes an exclusive lock on the store (released when the server shuts
+// down) and checks that the address is free, so a second aggregator on the
+// same store or port fails at once, saying which.
 func StartEmbedded(listen, store string, log zerolog.Logger) (*server.Server, error) {
 	host, portS, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -41,6 +45,21 @@ func StartEmbedded(listen, store string, log zerolog.Logger) (*server.Server, er
 	port, err := strconv.Atoi(portS)
 	if err != nil {
 		return nil, fmt.Errorf("embedded.listen %q: %w", listen, err)
+	}
+	lock, err := dirlock.Acquire(store)
+	if err != nil {
+		if errors.Is(err, ErrStoreInUse) {
+			return nil, fmt.Errorf("embedded NATS store %w: stop the other `aggregator serve` or `aggregator export` on it, or give another --store", err)
+		}
+		return nil, fmt.Errorf("embedded NATS store: %w", err)
+	}
+	if port != 0 {
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			lock.Release()
+			return nil, fmt.Errorf("embedded NATS server: %w (is another NATS server or aggregator listening there? give --embedded-listen another port, or --nats-url to use that server)", err)
+		}
+		_ = ln.Close()
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
@@ -57,14 +76,20 @@ func StartEmbedded(listen, store string, log zerolog.Logger) (*server.Server, er
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
+		lock.Release()
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(20 * time.Second) {
 		ns.Shutdown()
 		ns.WaitForShutdown()
-		return nil, fmt.Errorf("embedded nats on %s (store %s) did not start: %w (is another `aggregator serve` using the store or the port?)", listen, store, ErrStoreInUse)
+		lock.Release()
+		return nil, fmt.Errorf("embedded NATS server on %s (store %s) did not start within 20s", listen, store)
 	}
+	go func() {
+		ns.WaitForShutdown()
+		lock.Release()
+	}()
 	log.Info().Str("url", ns.ClientURL()).Str("store", store).Msg("embedded NATS server with JetStream ready; point collectors at it with --nats-url " + ns.ClientURL())
 	return ns, nil
 }
