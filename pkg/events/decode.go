@@ -418,6 +418,16 @@ func (d *Decoded) decodeFinished(b []byte) (string, error) {
 		},
 		Detail: FinishDetail{Duration: time.Duration(data.DurationNS), DroppedEvents: data.DroppedEvents},
 	}
+	if s := data.Sent; s != nil {
+		if err := s.check(); err != nil {
+			return "", err
+		}
+		sent := &split.Sent{Streams: make([]split.StreamSent, len(s.Streams)), Samples: s.Samples, LastSampleSeq: s.LastSampleSeq}
+		for i, st := range s.Streams {
+			sent.Streams[i] = split.StreamSent{Stream: st.Stream, Lines: st.Lines, LastSeq: st.LastSeq}
+		}
+		d.Finished.Info.Sent = sent
+	}
 	return ID(d.Origin.RunID, posFinished, 0), nil
 }
 

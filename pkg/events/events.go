@@ -140,6 +140,15 @@ func NewRunFinished(o Origin, f split.FinishInfo, d FinishDetail) (event.Event, 
 		DurationNS:    int64(d.Duration),
 		DroppedEvents: d.DroppedEvents,
 	}
+	if s := f.Sent; s != nil {
+		data.Sent = &SentData{Streams: make([]StreamSentData, len(s.Streams)), Samples: s.Samples, LastSampleSeq: s.LastSampleSeq}
+		for i, st := range s.Streams {
+			data.Sent.Streams[i] = StreamSentData{Stream: st.Stream, Lines: st.Lines, LastSeq: st.LastSeq}
+		}
+		if err := data.Sent.check(); err != nil {
+			return event.Event{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
 	return build(o, TypeRunFinished, ID(o.RunID, posFinished, 0), data.Finished, data)
 }
 
@@ -285,4 +294,20 @@ func (d Decoded) ApplyTo(f *split.Fold) (fresh bool) {
 		fresh = f.Finish(fi)
 	}
 	return fresh
+}
+
+// check rejects an announcement the contract does not allow: a stream name
+// that is not one, or a stream named twice.
+func (s *SentData) check() error {
+	seen := map[string]bool{}
+	for _, st := range s.Streams {
+		if err := checkStream(st.Stream); err != nil {
+			return fmt.Errorf("sent: %w", err)
+		}
+		if seen[st.Stream] {
+			return fmt.Errorf("sent: stream %q twice", st.Stream)
+		}
+		seen[st.Stream] = true
+	}
+	return nil
 }

@@ -76,7 +76,12 @@ func exampleSample() split.Sample {
 }
 
 func exampleFinish() (split.FinishInfo, events.FinishDetail) {
-	return split.FinishInfo{Finished: t0.Add(42 * time.Second), ExitCode: ptr(0)},
+	sent := &split.Sent{
+		Streams:       []split.StreamSent{{Stream: "stderr", Lines: 1510, LastSeq: 1514}, {Stream: "stdout", Lines: 4, LastSeq: 1512}},
+		Samples:       412,
+		LastSampleSeq: 412,
+	}
+	return split.FinishInfo{Finished: t0.Add(42 * time.Second), ExitCode: ptr(0), Sent: sent},
 		events.FinishDetail{Duration: 42 * time.Second, DroppedEvents: 0}
 }
 

@@ -157,4 +157,25 @@ type RunFinishedData struct {
 	Incomplete    bool      `json:"incomplete"`
 	DurationNS    int64     `json:"duration_ns"`
 	DroppedEvents uint64    `json:"dropped_events"`
+	// Sent is what the collector sent of the run (absent from events of
+	// collectors that did not say): the aggregator calls a run complete
+	// once it folded all of it.
+	Sent *SentData `json:"sent,omitempty"`
+}
+
+// SentData is what a collector sent of a run: per log stream the distinct
+// lines and the last line's seq, and the distinct samples and the last
+// sample's seq. Events the collector dropped (see dropped_events) are not
+// counted.
+type SentData struct {
+	Streams       []StreamSentData `json:"streams"`
+	Samples       uint64           `json:"samples"`
+	LastSampleSeq uint64           `json:"last_sample_seq"`
+}
+
+// StreamSentData is what a collector sent of one log stream.
+type StreamSentData struct {
+	Stream  string `json:"stream"`
+	Lines   uint64 `json:"lines"`
+	LastSeq uint64 `json:"last_seq"`
 }

@@ -599,8 +599,10 @@ func (c *computation) finish() {
 			r.Run.Finished = st.Finish.Finished.UTC().Format(time.RFC3339Nano)
 		}
 	}
-	r.Run.Complete = st.HaveFinish && !st.Finish.Incomplete
-	if st.HaveRun && !r.Run.Complete {
+	missing := st.missing()
+	r.Run.Complete = (st.HaveRun || st.HaveFinish) && len(missing) == 0
+	r.Detail.Missing = missing
+	if (st.HaveRun || st.HaveFinish) && !r.Run.Complete {
 		c.flag(FlagIncomplete)
 	}
 	if st.Finish.DroppedEvents > 0 {

@@ -119,6 +119,9 @@ type Detail struct {
 	LinesSkipped int      `json:"lines_skipped"` // malformed lines counted and skipped
 	FDsSkipped   int      `json:"fds_skipped"`   // truncated or malformed fdinfo files
 	Warnings     []string `json:"warnings,omitempty"`
+	// Missing says what an incomplete run lacks of what its collector
+	// sent (the run-finished event, lines of a stream, samples).
+	Missing []string `json:"missing,omitempty"`
 }
 
 // BufferLine is one llama.cpp buffer line as counted.

@@ -79,4 +79,24 @@ type FinishInfo struct {
 	// DroppedEvents counts events the collector could not deliver (a full
 	// spool); the split then misses data and is flagged.
 	DroppedEvents uint64
+	// Sent is what the collector says it sent of the run; nil when the
+	// run-finished event did not say (collectors before it did). A run is
+	// complete when the fold holds all of it (see Fold.Missing).
+	Sent *Sent `json:",omitempty"`
+}
+
+// Sent is what a collector sent of a run: per log stream the distinct
+// lines and the last line's sequence number, and the distinct samples and
+// the last sample's sequence number.
+type Sent struct {
+	Streams       []StreamSent
+	Samples       uint64
+	LastSampleSeq uint64
+}
+
+// StreamSent is what a collector sent of one log stream.
+type StreamSent struct {
+	Stream  string
+	Lines   uint64
+	LastSeq uint64
 }

@@ -3,6 +3,8 @@ package collector
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -49,9 +51,22 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	if runID == "" {
 		runID = fmt.Sprintf("%s-pid%d-%d", tokenSafe(host), pid, start)
 	}
+	stateDir := cfg.Attach.StateDir
+	if stateDir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		stateDir = filepath.Join(cache, "gttsplit", "attach")
+	}
 	s, err := newSession(ctx, cfg, runID, true, log)
 	if err != nil {
 		return err
+	}
+	// What this run sent, over every attach of it: the run-finished
+	// event announces it.
+	if s.pipe.sent, err = openSentLog(filepath.Join(stateDir, sentLogName(runID))); err != nil {
+		s.log.Warn().Err(err).Msg("what an earlier attach of this run sent is not known")
 	}
 	s.provenance(ctx)
 	s.info.Command = readCmdline(procRoot, pid)
@@ -105,14 +120,6 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		return err
 	})}
 	if cfg.Attach.Log != "" {
-		stateDir := cfg.Attach.StateDir
-		if stateDir == "" {
-			cache, err := os.UserCacheDir()
-			if err != nil {
-				cache = os.TempDir()
-			}
-			stateDir = filepath.Join(cache, "gttsplit", "attach")
-		}
 		lt := logtail.NewFactory()
 		lc := lt.DefaultConfig().(*logtail.Config)
 		lc.Path, lc.StateDir, lc.RunID, lc.Done = cfg.Attach.Log, stateDir, runID, done
@@ -150,6 +157,8 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		}
 		if err := s.pipe.emit(sctx, sources.Record{Finished: fi}); err != nil {
 			s.log.Error().Err(err).Msg("run-finished not published")
+		} else {
+			s.pipe.sent.remove()
 		}
 		s.log.Info().Msg("the attached process exited")
 	default:
@@ -248,4 +257,11 @@ func readCmdline(procRoot string, pid int) string {
 		return ""
 	}
 	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+}
+
+// sentLogName is the file, in the attach state directory, that keeps what
+// the attaches of a run sent.
+func sentLogName(runID string) string {
+	h := sha256.Sum256([]byte(runID))
+	return "sent-" + hex.EncodeToString(h[:8]) + ".json"
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/app/collector/internal/testchild"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
 // TestAttachIntegration attaches to a real process that writes the 4B log
@@ -144,4 +145,28 @@ func TestAttachIntegration(t *testing.T) {
 	require.Equal(t, events.TypeRunFinished, last.Type, "run-finished is the run's last event")
 	require.Zero(t, last.Finished.Detail.DroppedEvents)
 	require.Equal(t, runID+"/finished/0", last.ID)
+
+	// The run-finished event announces what both attaches sent, which is
+	// exactly what the stream holds, and the run's wall time.
+	sent := last.Finished.Info.Sent
+	require.NotNil(t, sent)
+	samples := map[uint64]bool{}
+	var lastSample uint64
+	for _, d := range evs {
+		if d.Sample != nil {
+			samples[d.Sample.Seq] = true
+			lastSample = max(lastSample, d.Sample.Seq)
+		}
+	}
+	require.Equal(t, []split.StreamSent{{Stream: "log", Lines: uint64(len(lines)), LastSeq: uint64(len(lines))}}, sent.Streams)
+	require.Equal(t, uint64(len(samples)), sent.Samples)
+	require.Equal(t, lastSample, sent.LastSampleSeq)
+	require.Positive(t, last.Finished.Detail.Duration)
+	f := split.NewFold(split.Options{})
+	for _, d := range evs {
+		d.ApplyTo(f)
+	}
+	require.Empty(t, f.Missing(), "the stream is complete by content")
+	_, err = os.Stat(filepath.Join(cfg.Attach.StateDir, sentLogName(runID)))
+	require.True(t, os.IsNotExist(err), "the sent log is removed once the run finished")
 }

@@ -85,7 +85,7 @@ func recordFixture(t *testing.T, name string) []byte {
 	var buf bytes.Buffer
 	w := events.NewWriter(&buf)
 	for _, r := range all {
-		evs, err := p.build(r)
+		_, evs, err := p.prepare(r)
 		require.NoError(t, err)
 		for _, ev := range evs {
 			require.NoError(t, w.Write(ev))

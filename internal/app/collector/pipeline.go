@@ -35,6 +35,7 @@ type pipeline struct {
 
 	mu      sync.Mutex // serialises emit: sources run concurrently
 	fold    *split.Fold
+	sent    *sentLog // what was handed on, for the run-finished event
 	events  atomic.Uint64
 	invalid atomic.Uint64
 }
@@ -43,7 +44,7 @@ type pipeline struct {
 func (p *pipeline) emit(ctx context.Context, r sources.Record) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	evs, err := p.build(r)
+	r, evs, err := p.prepare(r)
 	if err != nil {
 		// A record the contract cannot carry (a bad stream name, say) is
 		// counted and skipped: one bad record must not stop a run.
@@ -95,6 +96,28 @@ func joinAcks(ack func(), n int) func() {
 	}
 }
 
+// prepare builds the events of r and counts what they send (and, for
+// attach, saves that) before they go out: see sentLog. A run-finished
+// record gets the announcement of what was sent before it.
+func (p *pipeline) prepare(r sources.Record) (sources.Record, []event.Event, error) {
+	if p.sent == nil {
+		p.sent, _ = openSentLog("")
+	}
+	if r.Finished != nil {
+		fi := *r.Finished
+		fi.Sent = p.sent.sent()
+		r.Finished = &fi
+	}
+	evs, err := p.build(r)
+	if err != nil {
+		return r, nil, err
+	}
+	if err := p.sent.add(r); err != nil {
+		p.log.Warn().Err(err).Msg("could not save what was sent; a restarted attach may announce less than this run sent")
+	}
+	return r, evs, nil
+}
+
 func (p *pipeline) build(r sources.Record) ([]event.Event, error) {
 	switch {
 	case r.Started != nil:
@@ -114,7 +137,8 @@ func (p *pipeline) build(r sources.Record) ([]event.Event, error) {
 		ev, err := events.NewFDInfoSample(p.origin, *r.Sample)
 		return []event.Event{ev}, err
 	case r.Finished != nil:
-		ev, err := events.NewRunFinished(p.origin, *r.Finished, events.FinishDetail{DroppedEvents: r.Finished.DroppedEvents})
+		d := events.FinishDetail{DroppedEvents: r.Finished.DroppedEvents, Duration: p.sent.duration(r.Finished.Finished)}
+		ev, err := events.NewRunFinished(p.origin, *r.Finished, d)
 		return []event.Event{ev}, err
 	}
 	return nil, fmt.Errorf("empty record")

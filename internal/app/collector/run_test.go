@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -242,6 +243,17 @@ func TestRunOutOfflineIntegration(t *testing.T) {
 		require.Equal(t, uint64(i+1), s.Sample.Seq)
 		require.Equal(t, r.PID, s.Sample.Procs[0].PID, "samples are of the child")
 	}
+	// The run-finished event announces exactly what went before it, and
+	// the run's wall time.
+	fin := evs[len(evs)-1].Finished
+	require.Equal(t, &split.Sent{
+		Streams:       []split.StreamSent{{Stream: "stderr", Lines: uint64(len(lines)), LastSeq: uint64(len(lines))}},
+		Samples:       uint64(len(samples)),
+		LastSampleSeq: uint64(len(samples)),
+	}, fin.Info.Sent)
+	require.Positive(t, fin.Detail.Duration)
+	started := evs[0].Started.Info.Started
+	require.InDelta(t, fin.Info.Finished.Sub(started), fin.Detail.Duration, float64(time.Millisecond))
 
 	// gtt.txt parses into the same samples.
 	gtt, err := os.ReadFile(filepath.Join(cfg.Out, "gtt.txt"))
