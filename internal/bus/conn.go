@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,6 +38,13 @@ type ConnConfig struct {
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
 	// ReconnectWait is the pause between reconnection attempts (default 2s).
 	ReconnectWait time.Duration `mapstructure:"reconnect_wait"`
+	// FailFast makes the first connection mandatory: when no server
+	// answers (each tried for ConnectTimeout), Connect fails, naming every
+	// URL and why it could not be reached. Without it Connect returns a
+	// connection that keeps trying in the background (a collector spools
+	// meanwhile). Either way a connection that was once up reconnects for
+	// ever.
+	FailFast bool `mapstructure:"-"`
 }
 
 // TLSConfig names PEM files. CAFile alone verifies the server; CertFile and
@@ -90,7 +102,7 @@ func (c ConnConfig) options(log zerolog.Logger) ([]nats.Option, error) {
 		// Keep trying for ever, in the background: a collector spools
 		// meanwhile, an aggregator waits.
 		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true),
+		nats.RetryOnFailedConnect(!c.FailFast),
 		// No reconnect buffer: a publish while disconnected fails at once
 		// (and goes to the spool) instead of being replayed behind the
 		// spool's back after the reconnect, which would break the order.
@@ -162,9 +174,17 @@ func Connect(ctx context.Context, cfg ConnConfig, log zerolog.Logger) (*nats.Con
 	if err != nil {
 		return nil, fmt.Errorf("nats connect: %w", err)
 	}
+	if cfg.FailFast {
+		// nats.go reports a refused connection only as "no servers
+		// available": dial every server first (at once, within
+		// ConnectTimeout) to say which is unreachable and why.
+		if causes, up := probe(cfg); !up {
+			return nil, fmt.Errorf("nats connect: %w: %s", ErrUnreachable, strings.Join(causes, "; "))
+		}
+	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats connect: %w", err)
+		return nil, fmt.Errorf("nats connect %s: %w", redactURLs(cfg.URL), err)
 	}
 	if err := ctx.Err(); err != nil {
 		nc.Close()
@@ -173,11 +193,104 @@ func Connect(ctx context.Context, cfg ConnConfig, log zerolog.Logger) (*nats.Con
 	if !nc.IsConnected() {
 		if err := nc.LastError(); isAuthError(err) {
 			nc.Close()
-			return nil, fmt.Errorf("nats connect: %w", err)
+			return nil, fmt.Errorf("nats connect %s: %w", redactURLs(cfg.URL), err)
 		}
-		log.Warn().Err(nc.LastError()).Msg("nats not reachable, retrying in the background")
+		ev := log.Warn().Str("url", redactURLs(cfg.URL))
+		if causes, _ := probe(cfg); len(causes) > 0 {
+			ev = ev.Str("cause", strings.Join(causes, "; "))
+		}
+		ev.Msg("nats not reachable, retrying in the background")
 	}
 	return nc, nil
+}
+
+// ErrUnreachable is wrapped by Connect's error when FailFast is set and no
+// server could be reached.
+var ErrUnreachable = errors.New("no NATS server reachable")
+
+// probe dials every server of cfg.URL over TCP at once, each within
+// ConnectTimeout. It returns why each unreachable one failed ("URL: connection
+// refused") and whether any answered.
+func probe(cfg ConnConfig) (causes []string, up bool) {
+	timeout := cfg.ConnectTimeout
+	if timeout <= 0 {
+		timeout = DefaultConnConfig().ConnectTimeout
+	}
+	var urls []string
+	for _, raw := range strings.Split(cfg.URL, ",") {
+		if raw = strings.TrimSpace(raw); raw != "" {
+			urls = append(urls, raw)
+		}
+	}
+	results := make([]string, len(urls))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, raw := range urls {
+		wg.Go(func() {
+			shown := redactURLs(raw)
+			withScheme := raw
+			if !strings.Contains(raw, "://") {
+				withScheme = "nats://" + raw
+			}
+			u, err := url.Parse(withScheme)
+			if err != nil || u.Hostname() == "" {
+				results[i] = shown + ": not a URL"
+				return
+			}
+			port := u.Port()
+			if port == "" {
+				port = "4222"
+			}
+			conn, err := net.DialTimeout("tcp", net.JoinHostPort(u.Hostname(), port), timeout)
+			if err != nil {
+				results[i] = fmt.Sprintf("%s: %v", shown, dialCause(err))
+				return
+			}
+			_ = conn.Close()
+			mu.Lock()
+			up = true
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for _, r := range results {
+		if r != "" {
+			causes = append(causes, r)
+		}
+	}
+	return causes, up
+}
+
+// dialCause keeps the meaningful part of a dial error: "connection
+// refused", "no such host", "i/o timeout".
+func dialCause(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		var sys *os.SyscallError
+		if errors.As(op.Err, &sys) {
+			return sys.Err
+		}
+		return op.Err
+	}
+	return err
+}
+
+// redactURLs drops user information (user:password@, token@) from a
+// comma-separated list of URLs.
+func redactURLs(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if at := strings.LastIndex(p, "@"); at >= 0 {
+			if scheme := strings.Index(p, "://"); scheme >= 0 && scheme < at {
+				p = p[:scheme+3] + "[redacted]@" + p[at+1:]
+			} else {
+				p = "[redacted]@" + p[at+1:]
+			}
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
 }
 
 func isAuthError(err error) bool {

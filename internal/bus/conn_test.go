@@ -150,3 +150,47 @@ func newPKI(t *testing.T) pki {
 	out.clientCert, out.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
 	return out
 }
+
+// TestConnectFailFastUnreachable: with FailFast, an unreachable server is
+// one error that names the URL and the cause, for each URL given.
+func TestConnectFailFastUnreachable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := "nats://" + ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there any more
+	cfg := bus.DefaultConnConfig()
+	cfg.URL, cfg.FailFast, cfg.ConnectTimeout = refused+",nats://user:pw@no-such-host.invalid:4222", true, 2*time.Second
+	nc, err := bus.Connect(context.Background(), cfg, testLogger(t))
+	require.Nil(t, nc)
+	require.ErrorIs(t, err, bus.ErrUnreachable)
+	require.ErrorContains(t, err, refused+": connection refused")
+	require.ErrorContains(t, err, "nats://[redacted]@no-such-host.invalid:4222: lookup no-such-host.invalid")
+	require.NotContains(t, err.Error(), "pw")
+}
+
+// TestConnectFailFastSilentServer: a server that accepts the connection but
+// never speaks NATS fails within nats.connect_timeout, naming the URL.
+func TestConnectFailFastSilentServer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { <-done; c.Close() }()
+		}
+	}()
+	cfg := bus.DefaultConnConfig()
+	cfg.URL, cfg.FailFast, cfg.ConnectTimeout = "nats://"+ln.Addr().String(), true, 200*time.Millisecond
+	nc, err := bus.Connect(context.Background(), cfg, testLogger(t))
+	require.Nil(t, nc)
+	require.ErrorContains(t, err, cfg.URL)
+	require.ErrorContains(t, err, "timeout")
+}

@@ -24,7 +24,7 @@ type Aggregator struct {
 
 // AggregatorNATS is how the aggregator consumes from NATS JetStream.
 type AggregatorNATS struct {
-	URL            string        `mapstructure:"url" flag:"nats-url" desc:"NATS server URL(s), comma-separated; empty means start the embedded server"`
+	URL            string        `mapstructure:"url" flag:"nats-url" desc:"NATS server URL(s), comma-separated; empty means start the embedded server; a server not reachable at start is an error"`
 	Token          Secret        `mapstructure:"token" desc:"NATS auth token; set it through the environment"`
 	User           string        `mapstructure:"user" desc:"NATS user name; needs nats.password"`
 	Password       Secret        `mapstructure:"password" desc:"NATS password; set it through the environment"`

@@ -128,6 +128,9 @@ func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) 
 	cc := bus.DefaultConnConfig()
 	n := cfg.NATS
 	cc.URL, cc.Name = url, "gttsplit-aggregator"
+	// An aggregator cannot work without its broker: an unreachable one is
+	// an error at start, naming the URL and the cause.
+	cc.FailFast = true
 	cc.Token, cc.User, cc.Password = n.Token.Reveal(), n.User, n.Password.Reveal()
 	cc.NKeySeedFile, cc.CredsFile = n.NKeySeedFile, n.CredsFile
 	cc.TLS = bus.TLSConfig{CAFile: n.TLS.CAFile, CertFile: n.TLS.CertFile, KeyFile: n.TLS.KeyFile}
@@ -152,7 +155,8 @@ func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) 
 	defer cancel()
 	for {
 		_, err = bus.EnsureStream(ectx, js, sc)
-		if err == nil || ectx.Err() != nil {
+		if err == nil || ectx.Err() != nil ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
 			break
 		}
 		log.Warn().Err(err).Msg("stream not ready, retrying")
