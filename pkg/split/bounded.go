@@ -1,6 +1,7 @@
 package split
 
 import (
+	"container/heap"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -14,18 +15,18 @@ import (
 // state stays far below a broker's message limit: host-weight trace lines
 // are folded into traceAcc (never stored one by one), malformed lines are
 // counted, the first build, verbosity and legacy lines are kept on their
-// own, and the other relevant lines are kept up to MaxRecords, the latest by
-// position (the rules measure the last model load). Every part is a function
-// of the set of lines applied, so the fold stays order- and duplicate-free.
+// own, and the other relevant lines are kept up to MaxRecords (see
+// evictLess for which go first). Every part is a function of the set of
+// lines applied, so the fold stays order- and duplicate-free.
 const (
 	// MaxRecords bounds the relevant lines (other than trace lines) a fold
-	// keeps. A run that has more keeps the MaxRecords latest by position
+	// keeps. A run that has more drops the lines evictLess orders first
 	// and is flagged state_capped.
-	MaxRecords = 512
+	MaxRecords = 2048
 	// MaxTraceNames bounds the tensor-name hashes the trace keeps: up to
 	// that many distinct names the count is exact; beyond, it is estimated
 	// from the MaxTraceNames smallest hashes (flagged state_capped).
-	MaxTraceNames = 512
+	MaxTraceNames = 4096
 )
 
 // FlagStateCapped says a cap of the fold's state was hit (see MaxRecords
@@ -197,28 +198,95 @@ func (st *state) keep(k lineKey, r Record) {
 	default:
 		st.Capped++
 		if len(st.records) >= MaxRecords {
-			// Keep the MaxRecords latest by position: drop the earliest,
-			// which may be this one.
+			// Keep the MaxRecords last in evictLess's order: drop the
+			// first, which may be this one.
 			min := st.minRecord()
-			if posLess(k.seq, k.stream, min.seq, min.stream) {
+			if evictLess(k, r, min, st.records[min]) {
 				return
 			}
+			heap.Pop(st.evictHeap())
 			delete(st.records, min)
 		}
 		st.records[k] = r
+		if st.evict != nil {
+			heap.Push(st.evict, k)
+		}
 	}
 }
 
-// minRecord returns the key of the earliest kept record (len > 0).
-func (st *state) minRecord() lineKey {
-	first := true
-	var m lineKey
-	for k := range st.records {
-		if first || posLess(k.seq, k.stream, m.seq, m.stream) {
-			m, first = k, false
+// evictClass orders the kinds of kept lines by what the rules lose when
+// one goes: 0 for lines a later one of their kind supersedes (compute
+// reservations, which are redone for every batch shape, the memory
+// breakdown tables, the echoes and output reallocations), 1 for the rest,
+// 2 for the model-load lines (load, model buffer and context lines), which
+// go only when more than MaxRecords of them are there.
+func evictClass(r Record) int {
+	switch r.Kind {
+	case KindLoad, KindContext:
+		return 2
+	case KindBuffer:
+		switch r.BufKind {
+		case "model":
+			return 2
+		case "compute":
+			return 0
 		}
+		return 1
+	case KindEcho, KindBreakdownHead, KindBreakdownRow, KindOutputRealloc:
+		return 0
 	}
-	return m
+	return 1
+}
+
+// evictLess is the order in which kept records are dropped: by class (see
+// evictClass), then earliest by position first (a later reservation, table
+// or load supersedes an earlier one). It is a fixed total order, so the
+// kept records are the MaxRecords greatest whatever the order of arrival.
+func evictLess(ak lineKey, a Record, bk lineKey, b Record) bool {
+	if ca, cb := evictClass(a), evictClass(b); ca != cb {
+		return ca < cb
+	}
+	if ak.seq != bk.seq || ak.stream != bk.stream {
+		return posLess(ak.seq, ak.stream, bk.seq, bk.stream)
+	}
+	return a.Kind < b.Kind
+}
+
+// minRecord returns the key of the first kept record in evictLess's order
+// (len > 0).
+func (st *state) minRecord() lineKey { return st.evictHeap().keys[0] }
+
+// evictHeap returns the kept records' keys as a heap in evictLess's order,
+// built when missing (a new or restored state).
+func (st *state) evictHeap() *evictQueue {
+	if st.evict == nil || len(st.evict.keys) != len(st.records) {
+		q := &evictQueue{recs: st.records, keys: make([]lineKey, 0, len(st.records))}
+		for k := range st.records {
+			q.keys = append(q.keys, k)
+		}
+		heap.Init(q)
+		st.evict = q
+	}
+	return st.evict
+}
+
+// evictQueue is a min-heap of record keys in evictLess's order.
+type evictQueue struct {
+	recs map[lineKey]Record
+	keys []lineKey
+}
+
+func (q *evictQueue) Len() int { return len(q.keys) }
+func (q *evictQueue) Less(i, j int) bool {
+	a, b := q.keys[i], q.keys[j]
+	return evictLess(a, q.recs[a], b, q.recs[b])
+}
+func (q *evictQueue) Swap(i, j int) { q.keys[i], q.keys[j] = q.keys[j], q.keys[i] }
+func (q *evictQueue) Push(x any)    { q.keys = append(q.keys, x.(lineKey)) }
+func (q *evictQueue) Pop() any {
+	k := q.keys[len(q.keys)-1]
+	q.keys = q.keys[:len(q.keys)-1]
+	return k
 }
 
 // droppedRecords is how many relevant lines the cap left out.
@@ -261,7 +329,7 @@ func (st *state) sortedRecords() []Record {
 func (st *state) capWarnings() []string {
 	var w []string
 	if n := st.droppedRecords(); n > 0 {
-		w = append(w, fmt.Sprintf("the run has %d relevant log lines; the fold keeps the %d latest (the earliest %d are not used)", st.Capped, MaxRecords, n))
+		w = append(w, fmt.Sprintf("the run has %d relevant log lines; the fold keeps %d (the %d earliest superseded reservations, tables and other lines are not used; model-load lines go last)", st.Capped, MaxRecords, n))
 	}
 	if n, est := st.Trace.names(); est {
 		w = append(w, fmt.Sprintf("more than %d distinct packed tensor names: their count (%d) is an estimate", MaxTraceNames, n))

@@ -16,7 +16,7 @@ import (
 
 // maxStateBytes is what a run's persisted fold must stay below whatever the
 // log holds: far below a default broker's 1 MiB message limit.
-const maxStateBytes = 64 << 10
+const maxStateBytes = 256 << 10
 
 // stateOf folds lines (numbered from 1 on stream "log") and returns the
 // fold and its persisted size.
@@ -103,7 +103,7 @@ func TestStateIsBounded(t *testing.T) {
 // same persisted state and the same report.
 func TestBoundedStateIsOrderFree(t *testing.T) {
 	t.Parallel()
-	lines, _, _, _, _ := pathologicalLog(300, 3000, 1500)
+	lines, _, _, _, _ := pathologicalLog(450, 6000, 5000)
 	ref, refState := stateOf(t, lines)
 	want := reportJSON(t, ref)
 	require.Contains(t, want, FlagStateCapped)
@@ -128,6 +128,31 @@ func TestBoundedStateIsOrderFree(t *testing.T) {
 		require.Equal(t, string(refState), string(got), "round %d", round)
 		require.Equal(t, want, reportJSON(t, g), "round %d", round)
 	}
+}
+
+// At the cap, superseded lines go first: a long server that re-reserves
+// compute buffers and prints memory tables for ever keeps its model load,
+// its KV buffers and its last reservation.
+func TestCapDropsSupersededFirst(t *testing.T) {
+	t.Parallel()
+	lines := []string{
+		strings.TrimSuffix(verbose, "\n"),
+		strings.TrimSuffix(load, "\n"),
+		"load_tensors:         HRX0 model buffer size =  2375.90 MiB",
+		"llama_context: constructing llama_context",
+		"llama_kv_cache:       HRX0 KV buffer size =    36.00 MiB",
+	}
+	for i := 0; i < 3*MaxRecords; i++ {
+		lines = append(lines, fmt.Sprintf("sched_reserve:       HRX0 compute buffer size =    %d.00 MiB", 10+i%7))
+	}
+	lines = append(lines, "sched_reserve:       HRX0 compute buffer size =    43.00 MiB")
+	f, st := stateOf(t, lines)
+	require.Less(t, len(st), maxStateBytes)
+	r := f.Report()
+	require.Contains(t, r.Flags, FlagStateCapped)
+	require.Equal(t, 2375.9, val(r.ModelGTTMiB), "the model-load lines are kept")
+	require.Equal(t, 36.0, val(r.Detail.KVMiB))
+	require.Equal(t, 43.0, val(r.Detail.ComputeOnlyMiB), "the last reservation is kept")
 }
 
 func TestHashSetExactThenEstimated(t *testing.T) {

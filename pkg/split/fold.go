@@ -48,6 +48,8 @@ type state struct {
 	// summary and first-only lines, keyed by position: at most MaxRecords,
 	// the latest (see keep).
 	records map[lineKey]Record
+	// evict orders records for eviction (built when the cap is reached).
+	evict *evictQueue
 	// firsts holds the first build, verbosity and legacy line.
 	firsts map[Kind]keyedRecord
 	// Capped counts the distinct lines that went to records (kept or not).
