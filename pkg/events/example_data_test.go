@@ -115,10 +115,12 @@ func exampleReport() split.Report {
 		UnattributedMiB: mib(674.08),
 		UnattributedPct: mib(17.17),
 		DuplicatePct:    mib(33.49),
-		Flags:           []string{"unattributed_high"},
-		Checks:          []split.Check{{Name: "trace_vs_model_buffer", Status: split.StatusOK, Detail: "packed 795.80 MiB of 2375.91 MiB model buffer"}},
-		Detail:          split.Detail{Samples: 12, GPUClients: 1, PeakKey: "drm-total-gtt", LinesRead: 1840},
-		Expected:        "healthy: weights resident once (packed ≈ 0), not attributed a few %",
+		Models: []split.ModelLoad{{Role: "main", File: "Qwen3-4B-Q8_0.gguf", Line: 730, Live: true,
+			ModelGTTMiB: mib(2375.91), ModelHostMiB: mib(304.28), StateMiB: mib(36), ComputeMiB: mib(43.21), Contexts: 1}},
+		Flags:    []string{"unattributed_high"},
+		Checks:   []split.Check{{Name: "trace_vs_model_buffer", Status: split.StatusOK, Detail: "packed 795.80 MiB of 2375.91 MiB model buffer"}},
+		Detail:   split.Detail{Samples: 12, GPUClients: 1, PeakKey: "drm-total-gtt", LinesRead: 1840},
+		Expected: "healthy: weights resident once (packed ≈ 0), not attributed a few %",
 	}
 }
 

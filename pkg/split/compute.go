@@ -33,11 +33,12 @@ const (
 	FlagSourceUnknown    = "source_unknown"
 	FlagIncomplete       = "incomplete"
 	FlagEventsDropped    = "events_dropped"
+	FlagRemoteBuffers    = "remote_buffers"
 )
 
 var flagOrder = []string{
 	FlagNotModelLoad, FlagNotVerbose, FlagPreB3761, FlagLegacyFormat, FlagFitProbe,
-	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagUnknownBuffer, FlagMmproj,
+	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagUnknownBuffer, FlagMmproj, FlagRemoteBuffers,
 	FlagComputeMismatch, FlagOutputRealloc, FlagNoTrace, FlagNoSamples, FlagNoGPUClient,
 	FlagResidentOnly, FlagUnattribHigh, FlagUnattribNegative, FlagLinesSkipped, FlagFDsSkipped,
 	FlagSourceDirty, FlagSourceUnknown, FlagIncomplete, FlagEventsDropped, FlagStateCapped,
@@ -53,6 +54,7 @@ func IsHostBuffer(name string) bool {
 type ctxAcc struct {
 	seq          uint64
 	kv, rs       float64
+	other        float64 // state buffers outside the KV/RS rule
 	hostKV       float64
 	reservations [][]Record
 	cur          []Record
@@ -101,29 +103,8 @@ func sameName(rs []Record, name string) bool {
 	return false
 }
 
-type loadAcc struct {
-	seq         uint64
-	models      []Record
-	modelClosed bool
-	ctxs        []*ctxAcc
-	unknown     []BufferLine
-}
-
-func (l *loadAcc) probe() bool {
-	if len(l.models) == 0 {
-		return false
-	}
-	for _, m := range l.models {
-		if m.MiB != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func (l *loadAcc) real() bool { return len(l.models) > 0 && !l.probe() }
-
 type table struct {
+	port int
 	seq  uint64
 	next uint64 // the line a next row must be on
 	rows []Record
@@ -162,292 +143,6 @@ func (c *computation) flag(f string) {
 
 func mib(v float64) *MiB { m := MiB(v); return &m }
 
-func (c *computation) logRows(recs []Record) {
-	var (
-		loads     []*loadAcc
-		cur       *loadAcc
-		pseudo    = &loadAcc{}
-		owner     *loadAcc // the latest load with model lines
-		tables    []*table
-		haveLoad  bool
-		verbose   bool
-		verbosity int64 = -1
-		build     *Record
-		legacy    bool
-		skipped   int
-		echoes    []Record
-		realloc   bool
-	)
-	ctxOf := func() *ctxAcc {
-		l := owner
-		if l == nil {
-			l = pseudo
-		}
-		if len(l.ctxs) == 0 {
-			l.ctxs = append(l.ctxs, &ctxAcc{})
-		}
-		if cur != nil {
-			cur.modelClosed = true
-		}
-		return l.ctxs[len(l.ctxs)-1]
-	}
-	for i := range recs {
-		r := recs[i]
-		switch r.Kind {
-		case KindLoad:
-			haveLoad = true
-			cur = &loadAcc{seq: r.Seq}
-			loads = append(loads, cur)
-		case KindContext:
-			l := owner
-			if l == nil {
-				l = pseudo
-			}
-			if cur != nil {
-				cur.modelClosed = true
-			}
-			l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
-		case KindBuffer:
-			bl := BufferLine{Line: r.Seq, Func: r.Func, Name: r.Name, Kind: r.BufKind, MiB: MiB(r.MiB)}
-			host := IsHostBuffer(r.Name)
-			switch kind := bufferRow(r); kind {
-			case "model":
-				if cur == nil || cur.modelClosed {
-					cur = &loadAcc{seq: r.Seq}
-					loads = append(loads, cur)
-				}
-				cur.models = append(cur.models, r)
-				owner = cur
-			case "kv", "rs":
-				x := ctxOf()
-				switch {
-				case host:
-					x.hostKV += r.MiB
-					bl.Row = "host"
-				case kind == "kv":
-					x.kv += r.MiB
-					bl.Row = "state"
-				default:
-					x.rs += r.MiB
-					bl.Row = "state"
-				}
-				x.lines = append(x.lines, bl)
-			case "compute":
-				x := ctxOf()
-				x.compute(r)
-			case "output":
-				x := ctxOf()
-				if host {
-					x.hostOutput += r.MiB
-					bl.Row = "host"
-				} else {
-					x.output += r.MiB
-					bl.Row = "compute"
-				}
-				x.lines = append(x.lines, bl)
-			default: // unknown kind, or mmproj
-				bl.Row = kind
-				l := owner
-				if l == nil {
-					l = pseudo
-				}
-				l.unknown = append(l.unknown, bl)
-			}
-		case KindEcho:
-			echoes = append(echoes, r)
-		case KindBreakdownHead:
-			tables = append(tables, &table{seq: r.Seq, next: r.Seq + 1})
-		case KindBreakdownRow:
-			// A row belongs to the table whose header or last row is
-			// the line just before it; a stray row is ignored.
-			if n := len(tables); n > 0 && tables[n-1].next == r.Seq {
-				tables[n-1].rows = append(tables[n-1].rows, r)
-				tables[n-1].next++
-			}
-		case KindBuild:
-			if build == nil {
-				build = &recs[i]
-			}
-		case KindVerbosity:
-			if verbosity < 0 {
-				verbosity = r.Int // the first statement
-			}
-		case KindDebugMarker:
-			verbose = true
-		case KindLegacy:
-			legacy = true
-		case KindOutputRealloc:
-			realloc = true
-			c.warn = append(c.warn, fmt.Sprintf("line %d: the output buffer was reallocated from %.2f to %.2f MiB after the reservation", r.Seq, r.Expect, r.MiB))
-		}
-	}
-	skipped = c.st.Malformed
-
-	d := &c.r.Detail
-	d.LinesRead = c.linesRead
-	d.LinesSkipped = skipped
-	if skipped > 0 {
-		c.flag(FlagLinesSkipped)
-	}
-	if build != nil {
-		c.r.Provenance.LlamaBuild = build.Text
-		if build.Int > 0 && build.Int < 3761 {
-			c.flag(FlagPreB3761)
-		}
-	}
-	if legacy {
-		c.flag(FlagLegacyFormat)
-	}
-	if verbosity >= 5 || c.st.DebugSeq != 0 {
-		verbose = true
-	}
-	if !verbose {
-		c.flag(FlagNotVerbose)
-	}
-	if realloc {
-		c.flag(FlagOutputRealloc)
-	}
-
-	// Loads: the last real one is measured; probes and their contexts are not.
-	var last *loadAcc
-	for _, l := range loads {
-		switch {
-		case l.probe():
-			d.ProbeLoads++
-		case l.real():
-			d.ModelLoads++
-			last = l
-		}
-	}
-	if !haveLoad && len(loads) == 0 {
-		c.flag(FlagNotModelLoad)
-	}
-	if d.ProbeLoads > 0 {
-		c.flag(FlagFitProbe)
-	}
-	if d.ModelLoads > 1 {
-		c.flag(FlagMultipleModels)
-	}
-	measured := last
-	if measured == nil {
-		measured = pseudo
-	}
-	if last != nil {
-		var gtt, host float64
-		var haveHost bool
-		for _, m := range last.models {
-			bl := BufferLine{Line: m.Seq, Func: m.Func, Name: m.Name, Kind: m.BufKind, MiB: MiB(m.MiB)}
-			if IsHostBuffer(m.Name) {
-				host += m.MiB
-				haveHost = true
-				bl.Row = "model_host"
-			} else {
-				gtt += m.MiB
-				bl.Row = "model"
-			}
-			d.Buffers = append(d.Buffers, bl)
-		}
-		c.model = &gtt
-		c.r.ModelGTTMiB = mib(gtt)
-		if haveHost {
-			c.r.ModelHostMiB = mib(host)
-		}
-	}
-	for _, l := range loads {
-		if !l.probe() {
-			d.Unknown = append(d.Unknown, l.unknown...)
-		}
-	}
-	d.Unknown = append(d.Unknown, pseudo.unknown...)
-	sort.Slice(d.Unknown, func(i, j int) bool { return d.Unknown[i].Line < d.Unknown[j].Line })
-	for _, u := range d.Unknown {
-		if u.Row == "mmproj" {
-			c.flag(FlagMmproj)
-		} else {
-			c.flag(FlagUnknownBuffer)
-		}
-	}
-
-	// Contexts of the measured load.
-	d.LiveContexts = len(measured.ctxs)
-	switch {
-	case len(measured.ctxs) > 1:
-		c.flag(FlagMultipleContexts)
-	case len(measured.ctxs) == 0 && last != nil:
-		c.flag(FlagNoContext)
-	}
-	if len(measured.ctxs) > 0 {
-		var kv, rs, comp, out, hostComp float64
-		for _, x := range measured.ctxs {
-			kv += x.kv
-			rs += x.rs
-			out += x.output
-			hostComp += x.hostOutput
-			d.HostKVMiB += MiB(x.hostKV)
-			d.Reservations += x.nReservations()
-			d.Buffers = append(d.Buffers, x.lines...)
-			for _, r := range x.lastReservation() {
-				bl := BufferLine{Line: r.Seq, Func: r.Func, Name: r.Name, Kind: r.BufKind, MiB: MiB(r.MiB)}
-				if IsHostBuffer(r.Name) {
-					hostComp += r.MiB
-					bl.Row = "host"
-				} else {
-					comp += r.MiB
-					bl.Row = "compute"
-				}
-				d.Buffers = append(d.Buffers, bl)
-			}
-		}
-		d.HostComputeMiB = MiB(hostComp)
-		d.KVMiB, d.RSMiB, d.ComputeOnlyMiB, d.OutputMiB = mib(kv), mib(rs), mib(comp), mib(out)
-		s, co := kv+rs, comp+out
-		c.stateMiB, c.compute = &s, &co
-		c.r.StateMiB, c.r.ComputeMiB = mib(s), mib(co)
-	}
-	sort.SliceStable(d.Buffers, func(i, j int) bool { return d.Buffers[i].Line < d.Buffers[j].Line })
-
-	// Echoes are never added; a mismatch is a warning and a check.
-	var mismatch []string
-	for _, e := range echoes {
-		if !e.Match {
-			mismatch = append(mismatch, fmt.Sprintf("%s %.2f MiB at teardown, expected %.2f MiB (line %d)", e.Name, e.MiB, e.Expect, e.Seq))
-		}
-	}
-	if len(mismatch) > 0 {
-		c.flag(FlagComputeMismatch)
-		c.r.Checks = append(c.r.Checks, Check{Name: "compute_echo", Status: StatusWarn,
-			Detail: "llama.cpp says a compute buffer does not match its reservation: " + strings.Join(mismatch, "; ")})
-	}
-
-	// The packed copy: the largest resident= wins; evictions never lower it.
-	tr := &c.st.Trace
-	d.PackedTraceLines = tr.N
-	if tr.Max == nil {
-		c.flag(FlagNoTrace)
-	} else {
-		v := tr.Max.MiB
-		c.packed = &v
-		c.r.PackedMiB = mib(v)
-		n, _ := tr.names()
-		c.r.PackedWeights = &n
-		d.PackedPeakSeq = tr.Max.Seq
-		d.PackedLastMiB = mib(tr.Last.MiB)
-	}
-	if w := c.st.capWarnings(); len(w) > 0 {
-		c.flag(FlagStateCapped)
-		c.warn = append(c.warn, w...)
-	}
-
-	// llama.cpp's own memory breakdown, the last table after the measured load.
-	var tbl *table
-	for _, t := range tables {
-		if last == nil || t.seq > last.seq {
-			tbl = t
-		}
-	}
-	c.breakdownChecks(tbl)
-}
-
 // bufferRow maps a buffer line to its row: model, kv, rs, compute, output,
 // mmproj, or "unknown".
 func bufferRow(r Record) string {
@@ -460,8 +155,12 @@ func bufferRow(r Record) string {
 			return "rs" // ≤ b5855 recurrent state is printed with the KV word
 		}
 		return "kv"
-	case k == "RS" || strings.HasSuffix(k, " state"):
+	case k == "RS":
 		return "rs"
+	case strings.HasSuffix(k, " state"):
+		// A cache's state buffer of a kind outside the KV/RS rule (the
+		// DSV4 caches of b10xxx): state, named apart.
+		return "state"
 	case k == "compute":
 		// (a suffix: generated text can be glued in front of a line)
 		if strings.HasSuffix(fn, "alloc_compute_meta") || strings.HasPrefix(fn, "clip") {
@@ -474,14 +173,14 @@ func bufferRow(r Record) string {
 	return "unknown"
 }
 
-func (c *computation) breakdownChecks(t *table) {
+func (c *computation) breakdownChecks(t *table, main *figures) {
 	if t == nil {
 		return
 	}
 	var model, ctx, comp int64
 	var n int
 	for _, r := range t.rows {
-		if len(r.Ints) != 7 || IsHostBuffer(r.Name) || r.Name == "Host" {
+		if len(r.Ints) != 7 || IsHostBuffer(r.Name) || r.Name == "Host" || IsRemoteBuffer(r.Name) {
 			continue
 		}
 		// total = free + (self = model + context + compute) + unaccounted
@@ -493,29 +192,41 @@ func (c *computation) breakdownChecks(t *table) {
 	if n == 0 {
 		return
 	}
-	cmp := func(name, what string, theirs int64, ours *float64) {
-		if ours == nil {
-			c.r.Checks = append(c.r.Checks, Check{Name: name, Status: StatusWarn,
-				Detail: fmt.Sprintf("llama.cpp's breakdown says %s %d MiB; no buffer lines to compare", what, theirs)})
-			return
-		}
-		diff := *ours - float64(theirs)
-		st := StatusOK
-		// The table truncates to whole MiB, per buffer type.
-		if diff < -1 || diff > float64(n)+1 {
-			st = StatusWarn
-		}
-		c.r.Checks = append(c.r.Checks, Check{Name: name, Status: st,
-			Detail: fmt.Sprintf("llama.cpp's memory breakdown: %s %d MiB; buffer lines: %.2f MiB", what, theirs, *ours)})
+	// The table truncates to whole MiB, per buffer type.
+	near := func(ours float64, theirs int64) bool {
+		diff := ours - float64(theirs)
+		return diff >= -1 && diff <= float64(n)+1
 	}
-	cmp("breakdown_model", "model", model, c.model)
-	cmp("breakdown_context", "context", ctx, c.stateMiB)
 	var computeOnly *float64
 	if c.r.Detail.ComputeOnlyMiB != nil {
 		v := float64(*c.r.Detail.ComputeOnlyMiB)
 		computeOnly = &v
 	}
-	cmp("breakdown_compute", "compute", comp, computeOnly)
+	ours := [3]*float64{c.model, c.stateMiB, computeOnly}
+	scope := ""
+	// With several live models the table speaks of one context (the
+	// main model's): compare with the main load when the sums differ.
+	if main != nil && c.model != nil && !near(*c.model, model) && near(main.model, model) {
+		m, s, co := main.model, main.kv+main.rs+main.other, main.comp
+		ours = [3]*float64{&m, &s, &co}
+		scope = " (the table covers the main model's context; compared with the main load)"
+	}
+	cmp := func(name, what string, theirs int64, ours *float64) {
+		if ours == nil {
+			c.r.Checks = append(c.r.Checks, Check{Name: name, Status: StatusWarn,
+				Detail: fmt.Sprintf("llama.cpp's breakdown (line %d) says %s %d MiB; no buffer lines to compare", t.seq, what, theirs)})
+			return
+		}
+		st := StatusOK
+		if !near(*ours, theirs) {
+			st = StatusWarn
+		}
+		c.r.Checks = append(c.r.Checks, Check{Name: name, Status: st,
+			Detail: fmt.Sprintf("llama.cpp's memory breakdown: %s %d MiB; buffer lines: %.2f MiB%s", what, theirs, *ours, scope)})
+	}
+	cmp("breakdown_model", "model", model, ours[0])
+	cmp("breakdown_context", "context", ctx, ours[1])
+	cmp("breakdown_compute", "compute", comp, ours[2])
 }
 
 const bytesPerMiB = 1 << 20

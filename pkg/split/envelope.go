@@ -17,6 +17,15 @@ func Payload(line []byte, scratch *[]byte) []byte {
 		*scratch = stripANSI((*scratch)[:0], line)
 		line = *scratch
 	}
+	if hasLostCSI(line) {
+		// Colour codes whose ESC byte was lost (a log pasted into an
+		// issue tracker): "[0m", "[1;33m".
+		if len(*scratch) == 0 || &line[0] != &(*scratch)[0] {
+			*scratch = append((*scratch)[:0], line...)
+		}
+		*scratch = stripLostCSI(*scratch)
+		line = *scratch
+	}
 	for len(line) > 0 && (line[len(line)-1] == '\n' || line[len(line)-1] == '\r') {
 		line = line[:len(line)-1]
 	}
@@ -54,6 +63,92 @@ func stripANSI(dst, src []byte) []byte {
 		i++ // ESC + one byte
 	}
 	return dst
+}
+
+// lostCSILen returns the length of a colour code without its ESC byte at
+// the start of b ("[0m", "[34m", "[1;33m"), or 0.
+func lostCSILen(b []byte) int {
+	if len(b) < 3 || b[0] != '[' {
+		return 0
+	}
+	i := 1
+	for i < len(b) && i < 12 && (isDigit(b[i]) || b[i] == ';') {
+		i++
+	}
+	if i == 1 || i >= len(b) || b[i] != 'm' {
+		return 0
+	}
+	return i + 1
+}
+
+func hasLostCSI(b []byte) bool {
+	for off := 0; ; {
+		i := bytes.IndexByte(b[off:], '[')
+		if i < 0 {
+			return false
+		}
+		if lostCSILen(b[off+i:]) > 0 {
+			return true
+		}
+		off += i + 1
+	}
+}
+
+// stripLostCSI removes every lost-ESC colour code from b, in place.
+func stripLostCSI(b []byte) []byte {
+	out := b[:0]
+	for i := 0; i < len(b); {
+		if n := lostCSILen(b[i:]); n > 0 {
+			i += n
+			continue
+		}
+		out = append(out, b[i])
+		i++
+	}
+	return out
+}
+
+// RouterPort returns the port of a llama-server router's "[port] " prefix
+// at the start of a raw line (after colour codes and blanks), or 0. A
+// bracketed number of more than 5 digits is the legacy unix-seconds time
+// stamp, not a port.
+func RouterPort(line []byte) int {
+	i := 0
+	for i < len(line) {
+		switch {
+		case line[i] == ' ' || line[i] == '\t':
+			i++
+			continue
+		case line[i] == 0x1b && i+1 < len(line) && line[i+1] == '[':
+			j := i + 2
+			for j < len(line) && (line[j] < 0x40 || line[j] > 0x7e) {
+				j++
+			}
+			i = j + 1
+			continue
+		case lostCSILen(line[i:]) > 0:
+			i += lostCSILen(line[i:])
+			continue
+		}
+		break
+	}
+	if i >= len(line) || line[i] != '[' {
+		return 0
+	}
+	i++
+	for i < len(line) && line[i] == ' ' {
+		i++
+	}
+	p, d := 0, 0
+	for i < len(line) && isDigit(line[i]) && d < 6 {
+		p = p*10 + int(line[i]-'0')
+		i++
+		d++
+	}
+	if d == 0 || d > 5 || i+1 >= len(line) || line[i] != ']' || line[i+1] != ' ' {
+		return 0
+	}
+	return p
 }
 
 func trimLeftSpace(b []byte) []byte {

@@ -31,9 +31,11 @@ func TestEraLogs(t *testing.T) {
 			flags: []string{FlagNotModelLoad, FlagNotVerbose}, notFlags: []string{FlagFitProbe}},
 		"b9200_not_verbose": {model: -1, host: -1, state: -1, compute: -1, kv: -1, rs: -1, build: "",
 			flags: []string{FlagNotModelLoad, FlagNotVerbose}},
-		"two_models": {model: 500.79, host: 137.94, state: 96, compute: 316.59, kv: -1, rs: -1, build: "b5000 (4ad2436f)",
-			flags: []string{FlagMultipleModels, FlagNotVerbose}},
-		"unknown_kind": {model: 3012.44, host: 210, state: 182.75, compute: 434.51, kv: 172, rs: 10.75, build: "b10470 (b2f0c6a41)",
+		// Both loads are live (main + draft): summed, each listed.
+		"two_models": {model: 8649.17, host: 555.60, state: 1632.00, compute: 1039.18, kv: 1632.00, rs: 0, build: "b5000 (4ad2436f)",
+			flags: []string{FlagMultipleModels, FlagNotVerbose}, notFlags: []string{FlagMultipleContexts}},
+		// The DSV4 state is state, outside the KV/RS rule (other_state_mib).
+		"unknown_kind": {model: 3012.44, host: 210, state: 182.75, compute: 434.51, kv: 172, rs: 0, build: "b10470 (b2f0c6a41)",
 			flags: []string{FlagUnknownBuffer, FlagNotVerbose}, notFlags: []string{FlagFitProbe}, unknown: 1},
 	}
 	for name, w := range cases {

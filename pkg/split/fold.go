@@ -292,6 +292,7 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 	if !ok {
 		return
 	}
+	r.Port = RouterPort(b)
 	if r.Kind == KindDebugMarker {
 		// Only the presence of a -v marker matters: keep one (the first by
 		// position, so the state does not depend on arrival order).

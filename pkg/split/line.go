@@ -27,6 +27,11 @@ const (
 	KindLegacy             // ≤ b1842 totals ("mem required", "VRAM used")
 	KindSummary            // KV/RS summary lines ("KV self size", "size = ... cells"): never added
 	KindMalformed          // a line that looked relevant but did not parse
+	// Kinds added later keep the numbers above stable (persisted states).
+	KindRole       // "loading draft model '<file>'": the next load's role (Text), Name the file
+	KindRouter     // router: "spawning server instance with name=N on port P" (Text spawn, Int P), "stopping model instance name=N" (stop), "instance name=N exited" (exit)
+	KindClip       // mmproj/CLIP: "CLIP using <dev> backend" (Text backend, Name dev), "model size: N MiB" (Text size, MiB)
+	KindFitBracket // "fitting params to device memory" (Text start), "fitting params to free memory took" (Text end)
 )
 
 // Record is one parsed relevant line. Fields are set according to Kind.
@@ -46,6 +51,9 @@ type Record struct {
 	Text string `json:"text,omitempty"`
 	// Breakdown rows: the integers of the row in order.
 	Ints []int64 `json:"ints,omitempty"`
+	// Port is the llama-server router child's port the line was re-printed
+	// under ("[port] " prefix), 0 for a line of no router child.
+	Port int `json:"port,omitempty"`
 }
 
 // Parser classifies normalised lines. It is safe for concurrent use once
@@ -124,6 +132,16 @@ var (
 	aVerbosity  = []byte("verbosity = ")
 	aBufferSize = []byte("buffer size")
 	aResident   = []byte("resident=")
+	// Markers of which loads are live (docs/accounting.md rule 3) and of
+	// the pre-b1843 totals; each has a rare enough first byte.
+	aDraft     = []byte("draft model")
+	aSpawn     = []byte("spawning server")
+	aInstance  = []byte("instance name=")
+	aClip      = []byte("CLIP using")
+	aModelSize = []byte("model size:")
+	aFit       = []byte("fitting params")
+	aVRAMUsed  = []byte("VRAM used")
+	aMemReq    = []byte("mem required")
 )
 
 // debugMarkers are substrings of lines llama.cpp prints only at DEBUG level,
@@ -149,7 +167,7 @@ var debugMarkers = [][]byte{
 // debug-only line (searched until the fold has one), or matches a custom
 // trace pattern.
 var (
-	scanAnchors = [][]byte{aMiB, aLoadScan, aCtxScan}
+	scanAnchors = [][]byte{aMiB, aLoadScan, aCtxScan, aDraft, aSpawn, aInstance, aClip, aModelSize, aFit, aVRAMUsed, aMemReq}
 	onceAnchors = [][]byte{aBuild, aVersion, aVerbosity}
 )
 
@@ -218,6 +236,7 @@ func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
 		return parseBreakdown(r, s)
 	case bytes.Contains(s, aLoad):
 		r.Kind = KindLoad
+		r.Func, r.Text = loadFile(s)
 		return r, true
 	case bytes.Contains(s, aCtx):
 		r.Kind = KindContext
@@ -228,6 +247,9 @@ func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
 			r.Expect, _ = strconv.ParseFloat(string(m[1]), 64)
 			r.MiB, _ = strconv.ParseFloat(string(m[2]), 64)
 		}
+		return r, true
+	}
+	if r, ok := parseMarker(r, s); ok {
 		return r, true
 	}
 	if bytes.Contains(s, aBuild) || bytes.Contains(s, aVersion) {
@@ -243,7 +265,7 @@ func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
 			return r, true
 		}
 	}
-	if bytes.Contains(s, []byte("mem required")) || bytes.Contains(s, []byte("VRAM used")) ||
+	if bytes.Contains(s, aMemReq) || bytes.Contains(s, aVRAMUsed) ||
 		bytes.Contains(s, []byte("compute buffer total size")) {
 		r.Kind = KindLegacy
 		return r, true
@@ -462,4 +484,83 @@ func parseBreakdown(r Record, s []byte) (Record, bool) {
 	}
 	r.Kind = KindBreakdownRow
 	return r, true
+}
+
+// loadFile returns the function and the file of a "loaded meta data with N
+// key-value pairs and M tensors from FILE (version ...)" line.
+func loadFile(s []byte) (fn, file string) {
+	if c := bytes.Index(s, []byte(": ")); c > 0 && c < bytes.Index(s, aLoad) {
+		fn = string(s[:c])
+	}
+	i := bytes.Index(s, []byte(" tensors from "))
+	if i < 0 {
+		return fn, ""
+	}
+	f := s[i+len(" tensors from "):]
+	if j := bytes.LastIndex(f, []byte(" (version ")); j >= 0 {
+		f = f[:j]
+	}
+	return fn, string(bytes.TrimSpace(f))
+}
+
+var (
+	reDraft   = regexp.MustCompile(`loading draft model '([^']*)'`)
+	reSpawn   = regexp.MustCompile(`spawning server instance with name=(\S+) on port (\d+)`)
+	reStop    = regexp.MustCompile(`stopping model instance name=(\S+)`)
+	reExited  = regexp.MustCompile(`instance name=(\S+) exited`)
+	reClipDev = regexp.MustCompile(`CLIP using (\S+) backend`)
+	reClipMiB = regexp.MustCompile(`^(load_hparams|clip_model_load|clip_model_loader|clip_ctx): +model size: +([0-9]+(?:\.[0-9]+)?) (?:MiB|MB)\b`)
+)
+
+// parseMarker classifies the lines that say which loads are live: a draft
+// model's announcement, the router's spawn and stop lines, the mmproj/CLIP
+// backend and weight size, and the --fit bracket.
+func parseMarker(r Record, s []byte) (Record, bool) {
+	switch {
+	case bytes.Contains(s, aDraft):
+		if m := reDraft.FindSubmatch(s); m != nil {
+			r.Kind, r.Text, r.Name = KindRole, "draft", string(m[1])
+			return r, true
+		}
+	case bytes.Contains(s, aSpawn):
+		if m := reSpawn.FindSubmatch(s); m != nil {
+			p, err := strconv.ParseInt(string(m[2]), 10, 32)
+			if err == nil {
+				r.Kind, r.Text, r.Name, r.Int = KindRouter, "spawn", string(m[1]), p
+				return r, true
+			}
+		}
+	case bytes.Contains(s, aInstance):
+		if m := reStop.FindSubmatch(s); m != nil {
+			r.Kind, r.Text, r.Name = KindRouter, "stop", string(m[1])
+			return r, true
+		}
+		if m := reExited.FindSubmatch(s); m != nil {
+			r.Kind, r.Text, r.Name = KindRouter, "exit", string(m[1])
+			return r, true
+		}
+	case bytes.Contains(s, aClip):
+		if m := reClipDev.FindSubmatch(s); m != nil {
+			r.Kind, r.Text, r.Name = KindClip, "backend", string(m[1])
+			return r, true
+		}
+	case bytes.Contains(s, aModelSize):
+		if m := reClipMiB.FindSubmatch(s); m != nil {
+			v, err := strconv.ParseFloat(string(m[2]), 64)
+			if err == nil {
+				r.Kind, r.Text, r.Func, r.MiB = KindClip, "size", string(m[1]), v
+				return r, true
+			}
+		}
+	case bytes.Contains(s, aFit):
+		switch {
+		case bytes.Contains(s, []byte("fitting params to device memory")):
+			r.Kind, r.Text = KindFitBracket, "start"
+			return r, true
+		case bytes.Contains(s, []byte("fitting params to free memory took")):
+			r.Kind, r.Text = KindFitBracket, "end"
+			return r, true
+		}
+	}
+	return r, false
 }

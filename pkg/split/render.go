@@ -25,16 +25,17 @@ func Text(r Report) string { return render(r, false) }
 
 // FlagText says in words what each flag means.
 var FlagText = map[string]string{
-	FlagNotModelLoad:     "the log has no model load (no `loaded meta data` line): the log rows are unknown",
+	FlagNotModelLoad:     "the log has no model load (no `loaded meta data` line and no model buffer line): the model row is unknown; KV + state and compute come from the buffer lines the log does have",
 	FlagNotVerbose:       "the log is not a -v log (no debug-only line): buffer lines may be missing, numbers computed from what is there",
-	FlagPreB3761:         "a llama.cpp build before b3761: log format not supported",
+	FlagPreB3761:         "a llama.cpp build before b3761 whose log has no per-buffer line: format not supported",
 	FlagLegacyFormat:     "pre-b1843 totals lines (`mem required`, `VRAM used`) seen: not per-buffer, not counted",
 	FlagFitProbe:         "a --fit probe load (all model buffers 0.00 MiB) was seen and ignored, with its contexts",
-	FlagMultipleModels:   "more than one real model load (a draft or MTP model, or a reload): only the LAST load and its contexts are measured; the others are inside not attributed",
-	FlagMultipleContexts: "more than one live context: all of them are summed",
-	FlagNoContext:        "the model was loaded but no context was created",
+	FlagMultipleModels:   "more than one live model (main and draft/MTP, mmproj, router children): each is listed under models and all are summed in the rows",
+	FlagMultipleContexts: "a model has more than one live context: all of them are summed",
+	FlagNoContext:        "a model was loaded but no context was created for it",
 	FlagUnknownBuffer:    "buffer lines of a kind gttsplit does not know: listed, in no row (so in not attributed)",
-	FlagMmproj:           "multimodal projector (mmproj/CLIP) buffers: listed, in no row",
+	FlagMmproj:           "a multimodal projector (mmproj/CLIP) is loaded: its weights (on its CLIP backend) and compute buffers are counted and listed under models",
+	FlagRemoteBuffers:    "buffers on remote (RPC) devices: another host's memory, listed in the detail and kept out of every row",
 	FlagComputeMismatch:  "llama.cpp reports a compute buffer that does not match its reservation",
 	FlagOutputRealloc:    "the output buffer was reallocated after the context was built",
 	FlagNoTrace:          "no host-weight trace line: the packed row is unknown, not 0 (run with GGML_HRX_HOST_WEIGHT_TRACE=1)",
@@ -133,6 +134,12 @@ func render(r Report, md bool) string {
 			fmt.Fprintf(&b, "\n%s:\n", name)
 		}
 	}
+	if len(r.Models) > 0 {
+		section("Models")
+		for _, m := range r.Models {
+			fmt.Fprintf(&b, "- %s\n", modelLine(m))
+		}
+	}
 	section("Flags")
 	if len(r.Flags) == 0 {
 		b.WriteString("- none\n")
@@ -165,6 +172,33 @@ func render(r Report, md bool) string {
 	section("Expected")
 	fmt.Fprintf(&b, "%s\n", r.Expected)
 	return b.String()
+}
+
+// modelLine says what one model load holds, in words.
+func modelLine(m ModelLoad) string {
+	f := func(v *MiB) string {
+		if v == nil {
+			return "unknown"
+		}
+		return fmt.Sprintf("%.1f MiB", float64(*v))
+	}
+	file := m.File
+	if file == "" {
+		file = "(file not named)"
+	}
+	where := fmt.Sprintf("line %d", m.Line)
+	if m.RouterPort != 0 {
+		where += fmt.Sprintf(", router child %d", m.RouterPort)
+	}
+	s := fmt.Sprintf("%s %s (%s): model %s", m.Role, quoteCmd(file), where, f(m.ModelGTTMiB))
+	if m.ModelHostMiB != nil {
+		s += fmt.Sprintf(" (+ %s CPU, not in GTT)", f(m.ModelHostMiB))
+	}
+	s += fmt.Sprintf(", KV + state %s, compute + output %s, %d context(s)", f(m.StateMiB), f(m.ComputeMiB), m.Contexts)
+	if !m.Live {
+		s += "; NOT counted: " + m.Ended
+	}
+	return s
 }
 
 func provenanceLine(r Report) string {

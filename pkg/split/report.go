@@ -42,6 +42,11 @@ type Report struct {
 	UnattributedPct *Pct `json:"unattributed_pct"`
 	DuplicatePct    *Pct `json:"duplicate_pct"`
 
+	// Models lists every real model load of the log (main, draft/MTP,
+	// mmproj, router children's models) with its own figures; the rows
+	// above sum the live ones (docs/accounting.md rule 3).
+	Models []ModelLoad `json:"models"`
+
 	Flags  []string `json:"flags"`
 	Checks []Check  `json:"checks"`
 
@@ -71,6 +76,25 @@ type Provenance struct {
 	CollectorVersion string `json:"collector_version"`
 }
 
+// ModelLoad is one real model load and what it holds: its model buffers
+// and the KV/state and compute buffers of its contexts. A load is live
+// unless a later load of the same file replaced it or the router unloaded
+// it (Ended says which).
+type ModelLoad struct {
+	Role string `json:"role"` // main, draft, mmproj, or model (a further load)
+	File string `json:"file"` // as the loader printed it; "" when the log does not say
+	Line uint64 `json:"line"` // the load's first line
+	// RouterPort is the llama-server router child that loaded it (0: none).
+	RouterPort   int    `json:"router_port,omitempty"`
+	Live         bool   `json:"live"`
+	Ended        string `json:"ended,omitempty"`
+	ModelGTTMiB  *MiB   `json:"model_gtt_mib"`
+	ModelHostMiB *MiB   `json:"model_host_mib"`
+	StateMiB     *MiB   `json:"state_mib"`
+	ComputeMiB   *MiB   `json:"compute_mib"`
+	Contexts     int    `json:"contexts"`
+}
+
 // Check is one cross-check between two sources that speak of the same bytes.
 type Check struct {
 	Name   string `json:"name"`
@@ -88,8 +112,11 @@ const (
 // Detail carries the figures behind the headline rows, so a reader can
 // re-derive every number of the split.
 type Detail struct {
-	KVMiB          *MiB `json:"kv_mib"`
-	RSMiB          *MiB `json:"rs_mib"`
+	KVMiB *MiB `json:"kv_mib"`
+	RSMiB *MiB `json:"rs_mib"`
+	// OtherStateMiB is state of cache kinds outside the KV/RS rule (the
+	// DSV4 "... state" buffers), inside state_mib.
+	OtherStateMiB  *MiB `json:"other_state_mib,omitempty"`
 	ComputeOnlyMiB *MiB `json:"compute_only_mib"`
 	OutputMiB      *MiB `json:"output_mib"`
 	HostKVMiB      MiB  `json:"host_kv_mib"`
@@ -99,10 +126,13 @@ type Detail struct {
 	// Unknown lists buffer lines of kinds the core does not know; they are
 	// in no row (so in "not attributed").
 	Unknown []BufferLine `json:"unknown_buffers,omitempty"`
+	// Remote lists the buffer lines of remote (RPC) devices: another
+	// host's memory, in no row.
+	Remote []BufferLine `json:"remote_buffers,omitempty"`
 
-	ModelLoads       int    `json:"model_loads"`   // real loads seen
+	ModelLoads       int    `json:"model_loads"`   // real loads seen (live or not)
 	ProbeLoads       int    `json:"probe_loads"`   // --fit dry runs seen
-	LiveContexts     int    `json:"live_contexts"` // contexts of the last real load
+	LiveContexts     int    `json:"live_contexts"` // contexts of the live loads
 	Reservations     int    `json:"reservations"`  // compute reservations of the live contexts
 	PackedTraceLines int    `json:"packed_trace_lines"`
 	PackedPeakSeq    uint64 `json:"packed_peak_line"` // log line of the largest resident=
@@ -131,5 +161,5 @@ type BufferLine struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
 	MiB  MiB    `json:"mib"`
-	Row  string `json:"row"` // model, model_host, state, compute, output, host, probe, ignored
+	Row  string `json:"row"` // model, model_host, state, compute, host, remote, mmproj, unknown
 }
