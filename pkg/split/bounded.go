@@ -218,11 +218,12 @@ func (st *state) keep(k lineKey, r Record) {
 // one goes: 0 for lines a later one of their kind supersedes (compute
 // reservations, which are redone for every batch shape, the memory
 // breakdown tables, the echoes and output reallocations), 1 for the rest,
-// 2 for the model-load lines (load, model buffer and context lines), which
+// 2 for the model-load lines (load, model buffer and context lines, and
+// the markers of which loads are live: draft, router, mmproj, --fit), which
 // go only when more than MaxRecords of them are there.
 func evictClass(r Record) int {
 	switch r.Kind {
-	case KindLoad, KindContext:
+	case KindLoad, KindContext, KindRole, KindRouter, KindClip, KindFitBracket:
 		return 2
 	case KindBuffer:
 		switch r.BufKind {

@@ -415,6 +415,19 @@ func (c *computation) logRows(recs []Record) {
 		}
 	}
 
+	// A capped fold may have dropped the first load's marker: a load with
+	// no marker that opens its process's kept lines cannot be told from an
+	// earlier load of a file reloaded later, so it is not counted.
+	if c.st.droppedRecords() > 0 {
+		first := map[int]bool{}
+		for _, l := range loads {
+			if !first[l.port] && !l.marker && !l.mmproj && l.ended == "" {
+				l.ended = "its load line was dropped by the fold's cap (state_capped): which load it is is not known"
+			}
+			first[l.port] = true
+		}
+	}
+
 	// Probes, real loads, and the live ones.
 	var (
 		sum       figures
@@ -422,6 +435,7 @@ func (c *computation) logRows(recs []Record) {
 		lastReal  *loadAcc
 		mainSeen  = map[int]bool{}
 		liveLlama int
+		ended     int
 	)
 	for _, l := range loads {
 		switch {
@@ -456,7 +470,10 @@ func (c *computation) logRows(recs []Record) {
 		}
 		c.r.Models = append(c.r.Models, ml)
 		if l.ended != "" {
-			c.warn = append(c.warn, fmt.Sprintf("line %d: the %s load of %s is not counted: %s", l.seq, l.role, orUnknown(l.file), l.ended))
+			ended++
+			if ended <= 3 {
+				c.warn = append(c.warn, fmt.Sprintf("line %d: the %s load of %s is not counted: %s", l.seq, l.role, orUnknown(l.file), l.ended))
+			}
 			continue
 		}
 		live = append(live, l)
@@ -472,6 +489,9 @@ func (c *computation) logRows(recs []Record) {
 		} else {
 			c.flag(FlagMmproj)
 		}
+	}
+	if ended > 3 {
+		c.warn = append(c.warn, fmt.Sprintf("%d more loads are not counted (see models)", ended-3))
 	}
 	if c.r.Models == nil {
 		c.r.Models = []ModelLoad{}
