@@ -34,6 +34,9 @@ type ConsumerConfig struct {
 	// NakDelay is the redelivery delay of a message whose handler failed
 	// (default 1s).
 	NakDelay time.Duration `mapstructure:"nak_delay"`
+	// Replicas of the consumer's state (0: the stream's). An existing
+	// consumer with more keeps them.
+	Replicas int `mapstructure:"replicas"`
 }
 
 // DefaultConsumerConfig returns the defaults.
@@ -167,7 +170,16 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer config: %w", err)
 	}
+	replicas := cfg.Replicas
+	if replicas <= 1 {
+		replicas = 0 // the stream's: an operator's R3 stream gets R3 consumers
+	}
+	if cur, err := js.Consumer(ctx, cfg.Stream, cfg.Durable); err == nil {
+		Drift(log.With().Str("consumer", cfg.Durable).Logger(), "nats.replicas", "consumer", cur.CachedInfo().Config.Replicas, replicas)
+		replicas = max(replicas, cur.CachedInfo().Config.Replicas)
+	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Replicas:       replicas,
 		Durable:        cfg.Durable,
 		Description:    "gttsplit aggregator",
 		FilterSubjects: cfg.FilterSubjects,

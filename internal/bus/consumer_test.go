@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -11,7 +12,9 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -221,18 +224,126 @@ func TestConsumerConfigValidate(t *testing.T) {
 	require.ErrorContains(t, sc.Validate(), "duplicate_window:")
 }
 
-// TestEnsureStreamIntegration creates the stream, then updates it.
+// TestEnsureStreamIntegration creates the stream.
 func TestEnsureStreamIntegration(t *testing.T) {
 	skipShort(t)
 	s := natstest.Start(t)
 	js := jsFor(t, s)
+	require.NoError(t, js.DeleteStream(testCtx(t), bus.DefaultStream))
 	cfg := bus.DefaultStreamConfig()
 	cfg.DuplicateWindow = 5 * time.Minute
-	st, err := bus.EnsureStream(testCtx(t), js, cfg)
+	st, err := bus.EnsureStream(testCtx(t), js, cfg, zerolog.Nop())
 	require.NoError(t, err)
 	info, err := st.Info(testCtx(t))
 	require.NoError(t, err)
 	require.Equal(t, 5*time.Minute, info.Config.Duplicates)
 	require.Equal(t, jetstream.FileStorage, info.Config.Storage)
 	require.Equal(t, []string{"gttsplit.>"}, info.Config.Subjects)
+}
+
+// syncBuf is a log sink safe for concurrent writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An operator's stream is never lowered by a client started with the
+// defaults: its max age, max bytes and duplicate window stay, and each
+// difference is one warning naming the setting.
+func TestEnsureStreamNeverLowers(t *testing.T) {
+	skipShort(t)
+	s := natstest.Start(t)
+	js := jsFor(t, s)
+	require.NoError(t, js.DeleteStream(testCtx(t), bus.DefaultStream))
+	_, err := js.CreateStream(testCtx(t), jetstream.StreamConfig{
+		Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}, Storage: jetstream.FileStorage,
+		MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30, Duplicates: 10 * time.Minute,
+	})
+	require.NoError(t, err)
+	var logs syncBuf
+	st, err := bus.EnsureStream(testCtx(t), js, bus.DefaultStreamConfig(), zerolog.New(&logs))
+	require.NoError(t, err)
+	info, err := st.Info(testCtx(t))
+	require.NoError(t, err)
+	require.Equal(t, 7*24*time.Hour, info.Config.MaxAge)
+	require.Equal(t, int64(1<<30), info.Config.MaxBytes)
+	require.Equal(t, 10*time.Minute, info.Config.Duplicates)
+	for _, key := range []string{"nats.stream_max_age", "nats.stream_max_bytes", "nats.duplicate_window"} {
+		require.Contains(t, logs.String(), `"setting":"`+key+`"`)
+	}
+	require.NotContains(t, logs.String(), "nats.replicas")
+
+	// A missing stream is created with the configured limits.
+	require.NoError(t, js.DeleteStream(testCtx(t), bus.DefaultStream))
+	cfg := bus.DefaultStreamConfig()
+	cfg.MaxAge, cfg.MaxBytes, cfg.DuplicateWindow = 48*time.Hour, 1<<28, 5*time.Minute
+	st, err = bus.EnsureStream(testCtx(t), js, cfg, zerolog.Nop())
+	require.NoError(t, err)
+	info, err = st.Info(testCtx(t))
+	require.NoError(t, err)
+	require.Equal(t, 48*time.Hour, info.Config.MaxAge)
+	require.Equal(t, int64(1<<28), info.Config.MaxBytes)
+	require.Equal(t, 5*time.Minute, info.Config.Duplicates)
+}
+
+// On a cluster, an operator's R3 stream stays R3 for a client asking R1
+// (one warning), and an R1 stream is raised for a client asking R3.
+func TestEnsureStreamReplicasOnCluster(t *testing.T) {
+	skipShort(t)
+	c := natstest.StartCluster(t, 3)
+	nc, err := nats.Connect(c.URLs())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}, Storage: jetstream.FileStorage,
+		Replicas: 3, MaxAge: time.Hour, Duplicates: 2 * time.Minute,
+	})
+	require.NoError(t, err)
+	var logs syncBuf
+	cfg := bus.DefaultStreamConfig()
+	cfg.MaxAge = time.Hour
+	st, err := bus.EnsureStream(ctx, js, cfg, zerolog.New(&logs))
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, info.Config.Replicas)
+	require.Equal(t, time.Hour, info.Config.MaxAge)
+	require.Contains(t, logs.String(), `"setting":"nats.replicas"`)
+	require.Equal(t, 1, strings.Count(logs.String(), `"level":"warn"`), logs.String())
+
+	// The consumer of a client asking R1 takes the stream's replicas.
+	cc := bus.DefaultConsumerConfig()
+	cc.Replicas = 1
+	_, err = bus.NewConsumer(ctx, js, cc, zerolog.Nop())
+	require.NoError(t, err)
+	ci, err := js.Consumer(ctx, bus.DefaultStream, cc.Durable)
+	require.NoError(t, err)
+	require.Contains(t, []int{0, 3}, ci.CachedInfo().Config.Replicas)
+	require.Len(t, ci.CachedInfo().Cluster.Replicas, 2, "a leader and two replicas")
+
+	// Fewer replicas are raised.
+	require.NoError(t, js.DeleteStream(ctx, bus.DefaultStream))
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}, Duplicates: 2 * time.Minute})
+	require.NoError(t, err)
+	cfg.Replicas, cfg.MaxAge = 3, 0
+	st, err = bus.EnsureStream(ctx, js, cfg, zerolog.Nop())
+	require.NoError(t, err)
+	info, err = st.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, info.Config.Replicas)
 }

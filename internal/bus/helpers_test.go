@@ -57,7 +57,7 @@ func jsFor(t testing.TB, s *server.Server) jetstream.JetStream {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	_, err = bus.EnsureStream(testCtx(t), js, bus.DefaultStreamConfig())
+	_, err = bus.EnsureStream(testCtx(t), js, bus.DefaultStreamConfig(), zerolog.Nop())
 	require.NoError(t, err)
 	return js
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // DefaultStream is the name of the stream that holds every gttsplit event.
@@ -71,9 +72,13 @@ func (c StreamConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// EnsureStream creates the stream, or updates an existing one to cfg (file
-// storage, limits retention).
-func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
+// EnsureStream creates the stream when it is missing (file storage, limits
+// retention, cfg's limits and replicas). An existing stream is never
+// lowered: its replicas are raised to cfg.Replicas when fewer, and every
+// other difference (fewer replicas asked, another max age, max bytes or
+// duplicate window) is logged as a warning naming the setting, keeping the
+// server's value: an operator's settings win over a client's defaults.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, log zerolog.Logger) (jetstream.Stream, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("stream config: %w", err)
 	}
@@ -81,7 +86,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	if maxBytes == 0 {
 		maxBytes = -1
 	}
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	want := jetstream.StreamConfig{
 		Name:        cfg.Name,
 		Description: "gttsplit CloudEvents",
 		Subjects:    cfg.Subjects,
@@ -92,9 +97,52 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		MaxAge:      cfg.MaxAge,
 		MaxBytes:    maxBytes,
 		Replicas:    cfg.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 	}
-	return s, nil
+	for attempt := 0; ; attempt++ {
+		s, err := js.Stream(ctx, cfg.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			s, err = js.CreateStream(ctx, want)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && attempt == 0 {
+				continue // another client created it meanwhile: read it
+			}
+			if err != nil {
+				return nil, fmt.Errorf("create stream %s: %w", cfg.Name, err)
+			}
+			return s, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+		cur := s.CachedInfo().Config
+		log = log.With().Str("stream", cfg.Name).Logger()
+		upd := cur
+		if cfg.Replicas > cur.Replicas {
+			upd.Replicas = cfg.Replicas
+			log.Info().Int("from", cur.Replicas).Int("to", cfg.Replicas).Msg("nats.replicas: raising the stream's replicas")
+		}
+		Drift(log, "nats.replicas", "stream", cur.Replicas, cfg.Replicas)
+		Drift(log, "nats.stream_max_age", "stream", cur.MaxAge, cfg.MaxAge)
+		Drift(log, "nats.stream_max_bytes", "stream", max(cur.MaxBytes, 0), max(maxBytes, 0))
+		Drift(log, "nats.duplicate_window", "stream", cur.Duplicates, cfg.DuplicateWindow)
+		if upd.Replicas != cur.Replicas {
+			if s, err = js.UpdateStream(ctx, upd); err != nil {
+				return nil, fmt.Errorf("stream %s: raise replicas to %d: %w", cfg.Name, cfg.Replicas, err)
+			}
+		}
+		return s, nil
+	}
+}
+
+// Drift logs a warning when what the server has differs from what the
+// configuration asks and the server's value is kept (replicas: only when
+// the server has more, as fewer are raised).
+func Drift[T comparable](log zerolog.Logger, setting, what string, server, config T) {
+	if server == config {
+		return
+	}
+	if s, ok := any(server).(int); ok && s < any(config).(int) {
+		return // raised by the caller
+	}
+	log.Warn().Str("setting", setting).Str("of", what).Str("server", fmt.Sprint(server)).Str("config", fmt.Sprint(config)).
+		Msg(setting + ": the server's " + what + " differs from the configuration; keeping the server's value (a client never lowers what exists)")
 }

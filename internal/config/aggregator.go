@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"time"
 
 	"github.com/gttsplit/gttsplit/pkg/split"
@@ -24,15 +25,19 @@ type Aggregator struct {
 
 // AggregatorNATS is how the aggregator consumes from NATS JetStream.
 type AggregatorNATS struct {
-	URL            string        `mapstructure:"url" flag:"nats-url" desc:"NATS server URL(s), comma-separated; empty means start the embedded server; a server not reachable at start is an error"`
-	Token          Secret        `mapstructure:"token" desc:"NATS auth token; set it through the environment"`
-	User           string        `mapstructure:"user" desc:"NATS user name; needs nats.password"`
-	Password       Secret        `mapstructure:"password" desc:"NATS password; set it through the environment"`
-	NKeySeedFile   string        `mapstructure:"nkey_seed_file" desc:"file holding the NKey seed for NATS auth"`
-	CredsFile      string        `mapstructure:"creds_file" desc:"NATS credentials file holding a user JWT and NKey seed"`
-	TLS            TLS           `mapstructure:"tls"`
-	Stream         string        `mapstructure:"stream" desc:"JetStream stream the events are consumed from"`
-	ConnectTimeout time.Duration `mapstructure:"connect_timeout" desc:"timeout for connecting to NATS"`
+	URL             string        `mapstructure:"url" flag:"nats-url" desc:"NATS server URL(s), comma-separated; empty means start the embedded server; a server not reachable at start is an error"`
+	Token           Secret        `mapstructure:"token" desc:"NATS auth token; set it through the environment"`
+	User            string        `mapstructure:"user" desc:"NATS user name; needs nats.password"`
+	Password        Secret        `mapstructure:"password" desc:"NATS password; set it through the environment"`
+	NKeySeedFile    string        `mapstructure:"nkey_seed_file" desc:"file holding the NKey seed for NATS auth"`
+	CredsFile       string        `mapstructure:"creds_file" desc:"NATS credentials file holding a user JWT and NKey seed"`
+	TLS             TLS           `mapstructure:"tls"`
+	Stream          string        `mapstructure:"stream" desc:"JetStream stream the events are consumed from"`
+	ConnectTimeout  time.Duration `mapstructure:"connect_timeout" desc:"timeout for connecting to NATS"`
+	Replicas        int           `mapstructure:"replicas" desc:"replicas of the stream, its consumers and the state bucket when a client creates them (1 to 5; 3 on a cluster); an existing stream is raised to it, never lowered"`
+	StreamMaxAge    time.Duration `mapstructure:"stream_max_age" desc:"age after which the stream discards events, set when a client creates it; 0 keeps them until stream_max_bytes"`
+	StreamMaxBytes  int64         `mapstructure:"stream_max_bytes" desc:"size in bytes above which the stream discards its oldest events, set when a client creates it; 0 means no limit"`
+	DuplicateWindow time.Duration `mapstructure:"duplicate_window" desc:"JetStream de-duplication window of the stream, set when a client creates it (at least 2m)"`
 }
 
 // Embedded is the in-process NATS server started when nats.url is empty.
@@ -46,6 +51,18 @@ type Consumer struct {
 	Durable       string        `mapstructure:"durable" desc:"durable consumer name; aggregators with the same name share the work"`
 	AckWait       time.Duration `mapstructure:"ack_wait" desc:"time after which an unacknowledged message is redelivered"`
 	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages delivered and not yet acknowledged"`
+	Lanes         string        `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`
+}
+
+// LaneList returns the lanes of Lanes (nil: every lane).
+func (c Consumer) LaneList() []string {
+	var out []string
+	for _, l := range strings.Split(c.Lanes, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // HTTP is the aggregator's HTTP endpoint.
@@ -115,7 +132,7 @@ const (
 func DefaultAggregator() Aggregator {
 	return Aggregator{
 		Log:         Log{Level: "info", Format: "console"},
-		NATS:        AggregatorNATS{Stream: "GTTSPLIT", ConnectTimeout: 5 * time.Second},
+		NATS:        AggregatorNATS{Stream: "GTTSPLIT", ConnectTimeout: 5 * time.Second, Replicas: 1, DuplicateWindow: 2 * time.Minute},
 		Embedded:    Embedded{Listen: "127.0.0.1:4222", Store: "./data"},
 		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 30 * time.Second, MaxAckPending: 1024},
 		IdleTimeout: 10 * time.Minute,
@@ -158,6 +175,8 @@ func (a Aggregator) problems() []*FieldError {
 		URL: a.NATS.URL, Token: a.NATS.Token, User: a.NATS.User, Password: a.NATS.Password,
 		NKeySeedFile: a.NATS.NKeySeedFile, CredsFile: a.NATS.CredsFile, TLS: a.NATS.TLS,
 		Stream: a.NATS.Stream, ConnectTimeout: a.NATS.ConnectTimeout,
+		Replicas: a.NATS.Replicas, StreamMaxAge: a.NATS.StreamMaxAge, StreamMaxBytes: a.NATS.StreamMaxBytes,
+		DuplicateWindow: a.NATS.DuplicateWindow,
 	})
 	if err := checkListen(a.Embedded.Listen); err != nil {
 		p.add("embedded.listen", "%w", err)
@@ -169,6 +188,11 @@ func (a Aggregator) problems() []*FieldError {
 		p.add("consumer.durable", "%w", err)
 	}
 	p.positive("consumer.ack_wait", a.Consumer.AckWait)
+	for _, l := range a.Consumer.LaneList() {
+		if err := checkToken(l); err != nil {
+			p.add("consumer.lanes", "%w", err)
+		}
+	}
 	p.atLeast("consumer.max_ack_pending", int64(a.Consumer.MaxAckPending), 1)
 	p.positive("idle_timeout", a.IdleTimeout)
 	if a.HTTP.Listen != "" {

@@ -37,7 +37,10 @@ type CollectorNATS struct {
 	Stream          string        `mapstructure:"stream" desc:"JetStream stream the events are published to"`
 	ConnectTimeout  time.Duration `mapstructure:"connect_timeout" desc:"timeout for connecting to NATS"`
 	MaxInFlight     int           `mapstructure:"max_in_flight" desc:"maximum published events awaiting the broker's acknowledgement"`
-	DuplicateWindow time.Duration `mapstructure:"duplicate_window" desc:"JetStream de-duplication window of the stream"`
+	Replicas        int           `mapstructure:"replicas" desc:"replicas of the stream, its consumers and the state bucket when a client creates them (1 to 5; 3 on a cluster); an existing stream is raised to it, never lowered"`
+	StreamMaxAge    time.Duration `mapstructure:"stream_max_age" desc:"age after which the stream discards events, set when a client creates it; 0 keeps them until stream_max_bytes"`
+	StreamMaxBytes  int64         `mapstructure:"stream_max_bytes" desc:"size in bytes above which the stream discards its oldest events, set when a client creates it; 0 means no limit"`
+	DuplicateWindow time.Duration `mapstructure:"duplicate_window" desc:"JetStream de-duplication window of the stream, set when a client creates it (at least 2m)"`
 }
 
 // Spool is where the collector keeps events while no broker is reachable.
@@ -89,6 +92,7 @@ func DefaultCollector() Collector {
 			Stream:          "GTTSPLIT",
 			ConnectTimeout:  5 * time.Second,
 			MaxInFlight:     256,
+			Replicas:        1,
 			DuplicateWindow: 2 * time.Minute,
 		},
 		Spool: Spool{MaxBytes: 256 << 20},
@@ -143,9 +147,10 @@ func (c Collector) problems() []*FieldError {
 		URL: c.NATS.URL, Token: c.NATS.Token, User: c.NATS.User, Password: c.NATS.Password,
 		NKeySeedFile: c.NATS.NKeySeedFile, CredsFile: c.NATS.CredsFile, TLS: c.NATS.TLS,
 		Stream: c.NATS.Stream, ConnectTimeout: c.NATS.ConnectTimeout,
+		Replicas: c.NATS.Replicas, StreamMaxAge: c.NATS.StreamMaxAge, StreamMaxBytes: c.NATS.StreamMaxBytes,
+		DuplicateWindow: c.NATS.DuplicateWindow,
 	})
 	p.atLeast("nats.max_in_flight", int64(c.NATS.MaxInFlight), 1)
-	p.positive("nats.duplicate_window", c.NATS.DuplicateWindow)
 	p.atLeast("spool.max_bytes", c.Spool.MaxBytes, 1)
 	p.positive("sample.interval", c.Sample.Interval)
 	if c.Sample.ProcRoot == "" {

@@ -114,16 +114,24 @@ type TLS struct {
 
 // natsCommon is the part of the NATS settings that both binaries share.
 type natsCommon struct {
-	URL            string
-	Token          Secret
-	User           string
-	Password       Secret
-	NKeySeedFile   string
-	CredsFile      string
-	TLS            TLS
-	Stream         string
-	ConnectTimeout time.Duration
+	URL             string
+	Token           Secret
+	User            string
+	Password        Secret
+	NKeySeedFile    string
+	CredsFile       string
+	TLS             TLS
+	Stream          string
+	ConnectTimeout  time.Duration
+	Replicas        int
+	StreamMaxAge    time.Duration
+	StreamMaxBytes  int64
+	DuplicateWindow time.Duration
 }
+
+// MinDuplicateWindow is the shortest nats.duplicate_window: a collector
+// restarted within it re-publishes without duplicating.
+const MinDuplicateWindow = 2 * time.Minute
 
 // problems is an ordered list of configuration problems.
 type problems []*FieldError
@@ -196,6 +204,18 @@ func (p *problems) nats(n natsCommon) {
 		p.add("nats.stream", "%w", err)
 	}
 	p.positive("nats.connect_timeout", n.ConnectTimeout)
+	if n.Replicas < 1 || n.Replicas > 5 {
+		p.add("nats.replicas", "must be 1 to 5, got %d", n.Replicas)
+	}
+	if n.DuplicateWindow < MinDuplicateWindow {
+		p.add("nats.duplicate_window", "must be at least %s, got %s", MinDuplicateWindow, n.DuplicateWindow)
+	}
+	if n.StreamMaxAge < 0 {
+		p.add("nats.stream_max_age", "must not be negative, got %s", n.StreamMaxAge)
+	} else if n.StreamMaxAge > 0 && n.StreamMaxAge < n.DuplicateWindow {
+		p.add("nats.stream_max_age", "must be 0 or at least nats.duplicate_window (%s), got %s", n.DuplicateWindow, n.StreamMaxAge)
+	}
+	p.atLeast("nats.stream_max_bytes", n.StreamMaxBytes, 0)
 }
 
 // checkNATSURLs accepts what nats.Connect accepts: a comma-separated list

@@ -7,6 +7,7 @@ package natstest
 import (
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +91,79 @@ func Port(s *server.Server) int {
 		return a.Port
 	}
 	return 0
+}
+
+// Cluster is n embedded JetStream servers routed into one cluster, each
+// on free ports with its store in its own temp directory.
+type Cluster struct {
+	Servers []*server.Server
+}
+
+// StartCluster starts an n-node JetStream cluster (random client and
+// route ports, stores under t.TempDir()) and waits until JetStream has a
+// meta leader; the servers are shut down when the test ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	name := fmt.Sprintf("gttsplit-test-%d", time.Now().UnixNano())
+	// Reserve the route ports first so every server can name every other.
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+	}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	c := &Cluster{}
+	for i := 0; i < n; i++ {
+		o := Options(t.TempDir(), -1)
+		o.ServerName = fmt.Sprintf("n%d", i+1)
+		o.Cluster.Name = name
+		o.Cluster.Host = "127.0.0.1"
+		o.Cluster.Port = ports[i]
+		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		s, err := server.NewServer(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		c.Servers = append(c.Servers, s)
+		t.Cleanup(func() { Shutdown(s) })
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range c.Servers {
+		if !s.ReadyForConnections(readyTimeout) {
+			t.Fatalf("natstest: cluster server %s not ready", s.Name())
+		}
+	}
+	for time.Now().Before(deadline) {
+		leader := false
+		for _, s := range c.Servers {
+			if s.JetStreamIsLeader() {
+				leader = true
+			}
+		}
+		if leader && c.Servers[0].JetStreamIsCurrent() {
+			return c
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("natstest: the cluster has no JetStream meta leader after 30s")
+	return nil
+}
+
+// URLs returns the client URLs of the running servers, comma-separated.
+func (c *Cluster) URLs() string {
+	var out []string
+	for _, s := range c.Servers {
+		if s.Running() {
+			out = append(out, s.ClientURL())
+		}
+	}
+	return strings.Join(out, ",")
 }

@@ -262,7 +262,7 @@ func startBrokerAt(t testing.TB, srv *server.Server) *testBroker {
 	t.Helper()
 	b := &testBroker{srv: srv, url: srv.ClientURL()}
 	b.nc, b.js = connectJS(t, b.url)
-	_, err := bus.EnsureStream(testCtx(t), b.js, bus.DefaultStreamConfig())
+	_, err := bus.EnsureStream(testCtx(t), b.js, bus.DefaultStreamConfig(), zerolog.Nop())
 	require.NoError(t, err)
 	return b
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/dirlock"
+	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -151,10 +152,11 @@ func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) 
 	b.js = js
 	sc := bus.DefaultStreamConfig()
 	sc.Name = n.Stream
+	sc.Replicas, sc.MaxAge, sc.MaxBytes, sc.DuplicateWindow = n.Replicas, n.StreamMaxAge, n.StreamMaxBytes, n.DuplicateWindow
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		_, err = bus.EnsureStream(ectx, js, sc)
+		_, err = bus.EnsureStream(ectx, js, sc, log)
 		if err == nil || ectx.Err() != nil ||
 			errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
 			break
@@ -226,13 +228,22 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		closeSinks()
 		return err
 	}
-	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose, Deliveries: deliv}
+	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose, Deliveries: deliv, Replicas: cfg.NATS.Replicas}
 	if opt.Stdout != nil {
 		sc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
 	}
 	cc := bus.DefaultConsumerConfig()
 	cc.Stream, cc.Durable = cfg.NATS.Stream, cfg.Consumer.Durable
 	cc.AckWait, cc.MaxAckPending = cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending
+	cc.Replicas = cfg.NATS.Replicas
+	if lanes := cfg.Consumer.LaneList(); len(lanes) > 0 {
+		cc.FilterSubjects = nil
+		for _, l := range lanes {
+			for _, k := range []events.Kind{events.KindRun, events.KindLog, events.KindFDInfo} {
+				cc.FilterSubjects = append(cc.FilterSubjects, events.Filter(k, "", l, ""))
+			}
+		}
+	}
 	cons, err := bus.NewConsumer(ctx, b.js, cc, log)
 	if err != nil {
 		return fail(err)

@@ -105,18 +105,52 @@ type ServiceConfig struct {
 	// deliveries): closed runs stay SinksPending until every sink settled
 	// their split, and are re-sent after a restart until then.
 	Deliveries *deliveries
+	// Replicas of the state bucket when it is created (see EnsureBucket).
+	Replicas int
 }
 
-// NewService opens the state bucket and loads the runs still open in it.
-func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, m *metrics, log zerolog.Logger) (*Service, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+// EnsureBucket opens the state bucket, creating it with replicas when it
+// is missing; an existing bucket with fewer replicas is raised to them,
+// one with more keeps them (with a warning).
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, replicas int, log zerolog.Logger) (jetstream.KeyValue, error) {
+	replicas = max(replicas, 1)
+	kvc := jetstream.KeyValueConfig{
 		Bucket:      StateBucket,
 		Description: "gttsplit: durable state of every run",
 		History:     1,
 		Storage:     jetstream.FileStorage,
-	})
+		Replicas:    replicas,
+	}
+	kv, err := js.KeyValue(ctx, StateBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, kvc)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, StateBucket)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("state bucket %s: %w", StateBucket, err)
+	}
+	st, err := js.Stream(ctx, "KV_"+StateBucket)
+	if err != nil {
+		return nil, fmt.Errorf("state bucket %s: %w", StateBucket, err)
+	}
+	cur := st.CachedInfo().Config.Replicas
+	bus.Drift(log.With().Str("bucket", StateBucket).Logger(), "nats.replicas", "state bucket", cur, replicas)
+	if replicas > cur {
+		log.Info().Int("from", cur).Int("to", replicas).Msg("nats.replicas: raising the state bucket's replicas")
+		if kv, err = js.UpdateKeyValue(ctx, kvc); err != nil {
+			return nil, fmt.Errorf("state bucket %s: raise replicas to %d: %w", StateBucket, replicas, err)
+		}
+	}
+	return kv, nil
+}
+
+// NewService opens the state bucket and loads the runs still open in it.
+func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, m *metrics, log zerolog.Logger) (*Service, error) {
+	kv, err := EnsureBucket(ctx, js, cfg.Replicas, log)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

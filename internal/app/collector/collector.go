@@ -146,11 +146,9 @@ func (s *session) connect(ctx context.Context) (*bus.Publisher, error) {
 		if err == nil {
 			sc := bus.DefaultStreamConfig()
 			sc.Name = n.Stream
-			if n.DuplicateWindow > sc.DuplicateWindow {
-				sc.DuplicateWindow = n.DuplicateWindow
-			}
+			sc.Replicas, sc.MaxAge, sc.MaxBytes, sc.DuplicateWindow = n.Replicas, n.StreamMaxAge, n.StreamMaxBytes, n.DuplicateWindow
 			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = bus.EnsureStream(ectx, js, sc)
+			_, err = bus.EnsureStream(ectx, js, sc, s.log)
 			cancel()
 		}
 		if err != nil {
