@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -346,4 +347,46 @@ func TestEnsureStreamReplicasOnCluster(t *testing.T) {
 	info, err = st.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, info.Config.Replicas)
+}
+
+// The partitioned stream puts every event of a run in the partition
+// PartitionOf computes, as the server maps it.
+func TestPartitionsMatchTheServer(t *testing.T) {
+	skipShort(t)
+	s := natstest.Start(t)
+	js := jsFor(t, s)
+	ctx := testCtx(t)
+	n, err := bus.EnsurePartitions(ctx, js, bus.PartitionConfig{Stream: bus.DefaultStream, Partitions: 7}, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, 7, n)
+	var logs syncBuf
+	n, err = bus.EnsurePartitions(ctx, js, bus.PartitionConfig{Stream: bus.DefaultStream, Partitions: 16}, zerolog.New(&logs))
+	require.NoError(t, err)
+	require.Equal(t, 7, n, "an existing partitioned stream keeps its count")
+	require.Contains(t, logs.String(), `"setting":"consumer.partitions"`)
+	var want []string
+	for i := 0; i < 50; i++ {
+		subj := events.Subject(events.KindLog, "h", "lane-a", fmt.Sprintf("run-%d", i))
+		_, err := js.Publish(ctx, subj, []byte("x"))
+		require.NoError(t, err)
+		want = append(want, bus.PartitionSubject(subj, 7))
+	}
+	_, err = js.Publish(ctx, events.Subject(events.KindSplit, "h", "l", "r"), []byte("x"))
+	require.NoError(t, err)
+	ps, err := js.Stream(ctx, bus.PartitionStream(bus.DefaultStream))
+	require.NoError(t, err)
+	var got []string
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < len(want) && time.Now().Before(deadline) {
+		got = got[:0]
+		info, err := ps.Info(ctx)
+		require.NoError(t, err)
+		for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+			m, err := ps.GetMsg(ctx, seq)
+			require.NoError(t, err)
+			got = append(got, m.Subject)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, want, got, "splits are not sourced")
 }

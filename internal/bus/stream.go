@@ -140,7 +140,7 @@ func Drift[T comparable](log zerolog.Logger, setting, what string, server, confi
 	if server == config {
 		return
 	}
-	if s, ok := any(server).(int); ok && s < any(config).(int) {
+	if s, ok := any(server).(int); ok && setting == "nats.replicas" && s < any(config).(int) {
 		return // raised by the caller
 	}
 	log.Warn().Str("setting", setting).Str("of", what).Str("server", fmt.Sprint(server)).Str("config", fmt.Sprint(config)).
