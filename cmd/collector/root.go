@@ -33,7 +33,7 @@ environment, the environment over the file, the file over the defaults.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/collector.yaml)")
-	io := collector.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Signals: sigs, StdinIsTTY: cli.IsTerminal(stdin)}
+	io := collector.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Signals: sigs, InForeground: cli.InForeground()}
 	root.AddCommand(newRun(io), newAttach(io), newReplay(io), newValidate(stdout))
 	return root
 }
@@ -62,7 +62,9 @@ func newRun(io collector.IO) *cobra.Command {
   - it captures every output line and samples /proc/<pid>/fdinfo of the
     child and its descendants every --interval;
   - it forwards SIGTERM and SIGHUP to the child (and SIGINT, unless the
-    collector runs at a terminal, where Ctrl-C reaches the child itself);
+    collector runs in the foreground of a terminal, where Ctrl-C reaches
+    the child itself); a child still running wrap.kill_grace after a
+    SIGTERM or SIGINT is killed (SIGKILL);
   - it exits with the child's exit code (128+N when a signal N killed it,
     127 when it could not be started).
 

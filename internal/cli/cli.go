@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/gttsplit/gttsplit/internal/config"
 )
@@ -104,14 +105,28 @@ func Logger(w io.Writer, level, format string) zerolog.Logger {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
-// IsTerminal reports whether v (a reader or writer) is a terminal.
+// IsTerminal reports whether v (a reader or writer) is a terminal. A
+// character device that is not a terminal (/dev/null) is not one.
 func IsTerminal(v any) bool {
 	f, ok := v.(*os.File)
 	if !ok {
 		return false
 	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// InForeground reports whether the process is in the foreground process
+// group of its controlling terminal, where a typed Ctrl-C reaches every
+// process of the group. Without a controlling terminal it is false.
+func InForeground() bool {
+	tty, err := os.Open("/dev/tty")
+	if err != nil {
+		return false
+	}
+	defer tty.Close()
+	fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
+	return err == nil && fg == unix.Getpgrp()
 }
 
 // Version is the build's version: the module version, or the VCS revision

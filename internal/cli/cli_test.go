@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -41,4 +42,19 @@ func TestExecute(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, 3, Execute(newRoot(), []string{"child"}, &stderr))
 	require.Empty(t, stderr.String(), "a child's exit code is passed on silently")
+}
+
+func TestIsTerminal(t *testing.T) {
+	t.Parallel()
+	null, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer null.Close()
+	require.False(t, IsTerminal(null), "/dev/null is a character device, not a terminal")
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal to check against: %v", err)
+	}
+	defer ptmx.Close()
+	require.True(t, IsTerminal(ptmx))
+	require.False(t, IsTerminal(&bytes.Buffer{}))
 }

@@ -75,7 +75,7 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go forward(ctx, io, func(os.Signal) { stop() })
+	go forward(ctx, io, false, func(os.Signal) { stop() })
 
 	if err := s.pipe.emit(ctx, sources.Record{Started: &s.info}); err != nil {
 		sctx, cancel := s.shutdownCtx(ctx)

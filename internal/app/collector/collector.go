@@ -45,10 +45,11 @@ type IO struct {
 	// Signals delivers the signals main caught (SIGINT, SIGTERM, SIGHUP).
 	// `run` forwards them to the child; `attach` and `replay` stop on them.
 	Signals <-chan os.Signal
-	// StdinIsTTY is true when the collector runs at a terminal: then a
-	// typed Ctrl-C already reached the child (same process group) and is
-	// not forwarded a second time.
-	StdinIsTTY bool
+	// InForeground is true when the collector is in the foreground process
+	// group of its controlling terminal: then a typed Ctrl-C already
+	// reached run's child (same process group) and is not forwarded a
+	// second time. attach and replay have no child and stop on it.
+	InForeground bool
 }
 
 // ErrNoDestination means neither a NATS URL nor --out was given.
@@ -247,10 +248,11 @@ func tokenSafe(s string) string {
 	return out
 }
 
-// forward sends the caught signals to fn until ctx ends. At a terminal a
-// typed Ctrl-C already reached the child (it shares the collector's process
-// group), so SIGINT is forwarded only when stdin is not a terminal.
-func forward(ctx context.Context, io IO, fn func(os.Signal)) {
+// forward sends the caught signals to fn until ctx ends. With child set, a
+// SIGINT is not forwarded when the collector is in its terminal's
+// foreground group: the typed Ctrl-C already reached the child, which
+// shares the collector's process group.
+func forward(ctx context.Context, io IO, child bool, fn func(os.Signal)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -259,7 +261,7 @@ func forward(ctx context.Context, io IO, fn func(os.Signal)) {
 			if !ok {
 				return
 			}
-			if sig == syscall.SIGINT && io.StdinIsTTY {
+			if child && sig == syscall.SIGINT && io.InForeground {
 				continue
 			}
 			fn(sig)

@@ -47,7 +47,7 @@ func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, lo
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go forward(ctx, io, func(os.Signal) { stop() })
+	go forward(ctx, io, false, func(os.Signal) { stop() })
 
 	var last time.Time
 	var runErr error

@@ -101,7 +101,7 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	}
 
 	sigCtx, stopSignals := context.WithCancel(ctx)
-	go forward(sigCtx, io, func(sig os.Signal) {
+	go forward(sigCtx, io, true, func(sig os.Signal) {
 		if err := pw.Signal(sig); err != nil {
 			s.log.Debug().Err(err).Str("signal", sig.String()).Msg("signal not forwarded")
 		}

@@ -62,8 +62,8 @@ type Config struct {
 	SetTraceEnv bool `mapstructure:"set_trace_env"`
 	// AddVerbose appends "-v" unless a verbosity flag is present.
 	AddVerbose bool `mapstructure:"add_verbose"`
-	// KillGrace is how long a child has between SIGTERM (context cancelled)
-	// and SIGKILL, and how long Run waits for its output pipes to close
+	// KillGrace is how long a child has between SIGTERM (context cancelled,
+	// or a SIGTERM or SIGINT forwarded with Signal) and SIGKILL, and how long Run waits for its output pipes to close
 	// after it exited (a grandchild may hold them).
 	KillGrace time.Duration `mapstructure:"kill_grace"`
 	// DrainTimeout bounds emitting the last lines and the Finished record
@@ -161,6 +161,8 @@ type Source struct {
 
 	mu       sync.Mutex
 	proc     *os.Process
+	reaped   chan struct{} // closed once the child was waited for
+	killer   *time.Timer   // armed by a forwarded SIGTERM or SIGINT
 	startErr error
 	exitCode int
 
@@ -254,10 +256,11 @@ func (s *Source) PID() int {
 }
 
 // Signal sends sig to the child. It returns ErrNotStarted before the child
-// started and os.ErrProcessDone after it was reaped.
+// started and os.ErrProcessDone after it was reaped. After a SIGTERM or
+// SIGINT the child has KillGrace to exit; then it is sent SIGKILL.
 func (s *Source) Signal(sig os.Signal) error {
 	s.mu.Lock()
-	p := s.proc
+	p, reaped := s.proc, s.reaped
 	s.mu.Unlock()
 	if p == nil {
 		return ErrNotStarted
@@ -265,7 +268,33 @@ func (s *Source) Signal(sig os.Signal) error {
 	if err := p.Signal(sig); err != nil {
 		return fmt.Errorf("signal child: %w", err)
 	}
+	if sig == syscall.SIGTERM || sig == syscall.SIGINT {
+		s.armKill(p, reaped, sig)
+	}
 	return nil
+}
+
+// armKill sends SIGKILL to p when it is still running KillGrace after sig.
+// The first terminating signal arms it; later ones do not move it.
+func (s *Source) armKill(p *os.Process, reaped <-chan struct{}, sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.killer != nil {
+		return
+	}
+	grace := s.cfg.KillGrace
+	s.killer = time.AfterFunc(grace, func() {
+		select {
+		case <-reaped:
+			return
+		default:
+		}
+		s.log.Warn().Int("pid", p.Pid).Str("signal", sig.String()).Dur("kill_grace", grace).
+			Msg("child still running after the forwarded signal and kill_grace; sending SIGKILL")
+		if err := p.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			s.log.Warn().Err(err).Int("pid", p.Pid).Msg("SIGKILL failed")
+		}
+	})
 }
 
 // ExitCode returns the child's exit status once Run returned: its exit code,
@@ -319,8 +348,10 @@ func (s *Source) run(ctx context.Context, emit sources.Emit) error {
 		close(s.pidReady)
 		return serr
 	}
+	reaped := make(chan struct{})
 	s.mu.Lock()
 	s.proc = cmd.Process
+	s.reaped = reaped
 	s.mu.Unlock()
 	close(s.pidReady)
 	log := s.log.With().Int("pid", cmd.Process.Pid).Logger()
@@ -331,6 +362,12 @@ func (s *Source) run(ctx context.Context, emit sources.Emit) error {
 	go func() {
 		defer close(waitDone)
 		waitErr = cmd.Wait()
+		close(reaped)
+		s.mu.Lock()
+		if s.killer != nil {
+			s.killer.Stop()
+		}
+		s.mu.Unlock()
 		s.q.mu.Lock()
 		stdout.flushLocked()
 		stderr.flushLocked()

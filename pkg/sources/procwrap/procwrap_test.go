@@ -444,6 +444,15 @@ func TestSignalIsForwarded(t *testing.T) {
 		require.Equal(t, 42, s.ExitCode())
 		require.Equal(t, []string{"got SIGINT"}, texts(rec.lines(t), "stderr"))
 	})
+	t.Run("SIGKILL when a forwarded SIGTERM is ignored", func(t *testing.T) {
+		t.Parallel()
+		s, rec, errc, cancel := startWaiting(t, "ignore", func(c *Config) { c.KillGrace = 200 * time.Millisecond })
+		defer cancel()
+		require.NoError(t, s.Signal(syscall.SIGTERM))
+		require.NoError(t, <-errc) // the context was never cancelled
+		require.Equal(t, 128+9, s.ExitCode())
+		require.Equal(t, "SIGKILL", rec.finished(t).Signal)
+	})
 }
 
 func TestCancelStopsChild(t *testing.T) {
