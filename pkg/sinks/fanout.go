@@ -274,10 +274,22 @@ type worker struct {
 	idle        chan struct{} // closed while the queue is empty and !busy
 	idleClosed  bool
 
-	wake     chan struct{}
-	done     chan struct{}
-	failures int // consecutive transient failures; worker goroutine only
+	wake          chan struct{}
+	done          chan struct{}
+	failures      int // consecutive transient failures; worker goroutine only
+	drainFailures int // transient failures since Close began; worker goroutine only
 }
+
+const (
+	// warnEvery: the first failure of a streak and every warnEvery-th are
+	// logged at WARN, the others at DEBUG.
+	warnEvery = 10
+	// maxDrainFailures is how many transient failures a sink may have
+	// while Close drains before its remaining reports count as undelivered.
+	maxDrainFailures = 3
+	// maxDrainDelay caps the backoff while Close drains.
+	maxDrainDelay = time.Second
+)
 
 func (w *worker) signal() {
 	select {
@@ -389,6 +401,9 @@ func (w *worker) run() {
 		// observer must have seen what happened to it.
 		switch {
 		case err == nil:
+			if w.failures > 0 {
+				w.log.Info().Int("failures", w.failures).Msg("writes succeed again")
+			}
 			w.failures = 0
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDelivered, Attempt: it.attempts})
 			w.settle(it, false)
@@ -401,8 +416,30 @@ func (w *worker) run() {
 			return
 		default:
 			w.failures++
+			w.mu.Lock()
+			draining := w.draining
+			w.mu.Unlock()
+			if draining {
+				w.drainFailures++
+			}
+			if draining && w.drainFailures >= maxDrainFailures {
+				// Shutting down and the sink keeps failing: stop here; Close
+				// reports what is left as undelivered at once instead of
+				// retrying until the shutdown timeout.
+				w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Err(err).
+					Msg("write failed while shutting down; giving up on this sink")
+				w.settle(it, true)
+				return
+			}
 			delay := w.f.cfg.Retry.Delay(err, w.failures, w.f.cfg.Rand())
-			w.log.Debug().Str("run_id", it.run).Int("attempt", it.attempts).Dur("delay", delay).Err(err).Msg("write failed, will retry")
+			if draining {
+				delay = min(delay, maxDrainDelay)
+			}
+			ev := w.log.Debug()
+			if w.failures == 1 || w.failures%warnEvery == 0 {
+				ev = w.log.Warn().Int("consecutive_failures", w.failures)
+			}
+			ev.Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay).Err(err).Msg("write failed, will retry")
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRetrying, Attempt: it.attempts, Err: err, Delay: delay})
 			w.settle(it, true)
 			w.wait(delay)

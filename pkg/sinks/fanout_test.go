@@ -261,16 +261,24 @@ func TestFanoutKeepsReportQueuedUntilClose(t *testing.T) {
 	}
 	c.waitSleep(t) // after the 6th failure
 
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- f.Close(ctx) }()
-	// Close cut the backoff short: a 7th attempt, which fails, and the
-	// drain waits again until the shutdown deadline (here: cancel).
+	go func() { done <- f.Close(context.Background()) }() // no deadline at all
+	// Close cut the backoff short: a 7th attempt, which fails; the drain
+	// retries with a backoff of at most a second, and after the third
+	// failure since Close it gives up on the sink instead of retrying until
+	// the shutdown deadline.
 	c.waitSleep(t)
 	require.Equal(t, 7, m.Attempts())
-	cancel()
+	c.release()
+	c.waitSleep(t)
+	c.release()
 	err := <-done
+	require.Equal(t, 9, m.Attempts())
+	for _, d := range c.Slept()[6:] {
+		require.LessOrEqual(t, d, time.Second, "backoff while draining is capped")
+	}
 	require.ErrorIs(t, err, sinks.ErrUndelivered)
+	require.ErrorContains(t, err, "sink m: 1 reports")
 	e := ev.next(t, "m", sinks.OutcomeDropped)
 	require.Equal(t, "run-1", e.RunID)
 	require.ErrorIs(t, e.Err, sinks.ErrUndelivered)

@@ -117,7 +117,7 @@ func (r Registry) New(typ string, cfg any, set Settings) (Sink, error) {
 	}
 	s, err := f.New(cfg, set)
 	if err != nil {
-		return nil, fmt.Errorf("new %s sink: %w", typ, err)
+		return nil, err // the caller names the sink (its config key)
 	}
 	return s, nil
 }

@@ -61,7 +61,7 @@ func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
 	}
 	root, err := safefs.OpenRoot(c.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("file sink: %w", err)
+		return nil, err
 	}
 	s := &Sink{
 		root: root,
@@ -92,7 +92,7 @@ func (s *Sink) Write(ctx context.Context, r split.Report) error {
 	}
 	name := safefs.RunPath(r.Run.Host, r.Run.Lane, r.Run.ID, ".md")
 	if err := safefs.WriteAtomic(s.root, name, []byte(split.Markdown(r))); err != nil {
-		return fmt.Errorf("file sink: run %q: %w", r.Run.ID, err)
+		return fmt.Errorf("run %q: %w", r.Run.ID, err)
 	}
 	s.log.Debug().Str("run_id", r.Run.ID).Str("path", name).Msg("report written")
 	return nil

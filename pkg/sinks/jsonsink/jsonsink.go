@@ -27,7 +27,9 @@ import (
 	"fmt"
 	"github.com/gttsplit/gttsplit/internal/plugin"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/gttsplit/gttsplit/pkg/sinks"
@@ -76,7 +78,7 @@ func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
 	}
 	root, err := safefs.OpenRoot(c.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("json sink: %w", err)
+		return nil, err
 	}
 	s := &Sink{
 		root:  root,
@@ -85,12 +87,12 @@ func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
 	}
 	if err := s.load(); err != nil {
 		_ = root.Close()
-		return nil, fmt.Errorf("json sink: %w", err)
+		return nil, fmt.Errorf("directory %q: %w", c.Dir, err)
 	}
 	f, err := root.OpenFile(linesFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		_ = root.Close()
-		return nil, fmt.Errorf("json sink: open %s: %w", linesFile, err)
+		return nil, fmt.Errorf("cannot open %q for appending: %w", filepath.Join(c.Dir, linesFile), pathCause(err))
 	}
 	s.lines = f
 	s.gate = gate.New(s.release)
@@ -243,3 +245,13 @@ func (s *Sink) append(ctx context.Context, k runKey, line []byte) error {
 // Close waits for writes in flight (bounded by ctx), then syncs and closes
 // splits.jsonl and the directory. It is idempotent.
 func (s *Sink) Close(ctx context.Context) error { return s.gate.Close(ctx) }
+
+// pathCause drops the operation and path of a *fs.PathError (the message
+// that wraps it names the file).
+func pathCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 )
@@ -80,20 +81,41 @@ func RunPath(host, lane, run, ext string) string {
 	return path.Join(Component(host, LinesFile), Component(lane), Component(run)+ext)
 }
 
-// OpenRoot creates dir (and its parents) if needed and opens it as a root
-// that no later file name can escape, symbolic links included.
+// OpenRoot creates dir (and its parents) if needed, checks that a file can
+// be created in it, and opens it as a root that no later file name can
+// escape, symbolic links included. Its errors name dir and the cause.
 func OpenRoot(dir string) (*os.Root, error) {
 	if dir == "" {
 		return nil, errors.New("empty directory")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dir, err)
+		return nil, fmt.Errorf("cannot create directory %q: %w", dir, unwrapPath(err))
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", dir, err)
+		return nil, fmt.Errorf("cannot open directory %q: %w", dir, unwrapPath(err))
 	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	probe := ".write-check." + hex.EncodeToString(rnd[:]) + ".tmp"
+	f, err := root.OpenFile(probe, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		_ = root.Close()
+		return nil, fmt.Errorf("cannot write in directory %q: %w", dir, unwrapPath(err))
+	}
+	_ = f.Close()
+	_ = root.Remove(probe)
 	return root, nil
+}
+
+// unwrapPath drops the operation and path of a *fs.PathError, which would
+// repeat what the caller's message already says.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // WriteAtomic replaces name (slash-separated, relative to root) with data:
