@@ -49,11 +49,11 @@ func TestREADMEQuickstartIntegration(t *testing.T) {
 
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	out := filepath.Join(root, "quickstart-out")
-	require.NoError(t, os.RemoveAll(out))
-	t.Cleanup(func() { _ = os.RemoveAll(out) })
-
-	cmd := exec.Command("sh", "-c", cmds[0])
+	// The README's command as written, run from the repository's root, with
+	// its output directory moved to a temporary one: a test never touches a
+	// user's quickstart-out/.
+	out := filepath.Join(t.TempDir(), "quickstart-out")
+	cmd := exec.Command("sh", "-c", cmds[0]+" --out '"+out+"'")
 	cmd.Dir = root
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -19,7 +19,7 @@ type Aggregator struct {
 	HTTP            HTTP           `mapstructure:"http"`
 	Split           Split          `mapstructure:"split"`
 	Sinks           Sinks          `mapstructure:"sinks"`
-	Format          string         `mapstructure:"format" flag:"format" desc:"format of the splits printed by serve, parse, replay and quickstart: text, md or json"`
+	Format          string         `mapstructure:"format" flag:"format" desc:"format of the splits printed by serve, parse, replay and quickstart: text, md or json (JSON Lines)"`
 	ShutdownTimeout time.Duration  `mapstructure:"shutdown_timeout" desc:"deadline for draining, folding and writing the sinks at shutdown"`
 }
 

@@ -5,7 +5,7 @@
 //
 // # Script environment
 //
-// [Setup] copies the 4B reference run (testdata/runs/4b) to $WORK/4b, its
+// [Setup] copies the 4B and 27B reference runs (testdata/runs/4b, 27b) to $WORK/4b and $WORK/27b, the 4B
 // peak fdinfo snapshot (testdata/fdinfo/4b-peak) to $WORK/fdinfo/4b-peak
 // and the sample configs to $WORK/configs, and sets:
 //
@@ -67,6 +67,7 @@ const RepoRoot = "../.."
 func Setup(e *testscript.Env) error {
 	copies := [][2]string{
 		{filepath.Join(RepoRoot, "testdata", "runs", "4b"), "4b"},
+		{filepath.Join(RepoRoot, "testdata", "runs", "27b"), "27b"},
 		{filepath.Join(RepoRoot, "testdata", "fdinfo", "4b-peak"), filepath.Join("fdinfo", "4b-peak")},
 		{filepath.Join(RepoRoot, "configs"), "configs"},
 	}

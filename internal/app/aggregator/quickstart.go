@@ -97,6 +97,11 @@ func Quickstart(ctx context.Context, cfg config.Aggregator, files []string, outD
 	if err != nil {
 		return err
 	}
+	if cfg.Format == "json" {
+		// stdout holds only JSON Lines: the summary goes to the log.
+		log.Info().Int("splits", len(want)).Str("markdown_dir", c.Sinks.File.Dir).Str("json_dir", c.Sinks.JSON.Dir).Msg("wrote the splits")
+		return nil
+	}
 	fmt.Fprintf(stdout, "wrote %d splits: Markdown under %s, JSON under %s (and %s)\n",
 		len(want), c.Sinks.File.Dir, c.Sinks.JSON.Dir, filepath.Join(c.Sinks.JSON.Dir, "splits.jsonl"))
 	return nil

@@ -374,16 +374,18 @@ func FoldOptions(cfg config.Aggregator) (split.Options, error) {
 	return split.Options{Parser: p, UnattributedThresholdPct: cfg.Split.UnattributedThresholdPct}, nil
 }
 
-// WriteReport writes a report as text, md or json.
+// WriteReport writes a report as text, md or json. JSON is one compact
+// object per line (JSON Lines), so several runs on stdout stay
+// machine-readable.
 func WriteReport(w io.Writer, format string, r split.Report) error {
 	var out []byte
 	switch format {
 	case "json":
-		b, err := split.JSON(r)
+		b, err := json.Marshal(r)
 		if err != nil {
 			return err
 		}
-		out = b
+		out = append(b, '\n')
 	case "md":
 		out = []byte(split.Markdown(r) + "\n")
 	default:
