@@ -118,9 +118,9 @@ func TestServeLiveEqualsReplayIntegration(t *testing.T) {
 			}
 		}
 		require.Equal(t, string(compact(t, fx.want)), string(line), fx.path)
-		require.Equal(t, 1, bytes.Count(printed, fx.want), "%s: serve printed the split once", fx.path)
+		require.Equal(t, 1, bytes.Count(printed, append(compact(t, fx.want), '\n')), "%s: serve printed the split once, as a JSON line", fx.path)
 	}
-	require.Len(t, printed, len(fxs[0].want)+len(fxs[1].want))
+	require.Len(t, printed, len(compact(t, fxs[0].want))+len(compact(t, fxs[1].want))+2)
 }
 
 // TestServeManyRunsIntegration folds 52 runs from three hosts and four
@@ -323,6 +323,10 @@ func TestServeHTTPIntegration(t *testing.T) {
 	require.Len(t, list, 1)
 	require.Equal(t, "closed", list[0].State)
 	requireSameReport(t, fx.want, httpGet(t, s.http, "/runs/"+fx.origin.RunID, http.StatusOK))
+	// The sink's outcome is observed just after the split closed.
+	eventually(t, "the sink write counted", func() bool {
+		return metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), `gttsplit_sink_writes_total{sink="json"}`) == "1"
+	})
 	m = httpGet(t, s.http, "/metrics", http.StatusOK)
 	require.Equal(t, "0", metricValue(m, "gttsplit_runs_open"))
 	require.Equal(t, "1", metricValue(m, `gttsplit_runs_completed_total{status="complete"}`))
