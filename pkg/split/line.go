@@ -138,6 +138,9 @@ var (
 	aSpawn     = []byte("spawning server")
 	aInstance  = []byte("instance name=")
 	aClip      = []byte("CLIP using")
+	aClipCPU   = []byte("fallback to CPU backend")
+	aClipParam = []byte("params backend")
+	aWarmup    = []byte("warming up the model")
 	aModelSize = []byte("model size:")
 	aFit       = []byte("fitting params")
 	aVRAMUsed  = []byte("VRAM used")
@@ -150,6 +153,7 @@ var debugMarkers = [][]byte{
 	[]byte("create_tensor: loading tensor"),
 	[]byte("assigned to device"),
 	[]byte("for async uploads"),
+	[]byte("using async uploads for device"),
 	[]byte("does not support async"),
 	[]byte("n_embd_k_gqa ="),
 	[]byte("enumerating backends"),
@@ -167,7 +171,7 @@ var debugMarkers = [][]byte{
 // debug-only line (searched until the fold has one), or matches a custom
 // trace pattern.
 var (
-	scanAnchors = [][]byte{aMiB, aLoadScan, aCtxScan, aDraft, aSpawn, aInstance, aClip, aModelSize, aFit, aVRAMUsed, aMemReq}
+	scanAnchors = [][]byte{aMiB, aLoadScan, aCtxScan, aDraft, aSpawn, aInstance, aClip, aClipCPU, aClipParam, aModelSize, aFit, aWarmup, aVRAMUsed, aMemReq}
 	onceAnchors = [][]byte{aBuild, aVersion, aVerbosity}
 )
 
@@ -354,12 +358,15 @@ func leadingDigits(b []byte) []byte {
 // parseBuffer parses "<func>: <name> <kind words> buffer size = N MiB" and
 // the ~llama_context echo; i is the index of "buffer size".
 func parseBuffer(r Record, s []byte, i int) (Record, bool) {
-	c := bytes.Index(s, []byte(": "))
-	if c <= 0 || c > i {
+	// The last ": " before "buffer size" ends the function name, so a
+	// wrapper's own prefix ("Mar 12 07:01:05 host python[433748]: ",
+	// "llama-cpp  | ") stays out of the buffer type.
+	c := bytes.LastIndex(s[:i], []byte(": "))
+	if c <= 0 {
 		r.Kind = KindMalformed
 		return r, true
 	}
-	r.Func = string(s[:c])
+	r.Func = funcName(s[:c])
 	fields := strings.Fields(string(s[c+2 : i]))
 	rest := s[i+len(aBufferSize):]
 	if len(fields) == 0 {
@@ -368,6 +375,17 @@ func parseBuffer(r Record, s []byte, i int) (Record, bool) {
 	}
 	r.Name = fields[0]
 	r.BufKind = strings.Join(fields[1:], " ")
+	if r.Name == "params" && r.BufKind == "backend" {
+		// Old CLIP loaders: "clip_model_load: params backend buffer size
+		// = 595.49 MB (377 tensors)", the mmproj weights (MB is MiB).
+		v, ok := mibOrMB(bytes.TrimLeft(bytes.TrimLeft(rest, " ="), " "))
+		if !ok {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		r.Kind, r.Text, r.MiB, r.Name, r.BufKind = KindClip, "size", v, "", ""
+		return r, true
+	}
 	rest = bytes.TrimLeft(rest, " ")
 	switch {
 	case bytes.HasPrefix(rest, []byte("= ")) || bytes.HasPrefix(rest, []byte("=")):
@@ -486,11 +504,38 @@ func parseBreakdown(r Record, s []byte) (Record, bool) {
 	return r, true
 }
 
+// funcName is the last blank-separated word of what precedes a line's
+// first ": " (the C function; a wrapper's prefix goes).
+func funcName(b []byte) string {
+	b = bytes.TrimRight(b, " ")
+	if j := bytes.LastIndexAny(b, " \t"); j >= 0 {
+		b = b[j+1:]
+	}
+	return string(b)
+}
+
+// mibOrMB parses "N MiB" or "N MB" at the start of b.
+func mibOrMB(b []byte) (float64, bool) {
+	j := 0
+	for j < len(b) && (isDigit(b[j]) || b[j] == '.') {
+		j++
+	}
+	rest := bytes.TrimLeft(b[j:], " ")
+	if j == 0 || !(bytes.HasPrefix(rest, aMiB) || bytes.HasPrefix(rest, []byte("MB"))) {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(string(b[:j]), 64)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
 // loadFile returns the function and the file of a "loaded meta data with N
 // key-value pairs and M tensors from FILE (version ...)" line.
 func loadFile(s []byte) (fn, file string) {
-	if c := bytes.Index(s, []byte(": ")); c > 0 && c < bytes.Index(s, aLoad) {
-		fn = string(s[:c])
+	if c := bytes.LastIndex(s[:bytes.Index(s, aLoad)], []byte(": ")); c > 0 {
+		fn = funcName(s[:c])
 	}
 	i := bytes.Index(s, []byte(" tensors from "))
 	if i < 0 {
@@ -544,6 +589,10 @@ func parseMarker(r Record, s []byte) (Record, bool) {
 			r.Kind, r.Text, r.Name = KindClip, "backend", string(m[1])
 			return r, true
 		}
+	case bytes.Contains(s, aClipCPU):
+		// "clip_model_load: Main model doesn't offload, fallback to CPU backend"
+		r.Kind, r.Text, r.Name = KindClip, "backend", "CPU"
+		return r, true
 	case bytes.Contains(s, aModelSize):
 		if m := reClipMiB.FindSubmatch(s); m != nil {
 			v, err := strconv.ParseFloat(string(m[2]), 64)
@@ -561,6 +610,12 @@ func parseMarker(r Record, s []byte) (Record, bool) {
 			r.Kind, r.Text = KindFitBracket, "end"
 			return r, true
 		}
+	case bytes.Contains(s, aWarmup):
+		// At the default verbosity the bracket's end line is not printed;
+		// the warm-up runs after the real load and context, so it ends an
+		// open bracket too.
+		r.Kind, r.Text = KindFitBracket, "end"
+		return r, true
 	}
 	return r, false
 }

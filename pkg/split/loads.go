@@ -104,8 +104,9 @@ func loadFigures(l *loadAcc) figures {
 		case IsRemoteBuffer(m.Name):
 			g.remote = append(g.remote, bufLine(m, "remote"))
 		case IsHostBuffer(m.Name):
+			// A load with host buffers only put 0 MiB in GTT: 0, not unknown.
 			g.host += m.MiB
-			g.haveHost = true
+			g.haveHost, g.haveModel = true, true
 			g.lines = append(g.lines, bufLine(m, "model_host"))
 		default:
 			g.model += m.MiB
@@ -127,7 +128,7 @@ func loadFigures(l *loadAcc) figures {
 			g.remote = append(g.remote, bufLine(r, "remote"))
 		case l.clipDev == "CPU" || IsHostBuffer(l.clipDev):
 			g.host += r.MiB
-			g.haveHost = true
+			g.haveHost, g.haveModel = true, true
 			g.lines = append(g.lines, bufLine(r, "model_host"))
 		default:
 			g.model += r.MiB
@@ -242,12 +243,17 @@ func (c *computation) logRows(recs []Record) {
 		case KindClip:
 			switch r.Text {
 			case "backend":
-				l := mmprojOf(r, func(l *loadAcc) bool { return l.clipDev == "" && l.clipSize == nil && len(l.ctxs) == 0 })
+				// A fallback line after "CLIP using" corrects the device.
+				l := mmprojOf(r, func(l *loadAcc) bool { return (l.clipDev == "" || r.Name == "CPU") && len(l.ctxs) == 0 })
 				l.clipDev = r.Name
 			case "size":
-				l := mmprojOf(r, func(l *loadAcc) bool { return l.clipSize == nil && len(l.ctxs) == 0 })
-				rc := r
-				l.clipSize = &rc
+				// Old loaders print the weights twice ("model size:" and
+				// "params backend buffer size"): the first one counts.
+				l := mmprojOf(r, func(l *loadAcc) bool { return len(l.ctxs) == 0 })
+				if l.clipSize == nil {
+					rc := r
+					l.clipSize = &rc
+				}
 			}
 		case KindRouter:
 			switch r.Text {

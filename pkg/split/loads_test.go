@@ -223,6 +223,15 @@ func TestProbeTableIsNoCheckSource(t *testing.T) {
 	r = foldLog(t, "verbosity = 3\n"+probeTable+loadOf("/m/x.gguf")+"load_tensors:        ROCm0 model buffer size =  2400.00 MiB\n")
 	_, ok = check(t, r, "breakdown_model")
 	require.False(t, ok)
+	// At the default verbosity the bracket's end line may be missing: the
+	// warm-up closes it, so the exit table is compared.
+	r = foldLog(t, verbose+"common_init_result: fitting params to device memory ...\n"+
+		loadOf("/m/x.gguf")+"load_tensors:        ROCm0 model buffer size =  2400.00 MiB\n"+
+		"common_init_from_params: warming up the model with an empty run - please wait ... (--no-warmup to disable)\n"+
+		"common_memory_breakdown_print: | memory breakdown [MiB] | total   free    self   model   context   compute    unaccounted |\n"+
+		"common_memory_breakdown_print: |   - ROCm0 (8060S)       | 131072 = 120000 + (2400 = 2400 +  0 + 0) + 8672 |\n")
+	_, ok = check(t, r, "breakdown_model")
+	require.True(t, ok, "the exit table after the warm-up is compared")
 	// A bracket with no table and no probe load is no probe (a failed fit).
 	r = foldLog(t, "common_init_result: fitting params to device memory, for bugs\nllama_params_fit: fitting params to free memory took 0.00 seconds\n")
 	require.NotContains(t, r.Flags, FlagFitProbe)
