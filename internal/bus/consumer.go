@@ -162,6 +162,9 @@ type Consumer struct {
 	cons jetstream.Consumer
 	cfg  ConsumerConfig
 	log  zerolog.Logger
+	// failLog rate-limits the handler-failed warning (a flood of
+	// messages failing alike must not flood the log).
+	failLog LogLimit
 }
 
 // NewConsumer creates or updates the durable consumer cfg.Durable on
@@ -246,7 +249,7 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 			continue
 		}
 		if err := h(hctx, m); err != nil {
-			c.log.Warn().Err(err).Str("subject", m.Subject()).Uint64("stream_seq", m.meta.StreamSeq).
+			c.failLog.Event(c.log.Warn).Str("error", Clip(err.Error(), 1024)).Str("subject", m.Subject()).Uint64("stream_seq", m.meta.StreamSeq).
 				Uint64("delivered", m.meta.NumDelivered).Msg("handler failed, message will be redelivered")
 			_ = jm.NakWithDelay(c.cfg.NakDelay)
 		}

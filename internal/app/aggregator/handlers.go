@@ -22,6 +22,8 @@ type Handlers struct {
 	h   bus.Handler
 	nak time.Duration
 	log zerolog.Logger
+	// failLog rate-limits the handler-failed warning.
+	failLog bus.LogLimit
 }
 
 // DefaultHandlers is the number of handler goroutines Serve runs: two per
@@ -49,7 +51,7 @@ func StartHandlers(ctx context.Context, n int, h bus.Handler, nakDelay time.Dura
 func (p *Handlers) handle(ctx context.Context, m bus.Msg) {
 	if err := p.h(ctx, m); err != nil {
 		md := m.Metadata()
-		p.log.Warn().Err(err).Str("subject", m.Subject()).Uint64("stream_seq", md.StreamSeq).
+		p.failLog.Event(p.log.Warn).Str("error", bus.Clip(err.Error(), 1024)).Str("subject", m.Subject()).Uint64("stream_seq", md.StreamSeq).
 			Uint64("delivered", md.NumDelivered).Msg("handler failed, message will be redelivered")
 		_ = m.NakWithDelay(p.nak)
 	}

@@ -60,6 +60,7 @@ type Service struct {
 	onClose  func(id string, r split.Report)
 	ackFloor func(context.Context) (uint64, error)
 	deliv    *deliveries
+	dlqLog   bus.LogLimit
 
 	mu      sync.Mutex
 	runs    map[string]*liveRun
@@ -349,25 +350,65 @@ func NewRunState(o events.Origin, opts split.Options) *RunState {
 	return &RunState{Origin: o, Fold: split.NewFold(opts)}
 }
 
+// Bounds of a dead letter: the reason header and, for a message that
+// cannot be dead-lettered as is, the body of its truncated copy.
+const (
+	dlqReasonMax = 1024
+	dlqBodyMax   = 4096
+)
+
 // deadLetter publishes a message that cannot be folded to the dead-letter
-// subject, with the reason, and terminates it.
+// subject, with the reason, and terminates it. A message the broker will
+// not take as a dead letter (over max_payload with the headers, or
+// rejected by the stream) is dead-lettered as a truncated copy, its first
+// dlqBodyMax bytes with a Gttsplit-Truncated header giving its size; if
+// the broker rejects even that, the message is terminated all the same, so
+// that poison always leaves the consumer. Only a transient failure (the
+// broker away) leaves it for redelivery. The warnings are rate-limited.
 func (s *Service) deadLetter(ctx context.Context, msg bus.Msg, cause error) error {
 	reason := "invalid"
 	if errors.Is(cause, events.ErrUnknownType) {
 		reason = "unknown_type"
 	}
+	why := bus.Clip(cause.Error(), dlqReasonMax)
 	o := originOf(msg.Subject())
 	dm := nats.NewMsg(events.Subject(events.KindDLQ, o[0], o[1], o[2]))
 	dm.Data = msg.Data()
-	dm.Header.Set("Gttsplit-Reason", cause.Error())
+	dm.Header.Set("Gttsplit-Reason", why)
 	dm.Header.Set("Gttsplit-Original-Subject", msg.Subject())
 	dm.Header.Set("Gttsplit-Stream-Seq", fmt.Sprint(msg.Metadata().StreamSeq))
-	if _, err := s.js.PublishMsg(ctx, dm); err != nil {
+	_, err := s.js.PublishMsg(ctx, dm)
+	truncated := false
+	if err != nil && permanentPublishError(err) {
+		truncated = true
+		dm.Data = msg.Data()[:min(len(msg.Data()), dlqBodyMax)]
+		dm.Header.Set("Gttsplit-Truncated", fmt.Sprint(len(msg.Data())))
+		dm.Header.Set("Gttsplit-Dead-Letter-Error", bus.Clip(err.Error(), dlqReasonMax))
+		_, err = s.js.PublishMsg(ctx, dm)
+	}
+	if err != nil && !permanentPublishError(err) {
 		return fmt.Errorf("dead letter: %w", err) // nak: try again later
 	}
 	s.m.dead.WithLabelValues(reason).Inc()
-	s.log.Warn().Str("subject", msg.Subject()).Str("reason", reason).Err(cause).Msg("event dead-lettered")
+	if err != nil {
+		s.dlqLog.Event(s.log.Error).Str("subject", msg.Subject()).Str("reason", reason).Str("error", why).
+			Str("dead_letter_error", bus.Clip(err.Error(), dlqReasonMax)).Msg("event terminated; the broker took no dead letter of it")
+	} else {
+		s.dlqLog.Event(s.log.Warn).Str("subject", msg.Subject()).Str("reason", reason).Str("error", why).
+			Bool("truncated", truncated).Msg("event dead-lettered")
+	}
 	return msg.Term()
+}
+
+// permanentPublishError reports whether the broker refused a message for
+// what it is (too large, rejected by the stream), which sending it again
+// would not change.
+func permanentPublishError(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408
 }
 
 // originOf reads host, lane and run from gttsplit.<kind>.<host>.<lane>.<run>.

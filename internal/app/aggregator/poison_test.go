@@ -1,0 +1,111 @@
+package aggregator
+
+import (
+	"bytes"
+	"fmt"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// hugeIDEvent is a log-lines event of the fixture's run whose id is n bytes
+// long (and so does not match its payload: invalid). Its dead letter as is
+// would carry the id twice, in the body and in the reason header.
+func hugeIDEvent(t testing.TB, w events.Wire, n int) []byte {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(w.Data, &m))
+	m["id"] = strings.Repeat("x", n)
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b
+}
+
+// TestServePoisonFloodIntegration publishes 1,100 (250 under -race) invalid events with an
+// id over 64 KB (about 77 MB), then an ordinary run: each poison event
+// leaves the consumer (dead-lettered as a truncated copy with the reason,
+// then terminated) and the ordinary run is folded; the time from its
+// publication to its split is logged, not asserted.
+func TestServePoisonFloodIntegration(t *testing.T) {
+	skipShort(t)
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+	cfg := testConfig(t, b.url)
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	s := startServe(t, cfg, ServeOptions{})
+
+	var logWire events.Wire
+	for i, d := range fx.decoded {
+		if d.Lines != nil {
+			logWire = fx.wires[i]
+			break
+		}
+	}
+	flood := 1100
+	if raceEnabled {
+		flood = 250 // the in-process server is several times slower
+	}
+	start := time.Now()
+	var futs []jetstream.PubAckFuture
+	body := hugeIDEvent(t, logWire, 70<<10)
+	at := bytes.Index(body, []byte("xxxxxxxx"))
+	require.Positive(t, at)
+	for i := range flood {
+		m := nats.NewMsg(logWire.Subject)
+		m.Data = bytes.Clone(body)
+		copy(m.Data[at:], fmt.Sprintf("%08d", i)) // distinct bodies
+		f, err := b.js.PublishMsgAsync(m)
+		require.NoError(t, err)
+		futs = append(futs, f)
+	}
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("publish poison: %v", err)
+		case <-time.After(waitFor):
+			t.Fatal("publish poison: no ack")
+		}
+	}
+	t.Logf("published %d poison events in %s", flood, time.Since(start).Round(time.Millisecond))
+	// One more that fits the broker's max_payload only without the dead
+	// letter's headers: it goes to the dead-letter subject truncated.
+	maxPayload := int(b.nc.MaxPayload())
+	big := append([]byte(`{"specversion":"1.0","id":"`), bytes.Repeat([]byte("z"), maxPayload-120)...)
+	b.publishRaw(t, logWire.Subject, big)
+
+	start = time.Now()
+	b.publish(t, fx.wires...)
+	eventually(t, "the ordinary run's split", func() bool { n, _ := s.closes.count(); return n >= 1 })
+	t.Logf("ordinary run (%d events) folded %s after its publication, behind %d poison events",
+		len(fx.wires), time.Since(start).Round(time.Millisecond), flood)
+
+	b.waitAcked(t, cfg.Consumer.Durable)
+	t.Logf("every message settled %s after the ordinary run's publication", time.Since(start).Round(time.Millisecond))
+	msgs := b.streamMsgs(t, "gttsplit.dlq.>")
+	require.Len(t, msgs, flood+1)
+	for _, m := range msgs[:flood] {
+		require.Equal(t, logWire.Subject, m.Headers().Get("Gttsplit-Original-Subject"))
+		reason := m.Headers().Get("Gttsplit-Reason")
+		require.Contains(t, reason, events.ErrInvalid.Error())
+		require.Less(t, len(reason), 1200, "the reason is clipped")
+		require.Empty(t, m.Headers().Get("Gttsplit-Truncated"))
+		require.Greater(t, len(m.Data()), 70<<10, "dead-lettered as is")
+	}
+	last := msgs[flood]
+	require.Equal(t, fmt.Sprint(len(big)), last.Headers().Get("Gttsplit-Truncated"))
+	require.Equal(t, big[:4096], last.Data())
+	require.Contains(t, last.Headers().Get("Gttsplit-Reason"), events.ErrInvalid.Error())
+	metrics := httpGet(t, s.http, "/metrics", http.StatusOK)
+	require.Contains(t, metrics, fmt.Sprintf(`gttsplit_events_dead_lettered_total{reason="invalid"} %d`, flood+1))
+	require.NoError(t, s.stop(t))
+	require.Equal(t, string(fx.want), string(sinkDocs(t, cfg.Sinks.JSON.Dir)[fx.origin.RunID]))
+}
