@@ -63,6 +63,8 @@ type session struct {
 	origin events.Origin
 	info   split.RunInfo
 	pipe   *pipeline
+	// noSplit: the command could not be started; --out gets no split.
+	noSplit bool
 }
 
 // newSession sets up a run's pipeline. resume is set by attach: a restarted
@@ -198,7 +200,13 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 		}
 		dropped = s.pipe.pub.Dropped()
 	}
-	if s.pipe.out != nil {
+	if s.pipe.out != nil && s.noSplit {
+		// Nothing ran: a split would describe no run at all.
+		if err := s.pipe.out.abandon(); err != nil {
+			errs = append(errs, err)
+		}
+		s.log.Warn().Str("out", s.cfg.Out).Msg("no split written: the command could not be started")
+	} else if s.pipe.out != nil {
 		r := s.pipe.fold.Report()
 		if err := s.pipe.out.finish(r); err != nil {
 			errs = append(errs, err)

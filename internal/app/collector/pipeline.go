@@ -277,6 +277,18 @@ func (rec *recorder) finish(r split.Report) error {
 	return rec.close()
 }
 
+// abandon closes the files and removes a split.md and split.json an earlier
+// run left in the directory, so none is mistaken for this one's.
+func (rec *recorder) abandon() error {
+	err := rec.close()
+	for _, name := range []string{"split.json", "split.md"} {
+		if rerr := os.Remove(filepath.Join(rec.dir, name)); rerr != nil && !os.IsNotExist(rerr) && err == nil {
+			err = fmt.Errorf("out: %w", rerr)
+		}
+	}
+	return err
+}
+
 func (rec *recorder) close() error {
 	var first error
 	for _, f := range []*os.File{rec.logf, rec.gtt} {

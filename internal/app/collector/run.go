@@ -135,6 +135,7 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	var startErr *procwrap.StartError
 	if errors.As(runErr, &startErr) {
 		fmt.Fprintf(io.Stderr, "collector: %v\n", runErr)
+		s.noSplit = true
 		_, _ = s.close(ctx)
 		return ExitCannotRun, nil
 	}
