@@ -77,8 +77,9 @@ a process's fdinfo (cp -r /proc/PID/fdinfo DIR). Give it several times to
 merge files. Without samples the log-derived rows are still shown and the
 peak is unknown.
 
-A missing or unreadable file exits 2. Malformed lines are counted, skipped,
-and reported.`,
+A missing or unreadable file, or one that is not a text log (a binary),
+exits 2; an empty log or a samples file without a sample is a warning on
+stderr. Malformed lines are counted, skipped, and reported.`,
 		Example: `  aggregator parse testdata/runs/4b/split.log --samples testdata/runs/4b/gtt.txt
   aggregator parse split.log --samples fdinfo-snapshot/ --format json`,
 		Args: cli.Args(cobra.ExactArgs(1)),
@@ -91,11 +92,15 @@ and reported.`,
 			if err != nil {
 				return err
 			}
-			if err := offline.Parse(fold, args[0], samples); err != nil {
+			warnings, err := offline.Parse(fold, args[0], samples)
+			if err != nil {
 				if errors.Is(err, offline.ErrInput) {
 					return cli.Usage(err)
 				}
 				return err
+			}
+			for _, w := range warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "aggregator: warning: %s\n", w)
 			}
 			return aggregator.WriteReport(stdout, cfg.Format, fold.Report())
 		},

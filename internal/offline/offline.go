@@ -4,13 +4,16 @@
 package offline
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -18,24 +21,40 @@ import (
 // ErrInput marks a missing or unreadable input file; the CLI exits 2 on it.
 var ErrInput = errors.New("cannot read input")
 
-// Parse folds the log at logPath and the samples at samplePaths.
-func Parse(fold *split.Fold, logPath string, samplePaths []string) error {
+// Parse folds the log at logPath and the samples at samplePaths. It
+// returns warnings about inputs that are valid but hold nothing (an empty
+// log, a samples file without a sample); a file that is not a text log
+// is an ErrInput.
+func Parse(fold *split.Fold, logPath string, samplePaths []string) ([]string, error) {
 	f, err := os.Open(logPath)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInput, err)
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return fmt.Errorf("%w: %s is a directory, not a log", ErrInput, logPath)
+	st, err := f.Stat()
+	if err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%w: %s is a directory, not a log", ErrInput, logPath)
 	}
-	if _, err := fold.ReadLog(f, "log"); err != nil {
-		return fmt.Errorf("%w: read %s: %w", ErrInput, logPath, err)
+	var warnings []string
+	head := make([]byte, sniffBytes)
+	n, _ := io.ReadFull(f, head)
+	if why := notText(head[:n]); why != "" {
+		return nil, fmt.Errorf("%w: %s is not a text log (%s)", ErrInput, logPath, why)
+	}
+	if n == 0 {
+		warnings = append(warnings, fmt.Sprintf("%s is empty: there is nothing to split", logPath))
+	}
+	if _, err := fold.ReadLog(io.MultiReader(bytes.NewReader(head[:n]), f), "log"); err != nil {
+		return nil, fmt.Errorf("%w: read %s: %w", ErrInput, logPath, err)
 	}
 	var seq uint64
 	for _, p := range samplePaths {
 		ss, skipped, err := LoadSamples(p)
 		if err != nil {
-			return err
+			return nil, err
+		}
+		if len(ss) == 0 {
+			warnings = append(warnings, fmt.Sprintf("samples %s holds no sample", p))
 		}
 		fold.NoteSkippedSampleLines(skipped)
 		for _, s := range ss {
@@ -44,7 +63,42 @@ func Parse(fold *split.Fold, logPath string, samplePaths []string) error {
 			fold.AddSample(s)
 		}
 	}
-	return nil
+	return warnings, nil
+}
+
+// sniffBytes is how much of a log is looked at to tell text from binary.
+const sniffBytes = 64 << 10
+
+// notText says why b (the start of a file) is not a text log, or "". A NUL
+// byte, or more than 10 % bytes that are neither printable UTF-8 nor
+// whitespace, make it binary; the ESC of colour codes is text.
+func notText(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if bytes.HasPrefix(b, []byte("\x7fELF")) {
+		return "an ELF executable"
+	}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return fmt.Sprintf("binary data: a NUL byte at offset %d", i)
+	}
+	bad := 0
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size == 1 && !utf8.FullRune(b[i:]) && i+size == len(b):
+			// a character cut by the sniff window
+		case r == utf8.RuneError && size == 1:
+			bad++
+		case r < 0x20 && r != '\n' && r != '\r' && r != '\t' && r != 0x1b:
+			bad++
+		}
+		i += size
+	}
+	if bad*10 > len(b) {
+		return fmt.Sprintf("binary data: %d of its first %d bytes are not text", bad, len(b))
+	}
+	return ""
 }
 
 // LoadSamples reads a samples file (gtt.txt) or an fdinfo snapshot
