@@ -95,10 +95,27 @@ fails at once; export from that server with --nats-url instead.`,
 			if runID == "" && sel.Since.IsZero() {
 				return cli.Usage(errors.New("export needs --run ID or --since TIME"))
 			}
+			if !sel.Since.IsZero() && !sel.Until.IsZero() && !sel.Until.After(sel.Since) {
+				return cli.Usage(fmt.Errorf("--until (%s) must be after --since (%s)",
+					sel.Until.Format(time.RFC3339), sel.Since.Format(time.RFC3339)))
+			}
+			if cfg.NATS.URL == "" {
+				if _, err := os.Stat(cfg.Embedded.Store); err != nil {
+					return cli.Usage(fmt.Errorf("store %s: %w: nothing to export (give the --store of the aggregator that recorded the events, or --nats-url)",
+						cfg.Embedded.Store, errors.Unwrap(err)))
+				}
+			}
 			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
 			n, err := aggregator.Export(cmd.Context(), cfg, sel, stdout, log)
 			if err != nil {
 				return err
+			}
+			if n == 0 && runID != "" {
+				return fmt.Errorf("run %q: no event stored (check the id with GET /runs or in a split's run.id)", runID)
+			}
+			if n == 0 {
+				log.Warn().Msg("no event stored in that time range")
+				return nil
 			}
 			log.Info().Int("events", n).Msg("exported")
 			return nil
@@ -116,9 +133,16 @@ func parseWhen(s string) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("%q: a duration back from now must be positive", s)
+		}
 		return time.Now().Add(-d), nil
 	}
-	return time.Parse(time.RFC3339Nano, s)
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-11-07T14:03:11Z) nor a duration back from now (24h, 90m)", s)
+	}
+	return t, nil
 }
 
 func newQuickstart(stdout io.Writer) *cobra.Command {

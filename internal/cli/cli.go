@@ -99,6 +99,10 @@ func Logger(w io.Writer, level, format string) zerolog.Logger {
 	if err != nil || level == "" {
 		lvl = zerolog.InfoLevel
 	}
+	// Milliseconds in both formats (zerolog's default cuts to seconds);
+	// durations as strings with units (100ms, not 100).
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	if format != "json" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !IsTerminal(w)}
 	}
