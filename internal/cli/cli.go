@@ -51,7 +51,7 @@ func Code(err error) int {
 		return ExitOK
 	case errors.As(err, &e):
 		return e.Code
-	case errors.Is(err, config.ErrInvalid):
+	case errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrConfigFile):
 		return ExitUsage
 	}
 	return ExitFailure

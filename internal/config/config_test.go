@@ -329,7 +329,7 @@ func TestLoadErrors(t *testing.T) {
 	}
 
 	_, err := LoadCollector(filepath.Join(t.TempDir(), "missing.yaml"), nil)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, ErrConfigFile)
 	require.ErrorIs(t, err, os.ErrNotExist)
 
 	_, err = LoadAggregator(writeFile(t, "log: [unclosed\n"), nil)

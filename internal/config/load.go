@@ -3,7 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -52,6 +54,10 @@ func load(path string, fs *pflag.FlagSet, cfg checker) error {
 		}
 	}
 	if path != "" {
+		if _, err := os.Stat(path); err != nil {
+			// Not an invalid configuration: there is none to read.
+			return fmt.Errorf("%w: --config %s: %w", ErrConfigFile, path, pathCause(err))
+		}
 		v.SetConfigFile(path)
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
@@ -253,4 +259,17 @@ func keyRank(ls []leaf) func(key string) int {
 		}
 		return len(ls)
 	}
+}
+
+// ErrConfigFile means the --config file cannot be read (it is missing,
+// or not readable); the command line is wrong, so the CLI exits 2.
+var ErrConfigFile = errors.New("cannot read the configuration file")
+
+// pathCause drops the operation and path of a *fs.PathError.
+func pathCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

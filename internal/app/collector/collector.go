@@ -122,7 +122,16 @@ func (s *session) provenance(ctx context.Context) {
 	}
 	t, err := provenance.ReadTree(ctx, dir)
 	if err != nil {
-		s.log.Info().Str("source_dir", dir).Msg("the source dir is not a git checkout: the split's source tree is unknown")
+		if s.cfg.SourceDir != "" {
+			// The user named it: a typo must not pass as "unknown".
+			if _, serr := os.Stat(dir); serr != nil {
+				s.log.Warn().Str("source_dir", dir).Err(serr).Msg("--source-dir does not exist: the split's source tree is unknown")
+			} else {
+				s.log.Warn().Str("source_dir", dir).Err(err).Msg("--source-dir is not a git checkout: the split's source tree is unknown")
+			}
+			return
+		}
+		s.log.Info().Str("source_dir", dir).Msg("the working directory is not a git checkout: the split's source tree is unknown (set --source-dir)")
 		return
 	}
 	s.info.SourceCommit, s.info.SourceDirty = t.Commit, t.Dirty
