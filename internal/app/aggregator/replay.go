@@ -31,6 +31,11 @@ func ReplayFiles(runs *Runs, files []string, log zerolog.Logger) (ReplayStats, e
 		if err != nil {
 			return st, fmt.Errorf("%w: %w", ErrInput, err)
 		}
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			f.Close()
+			return st, fmt.Errorf("%w: %s is a directory: give the recorded streams in it (%s/*.jsonl)", ErrInput, name, name)
+		}
+		before := st
 		r := events.NewReader(f)
 		r.OnError = func(e *events.LineError) {
 			log.Debug().Str("file", name).Int("line", e.Line).Err(e.Err).Msg("skipped a bad line")
@@ -50,6 +55,10 @@ func ReplayFiles(runs *Runs, files []string, log zerolog.Logger) (ReplayStats, e
 		f.Close()
 		if err := r.Err(); err != nil {
 			return st, fmt.Errorf("%w: %s: %w", ErrInput, name, err)
+		}
+		if st.Events == before.Events && st.Skipped > before.Skipped {
+			log.Warn().Str("file", name).Int("bad_lines", st.Skipped-before.Skipped).
+				Msg("no event in this file: replay reads recorded event streams (events.jsonl); for a saved llama.cpp log use 'aggregator parse " + name + "'")
 		}
 	}
 	return st, nil

@@ -35,8 +35,12 @@ func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, lo
 		return st, cli.Usage(fmt.Errorf("replay.pace: %w", err))
 	}
 	for _, f := range files {
-		if _, err := os.Stat(f); err != nil {
+		fi, err := os.Stat(f)
+		if err != nil {
 			return st, cli.Usage(fmt.Errorf("cannot read input: %w", err))
+		}
+		if fi.IsDir() {
+			return st, cli.Usage(fmt.Errorf("cannot read input: %s is a directory: give the recorded streams in it (%s/*.jsonl)", f, f))
 		}
 	}
 	c := cfg
