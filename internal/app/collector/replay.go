@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -49,6 +51,9 @@ func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, lo
 	if err != nil {
 		return st, err
 	}
+	// replay sends other runs' events: its log names them, not a run of
+	// its own.
+	s.log = log.With().Str("component", "replay").Logger()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go forward(ctx, io, false, func(os.Signal) { stop() })
@@ -63,9 +68,15 @@ files:
 			break
 		}
 		r := events.NewReader(f)
+		runs := map[string]int{}
+		sent := st.Published
 		for r.Next() {
 			ev := r.Event()
-			if _, err := events.Decode(ev); err != nil {
+			d, err := events.Decode(ev)
+			if err == nil {
+				runs[d.Origin.RunID]++
+			}
+			if err != nil {
 				st.Invalid++
 				s.log.Debug().Str("file", name).Int("line", r.Line()).Err(err).Msg("skipped an event")
 				continue
@@ -101,6 +112,7 @@ files:
 			runErr = err
 			break
 		}
+		s.log.Info().Str("file", name).Int("events", st.Published-sent).Strs("runs", runIDs(runs)).Msg("file replayed")
 	}
 	sctx, cancel := s.shutdownCtx(ctx)
 	defer cancel()
@@ -116,4 +128,13 @@ files:
 		return st, nil // stopped by a signal
 	}
 	return st, errors.Join(runErr, closeErr)
+}
+
+// runIDs lists the runs of a file, the first five then a count.
+func runIDs(runs map[string]int) []string {
+	ids := slices.Sorted(maps.Keys(runs))
+	if len(ids) > 5 {
+		ids = append(ids[:5], fmt.Sprintf("(and %d more)", len(ids)-5))
+	}
+	return ids
 }
