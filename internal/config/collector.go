@@ -55,6 +55,7 @@ type Sample struct {
 	ProcRoot       string        `mapstructure:"proc_root" flag:"proc-root" desc:"root of the proc file system"`
 	SysRoot        string        `mapstructure:"sys_root" desc:"root of the sys file system, read for the GPU cards' GTT totals"`
 	RescanInterval time.Duration `mapstructure:"rescan_interval" desc:"time between rescans for new processes and file descriptors"`
+	TriggerMinGap  time.Duration `mapstructure:"trigger_min_gap" desc:"least time between a sample taken at once at a memory-relevant log line and the sample before it"`
 }
 
 // Wrap is how "collector run" starts its child.
@@ -101,6 +102,7 @@ func DefaultCollector() Collector {
 			ProcRoot:       "/proc",
 			SysRoot:        "/sys",
 			RescanInterval: time.Second,
+			TriggerMinGap:  5 * time.Millisecond,
 		},
 		Wrap:            Wrap{SetTraceEnv: true, AddVerbose: true, KillGrace: 10 * time.Second},
 		Batch:           Batch{MaxLines: 256, MaxDelay: 50 * time.Millisecond},
@@ -160,6 +162,9 @@ func (c Collector) problems() []*FieldError {
 		p.add("sample.sys_root", "must not be empty")
 	}
 	p.positive("sample.rescan_interval", c.Sample.RescanInterval)
+	if c.Sample.TriggerMinGap < 0 {
+		p.add("sample.trigger_min_gap", "must not be negative")
+	}
 	p.positive("wrap.kill_grace", c.Wrap.KillGrace)
 	p.atLeast("batch.max_lines", int64(c.Batch.MaxLines), 1)
 	p.positive("batch.max_delay", c.Batch.MaxDelay)

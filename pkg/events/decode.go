@@ -426,6 +426,9 @@ func (d *Decoded) decodeFinished(b []byte) (string, error) {
 		for i, st := range s.Streams {
 			sent.Streams[i] = split.StreamSent{Stream: st.Stream, Lines: st.Lines, LastSeq: st.LastSeq}
 		}
+		if sm := s.Sampling; sm != nil {
+			sent.Sampling = &split.Sampling{Interval: time.Duration(sm.IntervalNS), Triggered: sm.Triggered, LargestGap: time.Duration(sm.LargestGapNS)}
+		}
 		d.Finished.Info.Sent = sent
 	}
 	return ID(d.Origin.RunID, posFinished, 0), nil

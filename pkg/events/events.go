@@ -145,6 +145,9 @@ func NewRunFinished(o Origin, f split.FinishInfo, d FinishDetail) (event.Event, 
 		for i, st := range s.Streams {
 			data.Sent.Streams[i] = StreamSentData{Stream: st.Stream, Lines: st.Lines, LastSeq: st.LastSeq}
 		}
+		if sm := s.Sampling; sm != nil {
+			data.Sent.Sampling = &SamplingData{IntervalNS: int64(sm.Interval), Triggered: sm.Triggered, LargestGapNS: int64(sm.LargestGap)}
+		}
 		if err := data.Sent.check(); err != nil {
 			return event.Event{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}

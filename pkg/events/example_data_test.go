@@ -80,6 +80,7 @@ func exampleFinish() (split.FinishInfo, events.FinishDetail) {
 		Streams:       []split.StreamSent{{Stream: "stderr", Lines: 1510, LastSeq: 1514}, {Stream: "stdout", Lines: 4, LastSeq: 1512}},
 		Samples:       412,
 		LastSampleSeq: 412,
+		Sampling:      &split.Sampling{Interval: 100 * time.Millisecond, Triggered: 37, LargestGap: 104 * time.Millisecond},
 	}
 	return split.FinishInfo{Finished: t0.Add(42 * time.Second), ExitCode: ptr(0), Sent: sent},
 		events.FinishDetail{Duration: 42 * time.Second, DroppedEvents: 0}

@@ -171,6 +171,18 @@ type SentData struct {
 	Streams       []StreamSentData `json:"streams"`
 	Samples       uint64           `json:"samples"`
 	LastSampleSeq uint64           `json:"last_sample_seq"`
+	// Sampling is how the collector sampled (absent from collectors that
+	// did not say).
+	Sampling *SamplingData `json:"sampling,omitempty"`
+}
+
+// SamplingData is how a collector sampled fdinfo: the interval, the
+// samples taken at once at a memory-relevant log line, and the largest
+// time between two consecutive samples.
+type SamplingData struct {
+	IntervalNS   int64  `json:"interval_ns"`
+	Triggered    uint64 `json:"triggered"`
+	LargestGapNS int64  `json:"largest_gap_ns"`
 }
 
 // StreamSentData is what a collector sent of one log stream.

@@ -316,6 +316,11 @@ func (c *computation) finish() {
 	if (st.HaveRun || st.HaveFinish) && !r.Run.Complete {
 		c.flag(FlagIncomplete)
 	}
+	if s := st.Finish.Sent; s != nil && s.Sampling != nil {
+		ms := func(d time.Duration) MiB { return MiB(float64(d) / float64(time.Millisecond)) }
+		r.Detail.Sampling = &SamplingDetail{IntervalMs: ms(s.Sampling.Interval), Samples: s.Samples,
+			Triggered: s.Sampling.Triggered, LargestGapMs: ms(s.Sampling.LargestGap)}
+	}
 	if st.Finish.DroppedEvents > 0 {
 		c.flag(FlagEventsDropped)
 		r.Detail.Warnings = append(r.Detail.Warnings, fmt.Sprintf("the collector dropped %d events of this run (its spool was full)", st.Finish.DroppedEvents))

@@ -175,6 +175,15 @@ var (
 	onceAnchors = [][]byte{aBuild, aVersion, aVerbosity}
 )
 
+// MemoryLine reports whether a raw log line marks a change of the
+// process's memory: a buffer line, a host-weight trace line, a model load
+// or a context. The collector samples at once when one arrives. It is a
+// few substring searches, cheap enough for every line.
+func MemoryLine(line []byte) bool {
+	return bytes.Contains(line, aBufferSize) || bytes.Contains(line, aResident) ||
+		bytes.Contains(line, aLoadScan) || bytes.Contains(line, aCtxScan)
+}
+
 // Relevant reports whether a raw line can matter to the split; lines for
 // which it is false are never parsed. It selects what the block scanner
 // selects. With debug false, lines that matter only as -v markers are not

@@ -3,6 +3,7 @@ package split
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -291,5 +292,34 @@ func TestRouterPort(t *testing.T) {
 		"[0m[47161] 0.00.483.095 I load_tensors: x": 47161,
 	} {
 		require.Equal(t, want, RouterPort([]byte(in)), in)
+	}
+}
+
+// The split states the sampling the collector had (its run-finished event).
+func TestSplitStatesItsSampling(t *testing.T) {
+	t.Parallel()
+	f := NewFold(Options{})
+	f.AddLine(Line{Stream: "log", Seq: 1, Text: strings.TrimSuffix(load, "\n")})
+	r := f.Report()
+	require.Nil(t, r.Detail.Sampling, "not stated: no run-finished event")
+	f.Finish(FinishInfo{Sent: &Sent{Samples: 412, LastSampleSeq: 412,
+		Sampling: &Sampling{Interval: 100 * time.Millisecond, Triggered: 37, LargestGap: 104500 * time.Microsecond}}})
+	r = f.Report()
+	require.NotNil(t, r.Detail.Sampling)
+	require.Equal(t, SamplingDetail{IntervalMs: 100, Samples: 412, Triggered: 37, LargestGapMs: 104.5}, *r.Detail.Sampling)
+	require.Contains(t, Text(r), "sampling: every 100.0 ms, 412 samples (37 of them at memory-relevant log lines), largest gap 104.5 ms")
+}
+
+func TestMemoryLine(t *testing.T) {
+	t.Parallel()
+	for line, want := range map[string]bool{
+		"load_tensors:        ROCm0 model buffer size =  2375.91 MiB":                         true,
+		"hrx: host-weight pack    name=a type=q4_K bytes=1 packed=1 resident=1.0 MiB":         true,
+		strings.TrimSuffix(load, "\n"):                                                        true,
+		"llama_context: constructing llama_context":                                           true,
+		"print_info: n_ctx_train      = 40960":                                                false,
+		"slot print_timing: id  9 | task 0 | prompt eval time =     176.94 ms /    22 tokens": false,
+	} {
+		require.Equal(t, want, MemoryLine([]byte(line)), line)
 	}
 }

@@ -169,6 +169,10 @@ func render(r Report, md bool) string {
 		fmt.Fprintf(&b, " (%s)", d.PeakKey)
 	}
 	b.WriteString("\n")
+	if s := d.Sampling; s != nil {
+		fmt.Fprintf(&b, "- sampling: every %.1f ms, %d samples (%d of them at memory-relevant log lines), largest gap %.1f ms: a peak shorter than that can be missed\n",
+			float64(s.IntervalMs), s.Samples, s.Triggered, float64(s.LargestGapMs))
+	}
 	section("Expected")
 	fmt.Fprintf(&b, "%s\n", r.Expected)
 	return b.String()

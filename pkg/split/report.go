@@ -138,12 +138,14 @@ type Detail struct {
 	PackedPeakSeq    uint64 `json:"packed_peak_line"` // log line of the largest resident=
 	PackedLastMiB    *MiB   `json:"packed_last_mib"`  // the last resident= (after evictions)
 
-	Samples        int    `json:"samples"`
-	GPUClients     int    `json:"gpu_clients"` // distinct amdgpu clients at the peak
-	PeakAt         string `json:"peak_at,omitempty"`
-	FinalAt        string `json:"final_at,omitempty"`
-	PeakKey        string `json:"peak_key,omitempty"` // drm-total-gtt or drm-memory-gtt
-	CardGTTUsedMiB *MiB   `json:"card_gtt_used_mib"`
+	Samples int `json:"samples"`
+	// Sampling is how the collector sampled, when it said (see Sampling).
+	Sampling       *SamplingDetail `json:"sampling,omitempty"`
+	GPUClients     int             `json:"gpu_clients"` // distinct amdgpu clients at the peak
+	PeakAt         string          `json:"peak_at,omitempty"`
+	FinalAt        string          `json:"final_at,omitempty"`
+	PeakKey        string          `json:"peak_key,omitempty"` // drm-total-gtt or drm-memory-gtt
+	CardGTTUsedMiB *MiB            `json:"card_gtt_used_mib"`
 
 	LinesRead    uint64   `json:"lines_read"`
 	LinesSkipped int      `json:"lines_skipped"` // malformed lines counted and skipped
@@ -152,6 +154,15 @@ type Detail struct {
 	// Missing says what an incomplete run lacks of what its collector
 	// sent (the run-finished event, lines of a stream, samples).
 	Missing []string `json:"missing,omitempty"`
+}
+
+// SamplingDetail is the sampling behind the peak, as the collector stated
+// it: a transient peak shorter than the largest gap can be missed.
+type SamplingDetail struct {
+	IntervalMs   MiB    `json:"interval_ms"`
+	Samples      uint64 `json:"samples"`
+	Triggered    uint64 `json:"triggered"`
+	LargestGapMs MiB    `json:"largest_gap_ms"`
 }
 
 // BufferLine is one llama.cpp buffer line as counted.

@@ -92,6 +92,18 @@ type Sent struct {
 	Streams       []StreamSent
 	Samples       uint64
 	LastSampleSeq uint64
+	// Sampling is how the collector sampled (nil: it did not say).
+	Sampling *Sampling `json:",omitempty"`
+}
+
+// Sampling is how a collector sampled a run's fdinfo: its interval, how
+// many samples it took at a memory-relevant log line on top of the
+// interval's, and the largest time between two consecutive samples (a peak
+// shorter than that can be missed).
+type Sampling struct {
+	Interval   time.Duration
+	Triggered  uint64
+	LargestGap time.Duration
 }
 
 // StreamSent is what a collector sent of one log stream.

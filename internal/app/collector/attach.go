@@ -91,11 +91,14 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	fc.PID = pid
 	fc.ProcRoot, fc.SysRoot = procRoot, cfg.Sample.SysRoot
 	fc.Interval, fc.RescanInterval = cfg.Sample.Interval, cfg.Sample.RescanInterval
+	trigger, onLine := newTrigger()
+	fc.Trigger, fc.TriggerMinGap = trigger, cfg.Sample.TriggerMinGap
 	sampler, err := fdinfo.New(fc, set)
 	if err != nil {
 		_, _ = s.close(ctx)
 		return err
 	}
+	s.pipe.sampling = samplingOf(sampler)
 	done := make(chan struct{}) // closed when the process exited
 	d := &detacher{sourcesDone: make(chan struct{})}
 	// Samples are numbered by their time: a restarted collector's samples
@@ -135,7 +138,15 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 			return cli.Usage(err)
 		}
 		srcs = append(srcs, sourceFunc(func(ctx context.Context, _ sources.Emit) error {
-			return tail.Run(ctx, d.logEmit(s.pipe.emit))
+			emit := d.logEmit(s.pipe.emit)
+			return tail.Run(ctx, func(ctx context.Context, r sources.Record) error {
+				// A followed file's lines come in batches: each memory-
+				// relevant one still asks for a sample when it arrives.
+				for _, l := range r.Lines {
+					onLine([]byte(l.Text))
+				}
+				return emit(ctx, r)
+			})
 		}))
 	}
 	s.log.Info().Int("pid", pid).Str("log", cfg.Attach.Log).Msg("attached")

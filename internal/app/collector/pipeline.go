@@ -33,6 +33,10 @@ type pipeline struct {
 	// detail is what the run-started event carries beyond split.RunInfo.
 	detail events.StartDetail
 
+	// sampling, when set, says how the fdinfo sampler sampled (for the
+	// run-finished event).
+	sampling func() *split.Sampling
+
 	mu      sync.Mutex // serialises emit: sources run concurrently
 	fold    *split.Fold
 	sent    *sentLog // what was handed on, for the run-finished event
@@ -106,6 +110,9 @@ func (p *pipeline) prepare(r sources.Record) (sources.Record, []event.Event, err
 	if r.Finished != nil {
 		fi := *r.Finished
 		fi.Sent = p.sent.sent()
+		if p.sampling != nil {
+			fi.Sent.Sampling = p.sampling()
+		}
 		r.Finished = &fi
 	}
 	evs, err := p.build(r)

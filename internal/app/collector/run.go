@@ -46,6 +46,8 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	}
 	pc.Stdin, pc.Stdout, pc.Stderr = io.Stdin, io.Stdout, io.Stderr
 	pc.Run = s.info
+	trigger, onLine := newTrigger()
+	pc.OnLine = onLine
 	set := sources.Settings{Logger: s.log}
 	pw, err := procwrap.New(pc, set)
 	if err != nil {
@@ -68,11 +70,13 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	fc.PIDFunc = pw.WaitPID
 	fc.ProcRoot, fc.SysRoot = cfg.Sample.ProcRoot, cfg.Sample.SysRoot
 	fc.Interval, fc.RescanInterval = cfg.Sample.Interval, cfg.Sample.RescanInterval
+	fc.Trigger, fc.TriggerMinGap = trigger, cfg.Sample.TriggerMinGap
 	sampler, err := fdinfo.New(fc, set)
 	if err != nil {
 		_, _ = s.close(ctx)
 		return 1, err
 	}
+	s.pipe.sampling = samplingOf(sampler)
 
 	// The child's Finished record is held back: it is published last,
 	// after every line and sample, with the drop counts.

@@ -246,6 +246,14 @@ func TestRunOutOfflineIntegration(t *testing.T) {
 	// The run-finished event announces exactly what went before it, and
 	// the run's wall time.
 	fin := evs[len(evs)-1].Finished
+	// It also says how it sampled: the child's log lines asked for
+	// samples between the ticks.
+	sm := fin.Info.Sent.Sampling
+	require.NotNil(t, sm)
+	require.Equal(t, 100*time.Millisecond, sm.Interval)
+	require.Positive(t, sm.Triggered, "memory-relevant lines asked for samples")
+	require.Positive(t, sm.LargestGap)
+	fin.Info.Sent.Sampling = nil
 	require.Equal(t, &split.Sent{
 		Streams:       []split.StreamSent{{Stream: "stderr", Lines: uint64(len(lines)), LastSeq: uint64(len(lines))}},
 		Samples:       uint64(len(samples)),

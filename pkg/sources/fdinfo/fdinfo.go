@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/gttsplit/gttsplit/internal/plugin"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/gttsplit/gttsplit/pkg/sources"
@@ -30,6 +31,12 @@ type Config struct {
 	// RescanInterval is the least time between two searches for the
 	// process tree, the DRM fds and the cards.
 	RescanInterval time.Duration `mapstructure:"rescan_interval"`
+	// Trigger, when set, asks for a sample at once (a memory-relevant log
+	// line arrived), between the ticks of Interval. Triggered samples are
+	// at least TriggerMinGap apart from any other sample: a trigger that
+	// comes sooner is served TriggerMinGap after the last sample.
+	Trigger       <-chan struct{} `mapstructure:"-"`
+	TriggerMinGap time.Duration   `mapstructure:"trigger_min_gap"`
 }
 
 // DefaultConfig returns the defaults of every configurable field.
@@ -39,6 +46,7 @@ func DefaultConfig() Config {
 		SysRoot:        "/sys",
 		Interval:       100 * time.Millisecond,
 		RescanInterval: time.Second,
+		TriggerMinGap:  5 * time.Millisecond,
 	}
 }
 
@@ -57,6 +65,9 @@ func (c Config) Validate() error {
 	if c.RescanInterval <= 0 {
 		errs = append(errs, errors.New("rescan_interval: must be positive"))
 	}
+	if c.TriggerMinGap < 0 {
+		errs = append(errs, errors.New("trigger_min_gap: must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -71,6 +82,42 @@ type Source struct {
 	// readlink is os.Readlink; tests replace it to make ordinary fds of a
 	// real process look like DRM fds.
 	readlink func(string) (string, error)
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// Stats is the sampling a Source did: its interval, how many samples it
+// emitted, how many of them a trigger asked for, and the largest time
+// between two consecutive samples.
+type Stats struct {
+	Interval   time.Duration
+	Samples    uint64
+	Triggered  uint64
+	LargestGap time.Duration
+	last       time.Time
+}
+
+// Stats returns the sampling so far; it is safe to call while Run runs.
+func (s *Source) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Interval = s.cfg.Interval
+	return st
+}
+
+func (s *Source) count(t time.Time, triggered bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Samples++
+	if triggered {
+		s.stats.Triggered++
+	}
+	if !s.stats.last.IsZero() {
+		s.stats.LargestGap = max(s.stats.LargestGap, t.Sub(s.stats.last))
+	}
+	s.stats.last = t
 }
 
 var _ sources.Source = (*Source)(nil)
@@ -130,23 +177,49 @@ func (s *Source) Run(ctx context.Context, emit sources.Emit) error {
 
 	ticker := time.NewTicker(s.cfg.Interval)
 	defer ticker.Stop()
+	// deferred serves a trigger that came less than TriggerMinGap after
+	// the last sample (nil while none waits).
+	var deferred <-chan time.Time
+	triggered := false
 	for {
-		smp := sm.sample(time.Now())
+		now := time.Now()
+		smp := sm.sample(now)
 		if smp == nil {
 			log.Info().Uint64("samples", sm.seq-1).Msg("root process gone; sampling stopped")
 			return nil
 		}
+		s.count(now, triggered)
 		if err := emit(ctx, sources.Record{Sample: smp}); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("emit sample: %w", err)
 		}
-		select {
-		case <-ctx.Done():
-			log.Info().Uint64("samples", sm.seq).Uint64("read_errors", sm.readErrs).Msg("sampling stopped")
-			return nil
-		case <-ticker.C:
+		last := now
+		triggered = false
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				log.Info().Uint64("samples", sm.seq).Uint64("read_errors", sm.readErrs).Msg("sampling stopped")
+				return nil
+			case <-ticker.C:
+				deferred = nil
+				break wait
+			case <-s.cfg.Trigger:
+				if gap := s.cfg.TriggerMinGap - time.Since(last); gap > 0 {
+					if deferred == nil {
+						deferred = time.After(gap)
+					}
+					continue
+				}
+				triggered = true
+				break wait
+			case <-deferred:
+				deferred = nil
+				triggered = true
+				break wait
+			}
 		}
 	}
 }

@@ -25,6 +25,7 @@ type lineQueue struct {
 	bytes    int
 	maxBytes int
 	batch    int
+	onLine   func([]byte)
 	dropped  uint64
 	closed   bool
 	refused  bool
@@ -33,6 +34,14 @@ type lineQueue struct {
 
 func newLineQueue(maxBytes, batch int) *lineQueue {
 	return &lineQueue{maxBytes: maxBytes, batch: batch, notify: make(chan struct{}, 1)}
+}
+
+// newLineQueueHook is newLineQueue with a hook called on every line as it
+// is captured.
+func newLineQueueHook(maxBytes, batch int, onLine func([]byte)) *lineQueue {
+	q := newLineQueue(maxBytes, batch)
+	q.onLine = onLine
+	return q
 }
 
 func (q *lineQueue) wake() {
@@ -46,6 +55,9 @@ func (q *lineQueue) wake() {
 // the buffer is full. The caller holds q.mu.
 func (q *lineQueue) addLocked(stream string, text []byte, now time.Time) {
 	q.seq++
+	if q.onLine != nil {
+		q.onLine(text)
+	}
 	size := len(text) + lineOverhead
 	if q.refused || q.closed || q.bytes+size > q.maxBytes {
 		q.dropped++

@@ -76,6 +76,11 @@ type Config struct {
 	// BufferBytes bounds the captured lines waiting for the downstream
 	// (text plus a fixed overhead per line); lines beyond it are dropped.
 	BufferBytes int `mapstructure:"buffer_bytes"`
+	// OnLine, when set, is called with every captured line as it is read,
+	// before it waits for its batch (the collector's sampler uses it to
+	// sample at once at a memory-relevant line). It must not block and
+	// must not keep text.
+	OnLine func(text []byte) `mapstructure:"-"`
 	// MaxLineBytes is the longest line captured in one piece.
 	MaxLineBytes int `mapstructure:"max_line_bytes"`
 }
@@ -192,7 +197,7 @@ func New(cfg Config, set sources.Settings) (*Source, error) {
 		env:      environment(cfg.BaseEnv, cfg.Env, cfg.SetTraceEnv),
 		pidReady: make(chan struct{}),
 		exitCode: -1,
-		q:        newLineQueue(cfg.BufferBytes, cfg.BatchLines),
+		q:        newLineQueueHook(cfg.BufferBytes, cfg.BatchLines, cfg.OnLine),
 	}
 	s.log = set.Logger.With().Str("component", Type).Str("command", cfg.Command[0]).Logger()
 	return s, nil
