@@ -43,10 +43,14 @@
 // source does not advance past them), Dropped() counts them, and a warning
 // is logged once per episode (again only after the spool accepted events
 // and filled up once more). The collector reports the count as the
-// run-finished event's dropped_events. An event that the broker rejects for
-// good (larger than the server's max_payload) is dropped and counted the
-// same way, and so is a spooled event the server answered with an error
-// five times in a row.
+// run-finished event's dropped_events (DroppedOf counts the drops of one
+// run: a spool may hold an earlier run's events). An event that the broker
+// rejects for good (larger than the server's max_payload, or answered 400,
+// e.g. headers over 64 KB from a huge id) is dropped and counted the same
+// way, and so is a spooled event the server answered with another error
+// five times in a row; either is set aside, with the reason, as a JSON file
+// in the spool's rejected/ directory (RejectedDir), and the events after it
+// go on: it is never retried ahead of them.
 //
 // # Lifecycle
 //

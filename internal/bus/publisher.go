@@ -2,8 +2,12 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +96,7 @@ type PublisherStats struct {
 	Spooled      uint64 // written to the spool
 	Drained      uint64 // spooled events later acknowledged by the broker
 	Dropped      uint64 // neither delivered nor spooled (see Dropped)
+	Rejected     uint64 // of Dropped: refused by the broker, set aside in RejectedDir
 	SpoolBytes   int64  // size of the spool on disk
 	SpoolCorrupt uint64 // corrupt or torn spool records cut off
 }
@@ -116,8 +121,11 @@ type Publisher struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	published, spooled, drained, dropped, corrupt atomic.Uint64
-	spoolBytes                                    atomic.Int64
+	published, spooled, drained, dropped, corrupt, rejected atomic.Uint64
+	spoolBytes, rejectedBytes                               atomic.Int64
+	dropLog                                                 LogLimit
+	dropMu                                                  sync.Mutex
+	dropRuns                                                map[string]uint64 // by run token
 }
 
 // entry is one event (or a Flush barrier) on its way.
@@ -167,6 +175,7 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, log zerolog.Logger) (*Publ
 	}
 	p.corrupt.Store(uint64(sp.corrupt))
 	p.spoolBytes.Store(sp.bytes())
+	p.rejectedBytes.Store(dirBytes(filepath.Join(cfg.Spool.Dir, RejectedDir)))
 	if !sp.empty() {
 		log.Info().Int64("spool_bytes", sp.bytes()).Msg("spool holds events from an earlier run, draining it first")
 	}
@@ -230,6 +239,7 @@ func (p *Publisher) Stats() PublisherStats {
 		Spooled:      p.spooled.Load(),
 		Drained:      p.drained.Load(),
 		Dropped:      p.dropped.Load(),
+		Rejected:     p.rejected.Load(),
 		SpoolBytes:   p.spoolBytes.Load(),
 		SpoolCorrupt: p.corrupt.Load(),
 	}
@@ -563,7 +573,7 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 				p.log.Info().Uint64("dropped", st.fullDrops).Msg("spool accepts events again")
 			}
 		case errors.Is(err, errSpoolFull):
-			p.dropped.Add(1)
+			p.countDrop(e.w)
 			st.fullDrops++
 			if !st.fullStreak {
 				st.fullStreak = true
@@ -572,8 +582,8 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 					Msg("spool full, dropping new events until the broker drains it")
 			}
 		default:
-			p.dropped.Add(1)
-			p.log.Error().Err(err).Str("id", e.w.ID).Msg("cannot spool event, dropped")
+			p.countDrop(e.w)
+			p.log.Error().Err(err).Str("id", Clip(e.w.ID, 256)).Msg("cannot spool event, dropped")
 		}
 	}
 	if err := p.sp.sync(); err != nil {
@@ -583,7 +593,7 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 		for i := range written {
 			if written[i] {
 				written[i] = false
-				p.dropped.Add(1)
+				p.countDrop(entries[i].w)
 			}
 		}
 	}
@@ -622,18 +632,129 @@ func (p *Publisher) abandon(st *pump) {
 	}
 }
 
-// drop counts an event that will never be delivered.
+// drop counts an event that will never be delivered. An event the broker
+// refused (err is not nil) is set aside in the spool's rejected/ directory
+// with the reason, so that it is kept for a look, not lost silently.
 func (p *Publisher) drop(w events.Wire, err error) {
-	p.dropped.Add(1)
-	p.log.Warn().Err(err).Str("id", w.ID).Str("subject", w.Subject).Int("bytes", len(w.Data)).
-		Msg("event rejected by the broker, dropped")
+	p.countDrop(w)
+	path, serr := p.setAside(w, err)
+	if serr == nil {
+		p.rejected.Add(1)
+	}
+	ev := p.dropLog.Event(p.log.Warn)
+	if ev == nil {
+		return
+	}
+	ev = ev.Str("error", Clip(err.Error(), 1024)).Str("id", Clip(w.ID, 256)).Str("subject", w.Subject).Int("bytes", len(w.Data))
+	if serr != nil {
+		ev = ev.Str("set_aside_error", serr.Error())
+	} else {
+		ev = ev.Str("set_aside", path)
+	}
+	ev.Msg("event rejected by the broker for good, dropped and set aside")
 }
 
-// permanent reports errors that re-sending cannot fix.
+// countDrop counts a dropped event, in all and for its run.
+func (p *Publisher) countDrop(w events.Wire) {
+	p.dropped.Add(1)
+	run := w.Subject[strings.LastIndexByte(w.Subject, '.')+1:]
+	p.dropMu.Lock()
+	if p.dropRuns == nil {
+		p.dropRuns = map[string]uint64{}
+	}
+	p.dropRuns[run]++
+	p.dropMu.Unlock()
+}
+
+// DroppedOf returns how many events of the run runID were dropped (see
+// Dropped): a spool left by an earlier run may hold events of other runs,
+// whose drops are not this run's.
+func (p *Publisher) DroppedOf(runID string) uint64 {
+	p.dropMu.Lock()
+	defer p.dropMu.Unlock()
+	return p.dropRuns[events.Token(runID)]
+}
+
+// RejectedDir is the directory, inside the spool directory, where events
+// the broker refused for good are set aside: one JSON file each,
+// {"rejected_at","reason","subject","id","bytes","event"}, "event" being
+// the structured event as it was sent (a string when it is not JSON).
+// The publisher never reads them again; remove them once looked at. It
+// stops writing there when the files add up to spool.max_bytes.
+const RejectedDir = "rejected"
+
+type rejectedRecord struct {
+	RejectedAt time.Time       `json:"rejected_at"`
+	Reason     string          `json:"reason"`
+	Subject    string          `json:"subject"`
+	ID         string          `json:"id"`
+	Bytes      int             `json:"bytes"`
+	Event      json.RawMessage `json:"event"`
+}
+
+// setAside writes w to RejectedDir and returns the file's path.
+func (p *Publisher) setAside(w events.Wire, reason error) (string, error) {
+	dir := filepath.Join(p.cfg.Spool.Dir, RejectedDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if p.rejectedBytes.Load() >= p.cfg.Spool.MaxBytes {
+		return "", fmt.Errorf("%s holds %d bytes, the spool's max_bytes: not written", dir, p.rejectedBytes.Load())
+	}
+	raw := json.RawMessage(w.Data)
+	if !json.Valid(w.Data) {
+		b, _ := json.Marshal(string(w.Data))
+		raw = b
+	}
+	b, err := json.Marshal(rejectedRecord{RejectedAt: time.Now().UTC(), Reason: Clip(reason.Error(), 1024),
+		Subject: w.Subject, ID: Clip(w.ID, 256), Bytes: len(w.Data), Event: raw})
+	if err != nil {
+		return "", err
+	}
+	b = append(b, '\n')
+	f, err := os.CreateTemp(dir, time.Now().UTC().Format("20060102T150405.000000000Z")+"-*.json")
+	if err != nil {
+		return "", err
+	}
+	_, werr := f.Write(b)
+	serr := f.Sync()
+	if cerr := f.Close(); werr == nil && serr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = serr
+	}
+	if werr != nil {
+		_ = os.Remove(f.Name())
+		return "", werr
+	}
+	p.rejectedBytes.Add(int64(len(b)))
+	return f.Name(), nil
+}
+
+// dirBytes sums the sizes of the regular files in dir (0 when it does not
+// exist).
+func dirBytes(dir string) int64 {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// permanent reports errors that re-sending cannot fix: the event is over
+// the broker's max_payload, or the broker answered 400 (a bad request:
+// e.g. headers over 64 KB from a huge Nats-Msg-Id).
 func permanent(err error) bool {
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return true
 	}
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || apiErr.Code == 400)
 }

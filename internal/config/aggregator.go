@@ -189,7 +189,7 @@ func (a Aggregator) problems() []*FieldError {
 	}
 	p.positive("consumer.ack_wait", a.Consumer.AckWait)
 	for _, l := range a.Consumer.LaneList() {
-		if err := checkToken(l); err != nil {
+		if err := checkToken(l, MaxLaneLen); err != nil {
 			p.add("consumer.lanes", "%w", err)
 		}
 	}

@@ -9,9 +9,9 @@ import (
 // Collector is the configuration of the collector binary.
 type Collector struct {
 	Log             Log           `mapstructure:"log"`
-	Host            string        `mapstructure:"host" flag:"host" desc:"host name recorded on every event; empty means the machine's host name"`
-	Lane            string        `mapstructure:"lane" flag:"lane" desc:"lane label of the runs, letters, digits, '-' and '_'; consumers filter by it"`
-	RunID           string        `mapstructure:"run_id" flag:"run-id" desc:"run id, letters, digits, '-' and '_'; empty means generate one"`
+	Host            string        `mapstructure:"host" flag:"host" desc:"host name recorded on every event, at most 253 bytes, no whitespace; empty means the machine's host name"`
+	Lane            string        `mapstructure:"lane" flag:"lane" desc:"lane label of the runs, letters, digits, '-' and '_', at most 64; consumers filter by it"`
+	RunID           string        `mapstructure:"run_id" flag:"run-id" desc:"run id, letters, digits, '-' and '_', at most 128; empty means generate one"`
 	Issue           string        `mapstructure:"issue" flag:"issue" desc:"tracker issue the run reports to, OWNER/REPO#N; empty for none"`
 	SourceDir       string        `mapstructure:"source_dir" flag:"source-dir" desc:"git checkout whose commit and dirty state are recorded; empty means the working directory"`
 	Out             string        `mapstructure:"out" flag:"out" desc:"directory for split.log, gtt.txt, events.jsonl, split.md and split.json; empty writes none"`
@@ -132,11 +132,16 @@ func (c Collector) Validate() error { return invalid(c.problems()) }
 func (c Collector) problems() []*FieldError {
 	var p problems
 	p.log(c.Log)
-	if err := checkToken(c.Lane); err != nil {
+	if err := checkToken(c.Lane, MaxLaneLen); err != nil {
 		p.add("lane", "%w", err)
 	}
+	if c.Host != "" {
+		if err := checkHost(c.Host); err != nil {
+			p.add("host", "%w", err)
+		}
+	}
 	if c.RunID != "" {
-		if err := checkToken(c.RunID); err != nil {
+		if err := checkToken(c.RunID, MaxRunIDLen); err != nil {
 			p.add("run_id", "%w", err)
 		}
 	}

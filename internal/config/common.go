@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"unicode"
+	"unicode/utf8"
 	"strconv"
 	"strings"
 	"time"
@@ -282,13 +284,54 @@ func checkName(s string) error {
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
+// Length limits of the ids every event carries (in its id, subject,
+// Nats-Msg-Id header and the aggregator's state key): short, so that no
+// event is refused by the broker for its headers.
+const (
+	MaxRunIDLen = 128
+	MaxLaneLen  = 64
+	MaxHostLen  = 253
+)
+
 // checkToken checks a value that becomes a NATS subject token and a path
-// component: letters, digits, '-' and '_'.
-func checkToken(s string) error {
+// component: letters, digits, '-' and '_', at most max bytes.
+func checkToken(s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%q is %d bytes long, at most %d", clip(s), len(s), max)
+	}
 	if !tokenRE.MatchString(s) {
-		return fmt.Errorf("%q must be letters, digits, '-' or '_'", s)
+		return fmt.Errorf("%q must be letters, digits, '-' or '_'", clip(s))
 	}
 	return nil
+}
+
+// checkHost checks a host name given in the configuration: printable, no
+// whitespace or control characters, at most MaxHostLen bytes.
+func checkHost(s string) error {
+	if len(s) > MaxHostLen {
+		return fmt.Errorf("%q is %d bytes long, at most %d", clip(s), len(s), MaxHostLen)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%q is not valid UTF-8", clip(s))
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return fmt.Errorf("%q must not contain %q", clip(s), r)
+		}
+	}
+	return nil
+}
+
+// clip shortens a rejected value quoted in an error.
+func clip(s string) string {
+	if len(s) <= 80 {
+		return s
+	}
+	cut := 80
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 var issueRE = regexp.MustCompile(`^([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)#([0-9]+)$`)

@@ -610,3 +610,28 @@ func TestProblemsHelper(t *testing.T) {
 }
 
 func (c Collector) withLane(l string) Collector { c.Lane = l; return c }
+
+// TestIDLimits: run ids, lanes and hosts are short, and the error quotes a
+// long value clipped.
+func TestIDLimits(t *testing.T) {
+	t.Parallel()
+	ok := DefaultCollector()
+	ok.RunID, ok.Lane, ok.Host = strings.Repeat("r", MaxRunIDLen), strings.Repeat("l", MaxLaneLen), strings.Repeat("h", MaxHostLen)
+	require.NoError(t, ok.Validate())
+
+	c := DefaultCollector()
+	c.RunID = strings.Repeat("r", 70<<10)
+	c.Lane = strings.Repeat("l", MaxLaneLen+1)
+	c.Host = "gpu host"
+	err := c.Validate()
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ElementsMatch(t, []string{"run_id", "lane", "host"}, problemKeys(err))
+	require.Contains(t, err.Error(), "71680 bytes long, at most 128")
+	require.Less(t, len(err.Error()), 1000, "the long value is clipped")
+
+	c = DefaultCollector()
+	c.Host = strings.Repeat("h", MaxHostLen+1)
+	require.Equal(t, []string{"host"}, problemKeys(c.Validate()))
+	c.Host = "a\x01b"
+	require.Equal(t, []string{"host"}, problemKeys(c.Validate()))
+}

@@ -164,7 +164,7 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		fi := &split.FinishInfo{Finished: time.Now()}
 		if s.pipe.pub != nil {
 			_ = s.pipe.pub.Flush(sctx)
-			fi.DroppedEvents = s.pipe.pub.Dropped()
+			fi.DroppedEvents = s.pipe.pub.DroppedOf(s.origin.RunID)
 		}
 		if err := s.pipe.emit(sctx, sources.Record{Finished: fi}); err != nil {
 			s.log.Error().Err(err).Msg("run-finished not published")

@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 		if err := s.pipe.pub.Flush(sctx); err != nil {
 			s.log.Warn().Err(err).Msg("flush before run-finished")
 		}
-		fi.DroppedEvents += s.pipe.pub.Dropped()
+		fi.DroppedEvents += s.pipe.pub.DroppedOf(s.origin.RunID)
 	}
 	if err := s.pipe.emit(sctx, sources.Record{Finished: fi}); err != nil {
 		s.log.Error().Err(err).Msg("run-finished not published")

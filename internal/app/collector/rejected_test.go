@@ -1,0 +1,67 @@
+package collector
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// TestRunAfterPoisonedSpoolIntegration leaves in the lane's spool an
+// event the broker refuses for good (an id over 64 KB, spooled while the
+// broker was away); a later ordinary run of the same lane, with the broker
+// up, sets it aside in rejected/ and publishes every one of its own events.
+func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	srv := natstest.Start(t)
+	cfg := testConfig(t)
+
+	// The poison, spooled in the lane's spool with no broker.
+	dead, err := natstest.NewServer(t.TempDir(), 0)
+	require.NoError(t, err)
+	deadURL := dead.ClientURL()
+	natstest.Shutdown(dead)
+	cc := bus.DefaultConnConfig()
+	cc.URL = deadURL
+	nc, err := bus.Connect(testCtx(t), cc, testLogger(t))
+	require.NoError(t, err)
+	pc := bus.DefaultPublisherConfig()
+	pc.Spool.Dir = filepath.Join(cfg.Spool.Dir, cfg.Lane)
+	p, err := bus.NewPublisher(nc, pc, testLogger(t))
+	require.NoError(t, err)
+	o := events.Origin{RunID: strings.Repeat("r", 70<<10), Host: "testhost", Lane: cfg.Lane}
+	poison, err := events.NewLogLines(o, []split.Line{{Stream: "stderr", Seq: 1, Text: "x"}})
+	require.NoError(t, err)
+	require.NoError(t, p.Publish(testCtx(t), poison, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, p.Close(ctx))
+	require.Positive(t, segmentBytes(pc.Spool.Dir))
+
+	cfg.NATS.URL = srv.ClientURL()
+	cfg.RunID = "after-poison-1"
+	cfg.Out = t.TempDir()
+	argv := childArgv(t, "src="+absPath(t, fixture4B), "print=0:40", "exit=0")
+	code, err := Run(testCtx(t), cfg, argv, newTestIO().io(), testLogger(t))
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
+
+	recorded := readJSONL(t, filepath.Join(cfg.Out, "events.jsonl"))
+	requireExactlyOnce(t, streamOf(t, jsConn(t, srv.ClientURL()), cfg.RunID), recorded, cfg.RunID, 40)
+	files, err := filepath.Glob(filepath.Join(pc.Spool.Dir, bus.RejectedDir, "*.json"))
+	require.NoError(t, err)
+	require.Len(t, files, 1, "the refused event is set aside")
+	b, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	require.Contains(t, string(b), "header")
+}
