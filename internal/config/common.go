@@ -6,11 +6,11 @@ import (
 	"net"
 	"net/url"
 	"regexp"
-	"unicode"
-	"unicode/utf8"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // EnvPrefix is the prefix of every environment variable that sets a key.
