@@ -8,11 +8,15 @@ import (
 	"regexp"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/gttsplit/gttsplit/internal/perftest"
 )
 
 var (
 	bigOnce           sync.Once
 	denseLog, longLog []byte
+	serverLog         []byte
 )
 
 // benchLogs builds two logs of at least 100 MB from the 4B fixture's lines:
@@ -51,6 +55,9 @@ func benchLogs(b *testing.B) {
 			long.Write(quiet.Bytes())
 		}
 		longLog = long.Bytes()
+		if serverLog, err = perftest.ServerLog(100 << 20); err != nil {
+			b.Fatal(err)
+		}
 	})
 }
 
@@ -65,13 +72,7 @@ func scanBaseline(b *testing.B, data []byte) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		sc.Buffer(make([]byte, 1<<20), 1<<30)
-		n := 0
-		for sc.Scan() {
-			n++
-		}
-		if n == 0 {
+		if lineScan(data) == 0 {
 			b.Fatal("no lines")
 		}
 	}
@@ -88,17 +89,74 @@ func BenchmarkScanBaselineDense(b *testing.B) { benchLogs(b); scanBaseline(b, de
 // BenchmarkParseFoldDense is parse+fold of the dense log.
 func BenchmarkParseFoldDense(b *testing.B) { benchLogs(b); parseFold(b, denseLog) }
 
+// parseFold times ReadLog+Report of data and, in the same iterations, the
+// scanBaseline line scan of the same bytes; it reports the ratio of the
+// two rates as x/baseline (≥ 1 is faster than the line scan).
 func parseFold(b *testing.B, data []byte) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
+	var ours, base time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
 		f := NewFold(Options{})
 		if _, err := f.ReadLog(bytes.NewReader(data), "log"); err != nil {
 			b.Fatal(err)
 		}
 		if r := f.Report(); r.ModelGTTMiB == nil {
 			b.Fatal("no model row")
+		}
+		ours += time.Since(t0)
+		b.StopTimer()
+		t0 = time.Now()
+		if lineScan(data) == 0 {
+			b.Fatal("no lines")
+		}
+		base += time.Since(t0)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(base)/float64(ours), "x/baseline")
+	b.ReportMetric(float64(len(data))*float64(b.N)/ours.Seconds()/1e9, "GB/s")
+	b.ReportMetric(float64(len(data))*float64(b.N)/base.Seconds()/1e9, "base-GB/s")
+}
+
+// lineScan is the baseline: bufio.Scanner line scanning, nothing done with
+// the lines.
+func lineScan(data []byte) int {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<30)
+	n := 0
+	for sc.Scan() {
+		n++
+	}
+	return n
+}
+
+// BenchmarkParseFoldServer is parse+fold of a 100 MB llama-server log
+// (the 4B run once, then request and slot lines: internal/perftest), with
+// the line scan of the same bytes as its baseline.
+func BenchmarkParseFoldServer(b *testing.B) {
+	benchLogs(b)
+	parseFold(b, serverLog)
+}
+
+// BenchmarkScanAnchorsPlain and BenchmarkScanAnchors compare the plain
+// anchor search (each anchor in turn) with the grouped one, on the
+// server log.
+func BenchmarkScanAnchorsPlain(b *testing.B) { benchScanAnchors(b, scanAnchorLinesPlain) }
+
+// BenchmarkScanAnchors is the grouped search.
+func BenchmarkScanAnchors(b *testing.B) { benchScanAnchors(b, scanAnchorLines) }
+
+func benchScanAnchors(b *testing.B, scan func([]byte, []int) []int) {
+	benchLogs(b)
+	data := serverLog
+	b.SetBytes(int64(len(data)))
+	var starts []int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for off := 0; off < len(data); off += chunkSize {
+			starts = scan(data[off:min(off+chunkSize, len(data))], starts[:0])
 		}
 	}
 }

@@ -85,9 +85,7 @@ func (f *Fold) candidates(chunk []byte, starts []int) []int {
 			off = i + e + 1
 		}
 	}
-	for _, a := range scanAnchors {
-		all(a, false)
-	}
+	starts = scanAnchorLines(chunk, starts)
 	if !f.st.HaveBuild {
 		all(aBuild, false)
 		all(aVersion, false)
@@ -178,4 +176,103 @@ func (f *Fold) breakdownRows(chunk []byte, starts []int) []int {
 		}
 	}
 	return out
+}
+
+// anchorAt is an anchor and the offset in it of its group's byte.
+type anchorAt struct {
+	a []byte
+	k int
+}
+
+// anchorGroup is the scan anchors that contain byte c: one IndexByte pass
+// over a chunk for c finds every line holding any of them.
+type anchorGroup struct {
+	c  byte
+	as []anchorAt
+}
+
+// groupBytes are the bytes the scanner hunts for, in order of preference:
+// each scan anchor is searched for by the first of them it contains. They
+// are rare in llama.cpp and llama-server output (request and slot lines are
+// most of a long server log), so a pass costs little more than a memchr,
+// and 7 passes cover the 14 anchors.
+const groupBytes = "zMu=fbw"
+
+// scanGroups is scanAnchors grouped by groupBytes.
+var scanGroups = groupAnchors(scanAnchors, groupBytes)
+
+func groupAnchors(anchors [][]byte, pref string) []anchorGroup {
+	var gs []anchorGroup
+next:
+	for _, a := range anchors {
+		for _, c := range []byte(pref) {
+			k := bytes.IndexByte(a, c)
+			if k < 0 {
+				continue
+			}
+			for i := range gs {
+				if gs[i].c == c {
+					gs[i].as = append(gs[i].as, anchorAt{a, k})
+					continue next
+				}
+			}
+			gs = append(gs, anchorGroup{c, []anchorAt{{a, k}}})
+			continue next
+		}
+		panic("split: scan anchor " + string(a) + " has none of " + pref)
+	}
+	return gs
+}
+
+// scanAnchorLines appends the start of every line of chunk that contains
+// one of scanAnchors (in no particular order, maybe twice). It is the
+// same set as searching for each anchor in turn (scanAnchorLinesPlain, a
+// fuzz test holds them equal), in one pass per group byte.
+func scanAnchorLines(chunk []byte, starts []int) []int {
+	for _, g := range scanGroups {
+		for off := 0; off < len(chunk); {
+			i := bytes.IndexByte(chunk[off:], g.c)
+			if i < 0 {
+				break
+			}
+			i += off
+			off = i + 1
+			for _, x := range g.as {
+				s := i - x.k
+				if s < 0 || s+len(x.a) > len(chunk) || !bytes.Equal(chunk[s:s+len(x.a)], x.a) {
+					continue
+				}
+				starts = append(starts, bytes.LastIndexByte(chunk[:s], '\n')+1)
+				// The rest of the line is already in.
+				if e := bytes.IndexByte(chunk[i:], '\n'); e >= 0 {
+					off = i + e + 1
+				} else {
+					off = len(chunk)
+				}
+				break
+			}
+		}
+	}
+	return starts
+}
+
+// scanAnchorLinesPlain is the straightforward search scanAnchorLines
+// stands for: every anchor in turn, the line of each hit.
+func scanAnchorLinesPlain(chunk []byte, starts []int) []int {
+	for _, a := range scanAnchors {
+		for off := 0; ; {
+			i := bytes.Index(chunk[off:], a)
+			if i < 0 {
+				break
+			}
+			i += off
+			starts = append(starts, bytes.LastIndexByte(chunk[:i], '\n')+1)
+			e := bytes.IndexByte(chunk[i:], '\n')
+			if e < 0 {
+				break
+			}
+			off = i + e + 1
+		}
+	}
+	return starts
 }

@@ -1,0 +1,53 @@
+package split
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// FuzzScanAnchorLinesMatchesPlain holds the grouped one-pass-per-byte
+// anchor search to the plain search for each anchor in turn.
+func FuzzScanAnchorLinesMatchesPlain(f *testing.F) {
+	for _, a := range scanAnchors {
+		f.Add([]byte("x " + string(a) + " y\n" + string(a[1:]) + "\n" + string(a)))
+	}
+	f.Add([]byte("uMiB\nmodel size:z\n=instance name=\nfff draft modelfitting params\n"))
+	for _, p := range []string{"runs/4b/split.log", "logs/router.log", "logs/two_models.log", "logs/b4000_legacy.log"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "testdata", filepath.FromSlash(p)))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b[:min(len(b), 8<<10)])
+	}
+	f.Fuzz(func(t *testing.T, chunk []byte) {
+		got := sortedSet(scanAnchorLines(chunk, nil))
+		want := sortedSet(scanAnchorLinesPlain(chunk, nil))
+		if !slices.Equal(got, want) {
+			t.Fatalf("%q:\nfast  %v\nplain %v", chunk, got, want)
+		}
+	})
+}
+
+func sortedSet(s []int) []int {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// TestScanGroupsCoverAnchors: every scan anchor is in exactly one group.
+func TestScanGroupsCoverAnchors(t *testing.T) {
+	n := 0
+	for _, g := range scanGroups {
+		for _, x := range g.as {
+			n++
+			if x.a[x.k] != g.c {
+				t.Errorf("%q: byte %d is not %q", x.a, x.k, g.c)
+			}
+		}
+	}
+	if n != len(scanAnchors) || !bytes.Contains([]byte(groupBytes), []byte{scanGroups[0].c}) {
+		t.Fatalf("%d anchors grouped, want %d", n, len(scanAnchors))
+	}
+}
