@@ -131,6 +131,13 @@ func TestDockerfile(t *testing.T) {
 	require.Regexp(t, `(?m)^COPY --from=build \S*/collector \S*/aggregator /usr/local/bin/$`, text)
 	require.Regexp(t, `(?m)^COPY testdata/runs /testdata/runs$`, text)
 	require.Regexp(t, `(?m)^USER \S+$`, text, "not root")
+	// The version is stamped (a build arg, else the commit from .git), and
+	// quickstart can write where the image starts.
+	require.Contains(t, build, "-X github.com/gttsplit/gttsplit/internal/cli.stamped=${VERSION}")
+	require.NotContains(t, build, "-buildvcs=false", "the commit is the version when VERSION is not given")
+	require.Regexp(t, `(?m)^ARG VERSION=`, text)
+	require.Regexp(t, `(?m)^WORKDIR /home/gttsplit$`, text, "a directory the user may write (quickstart-out/)")
+	require.Contains(t, text, "ln -s /testdata /home/gttsplit/testdata", "quickstart finds testdata/runs from there")
 
 	// The collector service replays a file the image holds.
 	c, err := clitest.LoadCompose(filepath.Join(clitest.RepoRoot, "docker-compose.yml"))
@@ -142,7 +149,7 @@ func TestDockerfile(t *testing.T) {
 	}
 
 	ignore := filepath.Join(clitest.RepoRoot, ".dockerignore")
-	for _, p := range []string{"go.mod", "go.sum", "cmd/collector/main.go", "cmd/aggregator/main.go", "internal/config/load.go", "pkg/split/fold.go", "testdata/runs/4b/events.jsonl"} {
+	for _, p := range []string{".git/HEAD", "go.mod", "go.sum", "cmd/collector/main.go", "cmd/aggregator/main.go", "internal/config/load.go", "pkg/split/fold.go", "testdata/runs/4b/events.jsonl"} {
 		ignored, err := clitest.DockerIgnored(ignore, p)
 		require.NoError(t, err)
 		require.False(t, ignored, ".dockerignore excludes %s, which the build needs", p)

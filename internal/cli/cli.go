@@ -133,9 +133,16 @@ func InForeground() bool {
 	return err == nil && fg == unix.Getpgrp()
 }
 
-// Version is the build's version: the module version, or the VCS revision
-// the binary was built from (with "+dirty"), or "devel".
+// stamped is set at link time (-ldflags "-X ...cli.stamped=v1.2.3") by
+// builds that name their version, such as the Docker image's.
+var stamped string
+
+// Version is the build's version: the stamped one, the module version, or
+// the VCS revision the binary was built from (with "+dirty"), or "devel".
 func Version() string {
+	if stamped != "" {
+		return stamped
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "devel"
