@@ -77,7 +77,7 @@ run can then be re-measured with a newer core: aggregator replay FILE.
 With no NATS URL it reads the embedded server's store (--store), which
 one process uses at a time: while an 'aggregator serve' holds it, export
 fails at once; export from that server with --nats-url instead.`,
-		Example: `  aggregator export --run host1-20261107T140311-a1b2c3 > run.jsonl
+		Example: `  aggregator export --run strix01-20261107T140311-4b > run.jsonl
   aggregator export --since 24h --nats-url nats://nats:4222 > day.jsonl`,
 		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

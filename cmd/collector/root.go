@@ -74,7 +74,7 @@ split.json (the split computed locally). With --out and no NATS URL it runs
 fully offline. With a URL but no reachable broker, events are spooled to disk
 and published when the broker is back.`,
 		Example: `  collector run --out split-4b -- llama-cli -m model.gguf -ngl 99 -c 256 -n 16
-  collector run --lane gpu1 --issue org/repo#856 -- llama-server -m model.gguf`,
+  collector run --nats-url nats://nats:4222 --lane gpu1 --issue org/repo#856 -- llama-server -m model.gguf`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(cmd)
@@ -129,13 +129,14 @@ func newReplay(io collector.IO) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "replay [--pace instant|original|Nx] FILE...",
 		Short: "Publish recorded event streams (events.jsonl) to NATS",
-		Long: `replay publishes recorded streams of gttsplit CloudEvents (events.jsonl, as
-'collector run --out' and 'aggregator export' write them) to NATS, ids
-unchanged, so replaying events the stream already holds changes nothing.
+		Long: `replay publishes recorded streams of gttsplit CloudEvents (the events.jsonl
+that 'collector run' records in its output directory, or what 'aggregator
+export' writes) to NATS, ids unchanged, so replaying events the stream
+already holds changes nothing.
 --pace instant sends them as fast as the broker takes them, original keeps
 the events' own time gaps, Nx is N times faster than original.`,
 		Example: `  collector replay --nats-url nats://127.0.0.1:4222 testdata/runs/4b/events.jsonl
-  collector replay --pace 10x run1.jsonl run2.jsonl`,
+  collector replay --nats-url nats://nats:4222 --pace 10x run1.jsonl run2.jsonl`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(cmd)

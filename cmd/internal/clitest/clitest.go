@@ -7,9 +7,13 @@
 //
 // [Setup] copies the 4B and 27B reference runs (testdata/runs/4b, 27b) to $WORK/4b and $WORK/27b, the 4B
 // peak fdinfo snapshot (testdata/fdinfo/4b-peak) to $WORK/fdinfo/4b-peak
-// and the sample configs to $WORK/configs, and sets:
+// and the sample configs to $WORK/configs; the reference runs again under
+// $WORK/testdata/runs and the snapshot as $WORK/fdinfo-snapshot (the paths
+// the help examples use); puts llama-cli and llama-server stand-ins
+// (fakellama printing the 4B log, exit 0) first on PATH; and sets:
 //
-//	NATS_PORT, HTTP_PORT        two free TCP ports on 127.0.0.1
+//	NATS_PORT, HTTP_PORT,       free TCP ports on 127.0.0.1
+//	HTTP_PORT2
 //	GTTSPLIT_SPOOL_DIR          $WORK/spool (testscript's HOME is /no-home)
 //	GTTSPLIT_SAMPLE_SYS_ROOT    an empty directory, so no host GPU card is read
 //	GORACE                      atexit_sleep_ms=50 unless set, so race-built
@@ -24,6 +28,7 @@
 //	cmpjson [-ignore K,...] A B  compare two JSON files, ignoring dotted keys
 //	jsmsgs STREAM                print the message count of a JetStream stream
 //	                             on $GTTSPLIT_NATS_URL
+//	startproc VAR PROG [ARGS...] start PROG in the background, its pid in $VAR
 //
 // The waits poll every 20ms and give up after [WaitTimeout].
 package clitest
@@ -70,19 +75,35 @@ func Setup(e *testscript.Env) error {
 		{filepath.Join(RepoRoot, "testdata", "runs", "27b"), "27b"},
 		{filepath.Join(RepoRoot, "testdata", "fdinfo", "4b-peak"), filepath.Join("fdinfo", "4b-peak")},
 		{filepath.Join(RepoRoot, "configs"), "configs"},
+		// The examples name the repository's paths.
+		{filepath.Join(RepoRoot, "testdata", "runs", "4b"), filepath.Join("testdata", "runs", "4b")},
+		{filepath.Join(RepoRoot, "testdata", "runs", "27b"), filepath.Join("testdata", "runs", "27b")},
+		{filepath.Join(RepoRoot, "testdata", "fdinfo", "4b-peak"), "fdinfo-snapshot"},
 	}
 	for _, c := range copies {
 		if err := copyTree(c[0], filepath.Join(e.WorkDir, c[1])); err != nil {
 			return fmt.Errorf("setup: copy %s: %w", c[0], err)
 		}
 	}
-	for _, name := range []string{"NATS_PORT", "HTTP_PORT"} {
+	for _, name := range []string{"NATS_PORT", "HTTP_PORT", "HTTP_PORT2"} {
 		port, err := FreePort()
 		if err != nil {
 			return fmt.Errorf("setup: %w", err)
 		}
 		e.Setenv(name, strconv.Itoa(port))
 	}
+	// llama-cli and llama-server stand-ins: fakellama printing the 4B log.
+	bin := filepath.Join(e.WorkDir, ".bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	for _, name := range []string{"llama-cli", "llama-server"} {
+		sh := "#!/bin/sh\nexec fakellama \"" + filepath.Join(e.WorkDir, "4b", "split.log") + "\" 0 \"$@\"\n"
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(sh), 0o755); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
+	}
+	e.Setenv("PATH", bin+string(os.PathListSeparator)+e.Getenv("PATH"))
 	sys := filepath.Join(e.WorkDir, ".sys")
 	if err := os.MkdirAll(sys, 0o755); err != nil {
 		return fmt.Errorf("setup: %w", err)
@@ -203,12 +224,32 @@ func waitSampled(path string) {
 // Commands returns the custom script commands (see the package doc).
 func Commands() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
 	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
-		"exitcode": cmdExitCode,
-		"waitfile": cmdWaitFile,
-		"waithttp": cmdWaitHTTP,
-		"cmpjson":  cmdCmpJSON,
-		"jsmsgs":   cmdJSMsgs,
+		"exitcode":  cmdExitCode,
+		"waitfile":  cmdWaitFile,
+		"waithttp":  cmdWaitHTTP,
+		"cmpjson":   cmdCmpJSON,
+		"jsmsgs":    cmdJSMsgs,
+		"startproc": cmdStartProc,
 	}
+}
+
+// cmdStartProc starts a program in the background and sets an environment
+// variable to its pid: `startproc VAR PROG [ARGS...]`. It is killed when
+// the script ends.
+func cmdStartProc(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: startproc VAR PROG [ARGS...]")
+	}
+	cmd := exec.Command(args[1], args[2:]...)
+	cmd.Dir = ts.Getenv("WORK")
+	if err := cmd.Start(); err != nil {
+		ts.Fatalf("startproc: %v", err)
+	}
+	ts.Setenv(args[0], strconv.Itoa(cmd.Process.Pid))
+	ts.Defer(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
 }
 
 func cmdExitCode(ts *testscript.TestScript, neg bool, args []string) {

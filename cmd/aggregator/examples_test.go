@@ -1,0 +1,24 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/gttsplit/gttsplit/cmd/internal/clitest"
+)
+
+// TestExamplesAreScripted: every example of `aggregator --help` and every
+// aggregator command of the README runs in testdata/script/examples.txtar,
+// as written but for clitest.ExampleSubstitutions. The quickstart through
+// `go run` is run by TestREADMEQuickstartIntegration.
+func TestExamplesAreScripted(t *testing.T) {
+	t.Parallel()
+	root := newRoot(os.Stdout, os.Stderr)
+	ex := slices.DeleteFunc(append(clitest.HelpExamples(root), clitest.READMECommands(t, "aggregator")...),
+		func(s string) bool { return s == "go run ./cmd/aggregator quickstart" })
+	if len(ex) < 10 {
+		t.Fatalf("only %d examples found: %q", len(ex), ex)
+	}
+	clitest.RequireScripted(t, "testdata/script/examples.txtar", ex)
+}

@@ -1,0 +1,21 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gttsplit/gttsplit/cmd/internal/clitest"
+)
+
+// TestExamplesAreScripted: every example of `collector --help` and every
+// collector command of the README runs in testdata/script/examples.txtar,
+// as written but for clitest.ExampleSubstitutions.
+func TestExamplesAreScripted(t *testing.T) {
+	t.Parallel()
+	root := newRoot(nil, os.Stdout, os.Stderr, nil)
+	ex := append(clitest.HelpExamples(root), clitest.READMECommands(t, "collector")...)
+	if len(ex) < 8 {
+		t.Fatalf("only %d examples found: %q", len(ex), ex)
+	}
+	clitest.RequireScripted(t, "testdata/script/examples.txtar", ex)
+}

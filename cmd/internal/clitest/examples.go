@@ -1,0 +1,122 @@
+package clitest
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// ExampleSubstitutions map what a help or README example names on a
+// user's machine to what a script has: the local broker and GitHub API, a
+// running process, temporary paths. They are the only liberty the
+// examples script takes with an example.
+var ExampleSubstitutions = []struct{ From, To string }{
+	{"nats://nats-1:4222,nats://nats-2:4222", "$NATS_URL"},
+	{"nats://nats-1:4222", "$NATS_URL"},
+	{"nats://nats:4222", "$NATS_URL"},
+	{"nats://127.0.0.1:4222", "$NATS_URL"},
+	{"https://api.github.com", "$GITHUB_API"},
+	{"/var/log/llama-server.log", "$WORK/llama-server.log"},
+	{"--pid 4242", "--pid $LLAMA_PID"},
+	{"$(pgrep llama-server)", "$LLAMA_PID"},
+	{"/srv/gttsplit/", "$WORK/srv/"},
+	{"--http 0.0.0.0:8080", "--http 127.0.0.1:$HTTP_PORT2"},
+	{"/tmp/q", "$WORK/q"},
+}
+
+// HelpExamples returns every example line of root and its subcommands.
+func HelpExamples(root *cobra.Command) []string {
+	var out []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, l := range strings.Split(c.Example, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				out = append(out, l)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	return out
+}
+
+// READMECommands returns the command lines of the README's code blocks
+// that run binary (continuation lines joined).
+func READMECommands(t *testing.T, binary string) []string {
+	t.Helper()
+	b, err := os.ReadFile(RepoRoot + "/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	in := false
+	var cur string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "```") {
+			in = !in
+			continue
+		}
+		if !in {
+			continue
+		}
+		if cur != "" {
+			l = cur + " " + strings.TrimSpace(l)
+			cur = ""
+		}
+		if strings.HasSuffix(l, "\\") {
+			cur = strings.TrimSuffix(l, "\\")
+			continue
+		}
+		l = strings.Join(strings.Fields(l), " ")
+		if strings.HasPrefix(l, binary+" ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// RequireScripted checks that every example runs, as written but for
+// ExampleSubstitutions (and the quoting of an argument holding '#'), in
+// the script at path: as `exec LINE` (possibly in the background,
+// `&name&`), or `exitcode 0 LINE`. An example ending in
+// "> FILE" must be followed by `cp stdout FILE`.
+func RequireScripted(t *testing.T, path string, examples []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(b)
+	for _, ex := range examples {
+		line := ex
+		for _, s := range ExampleSubstitutions {
+			line = strings.ReplaceAll(line, s.From, s.To)
+		}
+		redirect := ""
+		if i := strings.LastIndex(line, " > "); i >= 0 {
+			line, redirect = line[:i], strings.TrimSpace(line[i+3:])
+		}
+		// A script line starts a comment at '#': such an argument is quoted.
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			if strings.Contains(f, "#") {
+				fields[i] = "'" + f + "'"
+			}
+		}
+		line = strings.Join(fields, " ")
+		re := regexp.MustCompile(`(?m)^(exec|exitcode 0) ` + regexp.QuoteMeta(line) + `( &\w+&)?$`)
+		loc := re.FindStringIndex(script)
+		if loc == nil {
+			t.Errorf("%s does not run the example\n\t%s\nas\n\texec %s", path, ex, line)
+			continue
+		}
+		if redirect != "" && !strings.HasPrefix(strings.TrimLeft(script[loc[1]:], "\n"), "cp stdout "+redirect+"\n") {
+			t.Errorf("%s: the example %q writes %s: follow it with `cp stdout %s`", path, ex, redirect, redirect)
+		}
+	}
+}
