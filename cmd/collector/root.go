@@ -134,7 +134,13 @@ that 'collector run' records in its output directory, or what 'aggregator
 export' writes) to NATS, ids unchanged, so replaying events the stream
 already holds changes nothing.
 --pace instant sends them as fast as the broker takes them, original keeps
-the events' own time gaps, Nx is N times faster than original.`,
+the events' own time gaps, Nx is N times faster than original.
+
+Its last line, 'replayed', gives sent, delivered, left_in_spool and dropped:
+delivered counts what a broker acknowledged. With the broker away the
+events wait in the lane's spool and replay exits 75 (the next collector of
+the lane delivers them); events the broker refused are set aside in the
+spool's rejected/ directory and replay exits 1.`,
 		Example: `  collector replay --nats-url nats://127.0.0.1:4222 testdata/runs/4b/events.jsonl
   collector replay --nats-url nats://nats:4222 --pace 10x run1.jsonl run2.jsonl`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),
@@ -148,7 +154,7 @@ the events' own time gaps, Nx is N times faster than original.`,
 			if err != nil {
 				return err
 			}
-			if st.Published == 0 {
+			if st.Sent == 0 {
 				return errors.New("no event was published")
 			}
 			return nil

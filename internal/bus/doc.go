@@ -38,8 +38,10 @@
 // events after a crash can duplicate them in the stream only if more than
 // the duplicate window passed; consumers de-duplicate by event id anyway.
 //
-// The spool is bounded by spool.max_bytes. When it is full, new events are
-// dropped: Publish still returns nil, the ack callback is not called (so the
+// The spool is bounded by spool.max_bytes, beyond which only run events
+// (gttsplit.run.…: one start and one finish per run) may use a reserve of
+// 1 MiB, so that a run's finish, with its drop count, is kept. When it is
+// full, new events are dropped: Publish still returns nil, the ack callback is not called (so the
 // source does not advance past them), Dropped() counts them, and a warning
 // is logged once per episode (again only after the spool accepted events
 // and filled up once more). The collector reports the count as the

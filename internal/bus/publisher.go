@@ -124,6 +124,7 @@ type Publisher struct {
 	published, spooled, drained, dropped, corrupt, rejected atomic.Uint64
 	spoolBytes, rejectedBytes                               atomic.Int64
 	dropLog                                                 LogLimit
+	left                                                    Leftover // set by Close, under mu
 	dropMu                                                  sync.Mutex
 	dropRuns                                                map[string]uint64 // by run token
 }
@@ -262,11 +263,18 @@ func (p *Publisher) Close(ctx context.Context) error {
 			close(p.abort)
 			<-p.done
 		}
+		left := Leftover{Events: p.sp.pending(), Bytes: p.sp.bytes(), Dir: p.cfg.Spool.Dir}
+		if left.Events == 0 {
+			left.Bytes = 0
+		}
+		p.mu.Lock()
+		p.left = left
+		p.mu.Unlock()
 		err := p.sp.close()
 		p.closeErr = errors.Join(err, p.drainConn(ctx))
 		st := p.Stats()
 		p.log.Info().Uint64("published", st.Published).Uint64("spooled", st.Spooled).
-			Uint64("drained", st.Drained).Uint64("dropped", st.Dropped).Int64("spool_bytes", st.SpoolBytes).
+			Uint64("drained", st.Drained).Uint64("dropped", st.Dropped).Int64("spool_bytes", st.SpoolBytes).Int("spool_events", left.Events).
 			Msg("publisher closed")
 	})
 	return p.closeErr
@@ -564,7 +572,7 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 		if e.barrier != nil {
 			continue
 		}
-		err := p.sp.append(e.w)
+		err := p.sp.append(e.w, isRunEvent(e.w))
 		switch {
 		case err == nil:
 			written[i] = true
@@ -652,6 +660,27 @@ func (p *Publisher) drop(w events.Wire, err error) {
 		ev = ev.Str("set_aside", path)
 	}
 	ev.Msg("event rejected by the broker for good, dropped and set aside")
+}
+
+// isRunEvent reports a run-started or run-finished event (subject
+// gttsplit.run.…), which may use the spool's reserve.
+func isRunEvent(w events.Wire) bool {
+	return strings.HasPrefix(w.Subject, events.SubjectRoot+"."+string(events.KindRun)+".")
+}
+
+// Leftover is what a closed Publisher left in its spool.
+type Leftover struct {
+	Events int    // events not delivered, waiting in the spool
+	Bytes  int64  // their size on disk
+	Dir    string // the spool directory
+}
+
+// Leftover returns what Close left in the spool (zero before Close): the
+// next Publisher on the same directory delivers it first.
+func (p *Publisher) Leftover() Leftover {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.left
 }
 
 // countDrop counts a dropped event, in all and for its run.

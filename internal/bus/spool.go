@@ -278,11 +278,21 @@ func (s *spool) segIndex(id uint64) int {
 	return -1
 }
 
-// append writes one record at the end; it is durable after sync.
-func (s *spool) append(w events.Wire) error {
+// runReserve is the room beyond max_bytes kept for run-started and
+// run-finished events (one each per run), so that a full spool still keeps
+// the run's finish and its count of dropped events.
+const runReserve = 1 << 20
+
+// append writes one record at the end; it is durable after sync. A record
+// with reserve set may use runReserve bytes beyond maxBytes.
+func (s *spool) append(w events.Wire, reserve bool) error {
 	rec := encodeRecord(w)
 	n := int64(len(rec))
-	if s.total+n > s.maxBytes {
+	limit := s.maxBytes
+	if reserve {
+		limit += runReserve
+	}
+	if s.total+n > limit {
 		return errSpoolFull
 	}
 	if s.w == nil || (s.segs[len(s.segs)-1].size > 0 && s.segs[len(s.segs)-1].size+n > s.segBytes) {
@@ -402,6 +412,38 @@ func (s *spool) cut(i int, off int64) {
 	}
 	s.total -= sg.size - off
 	sg.size = off
+}
+
+// pending counts the records not yet acknowledged, reading each one's
+// header from the head on.
+func (s *spool) pending() int {
+	n := 0
+	for _, sg := range s.segs {
+		if sg.id < s.head.seg {
+			continue
+		}
+		off := int64(0)
+		if sg.id == s.head.seg {
+			off = s.head.off
+		}
+		if off >= sg.size {
+			continue
+		}
+		f, err := os.Open(filepath.Join(s.dir, segName(sg.id)))
+		if err != nil {
+			continue
+		}
+		var hdr [recHeader]byte
+		for off+recHeader <= sg.size {
+			if _, err := f.ReadAt(hdr[:], off); err != nil {
+				break
+			}
+			off += recHeader + int64(binary.LittleEndian.Uint32(hdr[0:4]))
+			n++
+		}
+		f.Close()
+	}
+	return n
 }
 
 // rewind makes next start again at the first unacknowledged record.

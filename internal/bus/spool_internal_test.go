@@ -54,7 +54,7 @@ func TestSpoolOrderAcrossSegmentsAndReopen(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, dir, 1<<20, 300) // a few records per segment
 	for i := range 20 {
-		require.NoError(t, s.append(wire(i)))
+		require.NoError(t, s.append(wire(i), false))
 	}
 	require.NoError(t, s.sync())
 	require.Greater(t, len(segFiles(t, dir)), 3)
@@ -84,7 +84,7 @@ func TestSpoolOrderAcrossSegmentsAndReopen(t *testing.T) {
 	_, err := os.Stat(filepath.Join(dir, headFile))
 	require.ErrorIs(t, err, os.ErrNotExist)
 	// It takes new records after a reset.
-	require.NoError(t, s2.append(wire(99)))
+	require.NoError(t, s2.append(wire(99), false))
 	require.Equal(t, []string{wire(99).ID}, readIDs(t, s2, 0))
 	require.NoError(t, s2.close())
 }
@@ -94,7 +94,7 @@ func TestSpoolCutsTornTail(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, dir, 1<<20, 1<<20)
 	for i := range 5 {
-		require.NoError(t, s.append(wire(i)))
+		require.NoError(t, s.append(wire(i), false))
 	}
 	require.NoError(t, s.sync())
 	require.NoError(t, s.close())
@@ -112,7 +112,7 @@ func TestSpoolCutsTornTail(t *testing.T) {
 	require.Equal(t, 1, s2.corrupt)
 	got := readIDs(t, s2, 0)
 	require.Len(t, got, 5)
-	require.NoError(t, s2.append(wire(6)))
+	require.NoError(t, s2.append(wire(6), false))
 	s2.rewind()
 	got = readIDs(t, s2, 0)
 	require.Equal(t, wire(6).ID, got[5], "records appended after the cut are readable")
@@ -124,7 +124,7 @@ func TestSpoolCutsCorruptRecord(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, dir, 1<<20, 1<<20)
 	for i := range 5 {
-		require.NoError(t, s.append(wire(i)))
+		require.NoError(t, s.append(wire(i), false))
 	}
 	require.NoError(t, s.close())
 	seg := segFiles(t, dir)[0]
@@ -145,14 +145,19 @@ func TestSpoolFull(t *testing.T) {
 	rec := int64(len(encodeRecord(wire(0))))
 	s := openTest(t, t.TempDir(), 3*rec, 1<<20)
 	for i := range 3 {
-		require.NoError(t, s.append(wire(i)))
+		require.NoError(t, s.append(wire(i), false))
 	}
-	require.ErrorIs(t, s.append(wire(3)), errSpoolFull)
+	require.ErrorIs(t, s.append(wire(3), false), errSpoolFull)
+	require.Equal(t, 3, s.pending())
+	// A run event may use the reserve beyond max_bytes.
+	require.NoError(t, s.append(wire(3), true))
+	require.Equal(t, 4, s.pending())
 	// Committing a record does not free its bytes until its segment is
 	// deleted; draining the whole spool does.
-	readIDs(t, s, 3)
+	readIDs(t, s, 4)
 	require.True(t, s.empty())
-	require.NoError(t, s.append(wire(4)))
+	require.Zero(t, s.pending())
+	require.NoError(t, s.append(wire(4), false))
 	require.NoError(t, s.close())
 }
 

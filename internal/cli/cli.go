@@ -22,6 +22,9 @@ const (
 	ExitOK      = 0
 	ExitFailure = 1
 	ExitUsage   = 2
+	// ExitTempFail (EX_TEMPFAIL): the work is not lost but not done
+	// either, e.g. events left in the spool for a later run to deliver.
+	ExitTempFail = 75
 )
 
 // ExitError carries the exit code a command wants.

@@ -86,7 +86,7 @@ func Quickstart(ctx context.Context, cfg config.Aggregator, files []string, outD
 		<-serveErr
 		return fmt.Errorf("publish: %w", err)
 	}
-	log.Info().Int("events", st.Published).Int("runs", len(want)).Msg("published the recorded runs through NATS; waiting for their splits")
+	log.Info().Int("events", st.Delivered).Int("runs", len(want)).Msg("published the recorded runs through NATS; waiting for their splits")
 	err = <-serveErr
 	mu.Lock()
 	missing := len(want) - len(done)

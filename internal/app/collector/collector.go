@@ -181,10 +181,7 @@ func (s *session) connect(ctx context.Context) (*bus.Publisher, error) {
 	// One spool per lane, so a crashed collector's events are drained by the
 	// next collector of its lane; a second concurrent collector of the lane
 	// gets its own.
-	lane := s.cfg.Lane
-	if lane == "" {
-		lane = "default"
-	}
+	lane := s.spoolLane()
 	var pub *bus.Publisher
 	for _, dir := range []string{filepath.Join(base, lane), filepath.Join(base, fmt.Sprintf("%s-%d", lane, os.Getpid()))} {
 		pc.Spool.Dir = dir
@@ -208,6 +205,7 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 			errs = append(errs, fmt.Errorf("close publisher: %w", err))
 		}
 		dropped = s.pipe.pub.Dropped()
+		s.warnLeftover(s.pipe.pub.Leftover())
 	}
 	if s.pipe.out != nil && s.noSplit {
 		// Nothing ran: a split would describe no run at all.
@@ -224,6 +222,30 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 		}
 	}
 	return dropped, errors.Join(errs...)
+}
+
+// warnLeftover says at exit what waits in the spool and what delivers it.
+func (s *session) warnLeftover(left bus.Leftover) {
+	if left.Events == 0 {
+		return
+	}
+	base, name := filepath.Dir(left.Dir), filepath.Base(left.Dir)
+	how := fmt.Sprintf("the next collector (run, attach or replay) of lane %q with spool.dir %s delivers them first, once it reaches a broker", name, base)
+	if name != s.spoolLane() {
+		// A second concurrent collector's own spool: only a collector
+		// naming it as its lane opens it again.
+		how = fmt.Sprintf("this spool is this process's own (the lane's was in use): a collector with --lane %s and --spool-dir %s delivers them, e.g. collector replay --lane %s --spool-dir %s --nats-url URL FILE", name, base, name, base)
+	}
+	s.log.Warn().Int("events", left.Events).Int64("bytes", left.Bytes).Str("spool", left.Dir).Str("delivered_by", how).
+		Msg("events left undelivered in the spool")
+}
+
+// spoolLane is the name of the lane's spool directory.
+func (s *session) spoolLane() string {
+	if s.cfg.Lane == "" {
+		return "default"
+	}
+	return s.cfg.Lane
 }
 
 func (s *session) shutdownCtx(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
@@ -64,4 +65,64 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 	b, err := os.ReadFile(files[0])
 	require.NoError(t, err)
 	require.Contains(t, string(b), "header")
+}
+
+// TestRunFullSpoolFlaggedIntegration runs with the broker away and a spool
+// that holds a fraction of the run: the rest is dropped, the run's finish
+// still goes to the spool (its reserve), the exit warns what waits where,
+// and once a broker is there the split folded from the stream, like the
+// local --out split, is flagged events_dropped.
+func TestRunFullSpoolFlaggedIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	dead, err := natstest.NewServer(t.TempDir(), 0)
+	require.NoError(t, err)
+	url, port := dead.ClientURL(), natstest.Port(dead)
+	natstest.Shutdown(dead)
+
+	cfg := testConfig(t)
+	cfg.NATS.URL = url
+	cfg.RunID = "full-spool-1"
+	cfg.Out = t.TempDir()
+	cfg.Spool.MaxBytes = 20 << 10
+	cfg.ShutdownTimeout = 2 * time.Second
+	var logs syncBuffer
+	argv := childArgv(t, "src="+absPath(t, fixture4B), "print=0:", "exit=0")
+	code, err := Run(testCtx(t), cfg, argv, newTestIO().io(), zerolog.New(&logs))
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
+	require.Contains(t, logs.String(), `"message":"events left undelivered in the spool"`)
+
+	local, err := os.ReadFile(filepath.Join(cfg.Out, "split.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(local), `"events_dropped"`)
+
+	srv := natstest.StartAt(t, t.TempDir(), port)
+	pc := bus.DefaultPublisherConfig()
+	pc.Spool.Dir = filepath.Join(cfg.Spool.Dir, cfg.Lane)
+	cc := bus.DefaultConnConfig()
+	cc.URL = srv.ClientURL()
+	nc, err := bus.Connect(testCtx(t), cc, testLogger(t))
+	require.NoError(t, err)
+	p, err := bus.NewPublisher(nc, pc, testLogger(t))
+	require.NoError(t, err)
+	js := jsConn(t, srv.ClientURL())
+	_, err = bus.EnsureStream(testCtx(t), js, bus.DefaultStreamConfig(), testLogger(t))
+	require.NoError(t, err)
+	eventually(t, "the run's finish drained", func() bool {
+		return countTypes(decodedOf(streamOf(t, js, cfg.RunID)))[events.TypeRunFinished] == 1
+	})
+	require.NoError(t, p.Close(testCtx(t)))
+
+	fold := split.NewFold(split.Options{})
+	var fin *events.Decoded
+	for _, m := range streamOf(t, js, cfg.RunID) {
+		m.ApplyTo(fold)
+		if m.Finished != nil {
+			fin = &m.Decoded
+		}
+	}
+	require.NotNil(t, fin)
+	require.Positive(t, fin.Finished.Detail.DroppedEvents)
+	require.Contains(t, fold.Report().Flags, split.FlagEventsDropped)
 }

@@ -6,21 +6,31 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
-// ReplayStats counts what a replay published and skipped.
+// ReplayStats counts what a replay sent, delivered and skipped.
 type ReplayStats struct {
-	Published int
-	Skipped   int // lines that are not valid events
-	Invalid   int // events that are no valid gttsplit event
+	Sent    int // events read and handed to the publisher
+	Skipped int // lines that are not valid events
+	Invalid int // events that are no valid gttsplit event
+	// Delivered counts the events a broker acknowledged (a spool left by
+	// an earlier collector of the lane is delivered first and counts too).
+	Delivered int
+	// Left counts the events left undelivered in the spool (then Replay
+	// returns an error with exit code 75), Dropped those neither
+	// delivered nor spooled.
+	Left    int
+	Dropped int
 }
 
 // Replay is `collector replay FILE...`: it publishes recorded streams as
@@ -69,7 +79,7 @@ files:
 		}
 		r := events.NewReader(f)
 		runs := map[string]int{}
-		sent := st.Published
+		sent := st.Sent
 		for r.Next() {
 			ev := r.Event()
 			d, err := events.Decode(ev)
@@ -104,7 +114,7 @@ files:
 				f.Close()
 				break files
 			}
-			st.Published++
+			st.Sent++
 		}
 		st.Skipped += r.Skipped()
 		f.Close()
@@ -112,7 +122,7 @@ files:
 			runErr = err
 			break
 		}
-		s.log.Info().Str("file", name).Int("events", st.Published-sent).Strs("runs", runIDs(runs)).Msg("file replayed")
+		s.log.Info().Str("file", name).Int("events", st.Sent-sent).Strs("runs", runIDs(runs)).Msg("file replayed")
 	}
 	sctx, cancel := s.shutdownCtx(ctx)
 	defer cancel()
@@ -120,10 +130,23 @@ files:
 		runErr = err
 	}
 	_, closeErr := s.close(sctx)
+	ps, left := s.pipe.pub.Stats(), s.pipe.pub.Leftover()
+	st.Delivered, st.Left, st.Dropped = int(ps.Published+ps.Drained), left.Events, int(ps.Dropped)
 	if st.Skipped+st.Invalid > 0 {
 		s.log.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be replayed")
 	}
-	s.log.Info().Int("published", st.Published).Msg("replayed")
+	lev := s.log.Info()
+	if st.Left > 0 || st.Dropped > 0 || st.Delivered < st.Sent {
+		lev = s.log.Warn()
+	}
+	lev.Int("sent", st.Sent).Int("delivered", st.Delivered).Int("left_in_spool", st.Left).Int("dropped", st.Dropped).Msg("replayed")
+	if st.Left > 0 {
+		runErr = errors.Join(runErr, &cli.ExitError{Code: cli.ExitTempFail,
+			Err: fmt.Errorf("%d events left undelivered in the spool %s (the next collector of the lane delivers them)", st.Left, left.Dir)})
+	} else if st.Dropped > 0 {
+		runErr = errors.Join(runErr, fmt.Errorf("%d events dropped: refused by the broker (set aside in %s) or the spool was full",
+			st.Dropped, filepath.Join(left.Dir, bus.RejectedDir)))
+	}
 	if ctx.Err() != nil && runErr == nil {
 		return st, nil // stopped by a signal
 	}

@@ -6,9 +6,12 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
@@ -52,17 +55,17 @@ func TestReplayIntegration(t *testing.T) {
 	}
 
 	st := replay("instant", file)
-	require.Equal(t, ReplayStats{Published: len(recorded)}, st)
+	require.Equal(t, ReplayStats{Sent: len(recorded), Delivered: len(recorded)}, st)
 	requireStream()
 
 	// Published again: every copy is a duplicate.
 	st = replay("instant", file)
-	require.Equal(t, ReplayStats{Published: len(recorded)}, st)
+	require.Equal(t, ReplayStats{Sent: len(recorded), Delivered: len(recorded)}, st)
 	requireStream()
 
 	// Paced by the events' own time, 1000 times faster.
 	st = replay("1000x", file)
-	require.Equal(t, len(recorded), st.Published)
+	require.Equal(t, len(recorded), st.Delivered)
 	requireStream()
 
 	// At the original pace, three samples about 100 ms apart, with a
@@ -86,7 +89,7 @@ func TestReplayIntegration(t *testing.T) {
 	small := filepath.Join(t.TempDir(), "part.jsonl")
 	require.NoError(t, os.WriteFile(small, part.Bytes(), 0o644))
 	st = replay("original", small)
-	require.Equal(t, ReplayStats{Published: 3, Skipped: 1, Invalid: 1}, st)
+	require.Equal(t, ReplayStats{Sent: 3, Delivered: 3, Skipped: 1, Invalid: 1}, st)
 	requireStream()
 
 	// A signal stops it (before the first event or in the hour's gap after
@@ -109,6 +112,44 @@ func TestReplayIntegration(t *testing.T) {
 	tio.InForeground = true // a Ctrl-C typed at a terminal stops replay too: it has no child
 	st, err = Replay(testCtx(t), cfg, []string{gapFile}, tio, testLogger(t))
 	require.NoError(t, err, "a signal is a clean stop")
-	require.LessOrEqual(t, st.Published, 1, "stopped in the gap")
+	require.LessOrEqual(t, st.Sent, 1, "stopped in the gap")
 	requireStream()
+}
+
+// TestReplayNoBrokerIntegration replays with the broker away: nothing is
+// claimed delivered, the events wait in the spool, the log says so at WARN
+// with the spool and what delivers them, and the error exits 75; a later
+// replay with the broker back delivers them first.
+func TestReplayNoBrokerIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
+	recorded := readJSONL(t, file)
+	dead, err := natstest.NewServer(t.TempDir(), 0)
+	require.NoError(t, err)
+	url, port := dead.ClientURL(), natstest.Port(dead)
+	natstest.Shutdown(dead)
+
+	cfg := testConfig(t)
+	cfg.NATS.URL = url
+	cfg.ShutdownTimeout = 2 * time.Second
+	var logs syncBuffer
+	st, err := Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), zerolog.New(&logs))
+	require.Equal(t, cli.ExitTempFail, cli.Code(err), "err: %v", err)
+	require.Equal(t, ReplayStats{Sent: len(recorded), Left: len(recorded)}, st)
+	out := logs.String()
+	require.Contains(t, out, `"events":25,`)
+	require.Contains(t, out, `"message":"events left undelivered in the spool"`)
+	require.Contains(t, out, `"spool":"`+filepath.Join(cfg.Spool.Dir, "gpu0")+`"`)
+	require.Contains(t, out, "delivers them first")
+	require.Contains(t, out, `"sent":25,"delivered":0,"left_in_spool":25`)
+	require.NotContains(t, out, `"published":25`)
+
+	srv := natstest.StartAt(t, t.TempDir(), port)
+	st, err = Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), testLogger(t))
+	require.NoError(t, err)
+	require.Equal(t, len(recorded), st.Sent)
+	require.Equal(t, 2*len(recorded), st.Delivered, "the spool first, then the file (duplicates)")
+	require.Zero(t, st.Left)
+	require.Len(t, streamOf(t, jsConn(t, srv.ClientURL()), recorded[0].Origin.RunID), len(recorded))
 }
