@@ -44,7 +44,10 @@ func Parse(fold *split.Fold, logPath string, samplePaths []string) ([]string, er
 	if n == 0 {
 		warnings = append(warnings, fmt.Sprintf("%s is empty: there is nothing to split", logPath))
 	}
-	if _, err := fold.ReadLog(io.MultiReader(bytes.NewReader(head[:n]), f), "log"); err != nil {
+	ra := newReadAhead(f)
+	_, err = fold.ReadLog(io.MultiReader(bytes.NewReader(head[:n]), ra), "log")
+	ra.Close()
+	if err != nil {
 		return nil, fmt.Errorf("%w: read %s: %w", ErrInput, logPath, err)
 	}
 	var seq uint64

@@ -239,7 +239,9 @@ func scanAnchorLines(chunk []byte, starts []int) []int {
 			off = i + 1
 			for _, x := range g.as {
 				s := i - x.k
-				if s < 0 || s+len(x.a) > len(chunk) || !bytes.Equal(chunk[s:s+len(x.a)], x.a) {
+				// The first and last bytes turn most false hits away
+				// before the full compare.
+				if s < 0 || s+len(x.a) > len(chunk) || chunk[s] != x.a[0] || chunk[s+len(x.a)-1] != x.a[len(x.a)-1] || !bytes.Equal(chunk[s:s+len(x.a)], x.a) {
 					continue
 				}
 				starts = append(starts, bytes.LastIndexByte(chunk[:s], '\n')+1)
