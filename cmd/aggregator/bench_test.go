@@ -20,11 +20,13 @@ import (
 // the page cache for both). It reports:
 //
 //   - x/baseline: wc -l's wall time over parse's (≥ 1: parse is faster);
+//
 //   - cpu-x/baseline: the same with user+system CPU time;
+//
 //   - peak-RSS-MiB: the largest maximum resident set size of a parse
 //     child (getrusage ru_maxrss, which is /proc/self/status VmHWM at exit).
 //
-//	go test ./cmd/aggregator -run '^$' -bench ParseProcess -benchtime 3x
+//     go test ./cmd/aggregator -run '^$' -bench ParseProcess -benchtime 3x
 func BenchmarkParseProcess(b *testing.B) {
 	wc, err := exec.LookPath("wc")
 	if err != nil {
