@@ -115,3 +115,23 @@ func TestRepositoryStandsAlone(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// TestREADMECompareOutput keeps the README's compare example equal to what
+// the command prints.
+func TestREADMECompareOutput(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	const cmd = "$ aggregator compare testdata/runs/4b/events.jsonl testdata/controls/4b-ngl0/events.jsonl\n"
+	s := string(b)
+	i := strings.Index(s, cmd)
+	require.GreaterOrEqual(t, i, 0, "README.md lost its compare example")
+	want := s[i+len(cmd):]
+	want = want[:strings.Index(want, "```")]
+
+	var out, errb bytes.Buffer
+	root := newRoot(&out, &errb)
+	root.SetArgs([]string{"compare", filepath.Join("..", "..", "testdata", "runs", "4b", "events.jsonl"),
+		filepath.Join("..", "..", "testdata", "controls", "4b-ngl0", "events.jsonl")})
+	require.NoError(t, root.Execute(), errb.String())
+	require.Equal(t, strings.TrimRight(want, "\n"), strings.TrimRight(out.String(), "\n"))
+}

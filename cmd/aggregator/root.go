@@ -39,7 +39,7 @@ environment, the environment over the file, the file over the defaults.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/aggregator.yaml)")
-	root.AddCommand(newServe(stdout), newParse(stdout), newReplay(stdout), newExport(stdout), newQuickstart(stdout), newValidate(stdout))
+	root.AddCommand(newServe(stdout), newParse(stdout), newReplay(stdout), newExport(stdout), newCompare(stdout), newQuickstart(stdout), newValidate(stdout))
 	return root
 }
 

@@ -93,7 +93,7 @@ and published when the broker is back.`,
 		},
 	}
 	c.Flags().SetInterspersed(false) // everything after CMD is the child's
-	addFlags(c.Flags(), append(natsFlags, "out", "run-id", "issue", "interval", "source-dir", "proc-root")...)
+	addFlags(c.Flags(), append(natsFlags, "out", "run-id", "issue", "control-of", "interval", "source-dir", "proc-root")...)
 	return c
 }
 
@@ -121,7 +121,7 @@ The run id is derived from the process (host, pid and start time) unless
 			return collector.Attach(cmd.Context(), cfg, io, log)
 		},
 	}
-	addFlags(c.Flags(), append(natsFlags, "pid", "log", "state-dir", "out", "run-id", "issue", "interval", "source-dir", "proc-root")...)
+	addFlags(c.Flags(), append(natsFlags, "pid", "log", "state-dir", "out", "run-id", "issue", "control-of", "interval", "source-dir", "proc-root")...)
 	return c
 }
 

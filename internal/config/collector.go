@@ -13,6 +13,7 @@ type Collector struct {
 	Lane            string        `mapstructure:"lane" flag:"lane" desc:"lane label of the runs, letters, digits, '-' and '_', at most 64; consumers filter by it"`
 	RunID           string        `mapstructure:"run_id" flag:"run-id" desc:"run id, letters, digits, '-' and '_', at most 128; empty means generate one"`
 	Issue           string        `mapstructure:"issue" flag:"issue" desc:"tracker issue the run reports to, OWNER/REPO#N; empty for none"`
+	ControlOf       string        `mapstructure:"control_of" flag:"control-of" desc:"run id this run is the control of (the same command with offload off, -ngl 0); the report names it and the comparison of the two is posted with it; empty for none"`
 	SourceDir       string        `mapstructure:"source_dir" flag:"source-dir" desc:"git checkout whose commit and dirty state are recorded; empty means the working directory"`
 	Out             string        `mapstructure:"out" flag:"out" desc:"directory for split.log, gtt.txt, events.jsonl, split.md and split.json; empty writes none"`
 	NATS            CollectorNATS `mapstructure:"nats"`
@@ -143,6 +144,11 @@ func (c Collector) problems() []*FieldError {
 	if c.RunID != "" {
 		if err := checkToken(c.RunID, MaxRunIDLen); err != nil {
 			p.add("run_id", "%w", err)
+		}
+	}
+	if c.ControlOf != "" {
+		if err := checkToken(c.ControlOf); err != nil {
+			p.add("control_of", "%w", err)
 		}
 	}
 	if c.Issue != "" {

@@ -187,6 +187,7 @@ func TestFlagNames(t *testing.T) {
 		"lane":       "lane",
 		"run-id":     "run_id",
 		"issue":      "issue",
+		"control-of": "control_of",
 		"source-dir": "source_dir",
 		"out":        "out",
 		"nats-url":   "nats.url",

@@ -351,6 +351,7 @@ func (d *Decoded) decodeStarted(b []byte) (string, error) {
 			Lane:             d.Origin.Lane,
 			Command:          data.Command,
 			Issue:            data.Issue,
+			ControlOf:        data.ControlOf,
 			Started:          data.Started,
 			SourceCommit:     data.SourceCommit,
 			SourceDirty:      data.SourceDirty,

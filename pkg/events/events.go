@@ -75,6 +75,7 @@ func NewRunStarted(info split.RunInfo, d StartDetail) (event.Event, error) {
 		EnvAdded:         nonNil(d.EnvAdded),
 		VerboseAppended:  d.VerboseAppended,
 		Issue:            info.Issue,
+		ControlOf:        info.ControlOf,
 		SourceDir:        d.SourceDir,
 		SourceCommit:     info.SourceCommit,
 		SourceDirty:      info.SourceDirty,

@@ -99,6 +99,7 @@ type RunStartedData struct {
 	EnvAdded         []string          `json:"env_added"`
 	VerboseAppended  bool              `json:"verbose_appended"`
 	Issue            string            `json:"issue"`
+	ControlOf        string            `json:"control_of,omitempty"`
 	SourceDir        string            `json:"source_dir"`
 	SourceCommit     string            `json:"source_commit"`
 	SourceDirty      *bool             `json:"source_dirty"`

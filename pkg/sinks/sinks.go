@@ -43,6 +43,10 @@ type Settings struct {
 	// Stdout receives human-readable output such as a dry run's would-be
 	// comments. Nil means os.Stdout.
 	Stdout io.Writer
+	// Lookup, if set, returns the current split of another run (for the
+	// comment sink's control comparison); ok is false for an unknown run.
+	// Nil means a sink knows only the splits it was given.
+	Lookup func(ctx context.Context, runID string) (r split.Report, ok bool, err error)
 }
 
 // WithDefaults returns s with every nil field set to its default.

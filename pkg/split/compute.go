@@ -299,7 +299,7 @@ func (c *computation) finish() {
 	r.Schema = Schema
 	st := c.st
 	run := st.Run
-	r.Run = RunMeta{ID: run.ID, Host: run.Host, Lane: run.Lane, Command: run.Command, Issue: run.Issue}
+	r.Run = RunMeta{ID: run.ID, Host: run.Host, Lane: run.Lane, Command: run.Command, Issue: run.Issue, ControlOf: run.ControlOf}
 	if !run.Started.IsZero() {
 		r.Run.Started = run.Started.UTC().Format(time.RFC3339Nano)
 	}

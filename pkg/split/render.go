@@ -162,6 +162,10 @@ func render(r Report, md bool) string {
 	}
 	section("Provenance")
 	fmt.Fprintf(&b, "- %s\n", provenanceLine(r))
+	if r.Run.ControlOf != "" {
+		fmt.Fprintf(&b, "- control: this run is the control (the same command with offload off) of run %s; `aggregator compare %s %s` puts the two side by side\n",
+			r.Run.ControlOf, r.Run.ControlOf, or(r.Run.ID, "THIS-RUN"))
+	}
 	d := r.Detail
 	fmt.Fprintf(&b, "- inputs: %d log lines (%d skipped as malformed), %d fdinfo samples (%d fds skipped), %d amdgpu clients at the peak",
 		d.LinesRead, d.LinesSkipped, d.Samples, d.FDsSkipped, d.GPUClients)
@@ -205,13 +209,14 @@ func modelLine(m ModelLoad) string {
 	return s
 }
 
-func provenanceLine(r Report) string {
-	or := func(s, d string) string {
-		if s == "" {
-			return d
-		}
-		return s
+func or(s, d string) string {
+	if s == "" {
+		return d
 	}
+	return s
+}
+
+func provenanceLine(r Report) string {
 	tree := "unknown"
 	if r.Provenance.SourceCommit != "" {
 		tree = r.Provenance.SourceCommit

@@ -56,16 +56,19 @@ type Report struct {
 
 // RunMeta is the "run" object of the report.
 type RunMeta struct {
-	ID       string `json:"id"`
-	Host     string `json:"host"`
-	Lane     string `json:"lane"`
-	Command  string `json:"command"`
-	Issue    string `json:"issue,omitempty"`
-	ExitCode *int   `json:"exit_code"`
-	Signal   string `json:"signal,omitempty"`
-	Started  string `json:"started"`  // RFC 3339, "" when unknown
-	Finished string `json:"finished"` // RFC 3339, "" when unknown
-	Complete bool   `json:"complete"`
+	ID      string `json:"id"`
+	Host    string `json:"host"`
+	Lane    string `json:"lane"`
+	Command string `json:"command"`
+	Issue   string `json:"issue,omitempty"`
+	// ControlOf is the run this run is the control of (collector run
+	// --control-of), if any.
+	ControlOf string `json:"control_of,omitempty"`
+	ExitCode  *int   `json:"exit_code"`
+	Signal    string `json:"signal,omitempty"`
+	Started   string `json:"started"`  // RFC 3339, "" when unknown
+	Finished  string `json:"finished"` // RFC 3339, "" when unknown
+	Complete  bool   `json:"complete"`
 }
 
 // Provenance names what was measured (docs/accounting.md rule 13).

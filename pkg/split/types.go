@@ -57,11 +57,14 @@ type CardGTT struct {
 // event (or from the command line of `aggregator parse`). Empty fields are
 // unknown.
 type RunInfo struct {
-	ID               string
-	Host             string
-	Lane             string
-	Command          string
-	Issue            string // OWNER/REPO#N of the tracker issue, if any
+	ID      string
+	Host    string
+	Lane    string
+	Command string
+	Issue   string // OWNER/REPO#N of the tracker issue, if any
+	// ControlOf is the run this run is the control of (the same command
+	// with offload off), if the collector was told one.
+	ControlOf        string
 	Started          time.Time
 	SourceCommit     string
 	SourceDirty      *bool

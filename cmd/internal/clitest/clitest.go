@@ -5,7 +5,8 @@
 //
 // # Script environment
 //
-// [Setup] copies the 4B and 27B reference runs (testdata/runs/4b, 27b) to $WORK/4b and $WORK/27b, the 4B
+// [Setup] copies the 4B and 27B reference runs (testdata/runs/4b, 27b) to $WORK/4b and $WORK/27b,
+// the 4B run's offload-off control (testdata/controls/4b-ngl0) to $WORK/4b-ngl0, the 4B
 // peak fdinfo snapshot (testdata/fdinfo/4b-peak) to $WORK/fdinfo/4b-peak
 // and the sample configs to $WORK/configs; the reference runs again under
 // $WORK/testdata/runs and the snapshot as $WORK/fdinfo-snapshot (the paths
@@ -73,6 +74,7 @@ func Setup(e *testscript.Env) error {
 	copies := [][2]string{
 		{filepath.Join(RepoRoot, "testdata", "runs", "4b"), "4b"},
 		{filepath.Join(RepoRoot, "testdata", "runs", "27b"), "27b"},
+		{filepath.Join(RepoRoot, "testdata", "controls", "4b-ngl0"), "4b-ngl0"},
 		{filepath.Join(RepoRoot, "testdata", "fdinfo", "4b-peak"), filepath.Join("fdinfo", "4b-peak")},
 		{filepath.Join(RepoRoot, "configs"), "configs"},
 		// The examples name the repository's paths.

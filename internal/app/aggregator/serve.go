@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -208,7 +209,15 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		deliv.Observe(e)
 	})
 	// Downstream first: the sinks, then the broker, then the consumer.
-	fan, err := OpenSinks(cfg.Sinks, opt.Stdout, log, obs)
+	// The comment sink looks up the run a control names in the service.
+	var svcRef atomic.Pointer[Service]
+	lookup := func(ctx context.Context, id string) (split.Report, bool, error) {
+		if s := svcRef.Load(); s != nil {
+			return s.Snapshot(ctx, id)
+		}
+		return split.Report{}, false, nil
+	}
+	fan, err := openSinks(cfg.Sinks, sinks.Settings{Logger: log, Stdout: opt.Stdout, Lookup: lookup}, obs)
 	if err != nil {
 		return err
 	}
@@ -253,6 +262,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	if err != nil {
 		return fail(err)
 	}
+	svcRef.Store(svc)
 	var srv *http.Server
 	if cfg.HTTP.Listen != "" {
 		var addr string

@@ -23,11 +23,14 @@ func Registry() (sinks.Registry, error) {
 // OpenSinks builds the sinks cfg enables, behind one Fanout that retries each
 // independently. It returns nil (and no error) when none is enabled.
 func OpenSinks(cfg config.Sinks, stdout io.Writer, log zerolog.Logger, obs sinks.Observer) (*sinks.Fanout, error) {
+	return openSinks(cfg, sinks.Settings{Logger: log, Stdout: stdout}, obs)
+}
+
+func openSinks(cfg config.Sinks, set sinks.Settings, obs sinks.Observer) (*sinks.Fanout, error) {
 	reg, err := Registry()
 	if err != nil {
 		return nil, err
 	}
-	set := sinks.Settings{Logger: log, Stdout: stdout}
 	var targets []sinks.Target
 	// add builds a sink from its factory's defaults with configure applied,
 	// so a sink option the aggregator's config does not set keeps the

@@ -86,7 +86,7 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, resume 
 	}
 	s := &session{cfg: cfg, origin: events.Origin{RunID: runID, Host: host, Lane: cfg.Lane}}
 	s.log = log.With().Str("run_id", runID).Str("host", host).Str("lane", cfg.Lane).Logger()
-	s.info = split.RunInfo{ID: runID, Host: host, Lane: cfg.Lane, Issue: cfg.Issue, CollectorVersion: cli.Version()}
+	s.info = split.RunInfo{ID: runID, Host: host, Lane: cfg.Lane, Issue: cfg.Issue, ControlOf: cfg.ControlOf, CollectorVersion: cli.Version()}
 	s.pipe = &pipeline{origin: s.origin, maxLines: cfg.Batch.MaxLines, log: s.log, fold: split.NewFold(split.Options{})}
 	if cfg.Out != "" {
 		resumeRun := ""

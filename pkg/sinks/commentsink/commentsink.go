@@ -138,6 +138,8 @@ func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
 		log:    set.Logger.With().Str("component", "sink").Str("sink", typeName).Logger(),
 		locks:  make(map[string]chan struct{}),
 		posted: make(map[postKey]posted),
+
+		reports: make(map[string]split.Report),
 	}
 	s.gate = gate.New(func() error { transport.CloseIdleConnections(); return nil })
 	return s, nil
@@ -155,7 +157,11 @@ type Sink struct {
 	mu     sync.Mutex
 	locks  map[string]chan struct{} // issue → one-slot semaphore
 	posted map[postKey]posted       // what this process last left on the issue
-	outMu  sync.Mutex               // serialises dry-run output
+	// reports are the latest splits written (at most maxSeen, oldest
+	// first in order), for control comparisons.
+	reports map[string]split.Report
+	order   []string
+	outMu   sync.Mutex // serialises dry-run output
 }
 
 // Interface guard.
@@ -173,7 +179,11 @@ type posted struct {
 // dropped and the next write of a run lists the issue again.
 const maxPosted = 10000
 
-// Write posts or edits r's comment on its issue.
+// Write posts or edits r's comment on its issue. When r names the run it
+// is the control of (collector run --control-of) and that run's split is
+// known, the comment ends with the comparison of the two; when r is a run
+// that a split seen earlier names as its control target, that split's
+// comment is written again, now with the comparison.
 func (s *Sink) Write(ctx context.Context, r split.Report) error {
 	if err := s.gate.Enter(); err != nil {
 		return err
@@ -182,6 +192,81 @@ func (s *Sink) Write(ctx context.Context, r split.Report) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	s.seen(r)
+	if err := s.post(ctx, r); err != nil {
+		return err
+	}
+	for _, c := range s.controlsOf(r.Run.ID) {
+		if err := s.post(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxSeen bounds the splits the sink remembers for control comparisons.
+const maxSeen = 1000
+
+// seen remembers r for the comparisons of its control pair.
+func (s *Sink) seen(r split.Report) {
+	if r.Run.ID == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.reports[r.Run.ID]; !ok {
+		s.order = append(s.order, r.Run.ID)
+		if len(s.order) > maxSeen {
+			delete(s.reports, s.order[0])
+			s.order = s.order[1:]
+		}
+	}
+	s.reports[r.Run.ID] = r
+}
+
+// controlsOf returns the remembered splits that name id as the run they
+// are the control of.
+func (s *Sink) controlsOf(id string) []split.Report {
+	if id == "" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []split.Report
+	for _, k := range s.order {
+		if c := s.reports[k]; c.Run.ControlOf == id && k != id {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// body is r's Markdown, with the comparison to the run r is the control
+// of when that run's split is known.
+func (s *Sink) body(ctx context.Context, r split.Report) string {
+	md := split.Markdown(r)
+	id := r.Run.ControlOf
+	if id == "" {
+		return md
+	}
+	s.mu.Lock()
+	main, ok := s.reports[id]
+	s.mu.Unlock()
+	if !ok && s.set.Lookup != nil {
+		var err error
+		main, ok, err = s.set.Lookup(ctx, id)
+		if err != nil {
+			s.log.Debug().Err(err).Str("run_id", id).Msg("split of the controlled run not read")
+		}
+	}
+	if !ok {
+		return md
+	}
+	return md + "\n" + split.CompareMarkdown(split.Compare(main, r, id, r.Run.ID))
+}
+
+// post posts or edits r's comment.
+func (s *Sink) post(ctx context.Context, r split.Report) error {
 	ref := r.Run.Issue
 	if ref == "" {
 		ref = s.cfg.DefaultIssue
@@ -195,7 +280,7 @@ func (s *Sink) Write(ctx context.Context, r split.Report) error {
 		return sinks.Permanent(fmt.Errorf("issue comment sink: run %q: %w", r.Run.ID, err))
 	}
 	mark := marker(r.Run.ID)
-	text := compose(mark, split.Markdown(r), maxBody)
+	text := compose(mark, s.body(ctx, r), maxBody)
 	sum := sha256.Sum256([]byte(text))
 	key := postKey{iss.key(), r.Run.ID}
 

@@ -539,3 +539,39 @@ func TestConfigValidate(t *testing.T) {
 	_, err = f.New(&bad, sinks.Settings{})
 	require.Error(t, err)
 }
+
+// A run that names the run it is the control of gets the comparison of the
+// two in its comment once both splits are known, whichever comes first.
+func TestControlComparisonPosted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mib := func(v float64) *split.MiB { m := split.MiB(v); return &m }
+	on := sinktest.Report("run-on")
+	ctl := sinktest.Report("run-off")
+	ctl.Run.ControlOf = "run-on"
+	ctl.PeakGTTMiB, ctl.ModelGTTMiB, ctl.PackedMiB = mib(20480-15000.25-14000), mib(0), nil
+
+	for _, order := range [][]split.Report{{on, ctl}, {ctl, on}} {
+		e := newEnv(t)
+		s := e.sink(t)
+		for _, r := range order {
+			require.NoError(t, s.Write(ctx, r))
+		}
+		cs := e.srv.Comments(issue)
+		require.Len(t, cs, 2)
+		off := ours(cs, "run-off")
+		require.Len(t, off, 1)
+		require.Contains(t, off[0].Body, "- control: this run is the control (the same command with offload off) of run run-on")
+		require.Contains(t, off[0].Body, "### gttsplit: control comparison")
+		require.Contains(t, off[0].Body, "**Verdict**: weights resident twice: the difference of the peaks is 29000.2 MiB ≈ model buffer + packed copy (15000.2 + 14000.0 = 29000.2 MiB)")
+		require.NotContains(t, ours(cs, "run-on")[0].Body, "control comparison")
+	}
+
+	// Without the other split in memory, the sink asks Settings.Lookup.
+	e := newEnv(t)
+	e.set.Lookup = func(_ context.Context, id string) (split.Report, bool, error) {
+		return on, id == "run-on", nil
+	}
+	require.NoError(t, e.sink(t).Write(ctx, ctl))
+	require.Contains(t, ours(e.srv.Comments(issue), "run-off")[0].Body, "**Verdict**: weights resident twice")
+}
