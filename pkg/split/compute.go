@@ -118,6 +118,7 @@ func (f *Fold) Report() Report {
 	c.logRows(recs)
 	c.samples(&f.st.Ticks)
 	c.finish()
+	c.r.Timeline = f.st.timeline()
 	return c.r
 }
 

@@ -30,7 +30,8 @@ type Fold struct {
 	thr     float64
 	st      state
 	scratch []byte
-	inTable bool // ReadLog: the last chunk ended inside a breakdown table
+	inTable bool  // ReadLog: the last chunk ended inside a breakdown table
+	lineT   int64 // AddLine: the capture time of the line being applied (unix ns; 0 unknown)
 }
 
 type lineKey struct {
@@ -73,6 +74,9 @@ type state struct {
 	Ticks tickState `json:"ticks"`
 	// SampleLinesSkipped counts lines a samples file could not use.
 	SampleLinesSkipped int `json:"sample_lines_skipped"`
+	// Markers are the model-load and context lines, for the timeline (at
+	// most MaxMarkers, the latest by position).
+	Markers []marker `json:"markers,omitempty"`
 }
 
 // tickState is the order-free fold of all ticks: the peak is the tick with
@@ -88,6 +92,8 @@ type tickState struct {
 	FDsSkipped int  `json:"fds_skipped,omitempty"`
 	Resident   bool `json:"resident,omitempty"` // some client gave only drm-memory-gtt
 	AnyClients bool `json:"any_clients,omitempty"`
+	// Series is the downsampled process GTT over time (the timeline).
+	Series seriesState `json:"series,omitzero"`
 	// LegacySkipped is the per-tick form older states were written with;
 	// it is read into FDsSkipped and never written.
 	LegacySkipped map[uint64]int `json:"skipped,omitempty"`
@@ -119,6 +125,9 @@ func (ts *tickState) add(t tick) {
 		if c.Key != "drm-total-gtt" {
 			ts.Resident = true // drm-memory-gtt, or the pre-5.19 "gtt mem"
 		}
+	}
+	if !t.Time.IsZero() {
+		ts.Series.add(seriesPoint{T: t.Time.UnixNano(), Seq: t.Seq, B: t.sum()})
 	}
 	if p := ts.Peak; p == nil || t.sum() > p.sum() || t.sum() == p.sum() && t.before(p) {
 		c := t
@@ -266,7 +275,13 @@ func (f *Fold) Finish(fi FinishInfo) bool {
 
 // AddLine applies one log line. It reports whether the line was new (a line
 // applied before changes nothing).
-func (f *Fold) AddLine(l Line) bool { return f.AddLineBytes(l.Stream, l.Seq, []byte(l.Text)) }
+func (f *Fold) AddLine(l Line) bool {
+	if !l.Time.IsZero() {
+		f.lineT = l.Time.UnixNano()
+		defer func() { f.lineT = 0 }()
+	}
+	return f.AddLineBytes(l.Stream, l.Seq, []byte(l.Text))
+}
 
 // AddLineBytes applies one log line given as bytes; b is not retained. It
 // reports whether the line was new.
@@ -302,6 +317,10 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 		return
 	}
 	switch r.Kind {
+	case KindLoad:
+		f.st.addMarker(marker{Kind: MarkerModelLoad, Seq: seq, Stream: stream, T: f.lineT})
+	case KindContext:
+		f.st.addMarker(marker{Kind: MarkerContext, Seq: seq, Stream: stream, T: f.lineT})
 	case KindBuild:
 		f.st.HaveBuild = true
 	case KindVerbosity:

@@ -116,6 +116,9 @@ func render(r Report, md bool) string {
 	}
 	table = append(table, []string{"CPU model buffer (not in GTT)", hostCell, "", hostCell, ""})
 	writeTable(&b, md, header, table)
+	if bars := TextBars(r); md && bars != "" {
+		fmt.Fprintf(&b, "\n```\n%s```\n", bars)
+	}
 
 	dup := "unknown"
 	if r.DuplicatePct != nil {

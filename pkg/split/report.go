@@ -52,6 +52,11 @@ type Report struct {
 
 	Detail   Detail `json:"detail"`
 	Expected string `json:"expected"`
+
+	// Timeline is the process GTT over the run (downsampled, at most 1000
+	// points) with the log's load and context markers; omitted when no
+	// sample had a time.
+	Timeline *Timeline `json:"timeline,omitempty"`
 }
 
 // RunMeta is the "run" object of the report.

@@ -1,0 +1,116 @@
+package split
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// BarWidth is the width, in characters, of the text bar of a split.
+const BarWidth = 50
+
+// BarPart is one segment of the split at peak or at final, in the order
+// the bars and the charts draw them.
+type BarPart struct {
+	Key   string // model, packed, state, compute, unattributed
+	Label string
+	Glyph string // the text bar's character
+	MiB   float64
+}
+
+// BarParts returns the segments of the split at the peak and at the final
+// sample (the rows, then not attributed), and the totals they are drawn
+// against; ok is false when the peak is unknown. Unknown rows count 0.
+// When the rows add up to more than the total, the bar is drawn against
+// their sum and not attributed is 0.
+func BarParts(r Report) (peak, final []BarPart, peakTotal, finalTotal float64, ok bool) {
+	if r.PeakGTTMiB == nil {
+		return nil, nil, 0, 0, false
+	}
+	v := func(m *MiB) float64 {
+		if m == nil {
+			return 0
+		}
+		return float64(*m)
+	}
+	rows := []BarPart{
+		{Key: "model", Label: "model buffer", Glyph: "█", MiB: v(r.ModelGTTMiB)},
+		{Key: "packed", Label: "packed copies", Glyph: "▓", MiB: v(r.PackedMiB)},
+		{Key: "state", Label: "KV + state", Glyph: "▒", MiB: v(r.StateMiB)},
+		{Key: "compute", Label: "compute + output", Glyph: "░", MiB: v(r.ComputeMiB)},
+	}
+	attributed := 0.0
+	for _, x := range rows {
+		attributed += x.MiB
+	}
+	with := func(total float64) []BarPart {
+		out := append([]BarPart(nil), rows...)
+		return append(out, BarPart{Key: "unattributed", Label: "not attributed", Glyph: "·", MiB: math.Max(0, total-attributed)})
+	}
+	peakTotal = v(r.PeakGTTMiB)
+	peak = with(peakTotal)
+	finalTotal = peakTotal
+	if r.FinalGTTMiB != nil {
+		finalTotal = v(r.FinalGTTMiB)
+	}
+	final = with(finalTotal)
+	return peak, final, math.Max(peakTotal, attributed), math.Max(finalTotal, attributed), true
+}
+
+// textBar draws parts as BarWidth characters, each segment's length
+// rounded so that the lengths add up to the width (largest remainder).
+func textBar(parts []BarPart, total float64) string {
+	if total <= 0 {
+		return strings.Repeat(" ", BarWidth)
+	}
+	n := make([]int, len(parts))
+	rem := make([]float64, len(parts))
+	used := 0
+	for i, p := range parts {
+		x := p.MiB / total * BarWidth
+		n[i] = int(math.Floor(x))
+		rem[i] = x - float64(n[i])
+		used += n[i]
+	}
+	for used < BarWidth {
+		best := -1
+		for i := range parts {
+			if parts[i].MiB > 0 && (best < 0 || rem[i] > rem[best]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		n[best]++
+		rem[best] = -1
+		used++
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		b.WriteString(strings.Repeat(p.Glyph, n[i]))
+	}
+	b.WriteString(strings.Repeat(" ", BarWidth-used))
+	return b.String()
+}
+
+// TextBars is the compact text bar of the split at peak and at final, with
+// its legend (a code block of the Markdown report), or "" when the peak is
+// unknown.
+func TextBars(r Report) string {
+	peak, final, pt, ft, ok := BarParts(r)
+	if !ok {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "peak  [%s] %.1f MiB\n", textBar(peak, pt), float64(*r.PeakGTTMiB))
+	if r.FinalGTTMiB != nil {
+		fmt.Fprintf(&b, "final [%s] %.1f MiB\n", textBar(final, ft), float64(*r.FinalGTTMiB))
+	}
+	var legend []string
+	for _, p := range peak {
+		legend = append(legend, p.Glyph+" "+p.Label)
+	}
+	fmt.Fprintf(&b, "       %s\n", strings.Join(legend, "  "))
+	return b.String()
+}
