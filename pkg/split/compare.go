@@ -86,7 +86,14 @@ func Compare(a, b Report, inputA, inputB string) Comparison {
 	}
 	add("process GTT at peak (fdinfo)", "peak_gtt_mib", a.PeakGTTMiB, b.PeakGTTMiB)
 	add("process GTT at final (fdinfo)", "final_gtt_mib", a.FinalGTTMiB, b.FinalGTTMiB)
-	add("loader's model buffer", "model_gtt_mib", a.ModelGTTMiB, b.ModelGTTMiB)
+	// A load whose model buffers are all host memory holds 0 in GTT.
+	asMiB := func(v *float64) *MiB {
+		if v == nil {
+			return nil
+		}
+		return mib(*v)
+	}
+	add("loader's model buffer", "model_gtt_mib", asMiB(modelInGTT(a)), asMiB(modelInGTT(b)))
 	add("packed copies", "packed_mib", a.PackedMiB, b.PackedMiB)
 	add("KV + state", "state_mib", a.StateMiB, b.StateMiB)
 	add("compute + output", "compute_mib", a.ComputeMiB, b.ComputeMiB)
@@ -105,6 +112,21 @@ func Compare(a, b Report, inputA, inputB string) Comparison {
 		}
 	}
 	return c
+}
+
+// modelInGTT is the model buffer a run holds in GTT: its model row, else 0
+// when its model buffers are all host memory (offload off), else nil.
+func modelInGTT(r Report) *float64 {
+	var v float64
+	switch {
+	case r.ModelGTTMiB != nil:
+		v = float64(*r.ModelGTTMiB)
+	case r.ModelHostMiB != nil:
+		v = 0
+	default:
+		return nil
+	}
+	return &v
 }
 
 func side(r Report, input string) CompareSide {
@@ -134,26 +156,31 @@ func (c *Comparison) verdict(a, b Report) {
 	case b.PeakGTTMiB == nil:
 		c.cannot(nb + " has no process peak (no fdinfo samples with an amdgpu client)")
 		return
-	case a.ModelGTTMiB == nil:
-		c.cannot(na + " has no model load in its log, so its model buffer is unknown")
+	}
+	ma, mb := modelInGTT(a), modelInGTT(b)
+	switch {
+	case ma == nil:
+		c.cannot(na + " has no model buffer line in its log, so its model buffer is unknown")
 		return
-	case b.ModelGTTMiB == nil:
-		c.cannot(nb + " has no model load in its log, so its model buffer is unknown")
+	case mb == nil:
+		c.cannot(nb + " has no model buffer line in its log, so its model buffer is unknown")
 		return
 	}
 	on, off, onName, offName := a, b, na, nb
+	mOn, mOff := *ma, *mb
 	c.Offload, c.A.Role, c.B.Role = "a", "offload", "control"
-	if *b.ModelGTTMiB > *a.ModelGTTMiB {
+	if *mb > *ma {
 		on, off, onName, offName = b, a, nb, na
+		mOn, mOff = *mb, *ma
 		c.Offload, c.A.Role, c.B.Role = "b", "control", "offload"
 	}
-	m := float64(*on.ModelGTTMiB)
+	m := mOn
 	if m <= 0 {
 		c.Offload, c.A.Role, c.B.Role = "", "", ""
 		c.cannot("neither run holds its model buffer in GTT: compare a run with offload (-ngl 99) with its control (-ngl 0)")
 		return
 	}
-	if off := float64(*off.ModelGTTMiB); off > 0.05*m {
+	if off := mOff; off > 0.05*m {
 		c.Offload, c.A.Role, c.B.Role = "", "", ""
 		c.cannot(fmt.Sprintf("both runs hold a model buffer in GTT (%.1f and %.1f MiB): the control must run with offload off (-ngl 0)", m, off))
 		return

@@ -63,7 +63,7 @@ func TestCompareVerdicts(t *testing.T) {
 		{"neither", rep(m(5000), m(2400), m(800), ""), off, VerdictCannotTell,
 			"cannot tell: the difference of the peaks is 4300.0 MiB, neither ≈ the model buffer (2400.0 MiB) nor ≈ model buffer + packed copy (3200.0 MiB), within ± 120 MiB; B is the control"},
 		{"no peak", rep(nil, m(2400), m(800), ""), off, VerdictCannotTell, "cannot tell: A has no process peak (no fdinfo samples with an amdgpu client)"},
-		{"no model load", rep(m(3000), nil, nil, ""), off, VerdictCannotTell, "cannot tell: A has no model load in its log, so its model buffer is unknown"},
+		{"no model load", rep(m(3000), nil, nil, ""), off, VerdictCannotTell, "cannot tell: A has no model buffer line in its log, so its model buffer is unknown"},
 		{"both offloaded", rep(m(3000), m(2400), nil, ""), rep(m(3000), m(2400), nil, ""), VerdictCannotTell,
 			"cannot tell: both runs hold a model buffer in GTT (2400.0 and 2400.0 MiB): the control must run with offload off (-ngl 0)"},
 		{"neither offloaded", rep(m(700), m(0), nil, ""), off, VerdictCannotTell,
