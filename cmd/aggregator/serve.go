@@ -43,7 +43,12 @@ the run's issue (collector run --issue, else --comment-issue), edited rather
 than duplicated when the run's report changes. The API token is read from
 the environment variable GTTSPLIT_COMMENT_TOKEN, never from a flag.
 
-HTTP on --http: /healthz, /readyz, /metrics (Prometheus), /runs, /runs/{id}.
+HTTP on --http: the live page at / (the runs, newest first, filterable and
+updated live; /run/{id} with the split at peak and final and the GTT
+timeline; /compare?a=ID&b=ID), /healthz, /readyz, /metrics (Prometheus),
+/runs, /runs/{id} (JSON). The page needs no login on a loopback address;
+on any other it asks for http.token (GTTSPLIT_HTTP_TOKEN: open it once with
+?token=TOKEN), and without one it is refused there.
 SIGINT or SIGTERM drains: stop consuming, fold and acknowledge what is in
 hand, flush the sinks, exit 0 (within shutdown_timeout).`,
 		Example: `  aggregator serve --json-dir out/json --file-dir out/reports

@@ -68,6 +68,7 @@ func (c Consumer) LaneList() []string {
 // HTTP is the aggregator's HTTP endpoint.
 type HTTP struct {
 	Listen string `mapstructure:"listen" flag:"http" desc:"listen address (host:port) of the HTTP endpoint; empty disables it"`
+	Token  Secret `mapstructure:"token" desc:"token the live page asks for when http.listen is not a loopback address (open it once with ?token=, or send Authorization: Bearer); empty refuses the page there; set it through the environment"`
 }
 
 // Split tunes how events are folded into a split.

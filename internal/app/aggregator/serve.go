@@ -266,7 +266,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	var srv *http.Server
 	if cfg.HTTP.Listen != "" {
 		var addr string
-		srv, addr, err = startHTTP(cfg.HTTP.Listen, svc, b, m, log)
+		srv, addr, err = startHTTP(cfg.HTTP.Listen, cfg.HTTP.Token.Reveal(), svc, b, m, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -321,7 +321,7 @@ func ConsumerAckFloor(js jetstream.JetStream, cc bus.ConsumerConfig) func(contex
 	}
 }
 
-func startHTTP(listen string, svc *Service, b *broker, m *metrics, log zerolog.Logger) (*http.Server, string, error) {
+func startHTTP(listen, token string, svc *Service, b *broker, m *metrics, log zerolog.Logger) (*http.Server, string, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -359,12 +359,13 @@ func startHTTP(listen string, svc *Service, b *broker, m *metrics, log zerolog.L
 		return nil, "", fmt.Errorf("http.listen: %w", err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv.RegisterOnShutdown(mountWeb(mux, svc, ln.Addr(), token, log))
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
-	log.Info().Str("listen", ln.Addr().String()).Msg("http: /healthz /readyz /metrics /runs /runs/{id}")
+	log.Info().Str("listen", ln.Addr().String()).Msg("http: / (the live page) /healthz /readyz /metrics /runs /runs/{id}")
 	return srv, ln.Addr().String(), nil
 }
 

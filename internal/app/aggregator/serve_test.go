@@ -330,7 +330,10 @@ func TestServeHTTPIntegration(t *testing.T) {
 	m = httpGet(t, s.http, "/metrics", http.StatusOK)
 	require.Equal(t, "0", metricValue(m, "gttsplit_runs_open"))
 	require.Equal(t, "1", metricValue(m, `gttsplit_runs_completed_total{status="complete"}`))
-	require.Equal(t, "1", metricValue(m, `gttsplit_sink_writes_total{sink="json"}`))
+	// The sinks write on their own goroutines: the write is counted once done.
+	eventually(t, "the JSON sink's write counted", func() bool {
+		return metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), `gttsplit_sink_writes_total{sink="json"}`) == "1"
+	})
 
 	require.NoError(t, s.stop(t))
 }

@@ -1,0 +1,262 @@
+package web_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/app/aggregator"
+	"github.com/gttsplit/gttsplit/internal/app/collector"
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// Run ids of the recorded runs in testdata.
+const (
+	run4B   = "strix01-20261107T140311-4b"
+	run27B  = "strix01-20261107T141902-27b"
+	runCtl  = "strix01-20261107T141509-4b-ngl0"
+	repoTop = "../.."
+)
+
+// browser returns the path of a Chromium (or Chrome) to drive, or skips
+// the test saying why; under CI=true a missing browser fails it (.ci/run
+// installs Debian's chromium).
+func browser(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("GTTSPLIT_BROWSER"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no Chromium or Chrome on PATH (apt-get install chromium, or set GTTSPLIT_BROWSER)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg + "; under CI=true the browser tests must run")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// pipeline is a real `aggregator serve` (embedded NATS, HTTP on a free
+// port) that recorded runs are published to as `collector replay` does.
+type pipeline struct {
+	base   string // http://host:port
+	nats   string
+	mu     sync.Mutex
+	closed map[string]bool
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startPipeline(t *testing.T) *pipeline {
+	t.Helper()
+	cfg := config.DefaultAggregator()
+	cfg.Embedded.Listen = "127.0.0.1:0"
+	cfg.Embedded.Store = t.TempDir()
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.ShutdownTimeout = 20 * time.Second
+	p := &pipeline{closed: map[string]bool{}, done: make(chan error, 1)}
+	ready, httpReady := make(chan string, 1), make(chan string, 1)
+	opt := aggregator.ServeOptions{
+		Ready:     func(u string) { ready <- u },
+		HTTPReady: func(a string) { httpReady <- a },
+		OnClose: func(id string, _ split.Report) {
+			p.mu.Lock()
+			p.closed[id] = true
+			p.mu.Unlock()
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	go func() { p.done <- aggregator.Serve(ctx, cfg, opt, log) }()
+	for p.base == "" || p.nats == "" {
+		select {
+		case a := <-httpReady:
+			p.base = "http://" + a
+		case u := <-ready:
+			p.nats = u
+		case err := <-p.done:
+			t.Fatalf("serve: %v", err)
+		case <-time.After(60 * time.Second):
+			t.Fatal("serve did not become ready")
+		}
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-p.done:
+			require.NoError(t, err)
+		case <-time.After(60 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	return p
+}
+
+// replay publishes recorded streams with the collector's replay.
+func (p *pipeline) replay(t *testing.T, files ...string) {
+	t.Helper()
+	cc := config.DefaultCollector()
+	cc.NATS.URL = p.nats
+	cc.Spool.Dir = t.TempDir()
+	for i, f := range files {
+		files[i] = filepath.Join(repoTop, f)
+	}
+	_, err := collector.Replay(context.Background(), cc, files, collector.IO{}, zerolog.Nop())
+	require.NoError(t, err)
+}
+
+func (p *pipeline) waitClosed(t *testing.T, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		p.mu.Lock()
+		n := 0
+		for _, id := range ids {
+			if p.closed[id] {
+				n++
+			}
+		}
+		p.mu.Unlock()
+		if n == len(ids) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs %v not all closed after 60s", ids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestBrowserPages drives headless Chromium against a real aggregator fed
+// by the collector's replay of the recorded runs: the runs list shows both
+// reference runs, the 4B run's page its 3925.0 MiB peak and the timeline's
+// peak marker, a run published while the list is open appears without a
+// reload, and the compare page shows the difference of a run and its
+// control. Screenshots go to the test's temp dir; their paths are logged.
+func TestBrowserPages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser and the whole pipeline")
+	}
+	exe := browser(t)
+	p := startPipeline(t)
+	p.replay(t, "testdata/runs/4b/events.jsonl", "testdata/runs/27b/events.jsonl")
+	p.waitClosed(t, run4B, run27B)
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1100, 1300),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	// The first call starts the browser, on a context without a timeout
+	// (a timeout there would stop the browser); each step below has its own.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")))
+	step := func() context.Context {
+		ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	shots := t.TempDir()
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			b, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			path := filepath.Join(shots, name+".png")
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				return err
+			}
+			t.Logf("screenshot: %s", path)
+			fmt.Fprintf(os.Stderr, "screenshot: %s\n", path)
+			return nil
+		})
+	}
+	row := func(id string) chromedp.CSS { return chromedp.CSS(`tr[data-run="` + id + `"]`) }
+	text := func(ctx context.Context, sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		require.NoError(t, err, sel)
+		return s
+	}
+
+	// The runs list: both reference runs.
+	ctx := step()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(p.base+"/"),
+		chromedp.WaitVisible(row(run4B)),
+		chromedp.WaitVisible(row(run27B)),
+		shot("runs"),
+	))
+	list := text(ctx, "#runs")
+	require.Contains(t, list, "3925.0")
+	require.Contains(t, list, "20497.0")
+
+	// The 4B run's page: the peak, and the timeline's peak marker.
+	ctx = step()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(p.base+"/run/"+run4B),
+		chromedp.WaitVisible(chromedp.CSS("#peak-marker")),
+		shot("run-4b"),
+	))
+	require.Equal(t, "3925.0 MiB", text(ctx, "#peak"))
+	marker, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#peak-marker text"))) // SVG: no innerText
+	require.NoError(t, err)
+	require.Equal(t, "peak 3925.0 MiB", marker)
+
+	// A run published while the list is open appears without a reload: a
+	// value set on the page is still there when the row is.
+	ctx = step()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(p.base+"/"),
+		chromedp.WaitVisible(row(run4B)),
+	))
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`window.gttsplitNoReload = true`))
+	require.NoError(t, err)
+	p.replay(t, "testdata/controls/4b-ngl0/events.jsonl")
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(row(runCtl)), shot("runs-live")))
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.gttsplitNoReload === true`))
+	require.NoError(t, err)
+	require.True(t, kept, "the page was reloaded")
+
+	// The compare page: the difference of the peaks and the verdict.
+	ctx = step()
+	q := url.Values{"a": {run4B}, "b": {runCtl}}
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(p.base+"/compare?"+q.Encode()),
+		chromedp.WaitVisible(chromedp.CSS("#verdict")),
+		shot("compare"),
+	))
+	require.Equal(t, "weights resident twice: the difference of the peaks is 3171.7 MiB ≈ model buffer + packed copy (2375.9 + 795.8 = 3171.7 MiB)", text(ctx, "#verdict"))
+	f := strings.Fields(text(ctx, `#compare tr[data-key="peak_gtt_mib"]`))
+	require.GreaterOrEqual(t, len(f), 3)
+	require.Equal(t, []string{"3925.0", "753.3", "+3171.7"}, f[len(f)-3:])
+}

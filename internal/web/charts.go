@@ -1,0 +1,271 @@
+package web
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// The charts are computed here as plain geometry and drawn as SVG by the
+// templates: no script, no library, the same picture offline and in a
+// screenshot. Each part of the split has a fill that differs in lightness
+// and in pattern (see the <defs> of layout.html), so the charts stay
+// readable printed in grey.
+
+// Segment is one part of a stacked bar.
+type Segment struct {
+	Key, Label string
+	MiB        float64
+	X, W       float64 // in the bar chart's coordinates
+	Share      float64 // of the bar's total, in %
+}
+
+// Bar is the split at the peak or at the final sample.
+type Bar struct {
+	Name     string // "peak" or "final"
+	TotalMiB float64
+	Y        float64
+	Segments []Segment
+}
+
+// Tick is one labelled axis tick.
+type Tick struct {
+	Pos   float64
+	Label string
+}
+
+// BarChart is the stacked bars of a split.
+type BarChart struct {
+	Width, Height float64
+	Left, Right   float64 // plot area x range
+	BarHeight     float64
+	Bars          []Bar
+	Ticks         []Tick
+	AxisY         float64
+	Legend        []Segment // one per part, with the peak's figures
+}
+
+const (
+	barW, barLeft, barRight = 760.0, 60.0, 660.0
+	barH                    = 34.0
+)
+
+// NewBarChart lays out the split at peak and at final; nil when the peak
+// is unknown.
+func NewBarChart(r split.Report) *BarChart {
+	peak, final, pt, ft, ok := split.BarParts(r)
+	if !ok {
+		return nil
+	}
+	maxT := math.Max(pt, ft)
+	if maxT <= 0 {
+		return nil
+	}
+	ticks, top := niceTicks(maxT, 5)
+	scale := (barRight - barLeft) / top
+	c := &BarChart{Width: barW, Left: barLeft, Right: barRight, BarHeight: barH}
+	lay := func(name string, parts []split.BarPart, total, shown float64, y float64) Bar {
+		b := Bar{Name: name, TotalMiB: shown, Y: y}
+		x := barLeft
+		for _, p := range parts {
+			w := r1(p.MiB * scale)
+			share := 0.0
+			if total > 0 {
+				share = p.MiB / total * 100
+			}
+			b.Segments = append(b.Segments, Segment{Key: p.Key, Label: p.Label, MiB: p.MiB, X: x, W: w, Share: share})
+			x = r1(x + w)
+		}
+		return b
+	}
+	y := 10.0
+	c.Bars = append(c.Bars, lay("peak", peak, pt, float64(*r.PeakGTTMiB), y))
+	if r.FinalGTTMiB != nil {
+		y += barH + 14
+		c.Bars = append(c.Bars, lay("final", final, ft, float64(*r.FinalGTTMiB), y))
+	}
+	c.AxisY = y + barH + 6
+	for _, t := range ticks {
+		c.Ticks = append(c.Ticks, Tick{Pos: r1(barLeft + t*scale), Label: fmt.Sprintf("%g", t)})
+	}
+	c.Legend = c.Bars[0].Segments
+	c.Height = c.AxisY + 40
+	return c
+}
+
+// Point is one point of a polyline.
+type Point struct{ X, Y float64 }
+
+// MarkerLine is a load or context marker on the timeline.
+type MarkerLine struct {
+	X     float64
+	Label string
+	Title string
+	Row   int // label row, so close markers do not overlap
+}
+
+// Spot is a marked sample (peak, final).
+type Spot struct {
+	X, Y  float64
+	MiB   float64
+	TSec  float64
+	Label string
+	Right bool // label to the left of the point (near the right edge)
+}
+
+// Timeline is the GTT timeline chart.
+type Timeline struct {
+	Width, Height            float64
+	Left, Right, Top, Bottom float64
+	Points                   string // the polyline's points attribute
+	Area                     string // the filled area under it
+	N                        int
+	XTicks, YTicks           []Tick
+	Markers                  []MarkerLine
+	Untimed                  []string // markers without a time (a saved log)
+	Peak, Final              *Spot
+	Start                    string
+	BucketMS                 float64
+}
+
+const (
+	tlW, tlH                           = 760.0, 320.0
+	tlLeft, tlRight, tlTop, tlBottom   = 70.0, 740.0, 44.0, 270.0
+	markerLabelRows, markerLabelHeight = 2, 12.0
+)
+
+// NewTimeline lays out the timeline of r; nil when r has none.
+func NewTimeline(r split.Report) *Timeline {
+	tl := r.Timeline
+	if tl == nil || len(tl.Points) == 0 {
+		return nil
+	}
+	maxT, maxM := 0.0, 0.0
+	for _, p := range tl.Points {
+		maxT = math.Max(maxT, float64(p.TMS))
+		maxM = math.Max(maxM, float64(p.MiB))
+	}
+	for _, m := range tl.Markers {
+		if m.TMS != nil {
+			maxT = math.Max(maxT, float64(*m.TMS))
+		}
+	}
+	if r.PeakGTTMiB != nil {
+		maxM = math.Max(maxM, float64(*r.PeakGTTMiB))
+	}
+	if maxT <= 0 {
+		maxT = 1000
+	}
+	if maxM <= 0 {
+		maxM = 1
+	}
+	xt, xTop := niceTicks(maxT/1000, 6)
+	yt, yTop := niceTicks(maxM, 5)
+	x := func(ms float64) float64 { return r1(tlLeft + ms/1000/xTop*(tlRight-tlLeft)) }
+	y := func(mib float64) float64 { return r1(tlBottom - mib/yTop*(tlBottom-tlTop)) }
+	c := &Timeline{Width: tlW, Height: tlH, Left: tlLeft, Right: tlRight, Top: tlTop, Bottom: tlBottom,
+		N: len(tl.Points), Start: tl.Start, BucketMS: float64(tl.BucketMS)}
+	var pts, area []byte
+	for i, p := range tl.Points {
+		if i > 0 {
+			pts = append(pts, ' ')
+		}
+		pts = fmt.Appendf(pts, "%.1f,%.1f", x(float64(p.TMS)), y(float64(p.MiB)))
+	}
+	first, last := tl.Points[0], tl.Points[len(tl.Points)-1]
+	area = fmt.Appendf(area, "%.1f,%.1f %s %.1f,%.1f", x(float64(first.TMS)), tlBottom, pts, x(float64(last.TMS)), tlBottom)
+	c.Points, c.Area = string(pts), string(area)
+	for _, t := range xt {
+		c.XTicks = append(c.XTicks, Tick{Pos: x(t * 1000), Label: fmt.Sprintf("%g", t)})
+	}
+	for _, t := range yt {
+		c.YTicks = append(c.YTicks, Tick{Pos: y(t), Label: fmt.Sprintf("%g", t)})
+	}
+	lastX := map[int]float64{}
+	for _, m := range tl.Markers {
+		label := "load"
+		what := "model load"
+		if m.Kind == split.MarkerContext {
+			label, what = "ctx", "context"
+		}
+		title := fmt.Sprintf("%s (log line %d)", what, m.Line)
+		if m.TMS == nil {
+			c.Untimed = append(c.Untimed, title)
+			continue
+		}
+		mx := x(float64(*m.TMS))
+		row := 0
+		for row < markerLabelRows-1 {
+			if lx, ok := lastX[row]; !ok || mx-lx > 40 {
+				break
+			}
+			row++
+		}
+		lastX[row] = mx
+		c.Markers = append(c.Markers, MarkerLine{X: mx, Label: label, Title: fmt.Sprintf("%s at %.2f s", title, float64(*m.TMS)/1000), Row: row})
+	}
+	spot := func(ms *split.Millis, v *split.MiB, name string) *Spot {
+		if ms == nil || v == nil {
+			return nil
+		}
+		s := &Spot{X: x(float64(*ms)), Y: y(float64(*v)), MiB: float64(*v), TSec: float64(*ms) / 1000}
+		s.Label = fmt.Sprintf("%s %.1f MiB", name, s.MiB)
+		s.Right = s.X > tlRight-140
+		return s
+	}
+	c.Peak = spot(tl.PeakMS, r.PeakGTTMiB, "peak")
+	c.Final = spot(tl.FinalMS, r.FinalGTTMiB, "final")
+	return c
+}
+
+// niceTicks returns ticks 0, step, ... covering max with about n steps
+// of 1, 2 or 5 × 10^k, and the last tick.
+func niceTicks(max float64, n int) ([]float64, float64) {
+	if max <= 0 {
+		return []float64{0, 1}, 1
+	}
+	raw := max / float64(n)
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := mag
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	var out []float64
+	top := 0.0
+	for i := 0; ; i++ {
+		v := float64(i) * step
+		out = append(out, round(v))
+		top = v
+		if v >= max {
+			break
+		}
+	}
+	return out, top
+}
+
+func round(v float64) float64 { return math.Round(v*1e6) / 1e6 }
+
+// r1 rounds a coordinate to a tenth of a pixel.
+func r1(v float64) float64 { return math.Round(v*10) / 10 }
+
+// since formats how long ago t was, for the runs list.
+func since(now time.Time, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := now.Sub(t)
+	switch {
+	case d < time.Minute:
+		return "just now"
+	case d < time.Hour:
+		return fmt.Sprintf("%d min ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d h ago", int(d.Hours()))
+	}
+	return fmt.Sprintf("%d days ago", int(d.Hours()/24))
+}
