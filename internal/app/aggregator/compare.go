@@ -190,11 +190,12 @@ func WriteComparison(w io.Writer, format string, c split.Comparison) error {
 	var out []byte
 	switch format {
 	case "json":
-		b, err := split.CompareJSON(c)
+		// One compact object per line, as the splits are printed.
+		b, err := json.Marshal(c)
 		if err != nil {
 			return err
 		}
-		out = b
+		out = append(b, '\n')
 	case "md":
 		out = []byte(split.CompareMarkdown(c) + "\n")
 	default:
