@@ -20,6 +20,7 @@ type Segment struct {
 	MiB        float64
 	X, W       float64 // in the bar chart's coordinates
 	Share      float64 // of the bar's total, in %
+	Unknown    bool    // the row is unknown (drawn as 0)
 }
 
 // Bar is the split at the peak or at the final sample.
@@ -54,12 +55,25 @@ const (
 
 // NewBarChart lays out the split at peak and at final; nil when the peak
 // is unknown.
-func NewBarChart(r split.Report) *BarChart {
+func NewBarChart(r split.Report) *BarChart { return newBarChart(r, 0) }
+
+// NewBarCharts lays out two splits on one scale (the compare page).
+func NewBarCharts(a, b split.Report) (*BarChart, *BarChart) {
+	top := math.Max(barTotal(a), barTotal(b))
+	return newBarChart(a, top), newBarChart(b, top)
+}
+
+func barTotal(r split.Report) float64 {
+	_, _, pt, ft, _ := split.BarParts(r)
+	return math.Max(pt, ft)
+}
+
+func newBarChart(r split.Report, scaleTo float64) *BarChart {
 	peak, final, pt, ft, ok := split.BarParts(r)
 	if !ok {
 		return nil
 	}
-	maxT := math.Max(pt, ft)
+	maxT := math.Max(math.Max(pt, ft), scaleTo)
 	if maxT <= 0 {
 		return nil
 	}
@@ -75,7 +89,7 @@ func NewBarChart(r split.Report) *BarChart {
 			if total > 0 {
 				share = p.MiB / total * 100
 			}
-			b.Segments = append(b.Segments, Segment{Key: p.Key, Label: p.Label, MiB: p.MiB, X: x, W: w, Share: share})
+			b.Segments = append(b.Segments, Segment{Key: p.Key, Label: p.Label, MiB: p.MiB, X: x, W: w, Share: share, Unknown: p.Unknown})
 			x = r1(x + w)
 		}
 		return b

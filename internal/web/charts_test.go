@@ -50,3 +50,11 @@ func TestCharts(t *testing.T) {
 	require.Equal(t, []string{"context (log line 9)"}, tl.Untimed)
 	require.Nil(t, NewTimeline(split.Report{}))
 }
+
+func TestBarChartsOneScale(t *testing.T) {
+	m := func(v float64) *split.MiB { x := split.MiB(v); return &x }
+	a, b := NewBarCharts(split.Report{PeakGTTMiB: m(4000), ModelGTTMiB: m(2000)}, split.Report{PeakGTTMiB: m(800), ModelGTTMiB: m(0)})
+	require.Equal(t, a.Ticks, b.Ticks)
+	require.InDelta(t, (barRight-barLeft)/5, b.Bars[0].Segments[4].W, 0.2, "800 of 4000 MiB")
+	require.True(t, b.Bars[0].Segments[1].Unknown, "no packed row")
+}

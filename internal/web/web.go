@@ -437,7 +437,7 @@ func (h *Handler) compare(w http.ResponseWriter, r *http.Request) {
 		default:
 			c := split.Compare(ra, rb, p.A, p.B)
 			p.C, p.RA, p.RB = &c, ra, rb
-			p.BarsA, p.BarsB = NewBarChart(ra), NewBarChart(rb)
+			p.BarsA, p.BarsB = NewBarCharts(ra, rb)
 			p.Title = "gttsplit: compare " + p.A + " and " + p.B
 		}
 	}

@@ -16,6 +16,8 @@ type BarPart struct {
 	Label string
 	Glyph string // the text bar's character
 	MiB   float64
+	// Unknown says the row is unknown (drawn as 0).
+	Unknown bool
 }
 
 // BarParts returns the segments of the split at the peak and at the final
@@ -34,10 +36,10 @@ func BarParts(r Report) (peak, final []BarPart, peakTotal, finalTotal float64, o
 		return float64(*m)
 	}
 	rows := []BarPart{
-		{Key: "model", Label: "model buffer", Glyph: "█", MiB: v(r.ModelGTTMiB)},
-		{Key: "packed", Label: "packed copies", Glyph: "▓", MiB: v(r.PackedMiB)},
-		{Key: "state", Label: "KV + state", Glyph: "▒", MiB: v(r.StateMiB)},
-		{Key: "compute", Label: "compute + output", Glyph: "░", MiB: v(r.ComputeMiB)},
+		{Key: "model", Label: "model buffer", Glyph: "█", MiB: v(r.ModelGTTMiB), Unknown: r.ModelGTTMiB == nil},
+		{Key: "packed", Label: "packed copies", Glyph: "▓", MiB: v(r.PackedMiB), Unknown: r.PackedMiB == nil},
+		{Key: "state", Label: "KV + state", Glyph: "▒", MiB: v(r.StateMiB), Unknown: r.StateMiB == nil},
+		{Key: "compute", Label: "compute + output", Glyph: "░", MiB: v(r.ComputeMiB), Unknown: r.ComputeMiB == nil},
 	}
 	attributed := 0.0
 	for _, x := range rows {
