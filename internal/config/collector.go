@@ -147,7 +147,7 @@ func (c Collector) problems() []*FieldError {
 		}
 	}
 	if c.ControlOf != "" {
-		if err := checkToken(c.ControlOf); err != nil {
+		if err := checkToken(c.ControlOf, MaxRunIDLen); err != nil {
 			p.add("control_of", "%w", err)
 		}
 	}
