@@ -80,6 +80,7 @@ func Setup(e *testscript.Env) error {
 		// The examples name the repository's paths.
 		{filepath.Join(RepoRoot, "testdata", "runs", "4b"), filepath.Join("testdata", "runs", "4b")},
 		{filepath.Join(RepoRoot, "testdata", "runs", "27b"), filepath.Join("testdata", "runs", "27b")},
+		{filepath.Join(RepoRoot, "testdata", "controls", "4b-ngl0"), filepath.Join("testdata", "controls", "4b-ngl0")},
 		{filepath.Join(RepoRoot, "testdata", "fdinfo", "4b-peak"), "fdinfo-snapshot"},
 	}
 	for _, c := range copies {
