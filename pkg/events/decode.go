@@ -70,6 +70,9 @@ func Unmarshal(b []byte) (ev event.Event, err error) {
 
 // DecodeBytes is Unmarshal followed by Decode.
 func DecodeBytes(b []byte) (Decoded, error) {
+	if d, ok := decodeOnePass(b); ok {
+		return d, nil
+	}
 	if json.Valid(b) {
 		if d, ok := decodeFast(b); ok {
 			return d, nil
@@ -243,7 +246,16 @@ func decodeFast(b []byte) (Decoded, bool) {
 		ok = false
 		return false
 	})
-	if !ok || it.Error != nil || (lines == nil) == (sample == nil) || !haveSpec || specVersion != event.CloudEventsVersionV1 {
+	if !ok || it.Error != nil {
+		return Decoded{}, false
+	}
+	return finishFast(attrs, lines, sample, haveSpec, specVersion, haveTime, tm)
+}
+
+// finishFast builds the event of a fast path's attributes and data and
+// checks it as Decode does.
+func finishFast(attrs map[string]string, lines *LogLinesData, sample *FDInfoSampleData, haveSpec bool, specVersion string, haveTime bool, tm string) (Decoded, bool) {
+	if (lines == nil) == (sample == nil) || !haveSpec || specVersion != event.CloudEventsVersionV1 {
 		return Decoded{}, false
 	}
 	ev := event.New(specVersion)

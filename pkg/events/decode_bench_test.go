@@ -2,9 +2,11 @@ package events_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
@@ -63,4 +65,57 @@ func BenchmarkJSONValidBaseline(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkDecodeLogLines decodes the log-lines events of the 4B and 27B
+// fixtures (batches of up to 256 lines, colour escapes) with DecodeBytes
+// and, in the same iterations, scans the same bytes with encoding/json's
+// Valid (one validity pass, no allocation) as the baseline. x/baseline is
+// decode's rate over the scan's (≥ 1: decoding is faster than validating).
+func BenchmarkDecodeLogLines(b *testing.B) {
+	var evs [][]byte
+	n := 0
+	for _, run := range []string{"4b", "27b"} {
+		f, err := os.Open("../../testdata/runs/" + run + "/events.jsonl")
+		if err != nil {
+			b.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<24)
+		for sc.Scan() {
+			if bytes.Contains(sc.Bytes(), []byte(`"type":"`+events.TypeLogLines+`"`)) {
+				evs = append(evs, append([]byte(nil), sc.Bytes()...))
+				n += len(sc.Bytes())
+			}
+		}
+		f.Close()
+	}
+	if len(evs) == 0 {
+		b.Fatal("no log-lines events")
+	}
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	var ours, base time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		for _, e := range evs {
+			if _, err := events.DecodeBytes(e); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ours += time.Since(t0)
+		b.StopTimer()
+		t0 = time.Now()
+		for _, e := range evs {
+			if !json.Valid(e) {
+				b.Fatal("invalid")
+			}
+		}
+		base += time.Since(t0)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(base)/float64(ours), "x/baseline")
+	b.ReportMetric(float64(n)*float64(b.N)/ours.Seconds()/1e6, "MB/s-decode")
+	b.ReportMetric(float64(n)*float64(b.N)/base.Seconds()/1e6, "MB/s-valid")
 }
