@@ -120,6 +120,11 @@ func parseSampleHeader(h string) (time.Time, int, error) {
 			if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
 				return t, 0, err
 			}
+			// A zone offset can move a time of year 0 or 9999 out of
+			// the range RFC 3339 (and FormatSamples) can write in UTC.
+			if y := t.UTC().Year(); y < 1 || y > 9999 {
+				return time.Time{}, 0, fmt.Errorf("sample time %q is outside the years 1 to 9999", v)
+			}
 		case "pid":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
