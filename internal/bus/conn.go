@@ -108,7 +108,7 @@ func (c ConnConfig) options(log zerolog.Logger) ([]nats.Option, error) {
 		// spool's back after the reconnect, which would break the order.
 		nats.ReconnectBufSize(-1),
 		nats.ConnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("nats connected")
+			log.Info().Str("url", redactURLs(nc.ConnectedUrl())).Msg("nats connected")
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil { // closed on purpose
@@ -118,7 +118,7 @@ func (c ConnConfig) options(log zerolog.Logger) ([]nats.Option, error) {
 			log.Warn().Err(err).Msg("nats disconnected")
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("nats reconnected")
+			log.Info().Str("url", redactURLs(nc.ConnectedUrl())).Msg("nats reconnected")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			ev := log.Warn().Err(err)

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,10 +9,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -194,3 +198,37 @@ func TestConnectFailFastSilentServer(t *testing.T) {
 	require.ErrorContains(t, err, cfg.URL)
 	require.ErrorContains(t, err, "timeout")
 }
+
+// TestConnectLogMasksToken: a token given as the URL's user, or a
+// password, never appears in the log.
+func TestConnectLogMasksToken(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	opts := natstest.Options(t.TempDir(), 0)
+	opts.Authorization = "tok-s3cret-1"
+	s, err := natstest.NewServerWithOptions(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { natstest.Shutdown(s) })
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	w := zerolog.SyncWriter(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }))
+	cfg := bus.DefaultConnConfig()
+	cfg.URL = fmt.Sprintf("nats://tok-s3cret-1@127.0.0.1:%d", natstest.Port(s))
+	nc, err := bus.Connect(context.Background(), cfg, zerolog.New(w))
+	require.NoError(t, err)
+	require.True(t, nc.IsConnected())
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Contains(logs.Bytes(), []byte("nats connected"))
+	}, 10*time.Second, 10*time.Millisecond)
+	nc.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, logs.String(), "[redacted]@127.0.0.1")
+	require.NotContains(t, logs.String(), "tok-s3cret-1")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

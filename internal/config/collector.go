@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/gttsplit/gttsplit/internal/redact"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -64,6 +65,7 @@ type Wrap struct {
 	SetTraceEnv bool          `mapstructure:"set_trace_env" desc:"set GGML_HRX_HOST_WEIGHT_TRACE=1 for the child unless it is set"`
 	AddVerbose  bool          `mapstructure:"add_verbose" desc:"append -v to the child's arguments unless a verbosity flag is there"`
 	KillGrace   time.Duration `mapstructure:"kill_grace" desc:"time the child gets after a forwarded signal before it is killed"`
+	RedactFlags string        `mapstructure:"redact_flags" desc:"regexp on flag names (without dashes) whose values are masked in the recorded command (--name VALUE and --name=VALUE); URL credentials are always masked"`
 }
 
 // Batch is how log lines are grouped into events.
@@ -105,7 +107,7 @@ func DefaultCollector() Collector {
 			RescanInterval: time.Second,
 			TriggerMinGap:  5 * time.Millisecond,
 		},
-		Wrap:            Wrap{SetTraceEnv: true, AddVerbose: true, KillGrace: 10 * time.Second},
+		Wrap:            Wrap{SetTraceEnv: true, AddVerbose: true, KillGrace: 10 * time.Second, RedactFlags: redact.DefaultFlagPattern},
 		Batch:           Batch{MaxLines: 256, MaxDelay: 50 * time.Millisecond},
 		Attach:          Attach{},
 		Replay:          Replay{Pace: "instant"},
@@ -177,6 +179,9 @@ func (c Collector) problems() []*FieldError {
 		p.add("sample.trigger_min_gap", "must not be negative")
 	}
 	p.positive("wrap.kill_grace", c.Wrap.KillGrace)
+	if _, err := redact.New(c.Wrap.RedactFlags); err != nil {
+		p.add("wrap.redact_flags", "does not compile: %w", err)
+	}
 	p.atLeast("batch.max_lines", int64(c.Batch.MaxLines), 1)
 	p.positive("batch.max_delay", c.Batch.MaxDelay)
 	p.atLeast("attach.pid", int64(c.Attach.PID), 0)

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/gttsplit/gttsplit/internal/redact"
 	"net"
 	"net/url"
 	"regexp"
@@ -225,8 +226,9 @@ func (p *problems) nats(n natsCommon) {
 func checkNATSURLs(s string) error {
 	for _, raw := range strings.Split(s, ",") {
 		raw = strings.TrimSpace(raw)
+		shown := redact.URL(raw) // never echo a token or password
 		if raw == "" {
-			return fmt.Errorf("empty entry in %q", s)
+			return fmt.Errorf("empty entry in %q", redact.URL(s))
 		}
 		withScheme := raw
 		if !strings.Contains(raw, "://") {
@@ -234,19 +236,19 @@ func checkNATSURLs(s string) error {
 		}
 		u, err := url.Parse(withScheme)
 		if err != nil {
-			return fmt.Errorf("%q is not a URL", raw)
+			return fmt.Errorf("%q is not a URL", shown)
 		}
 		switch u.Scheme {
 		case "nats", "tls", "ws", "wss":
 		default:
-			return fmt.Errorf("%q: scheme must be nats, tls, ws or wss", raw)
+			return fmt.Errorf("%q: scheme must be nats, tls, ws or wss", shown)
 		}
 		if u.Hostname() == "" {
-			return fmt.Errorf("%q has no host", raw)
+			return fmt.Errorf("%q has no host", shown)
 		}
 		if port := u.Port(); port != "" {
 			if err := checkPort(port); err != nil {
-				return fmt.Errorf("%q: %w", raw, err)
+				return fmt.Errorf("%q: %w", shown, err)
 			}
 		}
 	}
@@ -386,7 +388,7 @@ func checkPattern(s string) error {
 func checkHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an http or https URL", s)
+		return fmt.Errorf("%q is not an http or https URL", redact.URL(s))
 	}
 	return nil
 }

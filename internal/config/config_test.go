@@ -636,3 +636,21 @@ func TestIDLimits(t *testing.T) {
 	c.Host = "a\x01b"
 	require.Equal(t, []string{"host"}, problemKeys(c.Validate()))
 }
+
+// TestURLCredentialsMasked: a token or password in a NATS URL or in the
+// comment API URL is not echoed in a configuration error.
+func TestURLCredentialsMasked(t *testing.T) {
+	t.Parallel()
+	c := DefaultCollector()
+	c.NATS.URL = "http://tok-s3cret-9@h:4222"
+	err := c.Validate()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "tok-s3cret-9")
+	require.Contains(t, err.Error(), "http://***@h:4222")
+
+	a := DefaultAggregator()
+	a.Sinks.IssueComment.API = "ftp://bob:pw-s3cret-8@api.example"
+	err = a.Validate()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "pw-s3cret-8")
+}

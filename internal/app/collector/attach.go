@@ -18,6 +18,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/redact"
 	"github.com/gttsplit/gttsplit/pkg/sources"
 	"github.com/gttsplit/gttsplit/pkg/sources/fdinfo"
 	"github.com/gttsplit/gttsplit/pkg/sources/logtail"
@@ -69,7 +70,12 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		s.log.Warn().Err(err).Msg("what an earlier attach of this run sent is not known")
 	}
 	s.provenance(ctx)
-	s.info.Command = readCmdline(procRoot, pid)
+	red, err := redact.New(cfg.Wrap.RedactFlags)
+	if err != nil {
+		_, _ = s.close(ctx)
+		return cli.Usage(fmt.Errorf("wrap.redact_flags: %w", err))
+	}
+	s.info.Command = readCmdline(procRoot, pid, red)
 	s.info.Started = time.Now()
 	s.pipe.detail.PID = pid
 
@@ -262,12 +268,13 @@ func procStartTime(procRoot string, pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
-func readCmdline(procRoot string, pid int) string {
+func readCmdline(procRoot string, pid int, red *redact.Redactor) string {
 	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cmdline"))
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+	argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	return strings.TrimSpace(strings.Join(red.Args(argv), " "))
 }
 
 // sentLogName is the file, in the attach state directory, that keeps what

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/redact"
 	"github.com/gttsplit/gttsplit/pkg/sources"
 	"github.com/gttsplit/gttsplit/pkg/sources/fdinfo"
 	"github.com/gttsplit/gttsplit/pkg/sources/procwrap"
@@ -44,6 +48,15 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	if cfg.Batch.MaxDelay > 0 {
 		pc.BatchDelay = cfg.Batch.MaxDelay
 	}
+	red, err := redact.New(cfg.Wrap.RedactFlags)
+	if err != nil {
+		_, _ = s.close(ctx)
+		return 1, cli.Usage(fmt.Errorf("wrap.redact_flags: %w", err))
+	}
+	pc.Redact = red.Args
+	// The child gets the collector's environment without the collector's
+	// own secrets.
+	pc.BaseEnv = childEnv(os.Environ())
 	pc.Stdin, pc.Stdout, pc.Stderr = io.Stdin, io.Stdout, io.Stderr
 	pc.Run = s.info
 	trigger, onLine := newTrigger()
@@ -54,7 +67,7 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 		_, _ = s.close(ctx)
 		return 1, err
 	}
-	s.pipe.detail.Args = pw.Argv()
+	s.pipe.detail.Args = red.Args(pw.Argv())
 	s.pipe.detail.VerboseAppended = len(pw.Argv()) > len(argv)
 	s.pipe.detail.Env = map[string]string{}
 	for _, kv := range pw.Env() {
@@ -181,4 +194,23 @@ func cutEnv(kv string) (k, v string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// secretEnv names the collector's own secrets in the environment
+// (GTTSPLIT_NATS_TOKEN, GTTSPLIT_NATS_PASSWORD, GTTSPLIT_NATS_CREDS_FILE,
+// GTTSPLIT_NATS_NKEY_SEED_FILE, GTTSPLIT_COMMENT_TOKEN,
+// GTTSPLIT_SINKS_ISSUE_COMMENT_TOKEN, ...): never passed to the child.
+var secretEnv = regexp.MustCompile(`^GTTSPLIT_.*(TOKEN|PASSWORD|CREDS|NKEY|SEED|SECRET)`)
+
+// childEnv returns env without the collector's secrets.
+func childEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if secretEnv.MatchString(k) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }

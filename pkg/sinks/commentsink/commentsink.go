@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gttsplit/gttsplit/internal/plugin"
+	"github.com/gttsplit/gttsplit/internal/redact"
 	"io"
 	"net/http"
 	"net/url"
@@ -87,7 +88,11 @@ func (c *Config) Validate() error {
 	var errs []error
 	if u, err := url.Parse(c.API); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" ||
 		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		errs = append(errs, fmt.Errorf("api: %q is not an http(s) base URL", c.API))
+		why := ""
+		if err == nil && u.User != nil {
+			why = " (credentials do not belong in it: the token comes from GTTSPLIT_COMMENT_TOKEN)"
+		}
+		errs = append(errs, fmt.Errorf("api: %q is not an http(s) base URL%s", redact.URL(c.API), why))
 	}
 	if c.DefaultIssue != "" {
 		if _, err := parseIssue(c.DefaultIssue); err != nil {

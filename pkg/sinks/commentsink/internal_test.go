@@ -124,3 +124,11 @@ func TestRateLimitDelay(t *testing.T) {
 		require.Equal(t, tc.want, s.rateLimitDelay(tc.h), "%v", tc.h)
 	}
 }
+
+func TestValidateMasksAPICredentials(t *testing.T) {
+	c := Config{API: "https://bob:pw-s3cret-7@api.example"}
+	err := c.Validate()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "pw-s3cret-7")
+	require.Contains(t, err.Error(), "credentials do not belong in it")
+}

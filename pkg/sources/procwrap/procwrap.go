@@ -42,6 +42,9 @@ type Config struct {
 	Command []string `mapstructure:"-"`
 	// Env holds KEY=VALUE pairs added to the child's environment.
 	Env []string `mapstructure:"-"`
+	// Redact, if set, masks secrets in the argv recorded in the Started
+	// record (the child gets the argv unchanged).
+	Redact func(argv []string) []string `mapstructure:"-"`
 	// BaseEnv is the environment the child inherits; nil means os.Environ().
 	BaseEnv []string `mapstructure:"-"`
 	// Dir is the child's working directory; "" means the collector's.
@@ -229,9 +232,15 @@ func (s *Source) Argv() []string { return append([]string(nil), s.argv...) }
 // Env returns the environment the child gets.
 func (s *Source) Env() []string { return append([]string(nil), s.env...) }
 
-// CommandLine returns Argv quoted for a POSIX shell, as reported in the
-// Started record.
-func (s *Source) CommandLine() string { return shellQuote(s.argv) }
+// CommandLine returns Argv quoted for a POSIX shell, secrets masked by
+// Config.Redact, as reported in the Started record and logged.
+func (s *Source) CommandLine() string {
+	argv := s.argv
+	if s.cfg.Redact != nil {
+		argv = s.cfg.Redact(argv)
+	}
+	return shellQuote(argv)
+}
 
 // WaitPID blocks until the child started and returns its PID; it returns
 // ErrNotStarted (or the start error) when the child could not be started,

@@ -1,0 +1,78 @@
+package collector
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/redact"
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// TestRunRedactsSecretsIntegration wraps a child given secrets in its
+// arguments, in every form: the child gets them unchanged, but the
+// recorded command and argv (events, --out files) have them masked; the
+// child's environment holds none of the collector's own secrets.
+func TestRunRedactsSecretsIntegration(t *testing.T) {
+	skipShort(t)
+	t.Setenv("GTTSPLIT_NATS_TOKEN", "nats-secret-1")
+	t.Setenv("GTTSPLIT_NATS_PASSWORD", "nats-secret-2")
+	t.Setenv("GTTSPLIT_COMMENT_TOKEN", "comment-secret-3")
+	t.Setenv("GTTSPLIT_SINKS_ISSUE_COMMENT_TOKEN", "comment-secret-4")
+	t.Setenv("GTTSPLIT_LANE_NOTE", "kept")
+	rec := filepath.Join(t.TempDir(), "record.json")
+	secrets := []string{"sk-arg-1", "sk-arg-2", "hf_arg_3", "pw-arg-4", "url-pass-5", "url-token-6"}
+	argv := childArgv(t, "record="+rec, "--api-key", "sk-arg-1", "--api-key=sk-arg-2", "--hf-token", "hf_arg_3",
+		"--db-password=pw-arg-4", "--model-url", "https://alice:url-pass-5@example.com/m.gguf",
+		"-mu=https://url-token-6@example.com/m", "--verbose")
+	cfg := testConfig(t)
+	cfg.Out = t.TempDir()
+	var logs syncBuffer
+	code, err := Run(testCtx(t), cfg, argv, newTestIO().io(), zerolog.New(&logs))
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
+	evs := readJSONL(t, filepath.Join(cfg.Out, "events.jsonl"))
+	requireNoSecrets(t, cfg.Out, secrets)
+	for _, s := range secrets {
+		require.NotContains(t, logs.String(), s, "the log holds a secret")
+	}
+
+	r := readRecord(t, rec)
+	require.Contains(t, r.Args, "sk-arg-1", "the child gets its arguments unchanged")
+	for _, k := range []string{"GTTSPLIT_NATS_TOKEN", "GTTSPLIT_NATS_PASSWORD", "GTTSPLIT_COMMENT_TOKEN", "GTTSPLIT_SINKS_ISSUE_COMMENT_TOKEN"} {
+		_, ok := r.Lookup(k)
+		require.False(t, ok, "%s reached the child", k)
+	}
+	v, ok := r.Lookup("GTTSPLIT_LANE_NOTE")
+	require.True(t, ok)
+	require.Equal(t, "kept", v)
+
+	st := byType(evs, events.TypeRunStarted)
+	require.Len(t, st, 1)
+	args := st[0].Started.Detail.Args
+	require.Contains(t, args, redact.Mask)
+	require.Contains(t, args, "--api-key="+redact.Mask)
+	require.Contains(t, args, "https://alice:"+redact.Mask+"@example.com/m.gguf")
+	require.Contains(t, st[0].Started.Info.Command, "--hf-token '***'")
+}
+
+// requireNoSecrets fails when any file under dir holds one of secrets.
+func requireNoSecrets(t *testing.T, dir string, secrets []string) {
+	t.Helper()
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, s := range secrets {
+			require.NotContains(t, string(b), s, "%s holds a secret", p)
+		}
+		return nil
+	}))
+}
