@@ -1,0 +1,107 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// BenchmarkPublishVsPublishAsync is the collector's publishing of log-lines
+// events (10 lines each, distinct ids) through the Publisher, events handed
+// over as event.Event (so it includes their JSON encoding), against
+// nats.go's bare JetStream PublishAsync of the same encoded bytes with the
+// same durability: a message id each, asynchronous acks, waiting for every
+// ack, the same in-flight bound. The two alternate in rounds of 1,000
+// events on one embedded server and stream, so load on the machine hits
+// both alike; x/baseline is the Publisher's events/s over the bare
+// client's (≥ 1: as fast as the bare client).
+//
+//	go test ./internal/bus -run '^$' -bench PublishVsPublishAsync -benchtime 20000x
+func BenchmarkPublishVsPublishAsync(b *testing.B) {
+	s := natstest.Start(b)
+	jsFor(b, s)
+	cfg := bus.DefaultPublisherConfig()
+	cfg.Spool.Dir = b.TempDir()
+	p, err := bus.NewPublisher(connect(b, s.ClientURL()), cfg, zeroLogger())
+	require.NoError(b, err)
+	defer p.Close(context.Background())
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(b, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxInFlight))
+	require.NoError(b, err)
+
+	const round = 1000
+	o := events.Origin{RunID: "bench", Host: "host1", Lane: "gpu0"}
+	mk := func(run string, i int) (event.Event, []byte, string) {
+		lines := make([]split.Line, 10)
+		for j := range lines {
+			seq := uint64(i*10 + j + 1)
+			lines[j] = split.Line{Stream: "stderr", Seq: seq, Text: fmt.Sprintf("load_tensors:        ROCm0 model buffer size = %8.2f MiB", float64(seq)/7)}
+		}
+		oo := o
+		oo.RunID = run
+		ev, err := events.NewLogLines(oo, lines)
+		require.NoError(b, err)
+		w, err := events.ToWire(ev)
+		require.NoError(b, err)
+		return ev, w.Data, w.ID
+	}
+	evs := make([]event.Event, b.N)
+	wires := make([][]byte, b.N)
+	ids := make([]string, b.N)
+	size := 0
+	for i := range evs {
+		evs[i], _, _ = mk("bench", i)
+		_, wires[i], ids[i] = mk("bare", i) // same size, other ids
+		size += len(wires[i])
+	}
+	subj := events.Subject(events.KindLog, o.Host, o.Lane, "bare")
+	b.SetBytes(int64(size / b.N))
+	ctx := context.Background()
+	var ours, base time.Duration
+	b.ResetTimer()
+	for lo := 0; lo < b.N; lo += round {
+		hi := min(lo+round, b.N)
+		t0 := time.Now()
+		for _, ev := range evs[lo:hi] {
+			if err := p.Publish(ctx, ev, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := p.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ours += time.Since(t0)
+
+		b.StopTimer()
+		t0 = time.Now()
+		for i := lo; i < hi; i++ {
+			if _, err := js.PublishAsync(subj, wires[i], jetstream.WithMsgID(ids[i])); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			b.Fatal("bare publish did not complete")
+		}
+		base += time.Since(t0)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	require.Equal(b, uint64(b.N), p.Stats().Published)
+	b.ReportMetric(float64(b.N)/ours.Seconds(), "events/s")
+	b.ReportMetric(float64(b.N)/base.Seconds(), "bare-events/s")
+	b.ReportMetric(float64(base)/float64(ours), "x/baseline")
+}
