@@ -6,8 +6,11 @@
 #
 #   docker build -t gttsplit:dev --build-arg VERSION=$(git describe --always --dirty) .
 #   docker run --rm gttsplit:dev aggregator quickstart
-#   docker run --rm -p 8080:8080 -p 4222:4222 gttsplit:dev \
+#   docker run --rm -p 8080:8080 -p 4222:4222 -e GTTSPLIT_NATS_TOKEN=... gttsplit:dev \
 #     aggregator serve --embedded-listen 0.0.0.0:4222 --http 0.0.0.0:8080 --json-dir /out/json
+#
+# (the embedded server listens beyond loopback only with a token or a user
+# and password, which it then demands of every client)
 #
 # docker-compose.yml runs it with a NATS server (see the README).
 

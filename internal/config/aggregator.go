@@ -42,7 +42,7 @@ type AggregatorNATS struct {
 
 // Embedded is the in-process NATS server started when nats.url is empty.
 type Embedded struct {
-	Listen string `mapstructure:"listen" flag:"embedded-listen" desc:"client listen address (host:port) of the embedded NATS server"`
+	Listen string `mapstructure:"listen" flag:"embedded-listen" desc:"client listen address (host:port) of the embedded NATS server; it requires nats.token or nats.user/nats.password (which the server then demands) unless it is a loopback address"`
 	Store  string `mapstructure:"store" flag:"store" desc:"JetStream store directory of the embedded NATS server"`
 }
 
@@ -181,6 +181,8 @@ func (a Aggregator) problems() []*FieldError {
 	})
 	if err := checkListen(a.Embedded.Listen); err != nil {
 		p.add("embedded.listen", "%w", err)
+	} else if a.NATS.URL == "" && !IsLoopbackListen(a.Embedded.Listen) && a.NATS.Token == "" && a.NATS.User == "" {
+		p.add("embedded.listen", "%q is not a loopback address and the embedded server would have no authentication: set nats.token (GTTSPLIT_NATS_TOKEN) or nats.user and nats.password, or listen on 127.0.0.1", a.Embedded.Listen)
 	}
 	if a.Embedded.Store == "" {
 		p.add("embedded.store", "must not be empty")

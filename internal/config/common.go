@@ -392,3 +392,18 @@ func checkHTTPURL(s string) error {
 	}
 	return nil
 }
+
+// IsLoopbackListen reports whether a host:port listen address is on a
+// loopback interface only ("localhost", 127.0.0.0/8, ::1); an empty host
+// (every interface) is not.
+func IsLoopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

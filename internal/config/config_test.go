@@ -416,7 +416,15 @@ func TestValidate(t *testing.T) {
 		{"defaults", func(*Aggregator) {}, nil},
 		{"listen no port", func(a *Aggregator) { a.Embedded.Listen = "127.0.0.1" }, []string{"embedded.listen"}},
 		{"listen bad port", func(a *Aggregator) { a.Embedded.Listen = "127.0.0.1:http" }, []string{"embedded.listen"}},
-		{"listen any host", func(a *Aggregator) { a.Embedded.Listen = ":0" }, nil},
+		{"listen any host without auth", func(a *Aggregator) { a.Embedded.Listen = ":0" }, []string{"embedded.listen"}},
+		{"listen any host with a token", func(a *Aggregator) { a.Embedded.Listen, a.NATS.Token = ":0", "t" }, nil},
+		{"listen beyond loopback with a user", func(a *Aggregator) {
+			a.Embedded.Listen, a.NATS.User, a.NATS.Password = "10.0.0.1:4222", "u", "p"
+		}, nil},
+		{"listen localhost", func(a *Aggregator) { a.Embedded.Listen = "localhost:4222" }, nil},
+		{"listen ::1", func(a *Aggregator) { a.Embedded.Listen = "[::1]:4222" }, nil},
+		{"listen anywhere with a broker URL", func(a *Aggregator) { a.Embedded.Listen, a.NATS.URL = "0.0.0.0:4222", "nats://n:4222" }, nil},
+		{"embedded token and user", func(a *Aggregator) { a.NATS.Token, a.NATS.User, a.NATS.Password = "t", "u", "p" }, []string{"nats"}},
 		{"http disabled", func(a *Aggregator) { a.HTTP.Listen = "" }, nil},
 		{"http ipv6", func(a *Aggregator) { a.HTTP.Listen = "[::1]:8080" }, nil},
 		{"http bad", func(a *Aggregator) { a.HTTP.Listen = "8080" }, []string{"http.listen"}},

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,16 +18,16 @@ func TestStartEmbeddedStoreLocked(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	store := filepath.Join(t.TempDir(), "store")
-	ns, err := StartEmbedded("127.0.0.1:0", store, testLogger(t))
+	ns, err := StartEmbedded("127.0.0.1:0", store, EmbeddedAuth{}, testLogger(t))
 	require.NoError(t, err)
-	_, err = StartEmbedded("127.0.0.1:0", store, testLogger(t))
+	_, err = StartEmbedded("127.0.0.1:0", store, EmbeddedAuth{}, testLogger(t))
 	require.ErrorIs(t, err, ErrStoreInUse)
 	require.ErrorContains(t, err, store)
 	require.ErrorContains(t, err, "pid")
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	eventually(t, "the store's lock released", func() bool {
-		ns2, err := StartEmbedded("127.0.0.1:0", store, testLogger(t))
+		ns2, err := StartEmbedded("127.0.0.1:0", store, EmbeddedAuth{}, testLogger(t))
 		if err != nil {
 			return false
 		}
@@ -44,7 +45,7 @@ func TestStartEmbeddedPortBusy(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	store := filepath.Join(t.TempDir(), "store")
-	_, err = StartEmbedded(ln.Addr().String(), store, testLogger(t))
+	_, err = StartEmbedded(ln.Addr().String(), store, EmbeddedAuth{}, testLogger(t))
 	require.ErrorIs(t, err, syscall.EADDRINUSE)
 	require.ErrorContains(t, err, ln.Addr().String())
 	require.NotErrorIs(t, err, ErrStoreInUse)
@@ -52,8 +53,48 @@ func TestStartEmbeddedPortBusy(t *testing.T) {
 	if testing.Short() {
 		return
 	}
-	ns, err := StartEmbedded("127.0.0.1:0", store, testLogger(t))
+	ns, err := StartEmbedded("127.0.0.1:0", store, EmbeddedAuth{}, testLogger(t))
 	require.NoError(t, err, "the failed start released the store")
 	ns.Shutdown()
 	ns.WaitForShutdown()
+}
+
+// TestStartEmbeddedAuth: the configured token is the embedded server's; a
+// client without it is refused. Beyond loopback, no auth is refused.
+func TestStartEmbeddedAuth(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	_, err := StartEmbedded("0.0.0.0:0", filepath.Join(t.TempDir(), "s0"), EmbeddedAuth{}, testLogger(t))
+	require.ErrorContains(t, err, "not a loopback address")
+
+	for name, auth := range map[string]EmbeddedAuth{
+		"token": {Token: "emb-tok-1"},
+		"user":  {User: "agg", Password: "emb-pw-2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ns, err := StartEmbedded("127.0.0.1:0", filepath.Join(t.TempDir(), "s"), auth, testLogger(t))
+			require.NoError(t, err)
+			defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+			_, err = nats.Connect(ns.ClientURL(), nats.NoReconnect())
+			require.Error(t, err, "no credentials")
+			opt := nats.Token(auth.Token)
+			if auth.User != "" {
+				opt = nats.UserInfo(auth.User, auth.Password)
+			}
+			nc, err := nats.Connect(ns.ClientURL(), opt, nats.NoReconnect())
+			require.NoError(t, err)
+			nc.Close()
+		})
+	}
+}
+
+// TestServeEmbeddedTokenIntegration: serve with no --nats-url and a token
+// starts the embedded server demanding it and connects to it with it.
+func TestServeEmbeddedTokenIntegration(t *testing.T) {
+	skipShort(t)
+	cfg := testConfig(t, "")
+	cfg.Embedded.Listen = "127.0.0.1:0"
+	cfg.NATS.Token = "emb-tok-3"
+	s := startServe(t, cfg, ServeOptions{})
+	require.NoError(t, s.stop(t))
 }

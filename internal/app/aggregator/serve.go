@@ -39,7 +39,13 @@ var ErrStoreInUse = dirlock.ErrLocked
 // takes an exclusive lock on the store (released when the server shuts
 // down) and checks that the address is free, so a second aggregator on the
 // same store or port fails at once, saying which.
-func StartEmbedded(listen, store string, log zerolog.Logger) (*server.Server, error) {
+func StartEmbedded(listen, store string, auth EmbeddedAuth, log zerolog.Logger) (*server.Server, error) {
+	if auth.Token == "" && auth.User == "" && !config.IsLoopbackListen(listen) {
+		return nil, fmt.Errorf("embedded.listen %q is not a loopback address: the embedded NATS server needs nats.token or nats.user and nats.password there", listen)
+	}
+	if auth.Token != "" && auth.User != "" {
+		return nil, errors.New("the embedded NATS server takes nats.token or nats.user and nats.password, not both")
+	}
 	host, portS, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("embedded.listen %q: %w", listen, err)
@@ -75,6 +81,10 @@ func StartEmbedded(listen, store string, log zerolog.Logger) (*server.Server, er
 		MaxPayload: embeddedMaxPayload,
 		NoSigs:     true,
 		NoLog:      true,
+		// The configured client credentials are the server's too.
+		Authorization: auth.Token,
+		Username:      auth.User,
+		Password:      auth.Password,
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -92,8 +102,22 @@ func StartEmbedded(listen, store string, log zerolog.Logger) (*server.Server, er
 		ns.WaitForShutdown()
 		lock.Release()
 	}()
-	log.Info().Str("url", ns.ClientURL()).Str("store", store).Msg("embedded NATS server with JetStream ready; point collectors at it with --nats-url " + ns.ClientURL())
+	how := "--nats-url " + ns.ClientURL()
+	switch {
+	case auth.Token != "":
+		how += " and its token (GTTSPLIT_NATS_TOKEN)"
+	case auth.User != "":
+		how += " and its user and password (GTTSPLIT_NATS_USER, GTTSPLIT_NATS_PASSWORD)"
+	}
+	log.Info().Str("url", ns.ClientURL()).Str("store", store).Bool("auth", auth.Token != "" || auth.User != "").
+		Msg("embedded NATS server with JetStream ready; point collectors at it with " + how)
 	return ns, nil
+}
+
+// EmbeddedAuth is what the embedded server demands of its clients: a
+// token, or a user and password; none only on a loopback address.
+type EmbeddedAuth struct {
+	Token, User, Password string
 }
 
 // broker is a connection to NATS, through the embedded server or not.
@@ -121,7 +145,8 @@ func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) 
 	b := &broker{}
 	url := cfg.NATS.URL
 	if url == "" {
-		ns, err := StartEmbedded(cfg.Embedded.Listen, cfg.Embedded.Store, log)
+		auth := EmbeddedAuth{Token: cfg.NATS.Token.Reveal(), User: cfg.NATS.User, Password: cfg.NATS.Password.Reveal()}
+		ns, err := StartEmbedded(cfg.Embedded.Listen, cfg.Embedded.Store, auth, log)
 		if err != nil {
 			return nil, err
 		}
