@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"unicode/utf8"
 )
 
 // Options tune the fold.
@@ -302,6 +303,12 @@ func (f *Fold) AddLineBytes(stream string, seq uint64, b []byte) bool {
 }
 
 func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
+	if !utf8.Valid(b) {
+		// A line that reached the aggregator in an event went through
+		// JSON, which turned each byte that is not UTF-8 into U+FFFD: do
+		// the same here, so that a saved log folds to the same split.
+		b = validUTF8(b)
+	}
 	k := lineKey{stream, seq}
 	r, ok := f.p.Parse(seq, Payload(b, &f.scratch))
 	if !ok {
@@ -462,4 +469,20 @@ func (f *Fold) UnmarshalJSON(b []byte) error {
 	}
 	f.st = st
 	return nil
+}
+
+// validUTF8 returns b with each byte that does not start a valid UTF-8
+// sequence replaced by U+FFFD, as encoding/json writes a string.
+func validUTF8(b []byte) []byte {
+	out := make([]byte, 0, len(b)+8)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return out
 }
