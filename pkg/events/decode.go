@@ -27,7 +27,7 @@ func Marshal(ev event.Event) ([]byte, error) {
 	if err := ev.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	b, err := ev.MarshalJSON()
+	b, err := marshalJSON(ev)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode: %w", ErrInvalid, err)
 	}
@@ -330,7 +330,12 @@ func cutVersion(typ string) (base, version string, ok bool) {
 
 func origin(ev event.Event) (Origin, error) {
 	var o Origin
-	ext := ev.Extensions() // a copy: take it once
+	var ext map[string]any
+	if c, ok := ev.Context.(*event.EventContextV1); ok {
+		ext = c.Extensions // read only: no copy
+	} else {
+		ext = ev.Extensions() // a copy: take it once
+	}
 	for _, a := range []struct {
 		name string
 		dst  *string
