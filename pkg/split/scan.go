@@ -195,7 +195,8 @@ type anchorGroup struct {
 // each scan anchor is searched for by the first of them it contains. They
 // are rare in llama.cpp and llama-server output (request and slot lines are
 // most of a long server log), so a pass costs little more than a memchr,
-// and 7 passes cover the 14 anchors.
+// and 7 passes cover the 14 anchors. An anchor holding none of them gets
+// a pass of its own, by its first byte.
 const groupBytes = "zMu=fbw"
 
 // scanGroups is scanAnchors grouped by groupBytes.
@@ -203,23 +204,23 @@ var scanGroups = groupAnchors(scanAnchors, groupBytes)
 
 func groupAnchors(anchors [][]byte, pref string) []anchorGroup {
 	var gs []anchorGroup
-next:
 	for _, a := range anchors {
-		for _, c := range []byte(pref) {
-			k := bytes.IndexByte(a, c)
-			if k < 0 {
-				continue
+		// An anchor with none of pref is searched by its first byte.
+		c, k := a[0], 0
+		for _, p := range []byte(pref) {
+			if i := bytes.IndexByte(a, p); i >= 0 {
+				c, k = p, i
+				break
 			}
-			for i := range gs {
-				if gs[i].c == c {
-					gs[i].as = append(gs[i].as, anchorAt{a, k})
-					continue next
-				}
-			}
-			gs = append(gs, anchorGroup{c, []anchorAt{{a, k}}})
-			continue next
 		}
-		panic("split: scan anchor " + string(a) + " has none of " + pref)
+		i := 0
+		for i < len(gs) && gs[i].c != c {
+			i++
+		}
+		if i == len(gs) {
+			gs = append(gs, anchorGroup{c: c})
+		}
+		gs[i].as = append(gs[i].as, anchorAt{a, k})
 	}
 	return gs
 }
