@@ -102,6 +102,10 @@ type Msg struct {
 	meta Metadata
 }
 
+// WrapMsg wraps a message delivered by a JetStream consumer (for callers
+// that consume on their own, as the aggregator's partition owner does).
+func WrapMsg(m jetstream.Msg) (Msg, error) { return newMsg(m) }
+
 func newMsg(m jetstream.Msg) (Msg, error) {
 	md, err := m.Metadata()
 	if err != nil {

@@ -17,6 +17,7 @@ type Aggregator struct {
 	Consumer        Consumer       `mapstructure:"consumer"`
 	IdleTimeout     time.Duration  `mapstructure:"idle_timeout" flag:"idle-timeout" desc:"a run with no event for this long is folded and reported as incomplete"`
 	HTTP            HTTP           `mapstructure:"http"`
+	Store           Store          `mapstructure:"store"`
 	Split           Split          `mapstructure:"split"`
 	Sinks           Sinks          `mapstructure:"sinks"`
 	Format          string         `mapstructure:"format" flag:"format" desc:"format of the splits printed by serve, parse, replay and quickstart: text, md or json (JSON Lines)"`
@@ -51,6 +52,7 @@ type Consumer struct {
 	Durable       string        `mapstructure:"durable" desc:"durable consumer name; aggregators with the same name share the work"`
 	AckWait       time.Duration `mapstructure:"ack_wait" desc:"time after which an unacknowledged message is redelivered"`
 	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages delivered and not yet acknowledged"`
+	Partitions    int           `mapstructure:"partitions" desc:"partitions of the runs when the partitioned stream is created (an existing one keeps its count); each is owned by one aggregator"`
 	Lanes         string        `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`
 }
 
@@ -63,6 +65,11 @@ func (c Consumer) LaneList() []string {
 		}
 	}
 	return out
+}
+
+// Store is how long the state bucket keeps what.
+type Store struct {
+	Retention time.Duration `mapstructure:"retention" desc:"closed runs whose split was written longer ago are deleted from the state bucket (checked hourly); 0 keeps them"`
 }
 
 // HTTP is the aggregator's HTTP endpoint.
@@ -135,9 +142,10 @@ func DefaultAggregator() Aggregator {
 		Log:         Log{Level: "info", Format: "console"},
 		NATS:        AggregatorNATS{Stream: "GTTSPLIT", ConnectTimeout: 5 * time.Second, Replicas: 1, DuplicateWindow: 2 * time.Minute},
 		Embedded:    Embedded{Listen: "127.0.0.1:4222", Store: "./data"},
-		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 30 * time.Second, MaxAckPending: 1024},
+		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 10 * time.Second, MaxAckPending: 1024, Partitions: 16},
 		IdleTimeout: 10 * time.Minute,
 		HTTP:        HTTP{Listen: "127.0.0.1:8080"},
+		Store:       Store{Retention: 30 * 24 * time.Hour},
 		Split: Split{
 			UnattributedThresholdPct: 10,
 			TracePattern:             defaultTracePattern,
@@ -191,6 +199,9 @@ func (a Aggregator) problems() []*FieldError {
 		p.add("consumer.durable", "%w", err)
 	}
 	p.positive("consumer.ack_wait", a.Consumer.AckWait)
+	if n := a.Consumer.Partitions; n < 1 || n > 1024 {
+		p.add("consumer.partitions", "must be 1 to 1024, got %d", n)
+	}
 	for _, l := range a.Consumer.LaneList() {
 		if err := checkToken(l, MaxLaneLen); err != nil {
 			p.add("consumer.lanes", "%w", err)
@@ -198,6 +209,9 @@ func (a Aggregator) problems() []*FieldError {
 	}
 	p.atLeast("consumer.max_ack_pending", int64(a.Consumer.MaxAckPending), 1)
 	p.positive("idle_timeout", a.IdleTimeout)
+	if a.Store.Retention < 0 {
+		p.add("store.retention", "must not be negative, got %s", a.Store.Retention)
+	}
 	if a.HTTP.Listen != "" {
 		if err := checkListen(a.HTTP.Listen); err != nil {
 			p.add("http.listen", "%w", err)

@@ -148,7 +148,16 @@ func StartCluster(t testing.TB, n int) *Cluster {
 				leader = true
 			}
 		}
-		if leader && c.Servers[0].JetStreamIsCurrent() {
+		// Every server current, and the meta leader sees every peer with
+		// its stats (an R3 asset needs three to place).
+		current, peers := leader, 0
+		for _, s := range c.Servers {
+			current = current && s.JetStreamIsCurrent()
+			if s.JetStreamIsLeader() {
+				peers = len(s.JetStreamClusterPeers())
+			}
+		}
+		if current && peers == n {
 			return c
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -331,14 +332,62 @@ func (b *testBroker) consumerIdle(t testing.TB, durable string) bool {
 	return ci.NumPending == 0 && ci.NumAckPending == 0 && ci.NumRedelivered == 0
 }
 
+// consumerInfo returns the info of the durable consumer of the events
+// stream or, for a served aggregator, the sum over its partition
+// consumers (Delivered.Stream then counts deliveries), with the events not
+// yet sourced into the partitioned stream counted as pending.
 func (b *testBroker) consumerInfo(durable string) (*jetstream.ConsumerInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := b.js.Consumer(ctx, bus.DefaultStream, durable)
+	if err == nil {
+		return c.Info(ctx)
+	}
+	ps, err := b.js.Stream(ctx, bus.PartitionStream(bus.DefaultStream))
 	if err != nil {
 		return nil, err
 	}
-	return c.Info(ctx)
+	sum := &jetstream.ConsumerInfo{Name: durable}
+	n := 0
+	for p := 0; p < bus.DefaultPartitions; p++ {
+		pc, err := ps.Consumer(ctx, fmt.Sprintf("%s-p%02d", durable, p))
+		if err != nil {
+			return nil, err
+		}
+		ci, err := pc.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		n++
+		sum.NumPending += ci.NumPending
+		sum.NumAckPending += ci.NumAckPending
+		sum.NumRedelivered += ci.NumRedelivered
+		sum.Delivered.Stream += ci.Delivered.Consumer
+		sum.Delivered.Consumer += ci.Delivered.Consumer
+	}
+	// Events of the events stream not yet in the partitioned stream.
+	es, err := b.js.Stream(ctx, bus.DefaultStream)
+	if err != nil {
+		return nil, err
+	}
+	ei, err := es.Info(ctx, jetstream.WithSubjectFilter("gttsplit.>"))
+	if err != nil {
+		return nil, err
+	}
+	var want uint64
+	for subj, c := range ei.State.Subjects {
+		if k := strings.SplitN(subj, ".", 3); len(k) == 3 && (k[1] == "run" || k[1] == "log" || k[1] == "fdinfo") {
+			want += c
+		}
+	}
+	pi, err := ps.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if pi.State.Msgs < want {
+		sum.NumPending += want - pi.State.Msgs
+	}
+	return sum, nil
 }
 
 // waitAcked waits until the durable consumer acknowledged every message.

@@ -38,13 +38,19 @@ type child struct {
 // files under logDir.
 func startChild(t *testing.T, bin, url, jsonDir, logDir, name string) *child {
 	t.Helper()
+	return startChildEnv(t, bin, url, jsonDir, logDir, name, "GTTSPLIT_CONSUMER_ACK_WAIT=2s")
+}
+
+// startChildEnv is startChild with more environment variables.
+func startChildEnv(t *testing.T, bin, url, jsonDir, logDir, name string, env ...string) *child {
+	t.Helper()
 	stdout, err := os.Create(filepath.Join(logDir, name+".stdout"))
 	require.NoError(t, err)
 	stderr, err := os.Create(filepath.Join(logDir, name+".stderr"))
 	require.NoError(t, err)
 	cmd := exec.Command(bin, "serve", "--json-dir", jsonDir, "--http", "127.0.0.1:0",
 		"--store", filepath.Join(logDir, "store"), "--format", "json", "--log-level", "debug")
-	cmd.Env = append(os.Environ(), "GTTSPLIT_NATS_URL="+url, "GTTSPLIT_CONSUMER_ACK_WAIT=2s")
+	cmd.Env = append(append(os.Environ(), "GTTSPLIT_NATS_URL="+url), env...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	require.NoError(t, cmd.Start())
 	c := &child{cmd: cmd, done: make(chan error, 1)}

@@ -19,6 +19,10 @@ type metrics struct {
 	foldSeconds prometheus.Histogram
 	persistErrs prometheus.Counter
 	conflicts   prometheus.Counter
+	lag         prometheus.Gauge
+	owned       prometheus.Gauge
+	ckptAge     prometheus.Gauge
+	splitPubErr prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -45,6 +49,15 @@ func newMetrics() *metrics {
 		Help: "Failed writes of run state to the state bucket (the events are redelivered)."})
 	m.conflicts = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_conflicts_total",
 		Help: "Run-state writes that lost a race with another aggregator and were re-applied."})
+	m.lag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_consumer_lag",
+		Help: "Messages of the partitions this aggregator owns not yet delivered to it (the consumers' pending count)."})
+	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_partitions_owned",
+		Help: "Partitions whose runs this aggregator folds."})
+	m.ckptAge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_checkpoint_age_seconds",
+		Help: "Time since the run states in memory were last all written to the state bucket."})
+	m.splitPubErr = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_split_publish_errors_total",
+		Help: "Failed attempts to publish a split event (each is retried)."})
+	m.reg.MustRegister(m.lag, m.owned, m.ckptAge, m.splitPubErr)
 	m.reg.MustRegister(m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.foldSeconds, m.persistErrs, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

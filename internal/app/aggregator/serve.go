@@ -21,7 +21,6 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/dirlock"
-	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -197,6 +196,26 @@ func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) 
 	return b, nil
 }
 
+// settle retries fn for up to 30 s (a cluster that is electing leaders,
+// or several aggregators creating the same stream or bucket at once,
+// answers with timeouts for a while); the last error is returned.
+func settle(ctx context.Context, log zerolog.Logger, what string, fn func(context.Context) error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := fn(ctx)
+		if err == nil || ctx.Err() != nil || !time.Now().Before(deadline) ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return err
+		}
+		log.Warn().Err(err).Msg(what + " not ready, retrying")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // ServeOptions are what `serve` needs besides its config.
 type ServeOptions struct {
 	// Stdout receives every written split in cfg.Format (nil: not printed).
@@ -266,33 +285,48 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	if opt.Stdout != nil {
 		sc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
 	}
-	cc := bus.DefaultConsumerConfig()
-	cc.Stream, cc.Durable = cfg.NATS.Stream, cfg.Consumer.Durable
-	cc.AckWait, cc.MaxAckPending = cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending
-	cc.Replicas = cfg.NATS.Replicas
-	if lanes := cfg.Consumer.LaneList(); len(lanes) > 0 {
-		cc.FilterSubjects = nil
-		for _, l := range lanes {
-			for _, k := range []events.Kind{events.KindRun, events.KindLog, events.KindFDInfo} {
-				cc.FilterSubjects = append(cc.FilterSubjects, events.Filter(k, "", l, ""))
-			}
-		}
-	}
-	cons, err := bus.NewConsumer(ctx, b.js, cc, log)
+	n := cfg.NATS
+	var parts int
+	err = settle(ctx, log, "partitioned stream", func(ctx context.Context) (err error) {
+		parts, err = bus.EnsurePartitions(ctx, b.js, bus.PartitionConfig{Stream: n.Stream, Partitions: cfg.Consumer.Partitions,
+			Replicas: n.Replicas, MaxAge: n.StreamMaxAge, MaxBytes: n.StreamMaxBytes}, log)
+		return err
+	})
 	if err != nil {
 		return fail(err)
 	}
-	sc.AckFloor = ConsumerAckFloor(b.js, cc)
-	svc, err := NewService(ctx, b.js, sc, m, log)
+	sc.Partitions = parts
+	var svc *Service
+	err = settle(ctx, log, "state bucket", func(ctx context.Context) (err error) {
+		svc, err = NewService(ctx, b.js, sc, m, log)
+		return err
+	})
 	if err != nil {
 		return fail(err)
 	}
 	svcRef.Store(svc)
+	hs := StartHandlers(ctx, DefaultHandlers(), svc.Handle, time.Second, log)
+	var own *owner
+	err = settle(ctx, log, "members bucket", func(ctx context.Context) (err error) {
+		own, err = newOwner(ctx, b.js, ownerConfig{Stream: n.Stream, Partitions: parts, Durable: cfg.Consumer.Durable,
+			Lanes: cfg.Consumer.LaneList(), AckWait: cfg.Consumer.AckWait, MaxPending: cfg.Consumer.MaxAckPending,
+			Replicas: n.Replicas}, svc, hs.Handle, time.Second, m, log)
+		return err
+	})
+	if err != nil {
+		hs.Close()
+		svc.closeIndex()
+		return fail(err)
+	}
+	own.tick(ctx) // take the partitions due, so /readyz answers at once
 	var srv *http.Server
 	if cfg.HTTP.Listen != "" {
 		var addr string
-		srv, addr, err = startHTTP(cfg.HTTP.Listen, cfg.HTTP.Token.Reveal(), svc, b, m, log)
+		srv, addr, err = startHTTP(cfg.HTTP.Listen, cfg.HTTP.Token.Reveal(), svc, b, own, m, log)
 		if err != nil {
+			own.abort()
+			hs.Close()
+			svc.closeIndex()
 			return fail(err)
 		}
 		if opt.HTTPReady != nil {
@@ -302,13 +336,17 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
 	loopDone := make(chan struct{})
 	go func() { defer close(loopDone); svc.Loop(loopCtx) }()
-	log.Info().Str("durable", cc.Durable).Str("stream", cc.Stream).Msg("aggregator consuming")
+	janDone := make(chan struct{})
+	go func() { defer close(janDone); svc.janitor(loopCtx, cfg.Store.Retention) }()
+	log.Info().Str("durable", cfg.Consumer.Durable).Str("stream", bus.PartitionStream(n.Stream)).Int("partitions", parts).Msg("aggregator consuming")
 	if opt.Ready != nil {
 		opt.Ready(b.nc.ConnectedUrl())
 	}
-	hs := StartHandlers(ctx, DefaultHandlers(), svc.Handle, cc.NakDelay, log)
-	consumeErr := cons.Consume(ctx, hs.Handle)
+	// The owner consumes the partitions it is given until ctx ends, then
+	// hands them over (writes, acks and forgets their runs, unpins).
+	own.run(ctx)
 	hs.Close()
+	var consumeErr error
 
 	// Drain: what the consumer handed over is folded; write it and ack it,
 	// then flush the sinks, within the shutdown deadline.
@@ -316,6 +354,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	defer cancel()
 	stopLoop()
 	<-loopDone
+	<-janDone
 	svc.Drain(sctx)
 	var errs []error
 	if consumeErr != nil {
@@ -346,7 +385,7 @@ func ConsumerAckFloor(js jetstream.JetStream, cc bus.ConsumerConfig) func(contex
 	}
 }
 
-func startHTTP(listen, token string, svc *Service, b *broker, m *metrics, log zerolog.Logger) (*http.Server, string, error) {
+func startHTTP(listen, token string, svc *Service, b *broker, own *owner, m *metrics, log zerolog.Logger) (*http.Server, string, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -354,10 +393,31 @@ func startHTTP(listen, token string, svc *Service, b *broker, m *metrics, log ze
 			http.Error(w, "nats not connected", http.StatusServiceUnavailable)
 			return
 		}
+		if ok, why := own.Ready(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /runs", func(w http.ResponseWriter, r *http.Request) {
+		if svc.index != nil {
+			limit := 1000
+			if v := r.URL.Query().Get("limit"); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 || n > 10000 {
+					http.Error(w, "limit: a number from 1 to 10000", http.StatusBadRequest)
+					return
+				}
+				limit = n
+			}
+			list, more := svc.listPage(r.URL.Query().Get("after"), limit)
+			if more && len(list) > 0 {
+				w.Header().Set("X-Next-After", list[len(list)-1].ID)
+			}
+			writeJSON(w, list)
+			return
+		}
 		list, err := svc.List(r.Context())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

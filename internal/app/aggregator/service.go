@@ -62,10 +62,22 @@ type Service struct {
 	deliv    *deliveries
 	dlqLog   bus.LogLimit
 
+	// parts is the partition count when the service owns partitions of
+	// runs (Serve); 0 when it folds whatever its consumer delivers.
+	parts int
+	pubs  sync.WaitGroup // split events being published
+	dlqMu   sync.Mutex
+	dlqSeen map[string]bool // dead letters counted (see dlqCount)
+	// index is the run index (see index.go); nil without partitions.
+	index     *runIndex
+	stopIndex func()
+
 	mu      sync.Mutex
 	runs    map[string]*liveRun
 	pending []pendingMsg
 	closed  atomic.Int64
+	// ckpt is when the runs in memory were last all durable.
+	ckpt atomic.Int64
 }
 
 // pendingMsg is a folded message awaiting its ack, with its run (so the
@@ -76,6 +88,7 @@ type pendingMsg struct {
 }
 
 type liveRun struct {
+	part   int // partition (0 when not partitioned)
 	st     *RunState
 	rev    uint64 // revision in the bucket; 0: not stored yet
 	dirty  bool
@@ -108,6 +121,11 @@ type ServiceConfig struct {
 	Deliveries *deliveries
 	// Replicas of the state bucket when it is created (see EnsureBucket).
 	Replicas int
+	// Partitions, when set, is the partition count of the runs: the
+	// service then loads open runs per partition (Acquire) instead of all
+	// at start, and leaves a finished run that is not complete by content
+	// open at Drain (its partition's next owner resumes it).
+	Partitions int
 }
 
 // EnsureBucket opens the state bucket, creating it with replicas when it
@@ -161,11 +179,101 @@ func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, 
 	}
 	s := &Service{log: log, opts: cfg.Fold, idle: cfg.IdleTimeout, js: js, kv: kv, sinks: cfg.Sinks,
 		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{},
-		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries}
+		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries, parts: cfg.Partitions}
+	s.ckpt.Store(cfg.Now().UnixNano())
+	if s.parts > 0 {
+		s.index = newRunIndex()
+		ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		ready, done := make(chan struct{}), make(chan struct{})
+		go func() { defer close(done); s.index.watch(ictx, kv, log, ready) }()
+		s.stopIndex = func() { cancel(); <-done }
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			log.Warn().Msg("run index: not read within 10s; /runs fills in as it is read")
+		}
+		return s, nil
+	}
 	if err := s.loadOpen(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// openKey is the marker of an open run in partition p: it lets the
+// partition's next owner find the runs it must resume without reading
+// every closed run.
+func openKey(p int, runID string) string {
+	return fmt.Sprintf("open.%d.%s", p, stateKey(runID))
+}
+
+// partOf is the partition of a run (0 when not partitioned).
+func (s *Service) partOf(runID string) int {
+	if s.parts == 0 {
+		return 0
+	}
+	return bus.PartitionOf(runID, s.parts)
+}
+
+// Acquire loads the open runs of partition p (just taken over) from the
+// state bucket, so their idle timeout runs here.
+func (s *Service) Acquire(ctx context.Context, p int) error {
+	lister, err := s.kv.ListKeysFiltered(ctx, fmt.Sprintf("open.%d.>", p))
+	if err != nil {
+		return fmt.Errorf("state bucket: %w", err)
+	}
+	var resend []*RunState
+	n := 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for mk := range lister.Keys() {
+		key := mk[len(fmt.Sprintf("open.%d.", p)):]
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			_ = s.kv.Delete(ctx, mk)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("state bucket: %w", err)
+		}
+		st, err := UnmarshalState(e.Value(), s.opts)
+		if err != nil {
+			s.log.Warn().Str("key", key).Err(err).Msg("unreadable run state skipped")
+			continue
+		}
+		if st.Closed {
+			if st.SinksPending {
+				resend = append(resend, st)
+			}
+			_ = s.kv.Delete(ctx, mk)
+			continue
+		}
+		if s.runs[st.Origin.RunID] != nil {
+			continue
+		}
+		s.runs[st.Origin.RunID] = &liveRun{part: p, st: st, rev: e.Revision()}
+		s.m.runsOpen.Inc()
+		n++
+	}
+	s.resend(ctx, resend)
+	if n > 0 {
+		s.log.Info().Int("partition", p).Int("runs", n).Msg("resumed open runs of the partition from the state bucket")
+	}
+	return nil
+}
+
+// Release writes what partition p's runs hold, acknowledges their
+// messages and forgets them: the partition's next owner resumes them from
+// the state bucket.
+func (s *Service) Release(ctx context.Context, p int) {
+	s.Flush(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, r := range s.runs {
+		if r.part == p && !r.dirty {
+			s.forget(id)
+		}
+	}
 }
 
 // loadOpen brings the runs that were open when the last aggregator stopped
@@ -332,12 +440,12 @@ func (s *Service) run(ctx context.Context, o events.Origin) (*liveRun, error) {
 		if err != nil {
 			return nil, err
 		}
-		r := &liveRun{st: st, rev: e.Revision()}
+		r := &liveRun{part: s.partOf(o.RunID), st: st, rev: e.Revision()}
 		s.runs[o.RunID] = r
 		s.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
 		return r, nil
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		r := &liveRun{st: NewRunState(o, s.opts)}
+		r := &liveRun{part: s.partOf(o.RunID), st: NewRunState(o, s.opts)}
 		s.runs[o.RunID] = r
 		s.m.runsOpen.Inc()
 		return r, nil
@@ -371,13 +479,21 @@ func (s *Service) deadLetter(ctx context.Context, msg bus.Msg, cause error) erro
 		reason = "unknown_type"
 	}
 	why := bus.Clip(cause.Error(), dlqReasonMax)
-	o := originOf(msg.Subject())
+	subject := originalSubject(msg.Subject())
+	o := originOf(subject)
 	dm := nats.NewMsg(events.Subject(events.KindDLQ, o[0], o[1], o[2]))
 	dm.Data = msg.Data()
 	dm.Header.Set("Gttsplit-Reason", why)
-	dm.Header.Set("Gttsplit-Original-Subject", msg.Subject())
+	dm.Header.Set("Gttsplit-Original-Subject", subject)
 	dm.Header.Set("Gttsplit-Stream-Seq", fmt.Sprint(msg.Metadata().StreamSeq))
-	_, err := s.js.PublishMsg(ctx, dm)
+	// A redelivered poison message (its ack wait ran out before the term)
+	// is dead-lettered once: the stream drops the repeat.
+	dm.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("dlq/%s/%d", msg.Metadata().Stream, msg.Metadata().StreamSeq))
+	dlqID := dm.Header.Get(jetstream.MsgIDHeader)
+	ack, err := s.js.PublishMsg(ctx, dm)
+	if err == nil && ack.Duplicate && !s.dlqCount(dlqID) {
+		return msg.Term() // dead-lettered and counted at an earlier delivery
+	}
 	truncated := false
 	if err != nil && permanentPublishError(err) {
 		truncated = true
@@ -389,12 +505,13 @@ func (s *Service) deadLetter(ctx context.Context, msg bus.Msg, cause error) erro
 	if err != nil && !permanentPublishError(err) {
 		return fmt.Errorf("dead letter: %w", err) // nak: try again later
 	}
+	s.dlqCount(dlqID)
 	s.m.dead.WithLabelValues(reason).Inc()
 	if err != nil {
-		s.dlqLog.Event(s.log.Error).Str("subject", msg.Subject()).Str("reason", reason).Str("error", why).
+		s.dlqLog.Event(s.log.Error).Str("subject", subject).Str("reason", reason).Str("error", why).
 			Str("dead_letter_error", bus.Clip(err.Error(), dlqReasonMax)).Msg("event terminated; the broker took no dead letter of it")
 	} else {
-		s.dlqLog.Event(s.log.Warn).Str("subject", msg.Subject()).Str("reason", reason).Str("error", why).
+		s.dlqLog.Event(s.log.Warn).Str("subject", subject).Str("reason", reason).Str("error", why).
 			Bool("truncated", truncated).Msg("event dead-lettered")
 	}
 	return msg.Term()
@@ -409,6 +526,33 @@ func permanentPublishError(err error) bool {
 	}
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408
+}
+
+// dlqCount records that the dead letter id was counted, and says whether
+// it was not before (an earlier delivery's publish may have been stored
+// with its answer lost: the repeat is then the one to count).
+func (s *Service) dlqCount(id string) bool {
+	s.dlqMu.Lock()
+	defer s.dlqMu.Unlock()
+	if s.dlqSeen == nil || len(s.dlqSeen) > 100_000 {
+		s.dlqSeen = map[string]bool{}
+	}
+	if s.dlqSeen[id] {
+		return false
+	}
+	s.dlqSeen[id] = true
+	return true
+}
+
+// originalSubject returns the subject an event was published on: a
+// message of the partitioned stream (gttsplitp.<P>.<kind>.<host>.<lane>.<run>)
+// loses its partition prefix.
+func originalSubject(subject string) string {
+	toks := splitSubject(subject)
+	if len(toks) == 6 && toks[0] == bus.PartitionPrefix {
+		return "gttsplit." + toks[2] + "." + toks[3] + "." + toks[4] + "." + toks[5]
+	}
+	return subject
 }
 
 // originOf reads host, lane and run from gttsplit.<kind>.<host>.<lane>.<run>.
@@ -481,9 +625,17 @@ func (s *Service) Flush(ctx context.Context) {
 		}
 	}
 	s.pending = s.pending[:0]
+	if len(failed) == 0 {
+		s.ckpt.Store(s.now().UnixNano())
+	}
+	s.m.ckptAge.Set(s.now().Sub(time.Unix(0, s.ckpt.Load())).Seconds())
 	s.closeRuns(ctx, false)
 	s.settleDeliveries(ctx)
 }
+
+// CheckpointAge is the time since the runs in memory were last all
+// written to the state bucket.
+func (s *Service) CheckpointAge() time.Duration { return s.now().Sub(time.Unix(0, s.ckpt.Load())) }
 
 // Drain is the last flush of a stopping service: it flushes until no
 // finished run waits for earlier events to be acknowledged, for at most
@@ -505,8 +657,12 @@ func (s *Service) Drain(ctx context.Context) {
 		}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closeRuns(ctx, true)
+	if s.parts == 0 {
+		s.closeRuns(ctx, true)
+	}
+	s.mu.Unlock()
+	s.pubs.Wait()
+	s.closeIndex()
 }
 
 // waiting says a finished run is in memory and not closed.
@@ -514,7 +670,7 @@ func (s *Service) waiting() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.runs {
-		if r.st.Finished && !r.st.Closed {
+		if r.st.Finished && !r.st.Closed && r.st.Fold.Complete() {
 			return true
 		}
 	}
@@ -539,6 +695,13 @@ func (s *Service) persist(ctx context.Context, r *liveRun) error {
 		// events into it again.
 		s.m.conflicts.Inc()
 		e, gerr := s.kv.Get(ctx, key)
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) {
+			// The key vanished (deleted by hand, or lost): write the state
+			// in memory, which holds every event since, anew.
+			s.log.Warn().Str("run_id", r.st.Origin.RunID).Msg("run state vanished from the state bucket; written anew from memory")
+			r.rev = 0
+			continue
+		}
 		if gerr != nil {
 			return gerr
 		}
@@ -567,6 +730,12 @@ func (s *Service) write(ctx context.Context, st *RunState, rev uint64) (uint64, 
 	}
 	key := stateKey(st.Origin.RunID)
 	if rev == 0 {
+		if s.parts > 0 && !st.Closed {
+			if _, err := s.kv.Put(ctx, openKey(s.partOf(st.Origin.RunID), st.Origin.RunID), []byte(st.Origin.RunID)); err != nil {
+				return 0, err
+			}
+			s.putSummary(ctx, st, "open", time.Time{})
+		}
 		return s.kv.Create(ctx, key, b)
 	}
 	return s.kv.Update(ctx, key, b, rev)
@@ -588,6 +757,12 @@ func isWrongSequence(err error) bool {
 // held.
 func (s *Service) reload(ctx context.Context, id string, r *liveRun) error {
 	e, err := s.kv.Get(ctx, stateKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		// Vanished: the state in memory is written anew at the next flush.
+		s.log.Warn().Str("run_id", id).Msg("run state vanished from the state bucket; written anew from memory")
+		r.rev, r.dirty = 0, true
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -657,7 +832,11 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 			continue
 		}
 		idle := s.idle > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > s.idle
-		if !idle && (!r.st.Finished || !force && !s.settled(ctx, r.st, &floor)) {
+		// A finished run closes once its fold holds everything its
+		// collector announced (force: at a drain without partitions, as
+		// no one else may know of it); else at the idle timeout.
+		due := r.st.Finished && (force || r.st.Fold.Complete() && s.settled(ctx, r.st, &floor))
+		if !idle && !due {
 			continue
 		}
 		// Close a copy: a failed write leaves the live state as it was.
@@ -698,6 +877,10 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 		}
 		r.st, r.rev = st, rev
 		s.forget(id)
+		if s.parts > 0 {
+			_ = s.kv.Delete(ctx, openKey(r.part, id))
+			s.putSummary(ctx, st, "closed", now)
+		}
 		status := "complete"
 		if !rep.Run.Complete {
 			status = "incomplete"
@@ -726,21 +909,47 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 	}
 }
 
-// publishSplit publishes the split as an event on gttsplit.split.>.
+// splitPublishTries bounds the attempts to publish one split event (with
+// a doubling pause from 100 ms: about 100 s in all).
+const splitPublishTries = 10
+
+// publishSplit publishes the split as an event on gttsplit.split.>, in the
+// background, retrying a failed publish (its message id makes a repeat a
+// no-op); Drain waits for it.
 func (s *Service) publishSplit(ctx context.Context, r split.Report, n int) {
 	ev, err := events.NewSplit(r, n)
+	var w events.Wire
 	if err == nil {
-		var w events.Wire
-		if w, err = events.ToWire(ev); err == nil {
+		w, err = events.ToWire(ev)
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Str("run_id", r.Run.ID).Msg("split event not built")
+		return
+	}
+	s.pubs.Add(1)
+	go func() {
+		defer s.pubs.Done()
+		pause := 100 * time.Millisecond
+		for try := 1; ; try++ {
 			m := nats.NewMsg(w.Subject)
 			m.Data = w.Data
 			m.Header.Set(jetstream.MsgIDHeader, w.ID)
-			_, err = s.js.PublishMsg(ctx, m)
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, err := s.js.PublishMsg(pctx, m)
+			cancel()
+			if err == nil {
+				return
+			}
+			s.m.splitPubErr.Inc()
+			if try >= splitPublishTries {
+				s.log.Error().Err(err).Str("run_id", r.Run.ID).Int("tries", try).Msg("split event not published")
+				return
+			}
+			s.log.Warn().Err(err).Str("run_id", r.Run.ID).Msg("split event not published; retrying")
+			time.Sleep(pause)
+			pause *= 2
 		}
-	}
-	if err != nil {
-		s.log.Warn().Err(err).Str("run_id", r.Run.ID).Msg("split event not published")
-	}
+	}()
 }
 
 // Snapshot returns the current split of a run (open, or from the bucket).
@@ -773,6 +982,8 @@ type RunSummary struct {
 	Lane      string    `json:"lane"`
 	State     string    `json:"state"` // open, finished (split pending) or closed
 	LastEvent time.Time `json:"last_event"`
+	// ClosedAt is when the run's split was written (closed runs).
+	ClosedAt time.Time `json:"closed_at,omitzero"`
 }
 
 // List returns the open runs and, from the bucket, the closed ones.

@@ -1,0 +1,203 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/natstest"
+)
+
+// clusterRuns is how many runs the cluster test publishes.
+const clusterRuns = 200
+
+// On a real 3-node cluster with nats.replicas=3, three aggregator
+// processes and four publishers: a node is shut down and an aggregator
+// SIGKILLed mid-way. Every run is written exactly once, complete, equal to
+// the replay of its events; the time from the last publish to the last
+// split is measured and printed.
+func TestClusterFleetIntegration(t *testing.T) {
+	skipShort(t)
+	if raceEnabled && os.Getenv("GTTSPLIT_CLUSTER_RACE") == "" {
+		t.Skip("3 nodes and 3 aggregators over 200 runs take minutes under -race on 2 cores; GTTSPLIT_CLUSTER_RACE=1 runs it")
+	}
+	bin := buildAggregator(t)
+	c := natstest.StartCluster(t, 3)
+	url := c.URLs()
+	fx := loadFixture(t, fixture4B)
+	runs := genRuns(t, clusterRuns, fx)
+	ctx := testCtx(t)
+
+	_, js := connectJS(t, url)
+	sc := bus.DefaultStreamConfig()
+	sc.Replicas = 3
+	_, err := bus.EnsureStream(ctx, js, sc, testLogger(t))
+	require.NoError(t, err)
+
+	logDir := t.TempDir()
+	type agg struct {
+		c    *child
+		json string
+	}
+	var aggs []agg
+	start := func(name string) agg {
+		dir := t.TempDir()
+		ch := startChildEnv(t, bin, url, dir, logDir, name, "GTTSPLIT_NATS_REPLICAS=3", "GTTSPLIT_CONSUMER_ACK_WAIT=3s")
+		return agg{c: ch, json: dir}
+	}
+	for i := 0; i < 3; i++ {
+		aggs = append(aggs, start(fmt.Sprintf("agg%d", i)))
+	}
+	eventually(t, "the partition consumers", func() bool {
+		ps, err := js.Stream(ctx, bus.PartitionStream(bus.DefaultStream))
+		if err != nil {
+			return false
+		}
+		n := 0
+		for range ps.ListConsumers(ctx).Info() {
+			n++
+		}
+		return n == bus.DefaultPartitions
+	})
+
+	// Four publishers, each with its own connection, publish a quarter of
+	// the runs' events, interleaved; a failed publish (a node going away)
+	// is retried with the same message id.
+	const pubs = 4
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var lastPub time.Time
+	var published int
+	half := make(chan struct{})
+	var halfOnce sync.Once
+	total := 0
+	for _, r := range runs {
+		total += len(r.wires)
+	}
+	for p := 0; p < pubs; p++ {
+		var mine []genRun
+		for i := p; i < len(runs); i += pubs {
+			mine = append(mine, runs[i])
+		}
+		ws := interleave(mine)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer nc.Close()
+			pjs, _ := jetstream.New(nc)
+			for _, w := range ws {
+				for try := 0; ; try++ {
+					m := nats.NewMsg(w.Subject)
+					m.Data = w.Data
+					m.Header.Set(jetstream.MsgIDHeader, w.ID)
+					pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					_, err := pjs.PublishMsg(pctx, m)
+					cancel()
+					if err == nil {
+						break
+					}
+					if try > 100 {
+						t.Errorf("publish %s: %v", w.ID, err)
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				mu.Lock()
+				published++
+				lastPub = time.Now()
+				if published >= total/2 {
+					halfOnce.Do(func() { close(half) })
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	<-half
+	// Mid-way: a node goes, and an aggregator is killed.
+	natstest.Shutdown(c.Servers[2])
+	require.NoError(t, aggs[1].c.cmd.Process.Signal(syscall.SIGKILL))
+	_ = aggs[1].c.wait(t)
+	t.Log("node n3 shut down, aggregator agg1 killed")
+	wg.Wait()
+	require.False(t, t.Failed())
+
+	// Every run's split, from whichever aggregator wrote it.
+	lines := func() map[string][]sinkLine {
+		out := map[string][]sinkLine{}
+		for _, a := range aggs {
+			if _, err := os.Stat(filepath.Join(a.json, "splits.jsonl")); err != nil {
+				continue
+			}
+			for _, l := range sinkLines(t, a.json) {
+				out[l.id] = append(out[l.id], l)
+			}
+		}
+		return out
+	}
+	var lastSplit time.Time
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		got := lines()
+		if len(got) == len(runs) {
+			lastSplit = time.Now()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d runs have a split", len(got), len(runs))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mu.Lock()
+	lag := lastSplit.Sub(lastPub)
+	mu.Unlock()
+	t.Logf("FIGURE last split %.1f s after the last publish (%d runs, %d events, 3 nodes R3, 3 aggregators, one node and one aggregator lost)",
+		lag.Seconds(), len(runs), total)
+	fmt.Printf("cluster: last split %.1f s after the last publish\n", lag.Seconds())
+
+	// Settle, then check: one split per run, complete, equal to replay.
+	time.Sleep(2 * time.Second)
+	got := lines()
+	docs := map[string][]byte{}
+	for _, a := range aggs {
+		for id, d := range sinkDocs(t, a.json) {
+			docs[id] = d
+		}
+	}
+	var twice []string
+	for _, r := range runs {
+		ls := got[r.o.RunID]
+		require.NotEmpty(t, ls, r.o.RunID)
+		if len(ls) != 1 {
+			twice = append(twice, r.o.RunID)
+		}
+		for _, l := range ls {
+			require.Contains(t, string(l.raw), `"complete":true`, "run %s: no split marked complete early, none incomplete", r.o.RunID)
+		}
+		require.Equal(t, string(compact(t, replayJSON(t, r.wires))), string(compact(t, docs[r.o.RunID])), r.o.RunID)
+	}
+	sort.Strings(twice)
+	require.Empty(t, twice, "runs written more than once")
+	for i, a := range aggs {
+		if i == 1 {
+			continue
+		}
+		require.NoError(t, a.c.cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, a.c.wait(t))
+	}
+}

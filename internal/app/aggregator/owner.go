@@ -1,0 +1,363 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+)
+
+// MembersBucket is the key-value bucket where the aggregators of a durable
+// name announce themselves; a member whose key expired is gone.
+const MembersBucket = "GTTSPLIT_MEMBERS"
+
+// Ownership timing: a member renews its key every heartbeat; its key
+// expires after memberTTL without renewal; a partition's consumer moves
+// its pin to another puller after pinnedTTL without a pull.
+const (
+	heartbeat = 500 * time.Millisecond
+	memberTTL = 3 * time.Second
+	pinnedTTL = 5 * time.Second
+	// pullExpiry is the expiry of a pull request: a live owner renews
+	// well within pinnedTTL.
+	pullExpiry = 4 * time.Second
+	// pullBatch bounds the messages buffered per partition.
+	pullBatch = 64
+	// ownerGroup is the priority group of every partition consumer.
+	ownerGroup = "owner"
+)
+
+// ownerConfig is what an owner needs.
+type ownerConfig struct {
+	Stream     string // events stream (the partitioned one is derived)
+	Partitions int
+	Durable    string
+	Lanes      []string
+	AckWait    time.Duration
+	MaxPending int
+	Replicas   int
+}
+
+// owner consumes the partitions that the rendezvous hash of the live
+// members gives this aggregator: every member computes the same
+// assignment from the member list, so each partition has one owner; the
+// partition consumers' pinned priority group makes sure only one member
+// receives a partition's messages even while members disagree (a member
+// joined or left and not everyone saw it yet).
+type owner struct {
+	cfg  ownerConfig
+	js   jetstream.JetStream
+	mkv  jetstream.KeyValue
+	svc  *Service
+	h    bus.Handler
+	log  zerolog.Logger
+	id   string
+	m    *metrics
+	nak  time.Duration
+	mu   sync.Mutex
+	subs map[int]*partSub
+	// ready is set while the stream, the consumers and the buckets
+	// answered at the last heartbeat; why says what failed otherwise.
+	ready atomic.Bool
+	why   atomic.Value
+}
+
+type partSub struct {
+	cons jetstream.Consumer
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func newOwner(ctx context.Context, js jetstream.JetStream, cfg ownerConfig, svc *Service, h bus.Handler, nak time.Duration, m *metrics, log zerolog.Logger) (*owner, error) {
+	mkv, err := js.KeyValue(ctx, MembersBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		mkv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: MembersBucket, Description: "gttsplit: live aggregators", TTL: memberTTL,
+			Storage: jetstream.MemoryStorage, Replicas: max(cfg.Replicas, 1),
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			mkv, err = js.KeyValue(ctx, MembersBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("members bucket %s: %w", MembersBucket, err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	o := &owner{cfg: cfg, js: js, mkv: mkv, svc: svc, h: h, nak: nak, m: m, subs: map[int]*partSub{},
+		id: cfg.Durable + "." + hex.EncodeToString(b[:]), log: log.With().Str("component", "owner").Logger()}
+	o.why.Store("starting")
+	return o, nil
+}
+
+// run renews the membership and follows the assignment until ctx ends;
+// then it releases every partition (writes, acks and forgets its runs, and
+// unpins, so the next owner takes over at once).
+func (o *owner) run(ctx context.Context) {
+	t := time.NewTicker(heartbeat)
+	defer t.Stop()
+	for {
+		o.tick(ctx)
+		select {
+		case <-ctx.Done():
+			o.mu.Lock()
+			ps := make([]int, 0, len(o.subs))
+			for p := range o.subs {
+				ps = append(ps, p)
+			}
+			o.mu.Unlock()
+			for _, p := range ps {
+				o.release(context.WithoutCancel(ctx), p)
+			}
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = o.mkv.Delete(dctx, o.id)
+			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (o *owner) notReady(why string, err error) {
+	o.ready.Store(false)
+	o.why.Store(fmt.Sprintf("%s: %v", why, err))
+}
+
+// Ready says whether the broker parts answered at the last heartbeat, and
+// what failed if not.
+func (o *owner) Ready() (bool, string) {
+	if o.ready.Load() {
+		return true, ""
+	}
+	return false, o.why.Load().(string)
+}
+
+func (o *owner) tick(ctx context.Context) {
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := o.mkv.PutString(tctx, o.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		o.notReady("members bucket", err)
+		return
+	}
+	lister, err := o.mkv.ListKeys(tctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		o.notReady("members bucket", err)
+		return
+	}
+	members := []string{o.id}
+	if lister != nil {
+		for k := range lister.Keys() {
+			if k != o.id && len(k) > len(o.cfg.Durable) && k[:len(o.cfg.Durable)+1] == o.cfg.Durable+"." {
+				members = append(members, k)
+			}
+		}
+	}
+	sort.Strings(members)
+	want := map[int]bool{}
+	for p := 0; p < o.cfg.Partitions; p++ {
+		if rendezvous(p, members) == o.id {
+			want[p] = true
+		}
+	}
+	o.mu.Lock()
+	var lose, gain []int
+	for p := range o.subs {
+		if !want[p] {
+			lose = append(lose, p)
+		}
+	}
+	for p := range want {
+		if o.subs[p] == nil {
+			gain = append(gain, p)
+		}
+	}
+	o.mu.Unlock()
+	sort.Ints(gain)
+	for _, p := range lose {
+		o.release(ctx, p)
+	}
+	for _, p := range gain {
+		if err := o.acquire(ctx, p); err != nil {
+			o.notReady(fmt.Sprintf("partition %d", p), err)
+			return
+		}
+	}
+	// Lag, and whether the partitions' consumers answer.
+	var lag uint64
+	o.mu.Lock()
+	subs := make([]*partSub, 0, len(o.subs))
+	for _, s := range o.subs {
+		subs = append(subs, s)
+	}
+	o.mu.Unlock()
+	for _, s := range subs {
+		ci, err := s.cons.Info(tctx)
+		if err != nil {
+			o.notReady("consumer "+s.cons.CachedInfo().Name, err)
+			return
+		}
+		lag += ci.NumPending
+	}
+	if _, err := o.svc.kv.Status(tctx); err != nil {
+		o.notReady("state bucket", err)
+		return
+	}
+	o.m.lag.Set(float64(lag))
+	o.m.owned.Set(float64(len(subs)))
+	o.m.ckptAge.Set(o.svc.CheckpointAge().Seconds())
+	o.ready.Store(true)
+}
+
+// rendezvous returns the member with the highest hash of (member,
+// partition): every member computes the same owner from the same list, and
+// a member leaving moves only its own partitions.
+func rendezvous(p int, members []string) string {
+	best, bestH := "", uint64(0)
+	for _, m := range members {
+		h := fnv.New64a()
+		_, _ = fmt.Fprintf(h, "%s/%d", m, p)
+		if v := h.Sum64(); best == "" || v > bestH {
+			best, bestH = m, v
+		}
+	}
+	return best
+}
+
+// consumerName is the durable consumer of partition p.
+func (o *owner) consumerName(p int) string { return fmt.Sprintf("%s-p%02d", o.cfg.Durable, p) }
+
+// acquire loads partition p's open runs and starts consuming it.
+func (o *owner) acquire(ctx context.Context, p int) error {
+	var filters []string
+	if len(o.cfg.Lanes) == 0 {
+		filters = []string{bus.PartitionFilter(p, "")}
+	}
+	for _, l := range o.cfg.Lanes {
+		filters = append(filters, bus.PartitionFilter(p, l))
+	}
+	replicas := o.cfg.Replicas
+	if replicas <= 1 {
+		replicas = 0
+	}
+	name := o.consumerName(p)
+	if cur, err := o.js.Consumer(ctx, bus.PartitionStream(o.cfg.Stream), name); err == nil {
+		replicas = max(replicas, cur.CachedInfo().Config.Replicas)
+	}
+	cons, err := o.js.CreateOrUpdateConsumer(ctx, bus.PartitionStream(o.cfg.Stream), jetstream.ConsumerConfig{
+		Durable:        name,
+		Description:    fmt.Sprintf("gttsplit aggregator, partition %d", p),
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        o.cfg.AckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  o.cfg.MaxPending,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{ownerGroup},
+		PinnedTTL:      pinnedTTL,
+		Replicas:       replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", name, err)
+	}
+	if err := o.svc.Acquire(ctx, p); err != nil {
+		return err
+	}
+	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s := &partSub{cons: cons, stop: stop, done: make(chan struct{})}
+	o.mu.Lock()
+	o.subs[p] = s
+	o.mu.Unlock()
+	go func() {
+		defer close(s.done)
+		o.consume(pctx, p, cons)
+	}()
+	o.log.Info().Int("partition", p).Msg("partition taken over")
+	return nil
+}
+
+// consume pulls partition p's messages (as the pinned member of its
+// priority group) and hands them to the handler until ctx ends.
+func (o *owner) consume(ctx context.Context, p int, cons jetstream.Consumer) {
+	for ctx.Err() == nil {
+		it, err := cons.Messages(jetstream.PullMaxMessages(min(o.cfg.MaxPending, pullBatch)), jetstream.PullPriorityGroup(ownerGroup),
+			jetstream.PullExpiry(pullExpiry))
+		if err != nil {
+			o.log.Debug().Err(err).Int("partition", p).Msg("partition consumer not ready")
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		go func() { <-ctx.Done(); it.Stop() }()
+		for {
+			jm, err := it.Next()
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				break
+			}
+			if err != nil {
+				o.log.Debug().Err(err).Int("partition", p).Msg("next message")
+				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+					it.Stop()
+					break
+				}
+				continue
+			}
+			m, err := bus.WrapMsg(jm)
+			if err != nil {
+				_ = jm.Term()
+				continue
+			}
+			if err := o.h(ctx, m); err != nil {
+				_ = jm.NakWithDelay(o.nak)
+			}
+		}
+	}
+}
+
+// abort stops consuming every partition at once, without writing or
+// handing over (a start that failed; nothing was folded yet).
+func (o *owner) abort() {
+	o.mu.Lock()
+	subs := o.subs
+	o.subs = map[int]*partSub{}
+	o.mu.Unlock()
+	for _, s := range subs {
+		s.stop()
+		<-s.done
+	}
+}
+
+// release stops consuming partition p, writes and acknowledges what its
+// runs hold, forgets them and unpins the consumer, so that its next owner
+// is pinned at once.
+func (o *owner) release(ctx context.Context, p int) {
+	o.mu.Lock()
+	s := o.subs[p]
+	delete(o.subs, p)
+	o.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.stop()
+	<-s.done
+	o.svc.Release(ctx, p)
+	uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if st, err := o.js.Stream(uctx, bus.PartitionStream(o.cfg.Stream)); err == nil {
+		_ = st.UnpinConsumer(uctx, o.consumerName(p), ownerGroup)
+	}
+	cancel()
+	o.log.Info().Int("partition", p).Msg("partition handed over")
+}
