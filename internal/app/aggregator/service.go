@@ -64,8 +64,8 @@ type Service struct {
 
 	// parts is the partition count when the service owns partitions of
 	// runs (Serve); 0 when it folds whatever its consumer delivers.
-	parts int
-	pubs  sync.WaitGroup // split events being published
+	parts   int
+	pubs    sync.WaitGroup // split events being published
 	dlqMu   sync.Mutex
 	dlqSeen map[string]bool // dead letters counted (see dlqCount)
 	// index is the run index (see index.go); nil without partitions.
