@@ -24,6 +24,9 @@ type RunState struct {
 	// FinishedSeq is the stream sequence of the run-finished message (the
 	// highest, if it came more than once); 0 when not from a stream.
 	FinishedSeq uint64 `json:"finished_seq,omitempty"`
+	// Dropped is the number of events the collector said it dropped (a
+	// full spool): such a run can never be complete by content.
+	Dropped uint64 `json:"dropped,omitempty"`
 	// Reported is the JSON of the last split written to the sinks, so an
 	// unchanged split is not written again.
 	Reported string `json:"reported,omitempty"`
@@ -100,6 +103,9 @@ func ApplyTo(st *RunState, d events.Decoded) (fresh bool) {
 	fresh = d.ApplyTo(st.Fold)
 	if d.Finished != nil {
 		st.Finished = true
+		if n := d.Finished.Detail.DroppedEvents; n > st.Dropped {
+			st.Dropped = n
+		}
 	}
 	if fresh {
 		st.Closed = false

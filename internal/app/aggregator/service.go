@@ -37,6 +37,9 @@ const (
 	// drainSettle bounds how long Drain waits for finished runs to settle
 	// (see ServiceConfig.AckFloor) before it closes them anyway.
 	drainSettle = 3 * time.Second
+	// dropGrace is how long a finished run whose collector dropped events
+	// waits for the events still in flight before it closes.
+	dropGrace = 5 * time.Second
 )
 
 // Service folds the events of every run from a durable JetStream consumer.
@@ -835,7 +838,10 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 		// A finished run closes once its fold holds everything its
 		// collector announced (force: at a drain without partitions, as
 		// no one else may know of it); else at the idle timeout.
-		due := r.st.Finished && (force || r.st.Fold.Complete() && s.settled(ctx, r.st, &floor))
+		// A run whose collector dropped events never completes: it closes
+		// once nothing came for dropGrace (what was in flight arrived).
+		dropped := r.st.Dropped > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > dropGrace
+		due := r.st.Finished && (force || (r.st.Fold.Complete() || dropped) && s.settled(ctx, r.st, &floor))
 		if !idle && !due {
 			continue
 		}
