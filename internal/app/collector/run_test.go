@@ -263,9 +263,9 @@ func TestRunOutOfflineIntegration(t *testing.T) {
 	// A sample asked for by the child's first lines may be emitted before
 	// the run-started event: the fold is order-free, so only its presence
 	// matters.
-	st := byType(evs, events.TypeRunStarted)
-	require.Len(t, st, 1)
-	started := st[0].Started.Info.Started
+	runStarted := byType(evs, events.TypeRunStarted)
+	require.Len(t, runStarted, 1)
+	started := runStarted[0].Started.Info.Started
 	require.InDelta(t, fin.Info.Finished.Sub(started), fin.Detail.Duration, float64(time.Millisecond))
 
 	// gtt.txt parses into the same samples.
