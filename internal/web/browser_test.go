@@ -158,27 +158,43 @@ func TestBrowserPages(t *testing.T) {
 	p.replay(t, "testdata/runs/4b/events.jsonl", "testdata/runs/27b/events.jsonl")
 	p.waitClosed(t, run4B, run27B)
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(exe),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1100, 1300),
+	// Chromium now and then dies at start on a loaded machine (crashpad,
+	// no stack mapping): a start is tried three times, each with a fresh
+	// profile, and every failure is logged.
+	var bctx context.Context
+	for attempt := 1; ; attempt++ {
+		opts := []chromedp.ExecAllocatorOption{
+			chromedp.ExecPath(exe),
+			chromedp.UserDataDir(t.TempDir()),
+			chromedp.Flag("headless", true),
+			chromedp.Flag("no-sandbox", true),
+			chromedp.Flag("disable-gpu", true),
+			chromedp.Flag("disable-quic", true),
+			chromedp.Flag("no-first-run", true),
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.WindowSize(1100, 1300),
+		}
+		actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancelB := chromedp.NewContext(actx)
+		// The first call starts the browser, on a context without a timeout
+		// (a timeout there would stop the browser); each step below has its own.
+		err := chromedp.Do(ctx, chromedp.Navigate("about:blank"))
+		if err == nil {
+			t.Cleanup(cancelA)
+			t.Cleanup(cancelB)
+			bctx = ctx
+			break
+		}
+		cancelB()
+		cancelA()
+		if attempt == 3 {
+			require.NoError(t, err, "chromium did not start in 3 attempts")
+		}
+		t.Logf("chromium did not start (attempt %d of 3): %v", attempt, err)
 	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	// The first call starts the browser, on a context without a timeout
-	// (a timeout there would stop the browser); each step below has its own.
-	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")))
 	step := func() context.Context {
 		ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
 		t.Cleanup(cancel)
