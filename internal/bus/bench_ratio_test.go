@@ -8,7 +8,6 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/gttsplit/gttsplit/internal/bus"
-	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/nats-io/nats.go"
@@ -29,17 +28,11 @@ import (
 //
 //	go test ./internal/bus -run '^$' -bench PublishVsPublishAsync -benchtime 20000x
 func BenchmarkPublishVsPublishAsync(b *testing.B) {
-	s := natstest.Start(b)
-	jsFor(b, s)
-	cfg := bus.DefaultPublisherConfig()
-	cfg.Spool.Dir = b.TempDir()
-	p, err := bus.NewPublisher(connect(b, s.ClientURL()), cfg, zeroLogger())
-	require.NoError(b, err)
-	defer p.Close(context.Background())
+	s, p := benchPublisher(b)
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(b, err)
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxInFlight))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(bus.DefaultPublisherConfig().MaxInFlight))
 	require.NoError(b, err)
 
 	const round = 1000

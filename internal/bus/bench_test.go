@@ -11,6 +11,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -26,13 +27,7 @@ import (
 //
 //	go test -run '^$' -bench PublishLogLines -benchtime 20000x ./internal/bus/
 func BenchmarkPublishLogLines(b *testing.B) {
-	s := natstest.Start(b)
-	jsFor(b, s)
-	cfg := bus.DefaultPublisherConfig()
-	cfg.Spool.Dir = b.TempDir()
-	p, err := bus.NewPublisher(connect(b, s.ClientURL()), cfg, zeroLogger())
-	require.NoError(b, err)
-	defer p.Close(context.Background())
+	s, p := benchPublisher(b)
 
 	o := events.Origin{RunID: "bench", Host: "host1", Lane: "gpu0"}
 	evs := make([]event.Event, b.N)
@@ -83,7 +78,7 @@ func BenchmarkPublishLogLines(b *testing.B) {
 	// For reference: nats.go's own async JetStream publish of the same
 	// bytes with the same in-flight bound, without the Publisher's
 	// bookkeeping (ordering, acks, spool).
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxInFlight))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(bus.DefaultPublisherConfig().MaxInFlight))
 	require.NoError(b, err)
 	subj := events.Subject(events.KindLog, o.Host, o.Lane, o.RunID)
 	start = time.Now()
@@ -105,4 +100,18 @@ func BenchmarkPublishLogLines(b *testing.B) {
 	b.ReportMetric(coreRate, "core_events/s")
 	b.ReportMetric(float64(b.N)/rawDur.Seconds(), "raw_js_events/s")
 	b.ReportMetric(jsRate/coreRate, "ratio")
+}
+
+// benchPublisher starts an embedded server with the events stream and a
+// Publisher on it (spool in a temp dir), closed when the benchmark ends.
+func benchPublisher(b *testing.B) (*server.Server, *bus.Publisher) {
+	b.Helper()
+	s := natstest.Start(b)
+	jsFor(b, s)
+	cfg := bus.DefaultPublisherConfig()
+	cfg.Spool.Dir = b.TempDir()
+	p, err := bus.NewPublisher(connect(b, s.ClientURL()), cfg, zeroLogger())
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = p.Close(context.Background()) })
+	return s, p
 }
