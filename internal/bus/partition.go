@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,23 +51,11 @@ func PartitionFilter(p int, lane string) string {
 // gttsplit.<kind>.<host>.<lane>.<run>) has in the partitioned stream of n
 // partitions.
 func PartitionSubject(subject string, n int) string {
-	toks := splitTokens(subject)
+	toks := strings.Split(subject, ".")
 	if len(toks) != 5 {
 		return ""
 	}
 	return fmt.Sprintf("%s.%d.%s.%s.%s.%s", PartitionPrefix, PartitionOf(toks[4], n), toks[1], toks[2], toks[3], toks[4])
-}
-
-func splitTokens(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '.' {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
 }
 
 // PartitionConfig describes the partitioned stream.

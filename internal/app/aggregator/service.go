@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -551,7 +552,7 @@ func (s *Service) dlqCount(id string) bool {
 // message of the partitioned stream (gttsplitp.<P>.<kind>.<host>.<lane>.<run>)
 // loses its partition prefix.
 func originalSubject(subject string) string {
-	toks := splitSubject(subject)
+	toks := strings.Split(subject, ".")
 	if len(toks) == 6 && toks[0] == bus.PartitionPrefix {
 		return "gttsplit." + toks[2] + "." + toks[3] + "." + toks[4] + "." + toks[5]
 	}
@@ -561,23 +562,11 @@ func originalSubject(subject string) string {
 // originOf reads host, lane and run from gttsplit.<kind>.<host>.<lane>.<run>.
 func originOf(subject string) [3]string {
 	out := [3]string{"_", "_", "_"}
-	toks := splitSubject(subject)
+	toks := strings.Split(subject, ".")
 	if len(toks) == 5 {
 		copy(out[:], toks[2:])
 	}
 	return out
-}
-
-func splitSubject(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '.' {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
 }
 
 // Flush writes the state of every changed run to the bucket, then
