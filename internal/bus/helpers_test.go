@@ -52,12 +52,19 @@ func connect(t testing.TB, url string) *nats.Conn {
 // GTTSPLIT stream created.
 func jsFor(t testing.TB, s *server.Server) jetstream.JetStream {
 	t.Helper()
+	js := bareJS(t, s)
+	_, err := bus.EnsureStream(testCtx(t), js, bus.DefaultStreamConfig(), zerolog.Nop())
+	require.NoError(t, err)
+	return js
+}
+
+// bareJS is a JetStream context on s, creating nothing.
+func bareJS(t testing.TB, s *server.Server) jetstream.JetStream {
+	t.Helper()
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = bus.EnsureStream(testCtx(t), js, bus.DefaultStreamConfig(), zerolog.Nop())
 	require.NoError(t, err)
 	return js
 }
