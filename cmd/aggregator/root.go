@@ -27,8 +27,10 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 model buffer, a backend's packed duplicate, KV and recurrent state, compute
 buffers, and the unattributed rest.
 
-It folds the events collectors publish (serve), recorded event streams
-(replay), or a saved -v llama.cpp log with fdinfo samples (parse).
+It folds the events collectors publish (serve: sinks, metrics and a live
+page on its HTTP listener), recorded event streams (replay), or a saved -v
+llama.cpp log with fdinfo samples (parse), and puts a run beside its
+control (compare).
 
 Every setting is a key of the YAML file given with --config and an
 environment variable GTTSPLIT_<KEY> (dots become underscores); the common
