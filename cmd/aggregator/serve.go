@@ -30,13 +30,17 @@ The split is also published as an event on gttsplit.split.<host>.<lane>.<run>.
 With no NATS URL it starts an embedded NATS server with JetStream on
 --embedded-listen, storing under --store, and logs the URL collectors should
 use. A store is locked by the aggregator using it: a second one on the same
-store (or the same port) fails at once, saying so. With --nats-url (GTTSPLIT_NATS_URL) it uses that server or cluster;
-aggregators with the same consumer.durable share the work.
+store (or the same port) fails at once, saying so. With --nats-url
+(GTTSPLIT_NATS_URL) it uses that server or cluster.
 
-A message is acknowledged only after its run's state is written to the
-GTTSPLIT_RUNS key-value bucket, so a killed and restarted aggregator writes
-the split an uninterrupted one would have. Events that cannot be folded go
-to gttsplit.dlq.<host>.<lane>.<run> with their reason.
+Runs are partitioned (consumer.partitions, 16): every event of a run goes to
+one partition, and each partition is owned by one of the aggregators with
+the same consumer.durable; when one stops or dies, its partitions move to
+the others within seconds. An owner folds its runs in memory and
+acknowledges a message only after the checkpoint of its run's state in the
+GTTSPLIT_RUNS key-value bucket that holds it, so a killed aggregator's
+successor writes the split an uninterrupted one would have. Events that
+cannot be folded go to gttsplit.dlq.<host>.<lane>.<run> with their reason.
 
 With --comment-api, each run's Markdown report is posted as a comment on
 the run's issue (collector run --issue, else --comment-issue), edited rather
