@@ -1,0 +1,496 @@
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// conservationRuns is the number of runs per collector-side fault: 8 in
+// CI (4 under -race), 100 with GTTSPLIT_CONSERVATION=long (the figures of
+// the README's reliability section), as in the aggregator's harness.
+func conservationRuns() int {
+	switch {
+	case os.Getenv("GTTSPLIT_CONSERVATION") == "long":
+		return 100
+	case raceEnabled:
+		return 4
+	}
+	return 8
+}
+
+// conservationRow is one line of the table. For these faults lost and dup
+// count log lines: lost, a line the fake server wrote that the fold does
+// not hold (or holds with other text); dup, a line the stream carries
+// with two texts, or an event id stored twice.
+type conservationRow struct {
+	fault                                  string
+	runs, sent, folded, lost, dup, flagged int
+}
+
+// fakeServer is a "llama-server" for attach: a sleeping child process
+// whose log file the test writes, rotates and truncates itself.
+type fakeServer struct {
+	t       *testing.T
+	dir     string
+	logPath string
+	gate    string
+	pid     int
+	runID   string
+	exited  chan error
+	f       *os.File
+	written []string // the complete lines written, in order
+	partial []byte   // the bytes of a line without its newline yet
+	lines   *lineWatcher
+}
+
+func startFakeServer(t *testing.T) *fakeServer {
+	t.Helper()
+	dir := t.TempDir()
+	s := &fakeServer{t: t, dir: dir, logPath: filepath.Join(dir, "llama-server.log"),
+		gate: filepath.Join(dir, "exit"), exited: make(chan error, 1)}
+	argv := childArgv(t, "gate="+s.gate, "exit=0")
+	child := exec.Command(argv[0], argv[1:]...)
+	require.NoError(t, child.Start())
+	go func() { s.exited <- child.Wait() }() // reaped at once: attach sees it gone
+	t.Cleanup(func() {
+		_ = child.Process.Kill()
+		<-s.exited
+		if s.f != nil {
+			_ = s.f.Close()
+		}
+	})
+	s.pid = child.Process.Pid
+	start, err := procStartTime("/proc", s.pid)
+	require.NoError(t, err)
+	s.runID = fmt.Sprintf("testhost-pid%d-%d", s.pid, start)
+	s.reopen()
+	return s
+}
+
+// reopen opens (creates) the log file at its path for appending.
+func (s *fakeServer) reopen() {
+	if s.f != nil {
+		require.NoError(s.t, s.f.Close())
+	}
+	var err error
+	s.f, err = os.OpenFile(s.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	require.NoError(s.t, err)
+}
+
+// write appends b to the log and notes the lines it completes.
+func (s *fakeServer) write(b []byte) {
+	_, err := s.f.Write(b)
+	require.NoError(s.t, err)
+	for len(b) > 0 {
+		i := strings.IndexByte(string(b), '\n')
+		if i < 0 {
+			s.partial = append(s.partial, b...)
+			return
+		}
+		s.written = append(s.written, string(s.partial)+string(b[:i]))
+		s.partial, b = nil, b[i+1:]
+	}
+}
+
+// writeLines appends lines (each with its newline but the last of the
+// fixture).
+func (s *fakeServer) writeLines(lines [][]byte) {
+	for _, l := range lines {
+		s.write(l)
+	}
+}
+
+// rename rotates the log as logrotate does by default: FILE -> FILE.1
+// (replacing the older one), and a new FILE.
+func (s *fakeServer) rename() {
+	require.NoError(s.t, os.Rename(s.logPath, s.logPath+".1"))
+	s.reopen()
+}
+
+// copytruncate rotates the log as logrotate's copytruncate does: FILE is
+// copied to FILE.1, then truncated in place; the writer keeps its file.
+func (s *fakeServer) copytruncate() {
+	b, err := os.ReadFile(s.logPath)
+	require.NoError(s.t, err)
+	require.NoError(s.t, os.WriteFile(s.logPath+".1", b, 0o644))
+	require.NoError(s.t, s.f.Truncate(0))
+}
+
+// exit lets the process exit, with what it wrote so far, and reaps it.
+func (s *fakeServer) exit() {
+	if len(s.partial) > 0 {
+		// At exit the follower emits a last line without newline.
+		s.written, s.partial = append(s.written, string(s.partial)), nil
+	}
+	require.NoError(s.t, os.WriteFile(s.gate, nil, 0o644))
+	select {
+	case err := <-s.exited:
+		s.exited <- nil // for the cleanup, before anything can fail
+		require.NoError(s.t, err)
+	case <-time.After(waitFor):
+		s.t.Fatal("the fake server did not exit")
+	}
+}
+
+// conservationBroker is a broker that can be stopped and started again on
+// the same port and store.
+type conservationBroker struct {
+	t     *testing.T
+	store string
+	port  int
+	srv   *server.Server
+	url   string
+}
+
+func startConservationBroker(t *testing.T) *conservationBroker {
+	b := &conservationBroker{t: t, store: t.TempDir()}
+	b.srv = natstest.StartAt(t, b.store, -1)
+	b.port, b.url = natstest.Port(b.srv), b.srv.ClientURL()
+	return b
+}
+
+func (b *conservationBroker) stop()  { natstest.Shutdown(b.srv) }
+func (b *conservationBroker) start() { b.srv = natstest.StartAt(b.t, b.store, b.port) }
+
+// collectorFault drives one run: it attaches a collector to fs, writes
+// the log (lines is the 4B log) under its fault, and returns once every
+// event of the run should be in the broker.
+type collectorFault struct {
+	name  string
+	drive func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte)
+}
+
+// attachCfg is the config of an attach of fs publishing to b.
+func attachCfg(t *testing.T, b *conservationBroker, fs *fakeServer) config.Collector {
+	cfg := testConfig(t)
+	cfg.NATS.URL = b.url
+	cfg.Attach.PID = fs.pid
+	cfg.Attach.Log = fs.logPath
+	cfg.ShutdownTimeout = 5 * time.Second
+	return cfg
+}
+
+// attachAsync runs Attach in this process.
+func attachAsync(ctx context.Context, t *testing.T, cfg config.Collector) <-chan error {
+	ch := make(chan error, 1)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	go func() { ch <- Attach(ctx, cfg, newTestIO().io(), log) }()
+	return ch
+}
+
+func waitErr(t *testing.T, ch <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(waitFor):
+		t.Fatalf("%s did not return", what)
+		return nil
+	}
+}
+
+// lineWatcher counts the distinct lines of a run published to the broker
+// (a core subscription, so that waiting costs the broker no consumers);
+// the checks read the stream itself.
+type lineWatcher struct {
+	mu   sync.Mutex
+	seqs map[uint64]bool
+}
+
+func watchLines(t *testing.T, b *conservationBroker, runID string) *lineWatcher {
+	w := &lineWatcher{seqs: map[uint64]bool{}}
+	nc, err := nats.Connect(b.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	_, err = nc.Subscribe(events.StreamSubjects, func(m *nats.Msg) {
+		d, err := events.DecodeBytes(m.Data)
+		if err != nil || d.Origin.RunID != runID {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, l := range d.Lines {
+			w.seqs[l.Seq] = true
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	return w
+}
+
+// waitLines waits until n distinct lines of fs's run were published.
+func waitLines(t *testing.T, fs *fakeServer, n int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d lines published", n), func() bool {
+		fs.lines.mu.Lock()
+		defer fs.lines.mu.Unlock()
+		return len(fs.lines.seqs) >= n
+	})
+}
+
+// cuts splits n into k pieces at random points (each at least 1 long).
+func cuts(rng *rand.Rand, n, k int) []int {
+	out := []int{0}
+	for i := 1; i < k; i++ {
+		lo := out[len(out)-1] + 1
+		hi := n - (k - i)
+		out = append(out, lo+rng.IntN(hi-lo+1))
+	}
+	return append(out, n)
+}
+
+// TestCollectorConservationIntegration drives attach runs through the
+// collector-side faults: the followed log renamed or copytruncated, a
+// partial last line, the broker down when the process exits, and the
+// collector SIGKILLed and started again. For every run, every line the
+// fake server wrote must be folded exactly once from what reached the
+// broker (or the fold is not complete and says what is missing), and the
+// fold of the stream must equal the fold of the same events in another
+// order (what `aggregator replay` computes does not depend on it).
+func TestCollectorConservationIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	lines, _, _ := fixtureLines(t)
+	n := conservationRuns()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("GTTSPLIT_CONSERVATION_SEED"); v != "" { // to run a failed run again
+		var err error
+		seed, err = strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d", seed)
+
+	// attachUntilExit attaches, lets drive write the log, then lets the
+	// process exit and waits for attach to finish the run.
+	inProcess := func(write func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte)) func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+		return func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			done := attachAsync(testCtx(t), t, attachCfg(t, b, fs))
+			write(t, rng, b, fs, lines)
+			fs.exit()
+			require.NoError(t, waitErr(t, done, "attach"))
+		}
+	}
+	faults := []collectorFault{
+		{name: "log rename (rotation) under attach", drive: inProcess(func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			// 2-4 rotations at random lines; right after each, the next
+			// piece goes to the new file, while the old one's tail may
+			// still be unread.
+			c := cuts(rng, len(lines), 3+rng.IntN(3))
+			fs.writeLines(lines[c[0]:c[1]])
+			for i := 1; i+1 < len(c); i++ {
+				waitLines(t, fs, c[i-1]+1) // the follower has the file open
+				fs.rename()
+				fs.writeLines(lines[c[i]:c[i+1]])
+			}
+		})},
+		{name: "copytruncate under attach", drive: inProcess(func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			// copytruncate loses what is written between the copy and
+			// the truncation, and a file regrown past the read offset
+			// before the next poll: the writer here waits for the
+			// follower before each, as the README says it must.
+			// The last piece holds a complete line before the 4B log's
+			// partial last one: its first line shows the follower saw
+			// the truncation.
+			c := cuts(rng, len(lines)-1, 3+rng.IntN(3))
+			c[len(c)-1] = len(lines)
+			for i := 0; i+1 < len(c); i++ {
+				if i > 0 {
+					fs.copytruncate()
+					fs.writeLines(lines[c[i] : c[i]+1])
+					waitLines(t, fs, c[i]+1)
+				}
+				fs.writeLines(lines[c[i]+min(i, 1) : c[i+1]])
+				waitLines(t, fs, min(c[i+1], len(lines)-1))
+			}
+		})},
+		{name: "partial last line under attach (its newline later; the process exits with one)", drive: inProcess(func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			// A line cut at a random byte: the follower holds it until
+			// its newline arrives. The 4B log's own last line has no
+			// newline: the process exits with it partial.
+			k := 1 + rng.IntN(len(lines)-2)
+			l := lines[k]
+			cut := rng.IntN(len(l) - 1)
+			fs.writeLines(lines[:k])
+			fs.write(l[:cut])
+			waitLines(t, fs, k)
+			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // a poll or two with the line partial
+			fs.write(l[cut:])
+			fs.writeLines(lines[k+1:])
+		})},
+		{name: "broker down at the process's exit (spooled, delivered by the next collector start)", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			cfg := attachCfg(t, b, fs)
+			cfg.ShutdownTimeout = 2 * time.Second
+			done := attachAsync(testCtx(t), t, cfg)
+			k := 1 + rng.IntN(len(lines)-1)
+			fs.writeLines(lines[:k])
+			waitLines(t, fs, k)
+			b.stop()
+			fs.writeLines(lines[k:])
+			fs.exit()
+			require.NoError(t, waitErr(t, done, "attach"))
+			require.Positive(t, segmentBytes(cfg.Spool.Dir), "the run's last events wait in the spool")
+			b.start()
+			// The next collector start on the host (here a replay of no
+			// file) delivers the spool first.
+			st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+			require.NoError(t, err)
+			require.Zero(t, st.Left)
+		}},
+		{name: "collector SIGKILL mid-run and restart (`collector attach` binary, same --state-dir)", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			cfg := attachCfg(t, b, fs)
+			args := []string{"--log-level", "warn", "attach", "--pid", strconv.Itoa(fs.pid), "--log", fs.logPath,
+				"--host", "testhost", "--lane", "gpu0", "--nats-url", b.url, "--spool-dir", cfg.Spool.Dir,
+				"--state-dir", cfg.Attach.StateDir, "--source-dir", cfg.SourceDir}
+			env := []string{"GTTSPLIT_SAMPLE_SYS_ROOT=" + cfg.Sample.SysRoot}
+			c := cuts(rng, len(lines), 3)
+			r := startCollector(t, env, args...)
+			fs.writeLines(lines[c[0]:c[1]])
+			waitLines(t, fs, 1+rng.IntN(c[1]))
+			// Killed at once, or while it reads on.
+			fs.writeLines(lines[c[1]:c[2]])
+			time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+			require.NoError(t, r.cmd.Process.Signal(syscall.SIGKILL))
+			require.Equal(t, -1, r.wait(t), "killed")
+			fs.writeLines(lines[c[2]:])
+			r = startCollector(t, env, args...)
+			waitLines(t, fs, len(lines)-1)
+			fs.exit()
+			require.Equal(t, 0, r.wait(t), r.stderr.String())
+		}},
+	}
+
+	var mu sync.Mutex
+	rows := make([]conservationRow, len(faults))
+	for fi, f := range faults {
+		t.Run(strings.Fields(f.name)[0]+"_"+strconv.Itoa(fi), func(t *testing.T) {
+			t.Parallel()
+			row := conservationRow{fault: f.name, runs: n}
+			for i := range n {
+				t.Run(strconv.Itoa(i), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(seed, uint64(fi*1000+i)))
+					b := startConservationBroker(t)
+					fs := startFakeServer(t)
+					fs.lines = watchLines(t, b, fs.runID)
+					f.drive(t, rng, b, fs, lines)
+					checkConservation(t, b, fs, &row)
+				})
+			}
+			mu.Lock()
+			rows[fi] = row
+			mu.Unlock()
+		})
+	}
+	t.Cleanup(func() {
+		var tb strings.Builder
+		tb.WriteString("| fault | runs | events sent | folded | lost | duplicated | flagged |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range rows {
+			fmt.Fprintf(&tb, "| %s | %d | %d | %d | %d | %d | %d |\n", r.fault, r.runs, r.sent, r.folded, r.lost, r.dup, r.flagged)
+		}
+		t.Logf("collector conservation (%d runs per fault):\n%s", n, tb.String())
+	})
+}
+
+// checkConservation compares what reached the broker for fs's run with
+// the lines fs wrote, and adds the run to row.
+func checkConservation(t *testing.T, b *conservationBroker, fs *fakeServer, row *conservationRow) {
+	t.Helper()
+	msgs := streamOf(t, jsConn(t, b.url), fs.runID)
+	evs := decodedOf(msgs)
+	ids := map[string]int{}
+	for _, m := range msgs {
+		ids[m.ID]++
+	}
+	dup := len(msgs) - len(ids)
+	// Lines: each seq 1..len(written) with the text written; a seq the
+	// stream carries twice (re-read after a restart) must carry the same
+	// text, the fold keeps one.
+	texts := map[uint64]map[string]bool{}
+	for _, d := range evs {
+		for _, l := range d.Lines {
+			if texts[l.Seq] == nil {
+				texts[l.Seq] = map[string]bool{}
+			}
+			texts[l.Seq][l.Text] = true
+		}
+	}
+	lost := 0
+	for i, w := range fs.written {
+		got := texts[uint64(i+1)]
+		switch {
+		case !got[w]:
+			lost++
+		case len(got) > 1:
+			dup++
+		}
+	}
+	extra := len(texts) - len(fs.written) // lines nobody wrote
+	if extra > 0 {
+		dup += extra
+	}
+
+	fold := func(order []events.Decoded) (*split.Fold, []byte) {
+		f := split.NewFold(split.Options{})
+		for _, d := range order {
+			d.ApplyTo(f)
+		}
+		j, err := split.JSON(f.Report())
+		require.NoError(t, err)
+		return f, j
+	}
+	live, liveJSON := fold(evs)
+	rev := make([]events.Decoded, len(evs))
+	for i, d := range evs {
+		rev[len(evs)-1-i] = d
+	}
+	_, revJSON := fold(rev)
+	require.Equal(t, string(liveJSON), string(revJSON), "the fold does not depend on the order of the events")
+	var folded uint64
+	for _, st := range live.Sent().Streams {
+		folded += st.Lines
+	}
+
+	row.sent += len(ids)
+	row.lost += lost
+	row.dup += dup
+	var rep split.Report
+	require.NoError(t, json.Unmarshal(liveJSON, &rep))
+	if live.Complete() {
+		require.Zero(t, lost, "a complete fold lost %d lines", lost)
+		require.Equal(t, uint64(len(fs.written)), folded, "lines folded")
+		row.folded += len(ids)
+	} else {
+		// Not complete: it must say so, and what is missing.
+		row.flagged++
+		require.False(t, rep.Run.Complete)
+		require.NotEmpty(t, live.Missing(), "an incomplete fold says what is missing")
+		t.Logf("run %s flagged: missing %v (lost %d lines)", fs.runID, live.Missing(), lost)
+	}
+	require.Zero(t, dup, "duplicated lines or events")
+	if lost > 0 {
+		require.False(t, live.Complete(), "%d lines lost unflagged", lost)
+	}
+	n := countTypes(evs)
+	require.Equal(t, 1, n[events.TypeRunStarted])
+	require.Equal(t, 1, n[events.TypeRunFinished])
+}
