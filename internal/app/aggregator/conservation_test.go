@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -110,6 +111,22 @@ func TestConservationIntegration(t *testing.T) {
 			half := len(runs) / 2
 			seqPublish(t, h, runs[:half])
 			require.NoError(t, h.s.stop(t))
+			seqPublish(t, h, runs[half:])
+			h.s = startServe(t, h.aggCfg(t), ServeOptions{})
+		}},
+		{name: "aggregator SIGKILL and restart", drive: func(t *testing.T, h *harness, runs [][]events.Wire) {
+			// A real `aggregator serve` process owns the runs while the
+			// first half is published; it is SIGKILLed once it has
+			// written some of their splits (others are in hand, folded or
+			// not, acknowledged or not); a new aggregator takes over.
+			bin := buildAggregator(t)
+			require.NoError(t, h.s.stop(t))
+			killed := startChild(t, bin, h.b.url, h.cfg.json, t.TempDir(), "killed")
+			half := len(runs) / 2
+			seqPublish(t, h, runs[:half])
+			eventually(t, "the first splits of the aggregator to kill", func() bool { return len(sinkDocs(t, h.cfg.json)) > 0 })
+			require.NoError(t, killed.cmd.Process.Signal(syscall.SIGKILL))
+			_ = killed.wait(t)
 			seqPublish(t, h, runs[half:])
 			h.s = startServe(t, h.aggCfg(t), ServeOptions{})
 		}},

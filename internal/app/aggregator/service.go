@@ -247,7 +247,10 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 		}
 		if st.Closed {
 			if st.SinksPending {
+				// Sent again; the marker goes once the sinks settled it,
+				// so an owner that dies first leaves it to the next.
 				resend = append(resend, st)
+				continue
 			}
 			_ = s.kv.Delete(ctx, mk)
 			continue
@@ -361,7 +364,9 @@ func (s *Service) settleDeliveries(ctx context.Context) {
 		}
 		st.SinksPending = false
 		if b, err := MarshalState(st); err == nil {
-			_, _ = s.kv.Update(ctx, key, b, e.Revision())
+			if _, err := s.kv.Update(ctx, key, b, e.Revision()); err == nil && s.parts > 0 {
+				_ = s.kv.Delete(ctx, openKey(s.partOf(id), id))
+			}
 		}
 	}
 }
@@ -873,7 +878,13 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 		r.st, r.rev = st, rev
 		s.forget(id)
 		if s.parts > 0 {
-			_ = s.kv.Delete(ctx, openKey(r.part, id))
+			// The open marker stays while the split's delivery to the
+			// sinks is pending: a partition's next owner finds the run
+			// through it and sends the split again (settleDeliveries
+			// removes it once every sink settled).
+			if !st.SinksPending {
+				_ = s.kv.Delete(ctx, openKey(r.part, id))
+			}
 			s.putSummary(ctx, st, "closed", now)
 		}
 		status := "complete"
