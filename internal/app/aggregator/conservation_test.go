@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,29 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/conservation"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
-
-// conservationRuns is the number of runs per fault: 8 in CI (4 under
-// -race), 100 with GTTSPLIT_CONSERVATION=long (the figures of the
-// README's reliability section).
-func conservationRuns() int {
-	switch {
-	case os.Getenv("GTTSPLIT_CONSERVATION") == "long":
-		return 100
-	case raceEnabled:
-		return 4
-	}
-	return 8
-}
-
-// conservationRow is one line of the table.
-type conservationRow struct {
-	fault                                  string
-	runs, sent, folded, lost, dup, flagged int
-}
 
 // fault drives the runs' events into the pipeline in its own way. It gets
 // the broker, the running aggregator (which it may restart) and returns
@@ -67,7 +48,7 @@ type configAggregator = struct {
 func TestConservationIntegration(t *testing.T) {
 	skipShort(t)
 	fx := loadFixture(t, fixture4B)
-	n := conservationRuns()
+	n := conservation.Runs(raceEnabled)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	seqPublish := func(t *testing.T, h *harness, runs [][]events.Wire) {
 		var all []events.Wire
@@ -173,7 +154,7 @@ func TestConservationIntegration(t *testing.T) {
 		}, drive: seqPublish},
 	}
 
-	var rows []conservationRow
+	var rows []conservation.Row
 	for _, f := range faults {
 		t.Run(strings.ReplaceAll(f.name, " ", "_"), func(t *testing.T) {
 			store := t.TempDir()
@@ -207,41 +188,36 @@ func TestConservationIntegration(t *testing.T) {
 			require.NoError(t, h.s.stop(t))
 
 			docs := sinkDocs(t, h.cfg.json)
-			row := conservationRow{fault: f.name, runs: n}
+			row := conservation.Row{Fault: f.name, Runs: n}
 			for i, g := range gen {
 				uniq := map[string]bool{}
 				for _, w := range runs[i] {
 					uniq[w.ID] = true
 				}
-				row.sent += len(uniq)
+				row.Sent += len(uniq)
 				got, ok := docs[g.o.RunID]
 				want := replayJSON(t, runs[i])
 				switch {
 				case !ok:
-					row.lost += len(uniq)
+					row.Lost += len(uniq)
 				case string(got) == string(want):
-					row.folded += len(uniq)
+					row.Folded += len(uniq)
 				default:
-					row.lost++ // differs: counted, and the test fails below
+					row.Lost++ // differs: counted, and the test fails below
 					t.Errorf("run %s: the split differs from the replay of its events", g.o.RunID)
 				}
 				var r split.Report
 				if ok && json.Unmarshal(got, &r) == nil && !r.Run.Complete {
-					row.flagged++
+					row.Flagged++
 					require.Contains(t, r.Flags, split.FlagEventsDropped, "an incomplete run says why")
 				}
 			}
 			require.Contains(t, docs, canary.o.RunID, "the pipeline is live afterwards")
-			require.Zero(t, row.lost)
+			require.Zero(t, row.Lost)
 			rows = append(rows, row)
 		})
 	}
-	var tb strings.Builder
-	tb.WriteString("| fault | runs | events sent | folded | lost | duplicated | flagged |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, r := range rows {
-		fmt.Fprintf(&tb, "| %s | %d | %d | %d | %d | %d | %d |\n", r.fault, r.runs, r.sent, r.folded, r.lost, r.dup, r.flagged)
-	}
-	t.Logf("conservation (%d runs per fault):\n%s", n, tb.String())
+	t.Logf("conservation (%d runs per fault):\n%s", n, conservation.Table(rows))
 }
 
 func (h *harness) aggCfg(t *testing.T) config.Aggregator {

@@ -21,32 +21,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/conservation"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
-
-// conservationRuns is the number of runs per collector-side fault: 8 in
-// CI (4 under -race), 100 with GTTSPLIT_CONSERVATION=long (the figures of
-// the README's reliability section), as in the aggregator's harness.
-func conservationRuns() int {
-	switch {
-	case os.Getenv("GTTSPLIT_CONSERVATION") == "long":
-		return 100
-	case raceEnabled:
-		return 4
-	}
-	return 8
-}
-
-// conservationRow is one line of the table. For these faults lost and dup
-// count log lines: lost, a line the fake server wrote that the fold does
-// not hold (or holds with other text); dup, a line the stream carries
-// with two texts, or an event id stored twice.
-type conservationRow struct {
-	fault                                  string
-	runs, sent, folded, lost, dup, flagged int
-}
 
 // fakeServer is a "llama-server" for attach: a sleeping child process
 // whose log file the test writes, rotates and truncates itself.
@@ -272,7 +251,7 @@ func TestCollectorConservationIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	lines, _, _ := fixtureLines(t)
-	n := conservationRuns()
+	n := conservation.Runs(raceEnabled)
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("GTTSPLIT_CONSERVATION_SEED"); v != "" { // to run a failed run again
 		var err error
@@ -381,11 +360,11 @@ func TestCollectorConservationIntegration(t *testing.T) {
 	}
 
 	var mu sync.Mutex
-	rows := make([]conservationRow, len(faults))
+	rows := make([]conservation.Row, len(faults))
 	for fi, f := range faults {
 		t.Run(strings.Fields(f.name)[0]+"_"+strconv.Itoa(fi), func(t *testing.T) {
 			t.Parallel()
-			row := conservationRow{fault: f.name, runs: n}
+			row := conservation.Row{Fault: f.name, Runs: n}
 			for i := range n {
 				t.Run(strconv.Itoa(i), func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(seed, uint64(fi*1000+i)))
@@ -402,18 +381,13 @@ func TestCollectorConservationIntegration(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() {
-		var tb strings.Builder
-		tb.WriteString("| fault | runs | events sent | folded | lost | duplicated | flagged |\n|---|---:|---:|---:|---:|---:|---:|\n")
-		for _, r := range rows {
-			fmt.Fprintf(&tb, "| %s | %d | %d | %d | %d | %d | %d |\n", r.fault, r.runs, r.sent, r.folded, r.lost, r.dup, r.flagged)
-		}
-		t.Logf("collector conservation (%d runs per fault):\n%s", n, tb.String())
+		t.Logf("collector conservation (%d runs per fault):\n%s", n, conservation.Table(rows))
 	})
 }
 
 // checkConservation compares what reached the broker for fs's run with
 // the lines fs wrote, and adds the run to row.
-func checkConservation(t *testing.T, b *conservationBroker, fs *fakeServer, row *conservationRow) {
+func checkConservation(t *testing.T, b *conservationBroker, fs *fakeServer, row *conservation.Row) {
 	t.Helper()
 	msgs := streamOf(t, jsConn(t, b.url), fs.runID)
 	evs := decodedOf(msgs)
@@ -470,18 +444,18 @@ func checkConservation(t *testing.T, b *conservationBroker, fs *fakeServer, row 
 		folded += st.Lines
 	}
 
-	row.sent += len(ids)
-	row.lost += lost
-	row.dup += dup
+	row.Sent += len(ids)
+	row.Lost += lost
+	row.Dup += dup
 	var rep split.Report
 	require.NoError(t, json.Unmarshal(liveJSON, &rep))
 	if live.Complete() {
 		require.Zero(t, lost, "a complete fold lost %d lines", lost)
 		require.Equal(t, uint64(len(fs.written)), folded, "lines folded")
-		row.folded += len(ids)
+		row.Folded += len(ids)
 	} else {
 		// Not complete: it must say so, and what is missing.
-		row.flagged++
+		row.Flagged++
 		require.False(t, rep.Run.Complete)
 		require.NotEmpty(t, live.Missing(), "an incomplete fold says what is missing")
 		t.Logf("run %s flagged: missing %v (lost %d lines)", fs.runID, live.Missing(), lost)
