@@ -297,6 +297,11 @@ func TestServeHTTPIntegration(t *testing.T) {
 		}
 	}
 	b.publish(t, open...)
+	// The partitioned stream sources the events a moment after they are
+	// stored: wait for the fold, then for the acknowledgements.
+	eventually(t, "every event folded", func() bool {
+		return metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), "gttsplit_events_folded_total") == fmt.Sprint(len(open))
+	})
 	b.waitAcked(t, cfg.Consumer.Durable)
 
 	m := httpGet(t, s.http, "/metrics", http.StatusOK)
