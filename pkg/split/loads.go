@@ -97,43 +97,40 @@ func bufLine(r Record, row string) BufferLine {
 }
 
 // loadFigures sums a load's model buffers and its contexts' buffers.
+// addModel counts a model buffer line in the row its device (r.Name)
+// gives: remote devices in none, host memory apart, the rest in GTT.
+func (g *figures) addModel(r Record) {
+	switch {
+	case IsRemoteBuffer(r.Name):
+		g.remote = append(g.remote, bufLine(r, "remote"))
+	case IsHostBuffer(r.Name):
+		// A load with host buffers only put 0 MiB in GTT: 0, not unknown.
+		g.host += r.MiB
+		g.haveHost, g.haveModel = true, true
+		g.lines = append(g.lines, bufLine(r, "model_host"))
+	default:
+		g.model += r.MiB
+		g.haveModel = true
+		g.lines = append(g.lines, bufLine(r, "model"))
+	}
+}
+
 func loadFigures(l *loadAcc) figures {
 	var g figures
 	for _, m := range l.models {
-		switch {
-		case IsRemoteBuffer(m.Name):
-			g.remote = append(g.remote, bufLine(m, "remote"))
-		case IsHostBuffer(m.Name):
-			// A load with host buffers only put 0 MiB in GTT: 0, not unknown.
-			g.host += m.MiB
-			g.haveHost, g.haveModel = true, true
-			g.lines = append(g.lines, bufLine(m, "model_host"))
-		default:
-			g.model += m.MiB
-			g.haveModel = true
-			g.lines = append(g.lines, bufLine(m, "model"))
-		}
+		g.addModel(m)
 	}
 	if l.clipSize != nil {
 		// The mmproj weights live on the CLIP backend.
 		r := *l.clipSize
 		r.Name = l.clipDev
 		r.BufKind = "mmproj model"
-		switch {
-		case l.clipDev == "":
+		if l.clipDev == "" {
 			// No "CLIP using ... backend" line: where the weights
 			// live is not known; listed, not counted.
 			g.lines = append(g.lines, bufLine(r, "unknown"))
-		case IsRemoteBuffer(l.clipDev):
-			g.remote = append(g.remote, bufLine(r, "remote"))
-		case l.clipDev == "CPU" || IsHostBuffer(l.clipDev):
-			g.host += r.MiB
-			g.haveHost, g.haveModel = true, true
-			g.lines = append(g.lines, bufLine(r, "model_host"))
-		default:
-			g.model += r.MiB
-			g.haveModel = true
-			g.lines = append(g.lines, bufLine(r, "model"))
+		} else {
+			g.addModel(r)
 		}
 	}
 	for _, x := range l.ctxs {
