@@ -303,6 +303,13 @@ func (b *testBroker) publishIDs(t testing.TB, ws []events.Wire, ids []string) {
 		require.NoError(t, err)
 		futs = append(futs, f)
 	}
+	waitPublished(t, futs)
+}
+
+// waitPublished waits for the broker's acknowledgement of every async
+// publish.
+func waitPublished(t testing.TB, futs []jetstream.PubAckFuture) {
+	t.Helper()
 	for _, f := range futs {
 		select {
 		case <-f.Ok():

@@ -67,15 +67,7 @@ func TestServePoisonFloodIntegration(t *testing.T) {
 		require.NoError(t, err)
 		futs = append(futs, f)
 	}
-	for _, f := range futs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatalf("publish poison: %v", err)
-		case <-time.After(waitFor):
-			t.Fatal("publish poison: no ack")
-		}
-	}
+	waitPublished(t, futs)
 	t.Logf("published %d poison events in %s", flood, time.Since(start).Round(time.Millisecond))
 	// One more that fits the broker's max_payload only without the dead
 	// letter's headers: it goes to the dead-letter subject truncated.
