@@ -89,7 +89,7 @@ func notText(b []byte) string {
 	for i := 0; i < len(b); {
 		r, size := utf8.DecodeRune(b[i:])
 		switch {
-		case r == utf8.RuneError && size == 1 && !utf8.FullRune(b[i:]) && i+size == len(b):
+		case r == utf8.RuneError && size == 1 && !utf8.FullRune(b[i:]):
 			// a character cut by the sniff window
 		case r == utf8.RuneError && size == 1:
 			bad++
