@@ -73,4 +73,5 @@ func BenchmarkRunsPage(b *testing.B) {
 			continue
 		}
 	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/page")
 }
