@@ -1,7 +1,6 @@
 package split
 
 import (
-	"container/heap"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -54,19 +53,29 @@ func posLess(aSeq uint64, aStream string, bSeq uint64, bStream string) bool {
 }
 
 func (t *traceAcc) add(stream string, r Record) {
+	t.addHashed(stream, r, nameHash(r.Name), r.Name != "")
+}
+
+// addHashed is add with the tensor name given as its nameHash (named
+// false: no name; r.Name is not used). Max and Last are overwritten in place, so a
+// trace line allocates nothing.
+func (t *traceAcc) addHashed(stream string, r Record, name uint64, named bool) {
 	t.N++
+	r.Name = ""
 	if t.Max == nil || r.MiB > t.Max.MiB || r.MiB == t.Max.MiB && posLess(r.Seq, stream, t.Max.Seq, t.MaxS) {
-		c := r
-		c.Name = ""
-		t.Max, t.MaxS = &c, stream
+		if t.Max == nil {
+			t.Max = new(Record)
+		}
+		*t.Max, t.MaxS = r, stream
 	}
 	if t.Last == nil || posLess(t.Last.Seq, t.LastS, r.Seq, stream) {
-		c := r
-		c.Name = ""
-		t.Last, t.LastS = &c, stream
+		if t.Last == nil {
+			t.Last = new(Record)
+		}
+		*t.Last, t.LastS = r, stream
 	}
-	if r.Name != "" {
-		t.Names.add(nameHash(r.Name), MaxTraceNames)
+	if named {
+		t.Names.add(name, MaxTraceNames)
 	}
 }
 
@@ -79,7 +88,7 @@ func (t *traceAcc) names() (n int, estimated bool) {
 // nameHash is a 64-bit FNV-1a hash of s, finished with the splitmix64
 // mixer so that the low and high bits are uniform (the distinct-count
 // estimate needs uniform hashes).
-func nameHash(s string) uint64 {
+func nameHash[T string | []byte](s T) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(s); i++ {
 		h ^= uint64(s[i])
@@ -197,21 +206,34 @@ func (st *state) keep(k lineKey, r Record) {
 		}
 	default:
 		st.Capped++
-		if len(st.records) >= MaxRecords {
-			// Keep the MaxRecords last in evictLess's order: drop the
-			// first, which may be this one.
-			min := st.minRecord()
-			if evictLess(k, r, min, st.records[min]) {
-				return
-			}
-			heap.Pop(st.evictHeap())
-			delete(st.records, min)
-		}
-		st.records[k] = r
-		if st.evict != nil {
-			heap.Push(st.evict, k)
-		}
+		st.keepRecord(k, r, MaxRecords)
 	}
+}
+
+// keepRecord adds a record to st.records, keeping at most limit of them:
+// the limit last in evictLess's order. Below the limit it appends; at the
+// limit the first in that order (the root of st.evict, built then) goes,
+// unless it is this one, and the new record takes its slot: one sift down
+// of the heap, no allocation. FuzzKeepRecordMatchesSort holds the kept set
+// equal to sorting every record and keeping the last limit.
+func (st *state) keepRecord(k lineKey, r Record, limit int) {
+	e := evictKey{seq: k.seq, stream: k.stream, class: evictClass(r), kind: r.Kind}
+	if len(st.records) < limit {
+		e.slot = int32(len(st.records))
+		st.records = append(st.records, keyedRecord{Stream: k.stream, Record: r})
+		if st.evict != nil {
+			st.evict.push(e)
+		}
+		return
+	}
+	q := st.evictHeap()
+	if e.less(&q.keys[0]) {
+		return // the first to go is this one
+	}
+	e.slot = q.keys[0].slot
+	st.records[e.slot] = keyedRecord{Stream: k.stream, Record: r}
+	q.keys[0] = e
+	q.down(0)
 }
 
 // evictClass orders the kinds of kept lines by what the rules lose when
@@ -221,7 +243,7 @@ func (st *state) keep(k lineKey, r Record) {
 // 2 for the model-load lines (load, model buffer and context lines, and
 // the markers of which loads are live: draft, router, mmproj, --fit), which
 // go only when more than MaxRecords of them are there.
-func evictClass(r Record) int {
+func evictClass(r Record) int8 {
 	switch r.Kind {
 	case KindLoad, KindContext, KindRole, KindRouter, KindClip, KindFitBracket:
 		return 2
@@ -244,50 +266,82 @@ func evictClass(r Record) int {
 // or load supersedes an earlier one). It is a fixed total order, so the
 // kept records are the MaxRecords greatest whatever the order of arrival.
 func evictLess(ak lineKey, a Record, bk lineKey, b Record) bool {
-	if ca, cb := evictClass(a), evictClass(b); ca != cb {
-		return ca < cb
-	}
-	if ak.seq != bk.seq || ak.stream != bk.stream {
-		return posLess(ak.seq, ak.stream, bk.seq, bk.stream)
-	}
-	return a.Kind < b.Kind
+	x := evictKey{seq: ak.seq, stream: ak.stream, class: evictClass(a), kind: a.Kind}
+	y := evictKey{seq: bk.seq, stream: bk.stream, class: evictClass(b), kind: b.Kind}
+	return x.less(&y)
 }
 
-// minRecord returns the key of the first kept record in evictLess's order
-// (len > 0).
-func (st *state) minRecord() lineKey { return st.evictHeap().keys[0] }
+// evictKey is what evictLess compares of a kept record, with the record's
+// index in st.records.
+type evictKey struct {
+	seq    uint64
+	stream string
+	slot   int32
+	class  int8
+	kind   Kind
+}
+
+func (a *evictKey) less(b *evictKey) bool {
+	if a.class != b.class {
+		return a.class < b.class
+	}
+	if a.seq != b.seq || a.stream != b.stream {
+		return posLess(a.seq, a.stream, b.seq, b.stream)
+	}
+	return a.kind < b.kind
+}
 
 // evictHeap returns the kept records' keys as a heap in evictLess's order,
 // built when missing (a new or restored state).
 func (st *state) evictHeap() *evictQueue {
 	if st.evict == nil || len(st.evict.keys) != len(st.records) {
-		q := &evictQueue{recs: st.records, keys: make([]lineKey, 0, len(st.records))}
-		for k := range st.records {
-			q.keys = append(q.keys, k)
+		q := &evictQueue{keys: make([]evictKey, len(st.records))}
+		for i, r := range st.records {
+			q.keys[i] = evictKey{seq: r.Seq, stream: r.Stream, slot: int32(i), class: evictClass(r.Record), kind: r.Kind}
 		}
-		heap.Init(q)
+		for i := len(q.keys)/2 - 1; i >= 0; i-- {
+			q.down(i)
+		}
 		st.evict = q
 	}
 	return st.evict
 }
 
-// evictQueue is a min-heap of record keys in evictLess's order.
+// evictQueue is a binary min-heap of the kept records' keys in evictLess's
+// order (typed, so that no key is boxed).
 type evictQueue struct {
-	recs map[lineKey]Record
-	keys []lineKey
+	keys []evictKey
 }
 
-func (q *evictQueue) Len() int { return len(q.keys) }
-func (q *evictQueue) Less(i, j int) bool {
-	a, b := q.keys[i], q.keys[j]
-	return evictLess(a, q.recs[a], b, q.recs[b])
+func (q *evictQueue) push(e evictKey) {
+	q.keys = append(q.keys, e)
+	for i := len(q.keys) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.keys[i].less(&q.keys[p]) {
+			break
+		}
+		q.keys[i], q.keys[p] = q.keys[p], q.keys[i]
+		i = p
+	}
 }
-func (q *evictQueue) Swap(i, j int) { q.keys[i], q.keys[j] = q.keys[j], q.keys[i] }
-func (q *evictQueue) Push(x any)    { q.keys = append(q.keys, x.(lineKey)) }
-func (q *evictQueue) Pop() any {
-	k := q.keys[len(q.keys)-1]
-	q.keys = q.keys[:len(q.keys)-1]
-	return k
+
+func (q *evictQueue) down(i int) {
+	n := len(q.keys)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && q.keys[r].less(&q.keys[l]) {
+			m = r
+		}
+		if !q.keys[m].less(&q.keys[i]) {
+			return
+		}
+		q.keys[i], q.keys[m] = q.keys[m], q.keys[i]
+		i = m
+	}
 }
 
 // droppedRecords is how many relevant lines the cap left out.
@@ -303,9 +357,7 @@ type keyedRecord struct {
 // and legacy lines, by position.
 func (st *state) sortedRecords() []Record {
 	recs := make([]keyedRecord, 0, len(st.records)+len(st.firsts))
-	for k, r := range st.records {
-		recs = append(recs, keyedRecord{Stream: k.stream, Record: r})
-	}
+	recs = append(recs, st.records...)
 	for _, r := range st.firsts {
 		recs = append(recs, r)
 	}

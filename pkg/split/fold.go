@@ -31,8 +31,9 @@ type Fold struct {
 	thr     float64
 	st      state
 	scratch []byte
-	inTable bool  // ReadLog: the last chunk ended inside a breakdown table
-	lineT   int64 // AddLine: the capture time of the line being applied (unix ns; 0 unknown)
+	ps      parseScratch // the parser's: strings seen before, a trace line's name
+	inTable bool         // ReadLog: the last chunk ended inside a breakdown table
+	lineT   int64        // AddLine: the capture time of the line being applied (unix ns; 0 unknown)
 }
 
 type lineKey struct {
@@ -47,9 +48,9 @@ type state struct {
 	Finish     FinishInfo `json:"finish"`
 	HaveFinish bool       `json:"have_finish"`
 	// records holds the relevant lines other than trace, malformed,
-	// summary and first-only lines, keyed by position: at most MaxRecords,
-	// the latest (see keep).
-	records map[lineKey]Record
+	// summary and first-only lines, in no order, each position once: at
+	// most MaxRecords, the latest (see keep).
+	records []keyedRecord
 	// evict orders records for eviction (built when the cap is reached).
 	evict *evictQueue
 	// firsts holds the first build, verbosity and legacy line.
@@ -245,7 +246,7 @@ func NewFold(o Options) *Fold {
 	if thr <= 0 {
 		thr = DefaultThresholdPct
 	}
-	return &Fold{p: p, thr: thr, st: state{records: map[lineKey]Record{}}}
+	return &Fold{p: p, thr: thr}
 }
 
 // SetRun records the run's description (the run-started event). It reports
@@ -310,11 +311,16 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 		b = validUTF8(b)
 	}
 	k := lineKey{stream, seq}
-	r, ok := f.p.Parse(seq, Payload(b, &f.scratch))
+	r, ok := f.p.parse(seq, Payload(b, &f.scratch), &f.ps)
 	if !ok {
 		return
 	}
 	r.Port = RouterPort(b)
+	if r.Kind == KindTrace {
+		// The name stayed bytes: only its hash is kept.
+		f.st.Trace.addHashed(stream, r, nameHash(f.ps.name), f.ps.name != nil)
+		return
+	}
 	if r.Kind == KindDebugMarker {
 		// Only the presence of a -v marker matters: keep one (the first by
 		// position, so the state does not depend on arrival order).
@@ -413,9 +419,7 @@ type persisted struct {
 // MaxRecords).
 func (f *Fold) MarshalJSON() ([]byte, error) {
 	p := persisted{state: f.st, Records: make([]keyedRecord, 0, len(f.st.records)+len(f.st.firsts))}
-	for k, r := range f.st.records {
-		p.Records = append(p.Records, keyedRecord{Stream: k.stream, Record: r})
-	}
+	p.Records = append(p.Records, f.st.records...)
 	for _, r := range f.st.firsts {
 		p.Records = append(p.Records, r)
 	}
@@ -443,8 +447,9 @@ func (f *Fold) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	st := p.state
-	st.records = make(map[lineKey]Record, len(p.Records))
+	st.records = nil
 	st.firsts = nil
+	at := make(map[lineKey]int, len(p.Records)) // a position twice: the last wins
 	legacy := st.Capped == 0 && st.Trace.N == 0
 	capped := st.Capped
 	for _, r := range p.Records {
@@ -453,7 +458,12 @@ func (f *Fold) UnmarshalJSON(b []byte) error {
 		case KindBuild, KindVerbosity, KindLegacy, KindTrace, KindMalformed, KindSummary:
 			st.keep(k, r.Record) // first-only kinds; trace and malformed only in old states
 		default:
-			st.records[k] = r.Record
+			if i, ok := at[k]; ok {
+				st.records[i].Record = r.Record
+				continue
+			}
+			at[k] = len(st.records)
+			st.records = append(st.records, r)
 		}
 	}
 	if legacy {

@@ -229,7 +229,7 @@ func FuzzDefaultTraceMatchesRegexp(f *testing.F) {
 		if n := nm.FindSubmatch(s); n != nil {
 			want = string(n[1])
 		}
-		if got := traceName(s); got != want {
+		if got := string(traceName(s)); got != want {
 			t.Fatalf("%q: name %q, regexp %q", s, got, want)
 		}
 	})

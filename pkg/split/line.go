@@ -219,12 +219,20 @@ func isDebugMarker(line []byte) bool {
 
 // Parse classifies one normalised line (see Payload). It returns false for
 // lines irrelevant to the split.
-func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
+func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) { return p.parse(seq, s, nil) }
+
+// parse is Parse with a fold's scratch (nil: none): with one, the strings
+// of the record come from its cache and a trace line's name is left in
+// sc.name instead of r.Name.
+func (p *Parser) parse(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
 	r := Record{Seq: seq}
+	if sc != nil {
+		sc.name = nil
+	}
 	if p.traceNeedsMiB {
 		if v, ok := defaultTrace(s); ok {
 			r.Kind, r.MiB = KindTrace, v
-			r.Name = traceName(s)
+			r.Name = traceNameTo(sc, traceName(s))
 			return r, true
 		}
 	} else if len(p.traceAnchor) > 0 && !bytes.Contains(s, p.traceAnchor) {
@@ -237,19 +245,19 @@ func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) {
 		}
 		r.Kind, r.MiB = KindTrace, v
 		if n := p.traceName.FindSubmatch(s); n != nil {
-			r.Name = string(n[1])
+			r.Name = traceNameTo(sc, n[1])
 		}
 		return r, true
 	}
 	if i := bytes.Index(s, aBufferSize); i >= 0 {
-		return parseBuffer(r, s, i)
+		return parseBuffer(r, s, i, sc)
 	}
 	switch {
 	case bytes.Contains(s, aBreakdown):
-		return parseBreakdown(r, s)
+		return parseBreakdown(r, s, sc)
 	case bytes.Contains(s, aLoad):
 		r.Kind = KindLoad
-		r.Func, r.Text = loadFile(s)
+		r.Func, r.Text = loadFile(s, sc)
 		return r, true
 	case bytes.Contains(s, aCtx):
 		r.Kind = KindContext
@@ -334,13 +342,26 @@ func defaultTrace(s []byte) (float64, bool) {
 	}
 }
 
+// traceNameTo returns a trace line's tensor name as r.Name: as a string
+// without a scratch; with one, "" and the name left in sc.name (the fold
+// hashes it, no string made).
+func traceNameTo(sc *parseScratch, name []byte) string {
+	if sc == nil {
+		return string(name)
+	}
+	if len(name) > 0 {
+		sc.name = name
+	}
+	return ""
+}
+
 // traceName is DefaultTraceNamePattern, `name=(\S+)`, by hand (RE2's \s is
-// [\t\n\f\r ]).
-func traceName(s []byte) string {
+// [\t\n\f\r ]): the group, nil without a match.
+func traceName(s []byte) []byte {
 	for off := 0; ; {
 		i := bytes.Index(s[off:], []byte("name="))
 		if i < 0 {
-			return ""
+			return nil
 		}
 		v := s[off+i+5:]
 		off += i + 1
@@ -349,7 +370,7 @@ func traceName(s []byte) string {
 			j++
 		}
 		if j > 0 {
-			return string(v[:j])
+			return v[:j]
 		}
 	}
 }
@@ -365,8 +386,10 @@ func leadingDigits(b []byte) []byte {
 }
 
 // parseBuffer parses "<func>: <name> <kind words> buffer size = N MiB" and
-// the ~llama_context echo; i is the index of "buffer size".
-func parseBuffer(r Record, s []byte, i int) (Record, bool) {
+// the ~llama_context echo; i is the index of "buffer size". It allocates
+// nothing for a line whose strings sc holds (parseBufferPlain is the
+// plain form FuzzParseLeavesMatchPlain holds it to).
+func parseBuffer(r Record, s []byte, i int, sc *parseScratch) (Record, bool) {
 	// The last ": " before "buffer size" ends the function name, so a
 	// wrapper's own prefix ("Mar 12 07:01:05 host python[433748]: ",
 	// "llama-cpp  | ") stays out of the buffer type.
@@ -375,15 +398,14 @@ func parseBuffer(r Record, s []byte, i int) (Record, bool) {
 		r.Kind = KindMalformed
 		return r, true
 	}
-	r.Func = funcName(s[:c])
-	fields := strings.Fields(string(s[c+2 : i]))
+	r.Func = funcName(s[:c], sc)
+	name, kind, ok := bufferWords(s[c+2:i], sc)
 	rest := s[i+len(aBufferSize):]
-	if len(fields) == 0 {
+	if !ok {
 		r.Kind = KindMalformed
 		return r, true
 	}
-	r.Name = fields[0]
-	r.BufKind = strings.Join(fields[1:], " ")
+	r.Name, r.BufKind = name, kind
 	if r.Name == "params" && r.BufKind == "backend" {
 		// Old CLIP loaders: "clip_model_load: params backend buffer size
 		// = 595.49 MB (377 tensors)", the mmproj weights (MB is MiB).
@@ -410,25 +432,136 @@ func parseBuffer(r Record, s []byte, i int) (Record, bool) {
 		}
 		return r, true
 	case bytes.HasPrefix(rest, []byte("is ")) || bytes.HasPrefix(rest, []byte("of ")):
-		m := reEcho.FindSubmatch(rest)
-		if m == nil {
+		a, e, match, ok := echoFigures(rest)
+		if !ok {
 			r.Kind = KindMalformed
 			return r, true
 		}
-		a, err1 := strconv.ParseFloat(string(m[1]), 64)
-		e, err2 := strconv.ParseFloat(string(m[3]), 64)
+		av, err1 := strconv.ParseFloat(string(a), 64)
+		ev, err2 := strconv.ParseFloat(string(e), 64)
 		if err1 != nil || err2 != nil {
 			r.Kind = KindMalformed
 			return r, true
 		}
-		r.Kind, r.MiB, r.Expect, r.Match = KindEcho, a, e, len(m[2]) == 0
+		r.Kind, r.MiB, r.Expect, r.Match = KindEcho, av, ev, match
 		return r, true
 	}
 	r.Kind = KindMalformed
 	return r, true
 }
 
-var reEcho = regexp.MustCompile(`^(?:is|of) +([0-9.]+) MiB, (does not )?match(?:es)? expectation of +([0-9.]+) MiB`)
+// bufferWords splits the words before "buffer size" as strings.Fields
+// would: the first is the name, the others joined by one blank the buffer
+// type. ok is false when there is no word.
+func bufferWords(b []byte, sc *parseScratch) (name, kind string, ok bool) {
+	if !isASCII(b) {
+		// Unicode blanks: strings.Fields itself.
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return "", "", false
+		}
+		return f[0], strings.Join(f[1:], " "), true
+	}
+	i, j := nextField(b, 0)
+	if i == j {
+		return "", "", false
+	}
+	name = sc.str(b[i:j])
+	from, to, n := 0, 0, 0 // the span of the other words, and their count
+	single := true         // each separated from the next by one blank
+	for k := j; ; {
+		a, e := nextField(b, k)
+		if a == e {
+			break
+		}
+		if n == 0 {
+			from = a
+		} else if a != to+1 || b[to] != ' ' {
+			single = false
+		}
+		to, k = e, e
+		n++
+	}
+	switch {
+	case n == 0:
+	case single:
+		kind = sc.str(b[from:to])
+	default:
+		var buf []byte
+		if sc != nil {
+			buf = sc.join[:0]
+		}
+		for k := from; ; {
+			a, e := nextField(b, k)
+			if a == e {
+				break
+			}
+			if len(buf) > 0 {
+				buf = append(buf, ' ')
+			}
+			buf = append(buf, b[a:e]...)
+			k = e
+		}
+		if sc != nil {
+			sc.join = buf
+		}
+		kind = sc.str(buf)
+	}
+	return name, kind, true
+}
+
+// echoFigures parses the rest of an echo line by hand, as the regexp
+// `^(?:is|of) +([0-9.]+) MiB, (does not )?match(?:es)? expectation of
+// +([0-9.]+) MiB` would (FuzzParseLeavesMatchPlain): the actual and the
+// expected figure, and whether they match.
+func echoFigures(b []byte) (actual, expect []byte, match, ok bool) {
+	if len(b) < 2 || !(b[0] == 'i' && b[1] == 's' || b[0] == 'o' && b[1] == 'f') {
+		return nil, nil, false, false
+	}
+	b = b[2:]
+	figure := func() []byte {
+		i := 0
+		for i < len(b) && b[i] == ' ' {
+			i++
+		}
+		if i == 0 {
+			return nil
+		}
+		j := i
+		for j < len(b) && (isDigit(b[j]) || b[j] == '.') {
+			j++
+		}
+		if j == i || !bytes.HasPrefix(b[j:], []byte(" MiB")) {
+			return nil
+		}
+		f := b[i:j]
+		b = b[j+len(" MiB"):]
+		return f
+	}
+	if actual = figure(); actual == nil || !bytes.HasPrefix(b, []byte(", ")) {
+		return nil, nil, false, false
+	}
+	b = b[2:]
+	match = !bytes.HasPrefix(b, []byte("does not "))
+	if !match {
+		b = b[len("does not "):]
+	}
+	if !bytes.HasPrefix(b, []byte("match")) {
+		return nil, nil, false, false
+	}
+	b = b[len("match"):]
+	if bytes.HasPrefix(b, []byte("es")) {
+		b = b[2:]
+	}
+	if !bytes.HasPrefix(b, []byte(" expectation of")) {
+		return nil, nil, false, false
+	}
+	b = b[len(" expectation of"):]
+	if expect = figure(); expect == nil {
+		return nil, nil, false, false
+	}
+	return actual, expect, match, true
+}
 
 // mibValue parses "N MiB" at the start of b.
 func mibValue(b []byte) (float64, bool) {
@@ -484,43 +617,91 @@ func parseBuild(s []byte) (buildInfo, bool) {
 func isBreakdownHead(s []byte) bool { return bytes.Contains(s, []byte("memory breakdown [MiB]")) }
 
 // parseBreakdown parses a memory-breakdown table line (docs/formats.md, "The memory breakdown table").
-func parseBreakdown(r Record, s []byte) (Record, bool) {
+// It allocates only the row's integers for a line whose strings sc holds
+// (parseBreakdownPlain is the plain form FuzzParseLeavesMatchPlain holds
+// it to).
+func parseBreakdown(r Record, s []byte, sc *parseScratch) (Record, bool) {
 	if isBreakdownHead(s) {
 		r.Kind = KindBreakdownHead
 		return r, true
 	}
-	// "<func>: |   - <label> | a = b + (c = d + e + f) + g |"
-	parts := bytes.Split(s, []byte("|"))
-	if len(parts) < 4 {
-		return r, false // not a table row: breakdown rows are never counted as skipped
+	// "<func>: |   - <label> | a = b + (c = d + e + f) + g |": the second
+	// and third of the |-separated parts, and at least four parts.
+	var part [3][]byte
+	rest := s
+	for k := range part {
+		i := bytes.IndexByte(rest, '|')
+		if i < 0 {
+			return r, false // not a table row: breakdown rows are never counted as skipped
+		}
+		part[k], rest = rest[:i], rest[i+1:]
 	}
-	label := strings.TrimSpace(string(parts[1]))
-	label = strings.TrimSpace(strings.TrimPrefix(label, "-"))
-	if f := strings.Fields(label); len(f) > 0 {
-		r.Name = f[0]
+	label, cells := part[1], part[2]
+	if isASCII(label) {
+		label = trimASCIISpace(label)
+		if len(label) > 0 && label[0] == '-' {
+			label = trimASCIISpace(label[1:])
+		}
+		if i, j := nextField(label, 0); i < j {
+			r.Name = sc.str(label[i:j])
+		}
+	} else {
+		l := strings.TrimSpace(string(label))
+		l = strings.TrimSpace(strings.TrimPrefix(l, "-"))
+		if f := strings.Fields(l); len(f) > 0 {
+			r.Name = f[0]
+		}
 	}
-	for _, f := range strings.FieldsFunc(string(parts[2]), func(c rune) bool { return !(c == '-' || c >= '0' && c <= '9') }) {
-		v, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
+	// The integers: runs of '-' and digits (every other byte separates,
+	// as every other rune does).
+	var ints [7]int64
+	n := 0
+	for i := 0; i < len(cells); {
+		if !isIntByte(cells[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(cells) && isIntByte(cells[j]) {
+			j++
+		}
+		v, err := strconv.ParseInt(string(cells[i:j]), 10, 64)
+		if err != nil || n == len(ints) {
 			return r, false
 		}
-		r.Ints = append(r.Ints, v)
+		ints[n] = v
+		n++
+		i = j
 	}
-	if r.Name == "" || (len(r.Ints) != 7 && len(r.Ints) != 4) {
+	if r.Name == "" || (n != 7 && n != 4) {
 		return r, false // not a table row: breakdown rows are never counted as skipped
 	}
+	r.Ints = append([]int64(nil), ints[:n]...)
 	r.Kind = KindBreakdownRow
 	return r, true
 }
 
+func isIntByte(c byte) bool { return c == '-' || isDigit(c) }
+
+// trimASCIISpace is strings.TrimSpace for ASCII bytes.
+func trimASCIISpace(b []byte) []byte {
+	for len(b) > 0 && asciiSpace[b[0]] {
+		b = b[1:]
+	}
+	for len(b) > 0 && asciiSpace[b[len(b)-1]] {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
 // funcName is the last blank-separated word of what precedes a line's
 // first ": " (the C function; a wrapper's prefix goes).
-func funcName(b []byte) string {
+func funcName(b []byte, sc *parseScratch) string {
 	b = bytes.TrimRight(b, " ")
 	if j := bytes.LastIndexAny(b, " \t"); j >= 0 {
 		b = b[j+1:]
 	}
-	return string(b)
+	return sc.str(b)
 }
 
 // mibOrMB parses "N MiB" or "N MB" at the start of b.
@@ -542,9 +723,9 @@ func mibOrMB(b []byte) (float64, bool) {
 
 // loadFile returns the function and the file of a "loaded meta data with N
 // key-value pairs and M tensors from FILE (version ...)" line.
-func loadFile(s []byte) (fn, file string) {
+func loadFile(s []byte, sc *parseScratch) (fn, file string) {
 	if c := bytes.LastIndex(s[:bytes.Index(s, aLoad)], []byte(": ")); c > 0 {
-		fn = funcName(s[:c])
+		fn = funcName(s[:c], sc)
 	}
 	i := bytes.Index(s, []byte(" tensors from "))
 	if i < 0 {
@@ -554,7 +735,7 @@ func loadFile(s []byte) (fn, file string) {
 	if j := bytes.LastIndex(f, []byte(" (version ")); j >= 0 {
 		f = f[:j]
 	}
-	return fn, string(bytes.TrimSpace(f))
+	return fn, sc.str(bytes.TrimSpace(f))
 }
 
 var (

@@ -1,0 +1,213 @@
+package split
+
+import (
+	"bytes"
+	"encoding/binary"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The plain forms of the allocation-free parsing and folding steps: what
+// they replaced, kept here as the reference the fuzz targets below hold
+// them to.
+
+// bufferWordsPlain is bufferWords with strings.Fields.
+func bufferWordsPlain(b []byte) (name, kind string, ok bool) {
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "", "", false
+	}
+	return f[0], strings.Join(f[1:], " "), true
+}
+
+var reEcho = regexp.MustCompile(`^(?:is|of) +([0-9.]+) MiB, (does not )?match(?:es)? expectation of +([0-9.]+) MiB`)
+
+// parseBreakdownPlain is parseBreakdown with bytes.Split, strings.Fields
+// and strings.FieldsFunc.
+func parseBreakdownPlain(r Record, s []byte) (Record, bool) {
+	if isBreakdownHead(s) {
+		r.Kind = KindBreakdownHead
+		return r, true
+	}
+	parts := bytes.Split(s, []byte("|"))
+	if len(parts) < 4 {
+		return r, false
+	}
+	label := strings.TrimSpace(string(parts[1]))
+	label = strings.TrimSpace(strings.TrimPrefix(label, "-"))
+	if f := strings.Fields(label); len(f) > 0 {
+		r.Name = f[0]
+	}
+	for _, f := range strings.FieldsFunc(string(parts[2]), func(c rune) bool { return !(c == '-' || c >= '0' && c <= '9') }) {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return r, false
+		}
+		r.Ints = append(r.Ints, v)
+	}
+	if r.Name == "" || (len(r.Ints) != 7 && len(r.Ints) != 4) {
+		return r, false
+	}
+	r.Kind = KindBreakdownRow
+	return r, true
+}
+
+// FuzzParseLeavesMatchPlain holds the allocation-free parsing steps to
+// their plain forms on any line: the buffer words, the echo figures, the
+// breakdown rows; and a parse with a fold's scratch (its string cache
+// shared by every input, so entries are replaced and hit across lines) to
+// a parse without one.
+func FuzzParseLeavesMatchPlain(f *testing.F) {
+	for _, l := range strings.Split(propertyLog, "\n") {
+		f.Add([]byte(l))
+	}
+	for _, l := range fixtureLines(f, "runs/*/split.log", 3000) {
+		f.Add([]byte(l))
+	}
+	for _, l := range fixtureLines(f, "logs/*.log", 2000) {
+		f.Add([]byte(l))
+	}
+	for _, s := range []string{
+		"f: CPU  KV\tbuffer size = 1 MiB", "f: a  b   c buffer size = 1 MiB", "f:  \u00a0x\u2003y buffer size = 2 MiB",
+		"~llama_context: CPU compute buffer size of 1.5 MiB, does not matches expectation of 2. MiB",
+		"~llama_context: CPU compute buffer size is  1.5 MiB, match expectation of   ..9 MiB tail",
+		"breakdown_print: |   - \u00a0X (Y) | 1 = 2 + (3 = 4 + 5 + 6) + -7 |",
+		"breakdown_print: | - - Host | 1 = 2 + 3 + 4 | |", "breakdown_print: |\v-\tA|1\u20032 3 4|",
+		"breakdown_print: | - A | 99999999999999999999 = 1 + 2 + 3 |",
+	} {
+		f.Add([]byte(s))
+	}
+	p := MustParser()
+	sc := &parseScratch{}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var scratch []byte
+		s := Payload(line, &scratch)
+
+		if i := bytes.Index(s, aBufferSize); i >= 0 {
+			if c := bytes.LastIndex(s[:i], []byte(": ")); c > 0 {
+				n, k, ok := bufferWords(s[c+2:i], sc)
+				pn, pk, pok := bufferWordsPlain(s[c+2 : i])
+				if n != pn || k != pk || ok != pok {
+					t.Fatalf("%q: words %q %q %v, plain %q %q %v", s, n, k, ok, pn, pk, pok)
+				}
+			}
+		}
+		for i := 0; i <= len(s); i++ {
+			// The echo's rest starts with "is" or "of": try each such
+			// start, and the line's.
+			if i > 0 && !bytes.HasPrefix(s[i:], []byte("is")) && !bytes.HasPrefix(s[i:], []byte("of")) {
+				continue
+			}
+			a, e, match, ok := echoFigures(s[i:])
+			m := reEcho.FindSubmatch(s[i:])
+			if ok != (m != nil) || ok && (!bytes.Equal(a, m[1]) || !bytes.Equal(e, m[3]) || match != (len(m[2]) == 0)) {
+				t.Fatalf("%q: echo %q %q %v %v, regexp %q", s[i:], a, e, match, ok, m)
+			}
+		}
+		r, ok := parseBreakdown(Record{Seq: 3}, s, sc)
+		pr, pok := parseBreakdownPlain(Record{Seq: 3}, s)
+		if ok != pok || ok && !reflect.DeepEqual(r, pr) {
+			t.Fatalf("%q: breakdown %+v %v, plain %+v %v", s, r, ok, pr, pok)
+		}
+
+		r, ok = p.parse(7, s, sc)
+		name := sc.name
+		pr, pok = p.parse(7, s, nil)
+		if ok && r.Kind == KindTrace {
+			if r.Name != "" || string(name) != pr.Name {
+				t.Fatalf("%q: trace name %q (record %q), plain %q", s, name, r.Name, pr.Name)
+			}
+			r.Name = pr.Name
+		}
+		if ok != pok || ok && !reflect.DeepEqual(r, pr) {
+			t.Fatalf("%q: with scratch %+v %v, without %+v %v", s, r, ok, pr, pok)
+		}
+	})
+}
+
+// TestParseScratchSameRecords: folding the fixtures with the fold's
+// scratch gives the records a parse without one gives, line by line.
+func TestParseScratchSameRecords(t *testing.T) {
+	p := MustParser()
+	sc := &parseScratch{}
+	n := 0
+	for _, glob := range []string{"runs/*/split.log", "logs/*.log"} {
+		for _, l := range fixtureLines(t, glob, 1<<20) {
+			var scratch []byte
+			s := Payload([]byte(l), &scratch)
+			r, ok := p.parse(1, s, sc)
+			want, wok := p.Parse(1, s)
+			if ok && r.Kind == KindTrace {
+				r.Name = string(sc.name)
+			}
+			if ok != wok || !reflect.DeepEqual(r, want) {
+				t.Fatalf("%q: %+v %v, want %+v %v", l, r, ok, want, wok)
+			}
+			if ok {
+				n++
+			}
+		}
+	}
+	if n < 500 {
+		t.Fatalf("only %d relevant fixture lines", n)
+	}
+}
+
+// FuzzKeepRecordMatchesSort holds the bounded record store (a heap whose
+// root is replaced in place) to its plain form: every record applied,
+// sorted in evictLess's order, the last limit kept. The input is a stream
+// of records (kind, stream, position) in any order, each position once.
+func FuzzKeepRecordMatchesSort(f *testing.F) {
+	f.Add(uint8(3), []byte{1, 0, 1, 2, 0, 2, 3, 1, 3, 9, 0, 4, 1, 1, 5, 2, 0, 6})
+	f.Add(uint8(1), []byte{10, 0, 9, 10, 0, 8, 10, 1, 8, 3, 0, 1})
+	f.Add(uint8(16), bytes.Repeat([]byte{2, 0, 7, 4, 1, 3}, 20))
+	kinds := []Record{
+		{Kind: KindBuffer, BufKind: "model"}, {Kind: KindBuffer, BufKind: "compute"}, {Kind: KindBuffer, BufKind: "KV"},
+		{Kind: KindEcho}, {Kind: KindLoad}, {Kind: KindContext}, {Kind: KindBreakdownHead}, {Kind: KindBreakdownRow},
+		{Kind: KindOutputRealloc}, {Kind: KindRole}, {Kind: KindRouter}, {Kind: KindClip}, {Kind: KindFitBracket},
+	}
+	f.Fuzz(func(t *testing.T, limit uint8, ops []byte) {
+		if limit == 0 {
+			return
+		}
+		var st state
+		type kr struct {
+			k lineKey
+			r Record
+		}
+		var all []kr
+		seen := map[lineKey]bool{}
+		for ; len(ops) >= 3; ops = ops[3:] {
+			r := kinds[int(ops[0])%len(kinds)]
+			k := lineKey{stream: []string{"log", "err"}[ops[1]&1], seq: uint64(binary.BigEndian.Uint16([]byte{ops[1] >> 1, ops[2]}))}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			r.Seq = k.seq
+			st.keepRecord(k, r, int(limit))
+			all = append(all, kr{k, r})
+		}
+		slices.SortFunc(all, func(a, b kr) int {
+			if evictLess(a.k, a.r, b.k, b.r) {
+				return -1
+			}
+			return 1
+		})
+		want := map[lineKey]Record{}
+		for _, x := range all[max(0, len(all)-int(limit)):] {
+			want[x.k] = x.r
+		}
+		got := map[lineKey]Record{}
+		for _, x := range st.records {
+			got[lineKey{x.Stream, x.Seq}] = x.Record
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("limit %d: kept %v, want %v", limit, got, want)
+		}
+	})
+}
