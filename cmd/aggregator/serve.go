@@ -42,6 +42,12 @@ GTTSPLIT_RUNS key-value bucket that holds it, so a killed aggregator's
 successor writes the split an uninterrupted one would have. Events that
 cannot be folded go to gttsplit.dlq.<host>.<lane>.<run> with their reason.
 
+A closed run keeps its full state for store.compact_after (1h): a late
+event within it re-opens the run and its split is written again. Then only a
+compact record stays (the split and what was folded, not the fold): a
+repeated event is ignored, a new one is dead-lettered with reason "late".
+store.retention (30 days) deletes closed runs from the bucket.
+
 With --comment-api, each run's Markdown report is posted as a comment on
 the run's issue (collector run --issue, else --comment-issue), edited rather
 than duplicated when the run's report changes. The API token is read from

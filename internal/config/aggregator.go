@@ -69,7 +69,8 @@ func (c Consumer) LaneList() []string {
 
 // Store is how long the state bucket keeps what.
 type Store struct {
-	Retention time.Duration `mapstructure:"retention" desc:"closed runs whose split was written longer ago are deleted from the state bucket (checked hourly); 0 keeps them"`
+	Retention    time.Duration `mapstructure:"retention" desc:"closed runs whose split was written longer ago are deleted from the state bucket (checked hourly); 0 keeps them"`
+	CompactAfter time.Duration `mapstructure:"compact_after" desc:"a closed run keeps its full fold state this long (a late event re-opens it and folds as before), then only a compact record (its split and what it folded); a new event after that is dead-lettered with reason late; 0 keeps the full state"`
 }
 
 // HTTP is the aggregator's HTTP endpoint.
@@ -145,7 +146,7 @@ func DefaultAggregator() Aggregator {
 		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 10 * time.Second, MaxAckPending: 1024, Partitions: 16},
 		IdleTimeout: 10 * time.Minute,
 		HTTP:        HTTP{Listen: "127.0.0.1:8080"},
-		Store:       Store{Retention: 30 * 24 * time.Hour},
+		Store:       Store{Retention: 30 * 24 * time.Hour, CompactAfter: time.Hour},
 		Split: Split{
 			UnattributedThresholdPct: 10,
 			TracePattern:             defaultTracePattern,
@@ -211,6 +212,9 @@ func (a Aggregator) problems() []*FieldError {
 	p.positive("idle_timeout", a.IdleTimeout)
 	if a.Store.Retention < 0 {
 		p.add("store.retention", "must not be negative, got %s", a.Store.Retention)
+	}
+	if a.Store.CompactAfter < 0 {
+		p.add("store.compact_after", "must not be negative, got %s", a.Store.CompactAfter)
 	}
 	if a.HTTP.Listen != "" {
 		if err := checkListen(a.HTTP.Listen); err != nil {

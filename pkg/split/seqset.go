@@ -2,6 +2,7 @@ package split
 
 import (
 	"encoding/json"
+	"slices"
 	"sort"
 )
 
@@ -18,6 +19,9 @@ func (s *SeqSet) Add(v uint64) bool {
 	s.r.add(v)
 	return true
 }
+
+// Has reports whether v is in the set.
+func (s SeqSet) Has(v uint64) bool { return s.r.has(v) }
 
 // Count returns how many numbers the set holds.
 func (s *SeqSet) Count() uint64 { return s.r.count() }
@@ -65,5 +69,30 @@ func (f *Fold) Sent() Sent {
 	sort.Slice(out.Streams, func(i, j int) bool { return out.Streams[i].Stream < out.Streams[j].Stream })
 	seen := SeqSet{r: f.st.Ticks.Seen}
 	out.Samples, out.LastSampleSeq = seen.Count(), seen.Max()
+	return out
+}
+
+// Seen is what a fold took in, by position only: per log stream the lines
+// applied, the sample ticks, and whether it has the run's start and a real
+// (not idle-timeout) finish. It tells an event the fold already holds from
+// a new one without the fold (a closed run's compact record keeps it in
+// place of the fold).
+type Seen struct {
+	Lines   map[string]SeqSet `json:"lines,omitempty"`
+	Samples SeqSet            `json:"samples"`
+	Run     bool              `json:"run,omitempty"`
+	Finish  bool              `json:"finish,omitempty"`
+}
+
+// Seen returns what the fold took in (a copy).
+func (f *Fold) Seen() Seen {
+	out := Seen{Samples: SeqSet{r: slices.Clone(f.st.Ticks.Seen)}, Run: f.st.HaveRun,
+		Finish: f.st.HaveFinish && !f.st.Finish.Incomplete}
+	if len(f.st.Lines) > 0 {
+		out.Lines = make(map[string]SeqSet, len(f.st.Lines))
+		for name, rs := range f.st.Lines {
+			out.Lines[name] = SeqSet{r: slices.Clone(rs)}
+		}
+	}
 	return out
 }

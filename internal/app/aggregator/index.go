@@ -174,12 +174,26 @@ func (s *Service) putSummary(ctx context.Context, st *RunState, state string, cl
 }
 
 // Expire deletes the closed runs whose split was written more than
-// retention ago (their state and summary keys), and returns how many.
+// retention ago (their state, open marker and summary keys), and returns
+// how many. The state and marker keys are purged with no delete marker
+// left; the summary key's delete marker (which tells every aggregator's
+// index) is purged at the next call, so an expired run leaves nothing in
+// the bucket.
 func (s *Service) Expire(ctx context.Context, retention time.Duration) int {
 	if retention <= 0 || s.index == nil {
 		return 0
 	}
+	s.mu.Lock()
+	marked := s.expired
+	s.expired = nil
+	s.mu.Unlock()
+	for _, k := range marked {
+		if _, err := s.kv.Get(ctx, k); errors.Is(err, jetstream.ErrKeyNotFound) {
+			s.purgeKeys(ctx, k) // still deleted: not a run of the same id since
+		}
+	}
 	n := 0
+	var purged []string
 	for _, id := range s.index.expired(s.now().Add(-retention)) {
 		s.mu.Lock()
 		live := s.runs[id] != nil
@@ -187,13 +201,20 @@ func (s *Service) Expire(ctx context.Context, retention time.Duration) int {
 		if live {
 			continue // re-opened by a late event
 		}
-		if err := s.kv.Purge(ctx, stateKey(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err := s.purgeKey(ctx, stateKey(id)); err != nil {
 			s.log.Warn().Err(err).Str("run_id", id).Msg("expired run not deleted")
 			continue
 		}
-		_ = s.kv.Purge(ctx, summaryKey(id))
+		s.purgeKeys(ctx, openKey(s.partOf(id), id))
+		if err := s.kv.Purge(ctx, summaryKey(id)); err == nil {
+			purged = append(purged, summaryKey(id))
+		}
+		s.index.del(summaryKey(id))
 		n++
 	}
+	s.mu.Lock()
+	s.expired = append(s.expired, purged...)
+	s.mu.Unlock()
 	if n > 0 {
 		s.log.Info().Int("runs", n).Dur("retention", retention).Msg("closed runs past store.retention deleted")
 	}

@@ -23,6 +23,7 @@ type metrics struct {
 	owned       prometheus.Gauge
 	ckptAge     prometheus.Gauge
 	splitPubErr prometheus.Counter
+	compacted   prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -57,7 +58,9 @@ func newMetrics() *metrics {
 		Help: "Time since the run states in memory were last all written to the state bucket."})
 	m.splitPubErr = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_split_publish_errors_total",
 		Help: "Failed attempts to publish a split event (each is retried)."})
-	m.reg.MustRegister(m.lag, m.owned, m.ckptAge, m.splitPubErr)
+	m.compacted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_compacted_total",
+		Help: "Closed runs whose state was replaced by its compact record after store.compact_after."})
+	m.reg.MustRegister(m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted)
 	m.reg.MustRegister(m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.foldSeconds, m.persistErrs, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -12,10 +13,17 @@ import (
 
 // RunState is the durable state of one run: its fold and what the
 // aggregator needs to close it. It is what the run's key in the state bucket
-// holds.
+// holds (see MarshalState for the stored format).
+//
+// A closed run's state is compacted once its grace after the close passed
+// (ServiceConfig.CompactAfter): the fold is dropped (Fold nil) and Seen
+// keeps what it took in, so that a repeated event is still recognised; the
+// written split (Reported), the counts and the origin stay. A compact
+// record folds nothing: a new event for it is dead-lettered (see
+// Service.Handle).
 type RunState struct {
 	Origin events.Origin `json:"origin"`
-	Fold   *split.Fold   `json:"fold"`
+	Fold   *split.Fold   `json:"fold,omitempty"`
 	// LastEvent is when (aggregator clock) an event last reached the run;
 	// the idle timeout runs from it.
 	LastEvent time.Time `json:"last_event"`
@@ -39,6 +47,50 @@ type RunState struct {
 	// Splits counts the distinct splits written (the n of the next split
 	// event's id is Splits-1 after the increment).
 	Splits int `json:"splits,omitempty"`
+	// ClosedAt is when (aggregator clock) the run was last closed; the
+	// grace before its compaction runs from it. Zero in a state written
+	// before the stored format had it.
+	ClosedAt time.Time `json:"closed_at,omitzero"`
+	// Seen is what the dropped fold of a compact record took in; nil in a
+	// full state.
+	Seen *split.Seen `json:"seen,omitempty"`
+
+	// reopen is set when a closed state was loaded to fold a new event
+	// into: its next write puts the partition's open marker again.
+	reopen bool
+}
+
+// Compact reports whether st is a closed run's compact record (no fold).
+func (st *RunState) Compact() bool { return st.Fold == nil }
+
+// compacted returns the compact record of a closed full state.
+func (st *RunState) compacted() *RunState {
+	c := *st
+	seen := st.Fold.Seen()
+	c.Fold, c.Seen, c.reopen = nil, &seen, false
+	return &c
+}
+
+// holds reports whether a compact record already took in everything d
+// brings (a repeated event), as d.ApplyTo would find on the fold.
+func (st *RunState) holds(d events.Decoded) bool {
+	s := st.Seen
+	switch {
+	case d.Started != nil:
+		return s.Run
+	case d.Lines != nil:
+		for _, l := range d.Lines {
+			if !s.Lines[l.Stream].Has(l.Seq) {
+				return false
+			}
+		}
+		return true
+	case d.Sample != nil:
+		return s.Samples.Has(d.Sample.Seq)
+	case d.Finished != nil:
+		return s.Finish
+	}
+	return true
 }
 
 // Runs holds the runs an aggregator (or a replay) is folding. It is not
@@ -98,8 +150,12 @@ func (rs *Runs) Apply(d events.Decoded, now time.Time) (id string, ok bool) {
 //
 // It reports whether the event brought anything new: a duplicate (every
 // line and sample of it already folded, a repeated start or finish) changes
-// nothing and leaves a closed run closed.
+// nothing and leaves a closed run closed. A compact record folds nothing
+// (the caller dead-letters a new event for it first) and reports false.
 func ApplyTo(st *RunState, d events.Decoded) (fresh bool) {
+	if st.Compact() {
+		return false
+	}
 	fresh = d.ApplyTo(st.Fold)
 	if d.Finished != nil {
 		st.Finished = true
@@ -114,8 +170,16 @@ func ApplyTo(st *RunState, d events.Decoded) (fresh bool) {
 }
 
 // Report computes the run's split. The run's id, host and lane come from its
-// events when no run-started event said them.
+// events when no run-started event said them. A compact record's split is
+// the one written at its close.
 func Report(st *RunState) split.Report {
+	if st.Compact() {
+		var r split.Report
+		if err := json.Unmarshal([]byte(st.Reported), &r); err != nil || r.Run.ID == "" {
+			r.Run.ID, r.Run.Host, r.Run.Lane = st.Origin.RunID, st.Origin.Host, st.Origin.Lane
+		}
+		return r
+	}
 	r := st.Fold.Report()
 	if r.Run.ID == "" {
 		r.Run.ID = st.Origin.RunID
@@ -129,15 +193,62 @@ func Report(st *RunState) split.Report {
 	return r
 }
 
-// MarshalState encodes a run's durable state.
-func MarshalState(st *RunState) ([]byte, error) { return json.Marshal(st) }
+// StateVersion is the version of the stored run state ("v"): 2 since
+// closed runs are compacted. A state without "v" (written before) is a
+// full state and loads as one.
+const StateVersion = 2
 
-// UnmarshalState decodes a state written by MarshalState, folding with
-// opts from now on.
+// stateFields is RunState without its methods, for the stored form.
+type stateFields RunState
+
+// storedState is what a run's key holds: the state, its version, and for
+// a compact record the written split as a JSON object ("split", compact
+// JSON) in place of "reported" (the indented split.JSON text).
+type storedState struct {
+	V int `json:"v"`
+	*stateFields
+	Split json.RawMessage `json:"split,omitempty"`
+}
+
+// MarshalState encodes a run's durable state.
+func MarshalState(st *RunState) ([]byte, error) {
+	if !st.Compact() {
+		return json.Marshal(storedState{V: StateVersion, stateFields: (*stateFields)(st)})
+	}
+	c := *st
+	w := storedState{V: StateVersion, stateFields: (*stateFields)(&c)}
+	if c.Reported != "" {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, []byte(c.Reported)); err != nil {
+			return nil, fmt.Errorf("encode run state: written split: %w", err)
+		}
+		w.Split, c.Reported = buf.Bytes(), ""
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalState decodes a state written by MarshalState (any version up
+// to StateVersion), folding with opts from now on.
 func UnmarshalState(b []byte, opts split.Options) (*RunState, error) {
 	st := &RunState{Fold: split.NewFold(opts)}
-	if err := json.Unmarshal(b, st); err != nil {
+	w := storedState{stateFields: (*stateFields)(st)}
+	if err := json.Unmarshal(b, &w); err != nil {
 		return nil, fmt.Errorf("decode run state: %w", err)
+	}
+	if w.V > StateVersion {
+		return nil, fmt.Errorf("decode run state: format v%d is newer than this aggregator reads (v%d): upgrade it", w.V, StateVersion)
+	}
+	if st.Seen != nil {
+		st.Fold = nil
+		if len(w.Split) > 0 {
+			// The indented text split.JSON wrote, byte for byte.
+			var buf bytes.Buffer
+			if err := json.Indent(&buf, w.Split, "", "  "); err != nil {
+				return nil, fmt.Errorf("decode run state: written split: %w", err)
+			}
+			buf.WriteByte('\n')
+			st.Reported = buf.String()
+		}
 	}
 	return st, nil
 }

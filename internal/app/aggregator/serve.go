@@ -281,7 +281,8 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		closeSinks()
 		return err
 	}
-	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose, Deliveries: deliv, Replicas: cfg.NATS.Replicas}
+	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose, Deliveries: deliv, Replicas: cfg.NATS.Replicas,
+		CompactAfter: cfg.Store.CompactAfter}
 	if opt.Stdout != nil {
 		sc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
 	}

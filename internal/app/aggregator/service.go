@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -75,6 +76,14 @@ type Service struct {
 	// index is the run index (see index.go); nil without partitions.
 	index     *runIndex
 	stopIndex func()
+	// compactAfter is ServiceConfig.CompactAfter; compactQ the closed runs
+	// (of the partitions owned) whose state is still full, by close time.
+	compactAfter time.Duration
+	compactQ     []compactDue
+	kvStream     jetstream.Stream // the bucket's stream (see purgeKeys)
+	// expired are the summary keys Expire deleted (their delete markers
+	// are purged at its next call).
+	expired []string
 
 	mu      sync.Mutex
 	runs    map[string]*liveRun
@@ -130,6 +139,11 @@ type ServiceConfig struct {
 	// at start, and leaves a finished run that is not complete by content
 	// open at Drain (its partition's next owner resumes it).
 	Partitions int
+	// CompactAfter is the grace a closed run keeps its full state for
+	// (a late event within it re-opens the run and folds as before); then
+	// the state is compacted (see RunState), and a new event for the run
+	// is dead-lettered with reason "late". 0 never compacts.
+	CompactAfter time.Duration
 }
 
 // EnsureBucket opens the state bucket, creating it with replicas when it
@@ -183,7 +197,10 @@ func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, 
 	}
 	s := &Service{log: log, opts: cfg.Fold, idle: cfg.IdleTimeout, js: js, kv: kv, sinks: cfg.Sinks,
 		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{},
-		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries, parts: cfg.Partitions}
+		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries, parts: cfg.Partitions, compactAfter: cfg.CompactAfter}
+	if s.kvStream, err = js.Stream(ctx, "KV_"+StateBucket); err != nil {
+		return nil, fmt.Errorf("state bucket %s: %w", StateBucket, err)
+	}
 	s.ckpt.Store(cfg.Now().UnixNano())
 	if s.parts > 0 {
 		s.index = newRunIndex()
@@ -246,13 +263,16 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 			continue
 		}
 		if st.Closed {
+			// The marker stays while the run's split is not settled by
+			// every sink (sent again now) or its state is not compacted
+			// (queued), so an owner that dies first leaves it to the next.
 			if st.SinksPending {
-				// Sent again; the marker goes once the sinks settled it,
-				// so an owner that dies first leaves it to the next.
 				resend = append(resend, st)
-				continue
 			}
-			_ = s.kv.Delete(ctx, mk)
+			s.queueClosed(st, p)
+			if s.markerDone(st) {
+				s.purgeKeys(ctx, mk)
+			}
 			continue
 		}
 		if s.runs[st.Origin.RunID] != nil {
@@ -281,6 +301,8 @@ func (s *Service) Release(ctx context.Context, p int) {
 			s.forget(id)
 		}
 	}
+	// The partition's next owner compacts them (it finds them by marker).
+	s.compactQ = slices.DeleteFunc(s.compactQ, func(c compactDue) bool { return c.part == p })
 }
 
 // loadOpen brings the runs that were open when the last aggregator stopped
@@ -306,6 +328,7 @@ func (s *Service) loadOpen(ctx context.Context) error {
 			if st.SinksPending {
 				resend = append(resend, st)
 			}
+			s.queueClosed(st, 0)
 			continue
 		}
 		s.runs[st.Origin.RunID] = &liveRun{st: st, rev: e.Revision()}
@@ -364,8 +387,8 @@ func (s *Service) settleDeliveries(ctx context.Context) {
 		}
 		st.SinksPending = false
 		if b, err := MarshalState(st); err == nil {
-			if _, err := s.kv.Update(ctx, key, b, e.Revision()); err == nil && s.parts > 0 {
-				_ = s.kv.Delete(ctx, openKey(s.partOf(id), id))
+			if _, err := s.kv.Update(ctx, key, b, e.Revision()); err == nil && s.parts > 0 && s.markerDone(st) {
+				s.purgeKeys(ctx, openKey(s.partOf(id), id))
 			}
 		}
 	}
@@ -402,6 +425,12 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 	if err != nil {
 		s.mu.Unlock()
 		return err // nak: the bucket is not reachable
+	}
+	if r.st.Compact() && !r.st.holds(d) {
+		// New to a run whose record was compacted: not folded (see late).
+		s.forget(d.Origin.RunID)
+		s.mu.Unlock()
+		return s.late(ctx, msg, r.st)
 	}
 	if !ApplyTo(r.st, d) {
 		// A duplicate (a redelivery, or an event re-published under
@@ -449,6 +478,9 @@ func (s *Service) run(ctx context.Context, o events.Origin) (*liveRun, error) {
 		if err != nil {
 			return nil, err
 		}
+		// A closed run that a new event re-opens needs its open marker
+		// again (see write).
+		st.reopen = st.Closed && !st.Compact()
 		r := &liveRun{part: s.partOf(o.RunID), st: st, rev: e.Revision()}
 		s.runs[o.RunID] = r
 		s.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
@@ -484,8 +516,11 @@ const (
 // broker away) leaves it for redelivery. The warnings are rate-limited.
 func (s *Service) deadLetter(ctx context.Context, msg bus.Msg, cause error) error {
 	reason := "invalid"
-	if errors.Is(cause, events.ErrUnknownType) {
+	switch {
+	case errors.Is(cause, events.ErrUnknownType):
 		reason = "unknown_type"
+	case errors.Is(cause, errLate):
+		reason = "late"
 	}
 	why := bus.Clip(cause.Error(), dlqReasonMax)
 	subject := originalSubject(msg.Subject())
@@ -726,16 +761,24 @@ func (s *Service) write(ctx context.Context, st *RunState, rev uint64) (uint64, 
 		return 0, err
 	}
 	key := stateKey(st.Origin.RunID)
-	if rev == 0 {
-		if s.parts > 0 && !st.Closed {
-			if _, err := s.kv.Put(ctx, openKey(s.partOf(st.Origin.RunID), st.Origin.RunID), []byte(st.Origin.RunID)); err != nil {
-				return 0, err
-			}
-			s.putSummary(ctx, st, "open", time.Time{})
+	// An open run has its partition's open marker (so a new owner resumes
+	// it) from its first write, and again from the write that re-opens it
+	// after a close (the marker may be gone since).
+	if s.parts > 0 && !st.Closed && (rev == 0 || st.reopen) {
+		if _, err := s.kv.Put(ctx, openKey(s.partOf(st.Origin.RunID), st.Origin.RunID), []byte(st.Origin.RunID)); err != nil {
+			return 0, err
 		}
-		return s.kv.Create(ctx, key, b)
+		s.putSummary(ctx, st, "open", time.Time{})
 	}
-	return s.kv.Update(ctx, key, b, rev)
+	if rev == 0 {
+		rev, err = s.kv.Create(ctx, key, b)
+	} else {
+		rev, err = s.kv.Update(ctx, key, b, rev)
+	}
+	if err == nil && !st.Closed {
+		st.reopen = false
+	}
+	return rev, err
 }
 
 // isConflict says a compare-and-set write lost: the key exists, or is at
@@ -814,7 +857,8 @@ func (s *Service) forget(id string) {
 // another aggregator wrote the run since, this split is stale and is not
 // written; the stored state is taken instead, and the run is closed at a
 // later flush if it is still due (or forgotten if it was closed). force
-// closes finished runs that have not settled. s.mu is held.
+// closes finished runs that have not settled. Then it compacts the closed
+// runs whose grace passed (see compactClosed). s.mu is held.
 func (s *Service) closeRuns(ctx context.Context, force bool) {
 	now := s.now()
 	ids := make([]string, 0, len(s.runs))
@@ -855,7 +899,7 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 			continue
 		}
 		changed := string(js) != st.Reported
-		st.Closed = true
+		st.Closed, st.ClosedAt = true, now
 		st.Reported = string(js)
 		if changed {
 			st.Splits++
@@ -877,13 +921,15 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 		}
 		r.st, r.rev = st, rev
 		s.forget(id)
+		s.queueClosed(st, r.part)
 		if s.parts > 0 {
 			// The open marker stays while the split's delivery to the
-			// sinks is pending: a partition's next owner finds the run
-			// through it and sends the split again (settleDeliveries
-			// removes it once every sink settled).
-			if !st.SinksPending {
-				_ = s.kv.Delete(ctx, openKey(r.part, id))
+			// sinks is pending or the state is not compacted: a
+			// partition's next owner finds the run through it and sends
+			// the split again, or compacts it (settleDeliveries and
+			// compactClosed remove it once both are done).
+			if s.markerDone(st) {
+				s.purgeKeys(ctx, openKey(r.part, id))
 			}
 			s.putSummary(ctx, st, "closed", now)
 		}
@@ -913,6 +959,7 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 		}
 		s.log.Info().Str("run_id", id).Str("status", status).Msg("split written")
 	}
+	s.compactClosed(ctx)
 }
 
 // splitPublishTries bounds the attempts to publish one split event (with
@@ -992,8 +1039,21 @@ type RunSummary struct {
 	ClosedAt time.Time `json:"closed_at,omitzero"`
 }
 
-// List returns the open runs and, from the bucket, the closed ones.
+// List returns the open runs and, from the bucket, the closed ones: from
+// the run index when the service has one (partitions), else by reading
+// every run's state.
 func (s *Service) List(ctx context.Context) ([]RunSummary, error) {
+	if s.index != nil {
+		var out []RunSummary
+		for after := ""; ; {
+			page, more := s.listPage(after, 10_000)
+			out = append(out, page...)
+			if !more || len(page) == 0 {
+				return out, nil
+			}
+			after = page[len(page)-1].ID
+		}
+	}
 	seen := map[string]bool{}
 	var out []RunSummary
 	s.mu.Lock()

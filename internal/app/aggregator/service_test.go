@@ -82,6 +82,7 @@ func (r *running) crash() {
 	r.cancel()
 	r.cancel = nil
 	r.wg.Wait()
+	r.svc.closeIndex() // its goroutine would be gone with the process
 }
 
 // counter reads a counter (of a vector: the one with the given label
