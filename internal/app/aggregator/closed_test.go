@@ -140,12 +140,7 @@ func TestClosedRunCompactIntegration(t *testing.T) {
 	marker := openKey(r.svc.partOf(id), id)
 
 	fin := fx.finishedIndex(t)
-	var open []events.Wire
-	for i, w := range fx.wires {
-		if i != fin {
-			open = append(open, w)
-		}
-	}
+	open := fx.without(fin)
 	b.publish(t, open...)
 	b.waitAcked(t, durable)
 	clk.advance(idle + time.Second)
@@ -320,12 +315,7 @@ func TestReopenedRunResumedIntegration(t *testing.T) {
 			break
 		}
 	}
-	var early []events.Wire
-	for i, w := range fx.wires {
-		if i != fin && i != late {
-			early = append(early, w)
-		}
-	}
+	early := fx.without(fin, late)
 	b.publish(t, early...)
 	b.waitAcked(t, durable)
 	clk.advance(idle + time.Second)

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -132,6 +133,18 @@ func (fx fixture) finishedIndex(t testing.TB) int {
 	}
 	t.Fatalf("%s has no run-finished event", fx.path)
 	return -1
+}
+
+// without returns the fixture's wire events but those at the indexes
+// skip, in order.
+func (fx fixture) without(skip ...int) []events.Wire {
+	var out []events.Wire
+	for i, w := range fx.wires {
+		if !slices.Contains(skip, i) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // replayJSON is the split `aggregator replay` computes from a recorded

@@ -290,12 +290,7 @@ func TestServeHTTPIntegration(t *testing.T) {
 	httpGet(t, s.http, "/runs/no-such-run", http.StatusNotFound)
 
 	fin := fx.finishedIndex(t)
-	var open []events.Wire
-	for i, w := range fx.wires {
-		if i != fin {
-			open = append(open, w)
-		}
-	}
+	open := fx.without(fin)
 	b.publish(t, open...)
 	// The partitioned stream sources the events a moment after they are
 	// stored: wait for the fold, then for the acknowledgements.

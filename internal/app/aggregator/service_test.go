@@ -192,12 +192,7 @@ func TestServiceIdleTimeoutIntegration(t *testing.T) {
 	r := startService(t, b.url, durable, ServiceConfig{IdleTimeout: idle, Now: clk.now})
 
 	fin := fx.finishedIndex(t)
-	var open []events.Wire
-	for i, w := range fx.wires {
-		if i != fin {
-			open = append(open, w)
-		}
-	}
+	open := fx.without(fin)
 	b.publish(t, open...)
 	b.waitAcked(t, durable)
 	clk.advance(idle - time.Second)
