@@ -2,12 +2,15 @@ package aggregator
 
 import (
 	"encoding/json"
+	"errors"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -188,19 +191,7 @@ func TestClosedRunCompactIntegration(t *testing.T) {
 	eventually(t, "the duplicate", func() bool { return counter(t, r.m, "gttsplit_events_duplicate_total") > dups })
 
 	// A new line: dead-lettered as late, not folded.
-	var d events.Decoded
-	for _, x := range fx.decoded {
-		if x.Lines != nil {
-			d = x
-			break
-		}
-	}
-	l := d.Lines[0]
-	l.Seq += 1 << 40
-	ev, err := events.NewLogLines(fx.origin, []split.Line{l})
-	require.NoError(t, err)
-	w, err := events.ToWire(ev)
-	require.NoError(t, err)
+	w := lateLine(t, fx)
 	b.publish(t, w)
 	eventually(t, "the late event dead-lettered", func() bool {
 		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "late") == 1
@@ -356,4 +347,68 @@ func TestReopenedRunResumedIntegration(t *testing.T) {
 	_, err = c.svc.kv.Get(ctx, marker)
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "closed again: the marker goes")
 	require.Equal(t, float64(0), counter(t, c.m, "gttsplit_runs_open"))
+}
+
+// lateLine is a log-lines event of fx's run with one line the run never
+// had.
+func lateLine(t testing.TB, fx fixture) events.Wire {
+	t.Helper()
+	for _, d := range fx.decoded {
+		if d.Lines != nil {
+			l := d.Lines[0]
+			l.Seq += 1 << 40
+			ev, err := events.NewLogLines(fx.origin, []split.Line{l})
+			require.NoError(t, err)
+			w, err := events.ToWire(ev)
+			require.NoError(t, err)
+			return w
+		}
+	}
+	t.Fatalf("%s has no log lines", fx.path)
+	return events.Wire{}
+}
+
+// TestServeCompactsClosedRunIntegration: `serve` with store.compact_after
+// 1ms compacts a run as soon as it closed and its split was settled by the
+// JSON sink (then its open marker goes); /runs and /runs/{id} still answer
+// from the compact record, and a new event for the run is dead-lettered
+// (reason late) with no second split.
+func TestServeCompactsClosedRunIntegration(t *testing.T) {
+	skipShort(t)
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+	cfg := testConfig(t, b.url)
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Store.CompactAfter = time.Millisecond
+	s := startServe(t, cfg, ServeOptions{})
+	id := fx.origin.RunID
+
+	b.publish(t, fx.wires...)
+	eventually(t, "the split", func() bool { n, _ := s.closes.count(); return n == 1 })
+	eventually(t, "the compaction", func() bool {
+		return metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), "gttsplit_runs_compacted_total") == "1"
+	})
+	require.True(t, b.state(t, id).Compact())
+	kv, err := b.js.KeyValue(testCtx(t), StateBucket)
+	require.NoError(t, err)
+	eventually(t, "the open marker purged", func() bool {
+		_, err := kv.Get(testCtx(t), openKey(bus.PartitionOf(id, cfg.Consumer.Partitions), id))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	require.False(t, b.state(t, id).SinksPending, "settled by the JSON sink")
+	requireSameReport(t, fx.want, httpGet(t, s.http, "/runs/"+id, http.StatusOK))
+	var list []RunSummary
+	require.NoError(t, json.Unmarshal([]byte(httpGet(t, s.http, "/runs", http.StatusOK)), &list))
+	require.Len(t, list, 1)
+	require.Equal(t, "closed", list[0].State)
+
+	b.publish(t, lateLine(t, fx))
+	eventually(t, "the late event dead-lettered", func() bool {
+		return metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), `gttsplit_events_dead_lettered_total{reason="late"}`) == "1"
+	})
+	require.Equal(t, "0", metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), "gttsplit_runs_open"))
+	require.NoError(t, s.stop(t))
+	n, _ := s.closes.count()
+	require.Equal(t, 1, n, "one split")
+	require.Len(t, sinkLines(t, cfg.Sinks.JSON.Dir), 1, "the sink got one split")
 }
