@@ -191,18 +191,14 @@ func decodeFast(b []byte) (Decoded, bool) {
 	it := dataJSON.BorrowIterator(b)
 	defer dataJSON.ReturnIterator(it)
 	var (
-		attrs              = map[string]string{}
-		lines              *LogLinesData
-		sample             *FDInfoSampleData
-		ok                 = true
-		typ                string
-		specVersion, tm    string
-		haveTime, haveSpec bool
+		env    envelope
+		lines  *LogLinesData
+		sample *FDInfoSampleData
+		ok     = true
 	)
 	it.ReadObjectCB(func(it *jsoniter.Iterator, key string) bool {
-		switch key {
-		case "data":
-			switch typ {
+		if key == "data" {
+			switch env.v[attrType] {
 			case TypeLogLines:
 				if lines != nil {
 					ok = false
@@ -222,75 +218,122 @@ func decodeFast(b []byte) (Decoded, bool) {
 				return false
 			}
 			return it.Error == nil
-		case "specversion", "id", "source", "type", "subject", "datacontenttype", "time", AttrRunID, AttrHost, AttrLane:
-			if it.WhatIsNext() != jsoniter.StringValue {
-				ok = false
-				return false
-			}
-			if _, dup := attrs[key]; dup {
-				ok = false
-				return false
-			}
-			v := it.ReadString()
-			attrs[key] = v
-			switch key {
-			case "type":
-				typ = v
-			case "specversion":
-				specVersion, haveSpec = v, true
-			case "time":
-				tm, haveTime = v, true
-			}
-			return it.Error == nil
 		}
-		ok = false
-		return false
+		a := envelopeAttr(key)
+		if a < 0 || it.WhatIsNext() != jsoniter.StringValue || env.set&(1<<a) != 0 {
+			ok = false
+			return false
+		}
+		env.put(a, it.ReadString())
+		return it.Error == nil
 	})
-	if !ok || it.Error != nil {
+	if !ok || it.Error != nil || (lines == nil) == (sample == nil) {
 		return Decoded{}, false
 	}
-	return finishFast(attrs, lines, sample, haveSpec, specVersion, haveTime, tm)
-}
-
-// finishFast builds the event of a fast path's attributes and data and
-// checks it as Decode does.
-func finishFast(attrs map[string]string, lines *LogLinesData, sample *FDInfoSampleData, haveSpec bool, specVersion string, haveTime bool, tm string) (Decoded, bool) {
-	if (lines == nil) == (sample == nil) || !haveSpec || specVersion != event.CloudEventsVersionV1 {
+	d, ok := env.decoded()
+	if !ok {
 		return Decoded{}, false
 	}
-	ev := event.New(specVersion)
-	ev.SetID(attrs["id"])
-	ev.SetSource(attrs["source"])
-	ev.SetType(attrs["type"])
-	if v, set := attrs["subject"]; set {
-		ev.SetSubject(v)
-	}
-	if v, set := attrs["datacontenttype"]; set {
-		ev.SetDataContentType(v)
-	}
-	if haveTime {
-		t, err := types.ParseTime(tm)
-		if err != nil {
-			return Decoded{}, false
-		}
-		ev.SetTime(t)
-	}
-	for _, k := range []string{AttrRunID, AttrHost, AttrLane} {
-		if v, set := attrs[k]; set {
-			ev.SetExtension(k, v)
-		}
-	}
-	d, err := checkAttributes(ev)
-	if err != nil {
-		return Decoded{}, false
-	}
-	var wantID string
+	var (
+		wantID string
+		err    error
+	)
 	if lines != nil {
 		wantID, err = d.fromLines(*lines)
 	} else {
 		wantID, err = d.fromSample(*sample)
 	}
 	d, err = d.checkID(wantID, err)
+	return d, err == nil
+}
+
+// The context attributes a fast path reads, in envelope.v.
+const (
+	attrSpecVersion = iota
+	attrID
+	attrSource
+	attrType
+	attrSubject
+	attrDataContentType
+	attrTime
+	attrRunID
+	attrHost
+	attrLane
+	numAttrs
+)
+
+// envelopeAttr is the index of a context attribute's member name, or -1.
+func envelopeAttr(key string) int {
+	switch key {
+	case "specversion":
+		return attrSpecVersion
+	case "id":
+		return attrID
+	case "source":
+		return attrSource
+	case "type":
+		return attrType
+	case "subject":
+		return attrSubject
+	case "datacontenttype":
+		return attrDataContentType
+	case "time":
+		return attrTime
+	case AttrRunID:
+		return attrRunID
+	case AttrHost:
+		return attrHost
+	case AttrLane:
+		return attrLane
+	}
+	return -1
+}
+
+// envelope is the string context attributes a fast path read.
+type envelope struct {
+	v   [numAttrs]string
+	set uint16 // bit a: v[a] was read
+}
+
+func (e *envelope) put(a int, v string) {
+	e.v[a] = v
+	e.set |= 1 << a
+}
+
+func (e *envelope) has(a int) bool { return e.set&(1<<a) != 0 }
+
+// decoded builds the event of the attributes and checks them as Decode
+// does; the caller adds the data.
+func (e *envelope) decoded() (Decoded, bool) {
+	if !e.has(attrSpecVersion) || e.v[attrSpecVersion] != event.CloudEventsVersionV1 {
+		return Decoded{}, false
+	}
+	ev := event.New(event.CloudEventsVersionV1)
+	ev.SetID(e.v[attrID])
+	ev.SetSource(e.v[attrSource])
+	ev.SetType(e.v[attrType])
+	if e.has(attrSubject) {
+		ev.SetSubject(e.v[attrSubject])
+	}
+	if e.has(attrDataContentType) {
+		ev.SetDataContentType(e.v[attrDataContentType])
+	}
+	if e.has(attrTime) {
+		t, err := types.ParseTime(e.v[attrTime])
+		if err != nil {
+			return Decoded{}, false
+		}
+		ev.SetTime(t)
+	}
+	for _, a := range [...]struct {
+		i    int
+		name string
+	}{{attrRunID, AttrRunID}, {attrHost, AttrHost}, {attrLane, AttrLane}} {
+		if e.has(a.i) {
+			ev.SetExtension(a.name, e.v[a.i])
+		}
+	}
+	d, err := checkAttributes(ev)
 	return d, err == nil
 }
 
@@ -387,20 +430,31 @@ func (d *Decoded) decodeStarted(b []byte) (string, error) {
 }
 
 func (d *Decoded) fromLines(data LogLinesData) (string, error) {
-	if err := checkStream(data.Stream); err != nil {
+	lines := make([]split.Line, len(data.Lines))
+	for i, l := range data.Lines {
+		lines[i] = split.Line{Text: l.Text, Time: l.T}
+	}
+	return d.takeLines(data.Stream, data.FirstSeq, lines)
+}
+
+// takeLines checks a log-lines event's data, lines holding each line's
+// text and time, sets each line's stream and seq and keeps lines as
+// d.Lines; it returns the event id the data gives.
+func (d *Decoded) takeLines(stream string, firstSeq uint64, lines []split.Line) (string, error) {
+	if err := checkStream(stream); err != nil {
 		return "", err
 	}
-	if len(data.Lines) == 0 {
+	if len(lines) == 0 {
 		return "", fmt.Errorf("no lines")
 	}
-	if data.FirstSeq+uint64(len(data.Lines)-1) < data.FirstSeq {
-		return "", fmt.Errorf("seq overflows at first_seq %d", data.FirstSeq)
+	if firstSeq+uint64(len(lines)-1) < firstSeq {
+		return "", fmt.Errorf("seq overflows at first_seq %d", firstSeq)
 	}
-	d.Lines = make([]split.Line, len(data.Lines))
-	for i, l := range data.Lines {
-		d.Lines[i] = split.Line{Stream: data.Stream, Seq: data.FirstSeq + uint64(i), Text: l.Text, Time: l.T}
+	for i := range lines {
+		lines[i].Stream, lines[i].Seq = stream, firstSeq+uint64(i)
 	}
-	return LinesID(d.Origin.RunID, data.Stream, data.FirstSeq, data.FirstSeq+uint64(len(data.Lines))-1), nil
+	d.Lines = lines
+	return LinesID(d.Origin.RunID, stream, firstSeq, firstSeq+uint64(len(lines))-1), nil
 }
 
 func (d *Decoded) fromSample(data FDInfoSampleData) (string, error) {

@@ -1,8 +1,11 @@
 package events
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
@@ -44,6 +47,9 @@ func FuzzDecodeOnePassMatchesDecode(f *testing.F) {
 		`{"stream":"stderr","first_seq":1,"lines":[{"text":"a\ud83d\ude00"},{"text":"b","text":"c"}]}}`,
 		` { "stream" : "stderr" , "first_seq" : 1 , "lines" : [ { "text" : "a" } , { "t" : null, "text" : "b" } ] } } `,
 		`{"stream":"stderr","first_seq":1,"lines":[{"text":"a"},{"text":"b"}]}} x`,
+		`{"stream":"stderr","first_seq":7,"lines":[{"text":"abcdefgh\u0001ijklmnopq"},{"text":""},{"text":"x\\"},{"text":"12345678\u001b[0m"}]}}`,
+		"{\"stream\":\"stderr\",\"first_seq\":7,\"lines\":[{\"text\":\"abcdefgh\x01ijklmnopq\"}]}}",
+		`{"lines":[{"t":"2026-01-02T03:04:05Z","text":"late stream"}],"first_seq":3,"stream":"stdout"}}`,
 	} {
 		f.Add([]byte(head + d))
 	}
@@ -66,4 +72,54 @@ func FuzzDecodeOnePassMatchesDecode(f *testing.F) {
 			t.Fatalf("DecodeBytes differs on %q: %v", b, err)
 		}
 	})
+}
+
+// plainWord says a word is plain exactly when each of its bytes is (the
+// SWAR test never passes a quote, a backslash, a control or high byte).
+func TestPlainWordMatchesBytes(t *testing.T) {
+	t.Parallel()
+	check := func(w [8]byte) {
+		want := true
+		for _, c := range w {
+			want = want && plain[c]
+		}
+		if got := plainWord(binary.LittleEndian.Uint64(w[:])); got != want {
+			t.Fatalf("plainWord(%q) = %v, want %v", w, got, want)
+		}
+	}
+	base := [8]byte{'a', 'b', ' ', '~', '0', '[', 'm', '!'}
+	check(base)
+	for pos := range 8 {
+		for c := range 256 {
+			w := base
+			w[pos] = byte(c)
+			check(w)
+			w[(pos+1)%8] = 0x1f // a second special byte, above or below
+			check(w)
+		}
+	}
+}
+
+// utcTime parses what time.Time's UnmarshalJSON parses the same, and
+// leaves it every other shape.
+func TestUTCTimeMatchesUnmarshalJSON(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		"2026-11-07T15:41:50.51412213Z", "2026-11-07T15:41:50Z", "2026-11-07T15:41:50.5Z",
+		"2026-11-07T15:41:50.123456789Z", "2026-11-07T15:41:50.1234567891Z", "2024-02-29T00:00:00Z",
+		"2023-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-04-31T00:00:00Z", "2026-11-07T24:00:00Z",
+		"2026-11-07T23:60:00Z", "2026-11-07T23:00:60Z", "0000-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z",
+		"2026-11-07T15:41:50.Z", "2026-11-07T15:41:50,5Z", "2026-11-07T15:41:50+01:00", "2026-11-07 15:41:50Z",
+		"2026-1a-07T15:41:50Z", "-026-11-07T15:41:50Z", "2026-11-07T15:41:50.5x5Z",
+	} {
+		var want time.Time
+		werr := want.UnmarshalJSON([]byte(`"` + s + `"`))
+		got, ok := utcTime([]byte(s))
+		if ok && (werr != nil || !got.Equal(want) || got.Location() != want.Location()) {
+			t.Errorf("utcTime(%q) = %v, UnmarshalJSON: %v, %v", s, got, want, werr)
+		}
+		if !ok && werr == nil && strings.HasSuffix(s, "Z") && !strings.ContainsAny(s, ", ") && len(s) <= 30 {
+			t.Errorf("utcTime(%q) left a plain UTC time to the general parse", s)
+		}
+	}
 }
