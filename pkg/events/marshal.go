@@ -2,6 +2,7 @@ package events
 
 import (
 	"slices"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	jsoniter "github.com/json-iterator/go"
@@ -49,14 +50,17 @@ func marshalJSON(ev event.Event) ([]byte, error) {
 	if c.Time != nil {
 		s.WriteMore()
 		s.WriteObjectField("time")
-		s.WriteString(c.Time.String())
+		// c.Time.String() written in place: RFC 3339 needs no escapes.
+		b := append(s.Buffer(), '"')
+		b = c.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+		s.SetBuffer(append(b, '"'))
 	}
 	if ev.DataEncoded != nil {
 		s.WriteMore()
 		s.WriteObjectField("data")
 		s.SetBuffer(append(s.Buffer(), ev.DataEncoded...))
 	}
-	names := make([]string, 0, len(c.Extensions))
+	names := make([]string, 0, 8)
 	for n := range c.Extensions {
 		names = append(names, n)
 	}
@@ -64,7 +68,11 @@ func marshalJSON(ev event.Event) ([]byte, error) {
 	for _, n := range names {
 		s.WriteMore()
 		s.WriteObjectField(n)
-		s.WriteVal(c.Extensions[n])
+		if v, ok := c.Extensions[n].(string); ok {
+			s.WriteString(v) // what WriteVal does with a string
+		} else {
+			s.WriteVal(c.Extensions[n])
+		}
 	}
 	s.WriteObjectEnd()
 	if s.Error != nil {

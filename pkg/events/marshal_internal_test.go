@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,4 +60,19 @@ func FuzzMarshalMatchesSDK(f *testing.F) {
 		ev.SetDataContentType("text/plain")
 		check(ev)
 	})
+}
+
+// Token's shortcut gives what the full mapping gives.
+func TestPlainTokenIsToken(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		for _, s := range []string{string(rune(c)), "a" + string([]byte{byte(c)}) + "b", strings.Repeat("x", MaxTokenBytes-1) + string([]byte{byte(c)})} {
+			if plainToken(s) && token(s) != s {
+				t.Errorf("plainToken(%q) but token(%q) = %q", s, s, token(s))
+			}
+		}
+	}
+	if plainToken(strings.Repeat("x", MaxTokenBytes+1)) {
+		t.Error("a long string is plain")
+	}
 }

@@ -67,6 +67,20 @@ func SubjectOf(ev event.Event) (string, error) {
 	return Subject(kind, o.Host, o.Lane, o.RunID), nil
 }
 
+// plainToken says whether s is its own token: short enough, printable
+// ASCII without a space or '.', '*', '>'.
+func plainToken(s string) bool {
+	if len(s) > MaxTokenBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '.' || c == '*' || c == '>' {
+			return false
+		}
+	}
+	return true
+}
+
 // Filter returns a subscription filter for the given kind, host, lane and
 // run; an empty argument matches anything ("*"), and trailing wildcards fold
 // into ">". Filter("", "h1", "", "") is "gttsplit.*.h1.>",
@@ -101,6 +115,14 @@ func Token(s string) string {
 	if s == "" {
 		return "_"
 	}
+	if plainToken(s) {
+		return s
+	}
+	return token(s)
+}
+
+// token is Token written out in full (plainToken strings are their own).
+func token(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); {
