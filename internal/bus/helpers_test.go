@@ -196,6 +196,9 @@ func exportAll(t testing.TB, js jetstream.JetStream, r bus.Range) exported {
 		out.ids = append(out.ids, d.ID)
 		out.subjects = append(out.subjects, m.Subject())
 		out.msgIDs = append(out.msgIDs, m.Headers().Get(jetstream.MsgIDHeader))
+		if ct := m.Headers().Get("Content-Type"); ct != events.StructuredContentType {
+			return fmt.Errorf("event %s: Content-Type %q", d.ID, ct)
+		}
 		out.decoded = append(out.decoded, d)
 		return nil
 	})

@@ -135,9 +135,20 @@ type entry struct {
 	ack     func()
 	barrier chan struct{} // set for a Flush marker
 	fut     jetstream.PubAckFuture
-	fromSp  bool     // read from the spool
-	pos     spoolPos // spool position after this record (fromSp)
-	dropped error    // resolved: rejected for good, with this error
+	fromSp  bool                     // read from the spool
+	pos     spoolPos                 // spool position after this record (fromSp)
+	dropped error                    // resolved: rejected for good, with this error
+	okc     <-chan *jetstream.PubAck // fut's, once asked (results)
+	errc    <-chan error
+}
+
+// results returns the channels of the entry's future; each call of
+// the future's own methods takes the client's lock.
+func (e *entry) results() (<-chan *jetstream.PubAck, <-chan error) {
+	if e.okc == nil {
+		e.okc, e.errc = e.fut.Ok(), e.fut.Err()
+	}
+	return e.okc, e.errc
 }
 
 // NewPublisher opens the spool in cfg.Spool.Dir (draining what an earlier
@@ -350,7 +361,7 @@ func (p *Publisher) run() {
 		var okc <-chan *jetstream.PubAck
 		var errc <-chan error
 		if len(st.inflight) > 0 {
-			okc, errc = st.inflight[0].fut.Ok(), st.inflight[0].fut.Err()
+			okc, errc = st.inflight[0].results()
 		}
 		select {
 		case e, ok := <-in:
@@ -359,13 +370,53 @@ func (p *Publisher) run() {
 				continue
 			}
 			p.accept(st, e)
+			p.acceptMore(st)
 		case <-okc:
 			p.headAcked(st)
+			p.settleAcked(st)
 		case err := <-errc:
 			p.headFailed(st, err)
 		case <-tick.C:
 		case <-p.abort:
 			st.aborted = true
+		}
+	}
+}
+
+// acceptMore takes, without waiting, what else was handed over while the
+// window has room in direct mode: one wake-up of the pump for many events.
+func (p *Publisher) acceptMore(st *pump) {
+	for !st.inClosed && !st.spooling && len(st.inflight) < st.window {
+		select {
+		case e, ok := <-p.in:
+			if !ok {
+				st.inClosed = true
+				return
+			}
+			p.accept(st, e)
+		default:
+			return
+		}
+	}
+}
+
+// settleAcked handles, without waiting, the acks already there for the
+// entries after the head (the broker acks in batches).
+func (p *Publisher) settleAcked(st *pump) {
+	for {
+		p.resolveMarkers(st)
+		if len(st.inflight) == 0 {
+			return
+		}
+		okc, errc := st.inflight[0].results()
+		select {
+		case <-okc:
+			p.headAcked(st)
+		case err := <-errc:
+			p.headFailed(st, err)
+			return
+		default:
+			return
 		}
 	}
 }
@@ -434,13 +485,23 @@ func (p *Publisher) accept(st *pump, e *entry) {
 
 // send publishes one event asynchronously.
 func (p *Publisher) send(w events.Wire) (jetstream.PubAckFuture, error) {
-	msg := nats.NewMsg(w.Subject)
-	msg.Data = w.Data
-	msg.Header.Set("Content-Type", events.StructuredContentType)
-	// No retries inside nats.go on "no responders": a retried event
-	// would land after the ones sent meanwhile. The pump retries, in order.
-	return p.js.PublishMsgAsync(msg, jetstream.WithMsgID(w.ID), jetstream.WithRetryAttempts(0))
+	// The header as Header.Set and WithMsgID write it (the keys are in
+	// canonical form), in one map.
+	msg := &nats.Msg{Subject: w.Subject, Data: w.Data, Header: nats.Header{
+		"Content-Type":        structuredContentType,
+		jetstream.MsgIDHeader: {w.ID},
+	}}
+	return p.js.PublishMsgAsync(msg, noRetries)
 }
+
+// structuredContentType is the Content-Type header's value (shared: a
+// header's values are only read).
+var structuredContentType = []string{events.StructuredContentType}
+
+// noRetries: no retries inside nats.go on "no responders": a retried
+// event would land after the ones sent meanwhile. The pump retries, in
+// order.
+var noRetries = jetstream.WithRetryAttempts(0)
 
 // headAcked handles the broker's ack of the first entry in flight.
 func (p *Publisher) headAcked(st *pump) {
