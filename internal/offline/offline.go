@@ -35,6 +35,7 @@ func Parse(fold *split.Fold, logPath string, samplePaths []string) ([]string, er
 	if err == nil && st.IsDir() {
 		return nil, fmt.Errorf("%w: %s is a directory, not a log", ErrInput, logPath)
 	}
+	regular := err == nil && st.Mode().IsRegular()
 	var warnings []string
 	head := make([]byte, sniffBytes)
 	n, _ := io.ReadFull(f, head)
@@ -44,9 +45,16 @@ func Parse(fold *split.Fold, logPath string, samplePaths []string) ([]string, er
 	if n == 0 {
 		warnings = append(warnings, fmt.Sprintf("%s is empty: there is nothing to split", logPath))
 	}
-	ra := newReadAhead(f)
-	_, err = fold.ReadLog(io.MultiReader(bytes.NewReader(head[:n]), ra), "log")
-	ra.Close()
+	if regular {
+		// Pieces of the file read and scanned on every core, folded in
+		// order.
+		_, err = readLogParallel(fold.NewLogFeed("log"), f, st.Size(), parBlock, workers())
+	} else {
+		// A pipe or a device: one reader, a few blocks ahead.
+		ra := newReadAhead(f)
+		_, err = fold.ReadLog(io.MultiReader(bytes.NewReader(head[:n]), ra), "log")
+		ra.Close()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: read %s: %w", ErrInput, logPath, err)
 	}

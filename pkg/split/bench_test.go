@@ -143,7 +143,9 @@ func BenchmarkParseFoldServer(b *testing.B) {
 // BenchmarkScanAnchorsPlain and BenchmarkScanAnchors compare the plain
 // anchor search (each anchor in turn) with the grouped one, on the
 // server log.
-func BenchmarkScanAnchorsPlain(b *testing.B) { benchScanAnchors(b, scanAnchorLinesPlain) }
+func BenchmarkScanAnchorsPlain(b *testing.B) {
+	benchScanAnchors(b, func(c []byte, s []int) []int { return anchorLinesPlain(pieceAnchors, c, s) })
+}
 
 // BenchmarkScanAnchors is the grouped search.
 func BenchmarkScanAnchors(b *testing.B) { benchScanAnchors(b, scanAnchorLines) }

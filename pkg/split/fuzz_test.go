@@ -2,6 +2,7 @@ package split
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -183,6 +184,17 @@ func FuzzReadLog(f *testing.F) {
 		jb, _ := JSON(b.Report())
 		if !bytes.Equal(ja, jb) {
 			t.Fatalf("scanner and line-by-line differ:\n%s\n%s", ja, jb)
+		}
+		// Cut into small chunks (lines across them, a piece per line):
+		// the same fold, state and all.
+		c := NewFold(Options{})
+		if _, err := c.readLog(bytes.NewReader(data), "log", 1+len(data)%97); err != nil {
+			t.Fatal(err)
+		}
+		sa, _ := json.Marshal(a)
+		sc, _ := json.Marshal(c)
+		if !bytes.Equal(sa, sc) {
+			t.Fatalf("chunks of %d bytes fold differently:\n%s\n%s", 1+len(data)%97, sa, sc)
 		}
 	})
 }

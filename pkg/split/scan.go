@@ -3,7 +3,7 @@ package split
 import (
 	"bytes"
 	"io"
-	"sort"
+	"slices"
 )
 
 // chunkSize is how much of a log ReadLog searches at once.
@@ -11,24 +11,28 @@ const chunkSize = 1 << 18
 
 // ReadLog applies a whole log to the fold, numbering its lines from 1 in
 // stream. Only lines that contain one of the parser's anchors are visited:
-// each chunk is searched for every anchor (a vectorised substring search)
-// and the lines around the hits are handed to AddLineBytes, so the cost per
-// irrelevant line is a share of a few memchr-speed passes, with no
-// allocation. It returns the number of lines read.
+// each chunk is searched for every anchor (see Parser.ScanPiece) and the
+// lines of the hits are handed to AddLineBytes, so the cost per irrelevant
+// line is a share of a few memchr-speed passes, with no allocation. It
+// returns the number of lines read.
+//
+// It is the sequential form of a LogFeed: a reader that scans pieces of a
+// file on several goroutines and feeds them in order gives the same fold.
 func (f *Fold) ReadLog(r io.Reader, stream string) (uint64, error) {
-	f.inTable = false
-	buf := make([]byte, chunkSize)
-	var (
-		carry  int    // bytes of an unfinished line at buf[:carry]
-		lineNo uint64 // lines before buf[0]
-		starts []int
-	)
+	return f.readLog(r, stream, chunkSize)
+}
+
+func (f *Fold) readLog(r io.Reader, stream string, size int) (uint64, error) {
+	feed := f.NewLogFeed(stream)
+	var pc Piece
+	buf := make([]byte, size)
+	carry := 0 // bytes of an unfinished line at buf[:carry]
 	for {
 		n, err := io.ReadFull(r, buf[carry:])
 		end := carry + n
 		eof := err == io.EOF || err == io.ErrUnexpectedEOF
 		if err != nil && !eof {
-			return lineNo, err
+			return feed.lines, err
 		}
 		chunk := buf[:end]
 		if !eof {
@@ -43,140 +47,152 @@ func (f *Fold) ReadLog(r io.Reader, stream string) (uint64, error) {
 			}
 			chunk = chunk[:cut+1]
 		}
-		starts = f.candidates(chunk, starts[:0])
-		pos := 0
-		for _, s := range starts {
-			lineNo += uint64(bytes.Count(chunk[pos:s], []byte{'\n'}))
-			e := bytes.IndexByte(chunk[s:], '\n')
-			if e < 0 {
-				e = len(chunk) - s
-			}
-			f.AddLineBytes(stream, lineNo+1, chunk[s:s+e])
-			pos = s
-		}
-		lineNo += uint64(bytes.Count(chunk[pos:], []byte{'\n'}))
+		f.p.ScanPiece(chunk, feed.WantDebug(), &pc)
+		feed.Apply(chunk, &pc)
 		if eof {
-			if len(chunk) > 0 && chunk[len(chunk)-1] != '\n' {
-				lineNo++ // a last line without a newline
-			}
-			f.markLines(stream, 1, lineNo)
-			return lineNo, nil
+			return feed.Close(), nil
 		}
 		carry = copy(buf, buf[len(chunk):end])
 	}
 }
 
-// candidates appends the start offsets of the lines of chunk that can be
-// relevant (see Parser.Relevant), sorted and without duplicates.
-func (f *Fold) candidates(chunk []byte, starts []int) []int {
-	// all adds the line of every hit of a; first only the first hit's.
-	all := func(a []byte, first bool) {
+// LogFeed applies a log to a fold piece by piece, in order. A piece is
+// whole lines (only the log's last piece may end without a newline) that
+// Parser.ScanPiece searched, maybe on another goroutine and with another
+// piece size: the fold comes out the same however the log is cut, the
+// same as applying every line with AddLineBytes. A LogFeed is not safe for
+// concurrent use (the fold is not); ScanPiece is.
+type LogFeed struct {
+	f      *Fold
+	stream string
+	lines  uint64 // lines in the pieces applied
+}
+
+// NewLogFeed starts feeding a log to the fold as stream, its lines numbered
+// from 1.
+func (f *Fold) NewLogFeed(stream string) *LogFeed { return &LogFeed{f: f, stream: stream} }
+
+// Parser is the fold's parser, the one to scan the pieces with.
+func (l *LogFeed) Parser() *Parser { return l.f.p }
+
+// WantDebug reports whether the fold still looks for a line only -v prints
+// (pass it to ScanPiece). Once false it stays false, so a scanner may read
+// it late: a piece scanned for -v markers the fold no longer needs folds
+// the same.
+func (l *LogFeed) WantDebug() bool { return l.f.st.DebugSeq == 0 }
+
+// Apply folds the next piece of the log, which ScanPiece scanned into pc.
+func (l *LogFeed) Apply(piece []byte, pc *Piece) {
+	for _, c := range pc.cands {
+		s := c.start
+		e := bytes.IndexByte(piece[s:], '\n')
+		if e < 0 {
+			e = len(piece) - s
+		}
+		l.f.AddLineBytes(l.stream, l.lines+c.line+1, piece[s:s+e])
+	}
+	l.lines += pc.newlines
+	if len(piece) > 0 && piece[len(piece)-1] != '\n' {
+		l.lines++ // the log's last line, without a newline
+	}
+}
+
+// Lines is the number of lines in the pieces applied so far.
+func (l *LogFeed) Lines() uint64 { return l.lines }
+
+// Close records that every line of the log was read (only the candidates
+// were parsed) and returns the number of lines.
+func (l *LogFeed) Close() uint64 {
+	l.f.markLines(l.stream, 1, l.lines)
+	return l.lines
+}
+
+// Piece is what Parser.ScanPiece found in a piece of a log: the lines that
+// can be relevant and the piece's line count. Reuse one per scanning
+// goroutine to scan without allocating.
+type Piece struct {
+	cands    []candidate
+	newlines uint64
+	starts   []int
+}
+
+// candidate is a line that can be relevant: its start in the piece and its
+// number of lines before it in the piece.
+type candidate struct {
+	start int
+	line  uint64
+}
+
+// Candidates returns how many lines of the piece may be relevant.
+func (pc *Piece) Candidates() int { return len(pc.cands) }
+
+// ScanPiece searches a piece of a log (whole lines; the last may lack its
+// newline) for the lines that can be relevant (see Parser.Relevant), into
+// pc. It depends on nothing but its arguments, so pieces can be scanned
+// in any order, on any goroutine: the lines it picks are a superset of
+// those line-by-line application would find relevant, with debug telling
+// whether -v markers are still wanted (LogFeed.WantDebug; true is always
+// safe).
+func (p *Parser) ScanPiece(piece []byte, debug bool, pc *Piece) {
+	starts := scanAnchorLines(piece, pc.starts[:0])
+	if !p.traceNeedsMiB {
+		starts = p.traceLines(piece, starts)
+	}
+	if debug {
+		starts = anchorLines(debugGroups, piece, starts)
+	}
+	slices.Sort(starts)
+	starts = slices.Compact(starts)
+	pc.starts = starts
+	pc.cands = pc.cands[:0]
+	var nl uint64
+	pos := 0
+	for _, s := range starts {
+		nl += uint64(bytes.Count(piece[pos:s], nlByte))
+		pc.cands = append(pc.cands, candidate{start: s, line: nl})
+		pos = s
+	}
+	pc.newlines = nl + uint64(bytes.Count(piece[pos:], nlByte))
+}
+
+var nlByte = []byte{'\n'}
+
+// traceLines appends the lines that hold a custom trace pattern's literal,
+// or, with no literal, every line the pattern matches.
+func (p *Parser) traceLines(chunk []byte, starts []int) []int {
+	if len(p.traceAnchor) > 0 {
 		for off := 0; ; {
-			i := bytes.Index(chunk[off:], a)
+			i := bytes.Index(chunk[off:], p.traceAnchor)
 			if i < 0 {
-				return
+				return starts
 			}
 			i += off
 			starts = append(starts, bytes.LastIndexByte(chunk[:i], '\n')+1)
 			e := bytes.IndexByte(chunk[i:], '\n')
-			if first || e < 0 {
-				return
+			if e < 0 {
+				return starts
 			}
 			off = i + e + 1
 		}
 	}
-	starts = scanAnchorLines(chunk, starts)
-	if !f.st.HaveBuild {
-		all(aBuild, false)
-		all(aVersion, false)
-	}
-	if !f.st.HaveVerbosity {
-		all(aVerbosity, false)
-	}
-	p := f.p
-	if !p.traceNeedsMiB {
-		if len(p.traceAnchor) > 0 {
-			all(p.traceAnchor, false)
-		} else {
-			for s := 0; s < len(chunk); {
-				e := bytes.IndexByte(chunk[s:], '\n')
-				if e < 0 {
-					e = len(chunk) - s
-				}
-				if p.trace.Match(chunk[s : s+e]) {
-					starts = append(starts, s)
-				}
-				s += e + 1
-			}
-		}
-	}
-	if f.st.DebugSeq == 0 {
-		// One -v marker is all the verdict needs.
-		for _, m := range debugMarkers {
-			if i := bytes.Index(chunk, m); i >= 0 {
-				starts = append(starts, bytes.LastIndexByte(chunk[:i], '\n')+1)
-				break
-			}
-		}
-	}
-	if len(starts) > 1 {
-		sort.Ints(starts)
-		out := starts[:1]
-		for _, s := range starts[1:] {
-			if s != out[len(out)-1] {
-				out = append(out, s)
-			}
-		}
-		starts = out
-	}
-	return f.breakdownRows(chunk, starts)
-}
-
-// breakdownRows adds the rows that follow a memory-breakdown header: the
-// table's rows carry no anchor of their own. A table cut by the chunk
-// boundary goes on in the next chunk (f.inTable).
-func (f *Fold) breakdownRows(chunk []byte, starts []int) []int {
-	var extra []int
-	follow := func(s int) {
-		for s < len(chunk) {
-			e := bytes.IndexByte(chunk[s:], '\n')
-			if e < 0 {
-				e = len(chunk) - s
-			}
-			if !bytes.Contains(chunk[s:s+e], aBreakdown) {
-				f.inTable = false
-				return
-			}
-			extra = append(extra, s)
-			s += e + 1
-		}
-		f.inTable = true // the table may go on in the next chunk
-	}
-	if f.inTable {
-		follow(0)
-	}
-	for _, s := range starts {
+	for s := 0; s < len(chunk); {
 		e := bytes.IndexByte(chunk[s:], '\n')
 		if e < 0 {
 			e = len(chunk) - s
 		}
-		if line := chunk[s : s+e]; bytes.Contains(line, aBreakdown) && isBreakdownHead(Payload(line, &f.scratch)) {
-			follow(s + e + 1)
+		if p.trace.Match(chunk[s : s+e]) {
+			starts = append(starts, s)
 		}
+		s += e + 1
 	}
-	if len(extra) == 0 {
-		return starts
-	}
-	starts = append(starts, extra...)
-	sort.Ints(starts)
-	out := starts[:1]
-	for _, s := range starts[1:] {
-		if s != out[len(out)-1] {
-			out = append(out, s)
-		}
-	}
-	return out
+	return starts
 }
+
+// pieceAnchors are the anchors ScanPiece always searches: every line
+// holding one is relevant (Parser.Relevant). Build, version and verbosity
+// lines and the rows of a memory-breakdown table are among them, so that
+// no search depends on what the fold has seen.
+var pieceAnchors = slices.Concat(scanAnchors, onceAnchors, [][]byte{aBreakdown})
 
 // anchorAt is an anchor and the offset in it of its group's byte.
 type anchorAt struct {
@@ -184,23 +200,30 @@ type anchorAt struct {
 	k int
 }
 
-// anchorGroup is the scan anchors that contain byte c: one IndexByte pass
-// over a chunk for c finds every line holding any of them.
+// anchorGroup is the anchors that contain byte c: one IndexByte pass over
+// a chunk for c finds every line holding any of them.
 type anchorGroup struct {
 	c  byte
 	as []anchorAt
 }
 
 // groupBytes are the bytes the scanner hunts for, in order of preference:
-// each scan anchor is searched for by the first of them it contains. They
-// are rare in llama.cpp and llama-server output (request and slot lines are
-// most of a long server log), so a pass costs little more than a memchr,
-// and 7 passes cover the 14 anchors. An anchor holding none of them gets
-// a pass of its own, by its first byte.
-const groupBytes = "zMu=fbw"
+// each anchor is searched for by the first of them it contains. A hit
+// costs far more than a pass, so they are bytes rare in llama.cpp and
+// llama-server output (request and slot lines are most of a long server
+// log); an anchor holding none of them gets a pass of its own, by its
+// first byte.
+const groupBytes = "MzIxwfbq-cv"
 
-// scanGroups is scanAnchors grouped by groupBytes.
-var scanGroups = groupAnchors(scanAnchors, groupBytes)
+// debugGroupBytes are the same for the -v markers.
+const debugGroupBytes = "yvqzg"
+
+var (
+	// scanGroups is pieceAnchors grouped by groupBytes.
+	scanGroups = groupAnchors(pieceAnchors, groupBytes)
+	// debugGroups is debugMarkers grouped by debugGroupBytes.
+	debugGroups = groupAnchors(debugMarkers, debugGroupBytes)
+)
 
 func groupAnchors(anchors [][]byte, pref string) []anchorGroup {
 	var gs []anchorGroup
@@ -226,11 +249,15 @@ func groupAnchors(anchors [][]byte, pref string) []anchorGroup {
 }
 
 // scanAnchorLines appends the start of every line of chunk that contains
-// one of scanAnchors (in no particular order, maybe twice). It is the
-// same set as searching for each anchor in turn (scanAnchorLinesPlain, a
+// one of pieceAnchors (in no particular order, maybe twice). It is the
+// same set as searching for each anchor in turn (anchorLinesPlain, a
 // fuzz test holds them equal), in one pass per group byte.
 func scanAnchorLines(chunk []byte, starts []int) []int {
-	for _, g := range scanGroups {
+	return anchorLines(scanGroups, chunk, starts)
+}
+
+func anchorLines(groups []anchorGroup, chunk []byte, starts []int) []int {
+	for _, g := range groups {
 		for off := 0; off < len(chunk); {
 			i := bytes.IndexByte(chunk[off:], g.c)
 			if i < 0 {
@@ -259,10 +286,10 @@ func scanAnchorLines(chunk []byte, starts []int) []int {
 	return starts
 }
 
-// scanAnchorLinesPlain is the straightforward search scanAnchorLines
-// stands for: every anchor in turn, the line of each hit.
-func scanAnchorLinesPlain(chunk []byte, starts []int) []int {
-	for _, a := range scanAnchors {
+// anchorLinesPlain is the straightforward search anchorLines stands for:
+// every anchor in turn, the line of each hit.
+func anchorLinesPlain(anchors [][]byte, chunk []byte, starts []int) []int {
+	for _, a := range anchors {
 		for off := 0; ; {
 			i := bytes.Index(chunk[off:], a)
 			if i < 0 {

@@ -10,7 +10,7 @@ import (
 // FuzzScanAnchorLinesMatchesPlain holds the grouped one-pass-per-byte
 // anchor search to the plain search for each anchor in turn.
 func FuzzScanAnchorLinesMatchesPlain(f *testing.F) {
-	for _, a := range scanAnchors {
+	for _, a := range pieceAnchors {
 		f.Add([]byte("x " + string(a) + " y\n" + string(a[1:]) + "\n" + string(a)))
 	}
 	f.Add([]byte("uMiB\nmodel size:z\n=instance name=\nfff draft modelfitting params\n"))
@@ -21,11 +21,19 @@ func FuzzScanAnchorLinesMatchesPlain(f *testing.F) {
 		}
 		f.Add(b[:min(len(b), 8<<10)])
 	}
+	for _, m := range debugMarkers {
+		f.Add([]byte("x " + string(m) + " y\n" + string(m[1:]) + "\n" + string(m)))
+	}
 	f.Fuzz(func(t *testing.T, chunk []byte) {
 		got := sortedSet(scanAnchorLines(chunk, nil))
-		want := sortedSet(scanAnchorLinesPlain(chunk, nil))
+		want := sortedSet(anchorLinesPlain(pieceAnchors, chunk, nil))
 		if !slices.Equal(got, want) {
 			t.Fatalf("%q:\nfast  %v\nplain %v", chunk, got, want)
+		}
+		got = sortedSet(anchorLines(debugGroups, chunk, nil))
+		want = sortedSet(anchorLinesPlain(debugMarkers, chunk, nil))
+		if !slices.Equal(got, want) {
+			t.Fatalf("-v markers in %q:\nfast  %v\nplain %v", chunk, got, want)
 		}
 	})
 }
@@ -46,8 +54,8 @@ func TestScanGroupsCoverAnchors(t *testing.T) {
 			}
 		}
 	}
-	if n != len(scanAnchors) {
-		t.Fatalf("%d anchors grouped, want %d", n, len(scanAnchors))
+	if n != len(pieceAnchors) {
+		t.Fatalf("%d anchors grouped, want %d", n, len(pieceAnchors))
 	}
 	// An anchor without a group byte has a group of its own.
 	gs := groupAnchors([][]byte{[]byte("MiB"), []byte("xyz"), []byte("xqq")}, "M")
