@@ -134,12 +134,27 @@ func (pc *Piece) Candidates() int { return len(pc.cands) }
 // whether -v markers are still wanted (LogFeed.WantDebug; true is always
 // safe).
 func (p *Parser) ScanPiece(piece []byte, debug bool, pc *Piece) {
-	starts := scanAnchorLines(piece, pc.starts[:0])
+	starts := pc.starts[:0]
+	if usePairScan {
+		ps := mainPairs
+		if debug {
+			ps = debugPairs
+		}
+		pc.cands, pc.newlines = ps.scan(piece, pc.cands[:0])
+		if p.traceNeedsMiB {
+			return // in order, each once, counted
+		}
+		for _, c := range pc.cands {
+			starts = append(starts, c.start)
+		}
+	} else {
+		starts = scanAnchorLines(piece, starts)
+		if debug {
+			starts = anchorLines(debugGroups, piece, starts)
+		}
+	}
 	if !p.traceNeedsMiB {
 		starts = p.traceLines(piece, starts)
-	}
-	if debug {
-		starts = anchorLines(debugGroups, piece, starts)
 	}
 	slices.Sort(starts)
 	starts = slices.Compact(starts)

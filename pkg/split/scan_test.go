@@ -1,10 +1,14 @@
 package split
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/gttsplit/gttsplit/internal/perftest"
 )
 
 // FuzzScanAnchorLinesMatchesPlain holds the grouped one-pass-per-byte
@@ -61,5 +65,75 @@ func TestScanGroupsCoverAnchors(t *testing.T) {
 	gs := groupAnchors([][]byte{[]byte("MiB"), []byte("xyz"), []byte("xqq")}, "M")
 	if len(gs) != 2 || gs[1].c != 'x' || len(gs[1].as) != 2 {
 		t.Fatalf("groups %+v", gs)
+	}
+}
+
+// FuzzPairScanMatchesPlain holds the pair scan (one pass for every anchor,
+// newlines counted on the way) to the plain search and a newline count.
+func FuzzPairScanMatchesPlain(f *testing.F) {
+	if !usePairScan {
+		f.Skip("no pair-scan kernel on this CPU")
+	}
+	for _, as := range [][][]byte{pieceAnchors, debugMarkers} {
+		for _, a := range as {
+			f.Add([]byte(strings.Repeat("x", len(a)%40) + " " + string(a) + " y\n" + string(a[1:]) + "\n" + string(a)))
+		}
+	}
+	for _, p := range []string{"runs/4b/split.log", "logs/router.log", "logs/two_models.log", "logs/b4000_legacy.log"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "testdata", filepath.FromSlash(p)))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b[:min(len(b), 8<<10)])
+	}
+	f.Fuzz(func(t *testing.T, chunk []byte) {
+		for _, c := range []struct {
+			ps      *pairSet
+			anchors [][]byte
+		}{{mainPairs, pieceAnchors}, {debugPairs, slices.Concat(pieceAnchors, debugMarkers)}} {
+			cands, nl := c.ps.scan(chunk, nil)
+			want := sortedSet(anchorLinesPlain(c.anchors, chunk, nil))
+			var got []int
+			for _, x := range cands {
+				got = append(got, x.start)
+				if n := uint64(bytes.Count(chunk[:x.start], []byte{'\n'})); x.line != n {
+					t.Fatalf("%q: line at %d has %d lines before it, counted %d", chunk, x.start, n, x.line)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%q:\npair  %v\nplain %v", chunk, got, want)
+			}
+			if n := uint64(bytes.Count(chunk, []byte{'\n'})); nl != n {
+				t.Fatalf("%q: %d newlines, counted %d", chunk, n, nl)
+			}
+		}
+	})
+}
+
+// TestPairsCoverAnchors: every anchor and -v marker has its listed pair,
+// and the anchors' pairs never occur in llama-server request lines.
+func TestPairsCoverAnchors(t *testing.T) {
+	run, err := perftest.Run4B()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := perftest.ServerLog(int64(len(run)) + 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := log[len(run):]
+	for i, as := range [][][]byte{pieceAnchors, debugMarkers} {
+		for _, a := range as {
+			ap, ok := anchorPair[string(a)]
+			if !ok || len(ap.pair) != 2 || !bytes.Contains(a, []byte(ap.pair)) || ap.bucket < 0 || ap.bucket > 7 {
+				t.Errorf("%q: pair %+v", a, ap)
+			}
+			if i == 0 && bytes.Contains(req, []byte(ap.pair)) {
+				t.Errorf("%q: pair %q occurs in request lines", a, ap.pair)
+			}
+		}
+	}
+	if len(anchorPair) != len(pieceAnchors)+len(debugMarkers) {
+		t.Errorf("%d pairs listed for %d anchors", len(anchorPair), len(pieceAnchors)+len(debugMarkers))
 	}
 }

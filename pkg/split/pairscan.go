@@ -1,0 +1,150 @@
+package split
+
+import (
+	"bytes"
+	"math/bits"
+)
+
+// The pair scan finds the lines holding any of a set of anchors in one
+// pass over a piece, 32 bytes a step (pairscan_amd64.s, with AVX2): each
+// anchor is looked for by one rare pair of its bytes, two table look-ups
+// per byte tell whether a byte pair may start one of them, and only those
+// places are compared with the anchors. The same pass counts newlines. A
+// long server log has almost no such pair outside the anchor lines, so
+// the pass costs about what a memchr costs, for all the anchors at once.
+//
+// Each anchor goes to one of 8 buckets. A byte pair (x, y) is a candidate
+// when, for some bucket, x's low and high nibbles are both among the
+// first bytes' nibbles of the bucket's pairs and y's among the second
+// bytes': every pair of the bucket is a candidate (the scan misses
+// nothing), and so are a few mixtures of the bucket's nibbles.
+
+// pairTables are the nibble tables of the scan, each 16 bytes twice (one
+// copy per 128-bit lane), then the constants the kernel needs.
+type pairTables struct {
+	lo0, hi0, lo1, hi1 [32]byte
+	nibble, newline    [32]byte
+}
+
+// pairAnchor is an anchor, the offset k of its pair in it and the pair's
+// second byte.
+type pairAnchor struct {
+	a  []byte
+	k  int
+	c1 byte
+}
+
+// pairSet is a set of anchors ready for the pair scan.
+type pairSet struct {
+	t pairTables
+	// byFirst holds the anchors by the first byte of their pair.
+	byFirst [256][]pairAnchor
+}
+
+// anchorPair is the pair an anchor is looked for by and its bucket:
+// chosen from how often byte pairs occur in the repository's logs and in
+// llama-server request lines (the pairs of the anchors and -v markers
+// never occur in the latter); TestPairsCoverAnchors checks every anchor
+// has one.
+var anchorPair = map[string]struct {
+	pair   string
+	bucket int
+}{
+	"MiB": {"Mi", 0}, "build": {"ui", 0}, "mem required": {"ui", 0},
+	"model size:":          {"ze", 1},
+	"fitting params":       {"fi", 2},
+	"CLIP using":           {"IP", 2},
+	"warming up the model": {"wa", 3},
+	"params backend":       {"ba", 4}, "instance name=": {"an", 4}, "draft model": {"af", 4},
+	"version: ": {"n:", 5}, "spawning server": {"aw", 5},
+	"ucting llama_context": {"uc", 6}, "verbosity = ": {"rb", 6}, "VRAM used": {"VR", 6},
+	"breakdown_print": {"br", 7}, "-value pairs": {"-v", 7}, "fallback to CPU backend": {"lb", 7},
+	// -v markers
+	"create_tensor: loading tensor": {"cr", 0},
+	": dev = ":                      {"de", 1}, "does not support async": {"oe", 1}, "does not have KV cache": {"oe", 1},
+	"enumerating backends":           {"um", 0},
+	"using async uploads for device": {"yn", 3}, "for async uploads": {"yn", 3},
+	"backend_ptrs.size()": {"()", 2},
+	"n_embd_k_gqa =":      {"gq", 5},
+	"assigned to device":  {"gn", 6}, "cannot be used with preferred buffer type": {"nn", 6},
+	"graph_reserve: reserving a graph": {"ap", 7},
+}
+
+// newPairSet builds the scan of anchors. An anchor without a listed pair
+// is looked for by its first two bytes, in bucket 0 (slower, still right).
+func newPairSet(anchors ...[][]byte) *pairSet {
+	ps := &pairSet{}
+	for i := range 32 {
+		ps.t.nibble[i], ps.t.newline[i] = 0x0f, '\n'
+	}
+	for _, as := range anchors {
+		for _, a := range as {
+			ap, ok := anchorPair[string(a)]
+			k := bytes.Index(a, []byte(ap.pair))
+			if !ok || len(ap.pair) != 2 || k < 0 {
+				ap.pair, ap.bucket, k = string(a[:2]), 0, 0
+			}
+			c0, c1, bit := a[k], a[k+1], byte(1)<<ap.bucket
+			for lane := 0; lane < 32; lane += 16 {
+				ps.t.lo0[lane+int(c0&15)] |= bit
+				ps.t.hi0[lane+int(c0>>4)] |= bit
+				ps.t.lo1[lane+int(c1&15)] |= bit
+				ps.t.hi1[lane+int(c1>>4)] |= bit
+			}
+			ps.byFirst[c0] = append(ps.byFirst[c0], pairAnchor{a: a, k: k, c1: c1})
+		}
+	}
+	return ps
+}
+
+var (
+	// mainPairs is the pair scan of the anchors ScanPiece always wants,
+	// debugPairs the same and the -v markers.
+	mainPairs  = newPairSet(pieceAnchors)
+	debugPairs = newPairSet(pieceAnchors, debugMarkers)
+)
+
+// scan appends the lines of b holding one of the set's anchors, in order,
+// each once, and returns them with b's newline count.
+func (ps *pairSet) scan(b []byte, cands []candidate) ([]candidate, uint64) {
+	var nl uint64
+	last := -1 // the start of the last line appended
+	for pos := 0; ; {
+		off, mask, n := pairScan(b[pos:], &ps.t)
+		at := pos + off
+		nl += uint64(n)
+		if mask == 0 {
+			// The tail, shorter than a step: every place.
+			for q := at; q+1 < len(b); q++ {
+				if len(ps.byFirst[b[q]]) > 0 {
+					cands, last = ps.check(b, q, nl+uint64(bytes.Count(b[at:q], nlByte)), cands, last)
+				}
+			}
+			return cands, nl + uint64(bytes.Count(b[at:], nlByte))
+		}
+		for mask != 0 {
+			q := at + bits.TrailingZeros32(mask)
+			mask &= mask - 1
+			cands, last = ps.check(b, q, nl+uint64(bytes.Count(b[at:q], nlByte)), cands, last)
+		}
+		nl += uint64(bytes.Count(b[at:at+32], nlByte))
+		pos = at + 32
+	}
+}
+
+// check appends the line of b at q (line lines before it) when an anchor
+// whose pair starts at q is there.
+func (ps *pairSet) check(b []byte, q int, line uint64, cands []candidate, last int) ([]candidate, int) {
+	for _, x := range ps.byFirst[b[q]] {
+		s := q - x.k
+		if x.c1 != b[q+1] || s < 0 || s+len(x.a) > len(b) || !bytes.Equal(b[s:s+len(x.a)], x.a) {
+			continue
+		}
+		start := bytes.LastIndexByte(b[:s], '\n') + 1
+		if start != last {
+			cands = append(cands, candidate{start: start, line: line})
+		}
+		return cands, start
+	}
+	return cands, last
+}

@@ -1,0 +1,61 @@
+#include "textflag.h"
+
+// func pairScan(b []byte, t *pairTables) (off int, mask uint32, nl int)
+TEXT ·pairScan(SB), NOSPLIT, $0-56
+	MOVQ b_base+0(FP), SI
+	MOVQ b_len+8(FP), DX
+	MOVQ t+24(FP), DI
+	VMOVDQU 0(DI), Y8     // lo0
+	VMOVDQU 32(DI), Y9    // hi0
+	VMOVDQU 64(DI), Y10   // lo1
+	VMOVDQU 96(DI), Y11   // hi1
+	VMOVDQU 128(DI), Y12  // 0x0f
+	VMOVDQU 160(DI), Y13  // '\n'
+	XORQ AX, AX           // off
+	XORQ CX, CX           // newlines in b[:off]
+	SUBQ $33, DX          // the last step starts at len-33
+	JL   none
+
+loop:
+	VMOVDQU (SI)(AX*1), Y0
+	VMOVDQU 1(SI)(AX*1), Y1
+	VPAND   Y12, Y0, Y2
+	VPSRLW  $4, Y0, Y3
+	VPAND   Y12, Y3, Y3
+	VPSHUFB Y2, Y8, Y2
+	VPSHUFB Y3, Y9, Y3
+	VPAND   Y2, Y3, Y2
+	VPAND   Y12, Y1, Y4
+	VPSRLW  $4, Y1, Y5
+	VPAND   Y12, Y5, Y5
+	VPSHUFB Y4, Y10, Y4
+	VPSHUFB Y5, Y11, Y5
+	VPAND   Y4, Y5, Y4
+	VPAND   Y2, Y4, Y2
+	VPTEST  Y2, Y2
+	JNZ     hit
+	VPCMPEQB  Y13, Y0, Y6
+	VPMOVMSKB Y6, BX
+	POPCNTL   BX, BX
+	ADDQ      BX, CX
+	ADDQ      $32, AX
+	CMPQ      AX, DX
+	JLE       loop
+
+none:
+	MOVQ AX, off+32(FP)
+	MOVL $0, mask+40(FP)
+	MOVQ CX, nl+48(FP)
+	VZEROUPPER
+	RET
+
+hit:
+	VPXOR     Y7, Y7, Y7
+	VPCMPEQB  Y7, Y2, Y2
+	VPMOVMSKB Y2, BX
+	NOTL      BX
+	MOVQ      AX, off+32(FP)
+	MOVL      BX, mask+40(FP)
+	MOVQ      CX, nl+48(FP)
+	VZEROUPPER
+	RET
