@@ -2,10 +2,13 @@ package aggregator
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
@@ -17,14 +20,18 @@ import (
 const benchAckPending = 1024
 
 // BenchmarkServeThroughput measures events folded per second end to end
-// through the embedded JetStream: the recorded runs under new ids (b.N
-// events, interleaved) are published first; then a bare JetStream consumer
-// that only acknowledges reads them all (raw_ev/s), then a Service on its
-// own durable consumer, wired as Serve wires it, folds them, writes the run
-// states and acknowledges (svc_ev/s, ns/event). svc/raw is the ratio in the
-// same run; the target is at least 0.5. decode_ev/s is how fast one
-// goroutine decodes the same messages (events.DecodeBytes, which every
-// folded event needs): the bound the Service cannot pass per core.
+// as `aggregator serve` runs them: the recorded runs under new ids (b.N
+// events, interleaved) are published on the events stream, which the
+// partitioned stream (bus.DefaultPartitions partitions) sources; then a
+// bare JetStream consumer that only acknowledges reads them all from the
+// partitioned stream (raw_ev/s); then Serve, on the default config (its
+// partition consumers pinned to it by the rendezvous ownership, the
+// Handlers, the checkpoints to the state bucket, the acknowledgements
+// after them, a JSON sink), folds them, from its start until every run's
+// split was written and every message acknowledged (svc_ev/s, ns/event).
+// svc/raw is the ratio in the same run; the target is at least 0.5.
+// decode_ev/s is how fast one goroutine decodes the same messages
+// (events.DecodeBytes, which every folded event needs).
 func BenchmarkServeThroughput(b *testing.B) {
 	b.StopTimer()
 	fxs := []fixture{loadFixture(b, fixture4B), loadFixture(b, fixture27B)}
@@ -33,25 +40,46 @@ func BenchmarkServeThroughput(b *testing.B) {
 	ws := interleave(runs)
 	n := len(ws)
 	br := startBroker(b)
-	br.publish(b, ws...)
-	opts := func(cc *bus.ConsumerConfig) { cc.AckWait, cc.MaxAckPending = time.Minute, benchAckPending }
+	ctx := testCtx(b)
+	parts, err := bus.EnsurePartitions(ctx, br.js, bus.PartitionConfig{Stream: bus.DefaultStream, Partitions: bus.DefaultPartitions}, zerolog.Nop())
+	require.NoError(b, err)
+	for i := 0; i < n; i += 1000 { // in steps: the sourcing slows the broker's acks
+		br.publish(b, ws[i:min(n, i+1000)]...)
+	}
+	ps, err := br.js.Stream(ctx, bus.PartitionStream(bus.DefaultStream))
+	require.NoError(b, err)
+	eventually(b, "the partitioned stream to source every event", func() bool {
+		si, err := ps.Info(ctx)
+		return err == nil && si.State.Msgs == uint64(n)
+	})
 
-	raw := rawConsume(b, br, n)
+	raw := rawConsume(b, ps, n)
 	dec := decodeAll(b, ws)
 
-	r := startService(b, br.url, "bench", ServiceConfig{IdleTimeout: time.Hour}, opts)
+	cfg := testConfig(b, br.url)
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.IdleTimeout = time.Hour
+	cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending = time.Minute, benchAckPending
 	t0 := time.Now()
 	b.StartTimer()
-	// The service consumes from the start; the clock runs from here.
+	s := startServe(b, cfg, ServeOptions{})
 	eventuallyFast(b, func() bool {
-		ci, err := br.consumerInfo("bench")
-		return err == nil && ci.AckFloor.Stream >= uint64(n) && ci.NumAckPending == 0
+		if c, _ := s.closes.count(); c < len(runs) {
+			return false
+		}
+		ci, err := br.consumerInfo(cfg.Consumer.Durable)
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
 	})
 	b.StopTimer()
 	svc := time.Since(t0)
-	r.stop()
-	require.Equal(b, float64(n), counter(b, r.m, "gttsplit_events_folded_total"), "every event folded once")
+	metrics := httpGet(b, s.http, "/metrics", http.StatusOK)
+	require.NoError(b, s.stop(b))
+	require.Equal(b, fmt.Sprint(n), metricValue(metrics, "gttsplit_events_folded_total"), "every event folded once")
+	splits, closed := s.closes.count()
+	require.Equal(b, len(runs), closed, "every run closed")
+	require.Equal(b, len(runs), splits, "every run closed once")
 	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(parts), "partitions")
 	b.ReportMetric(float64(svc.Nanoseconds())/float64(n), "ns/event")
 	b.ReportMetric(float64(n)/raw.Seconds(), "raw_ev/s")
 	b.ReportMetric(float64(n)/svc.Seconds(), "svc_ev/s")
@@ -59,14 +87,14 @@ func BenchmarkServeThroughput(b *testing.B) {
 	b.ReportMetric(raw.Seconds()/svc.Seconds(), "svc/raw")
 }
 
-// rawConsume reads the n messages with a bare durable pull consumer that
-// acknowledges each, and returns the time until the server had every ack.
-func rawConsume(b *testing.B, br *testBroker, n int) time.Duration {
+// rawConsume reads the n messages of stream s with a bare durable pull
+// consumer that acknowledges each, and returns the time until the server
+// had every ack.
+func rawConsume(b *testing.B, s jetstream.Stream, n int) time.Duration {
 	b.Helper()
 	ctx := testCtx(b)
-	cc := bus.DefaultConsumerConfig()
-	cons, err := br.js.CreateOrUpdateConsumer(ctx, bus.DefaultStream, jetstream.ConsumerConfig{
-		Durable: "raw", FilterSubjects: cc.FilterSubjects, AckPolicy: jetstream.AckExplicitPolicy,
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: time.Minute, MaxAckPending: benchAckPending,
 	})
 	require.NoError(b, err)

@@ -32,7 +32,11 @@ const StateBucket = "GTTSPLIT_RUNS"
 // Tuning of the fold loop.
 const (
 	flushEvery = 50 * time.Millisecond // persist and ack at least this often
-	flushBatch = 256                   // ... or after this many messages
+	flushBatch = 256                   // ... or once this many messages wait
+	// pendingMax bounds the messages folded and not yet acknowledged: a
+	// handler that finds this many waits for a checkpoint (the consumers'
+	// deliveries stop at their max_ack_pending in any case).
+	pendingMax = 4 * flushBatch
 	// persistParallel bounds the run states a flush writes at once (the
 	// writes are independent round trips to the server).
 	persistParallel = 32
@@ -85,6 +89,13 @@ type Service struct {
 	// are purged at its next call).
 	expired []string
 
+	// flushMu makes flushes run one at a time: a checkpoint's writes
+	// happen without mu (events go on folding), the next one starts from
+	// the revisions they returned.
+	flushMu sync.Mutex
+	// kick asks Loop for a flush (enough messages wait).
+	kick chan struct{}
+
 	mu      sync.Mutex
 	runs    map[string]*liveRun
 	pending []pendingMsg
@@ -93,19 +104,23 @@ type Service struct {
 	ckpt atomic.Int64
 }
 
-// pendingMsg is a folded message awaiting its ack, with its run (so the
-// flush need not decode it again).
+// pendingMsg is a folded message awaiting its ack, with the live run it
+// was folded into (so the flush need not decode it again).
 type pendingMsg struct {
 	msg bus.Msg
-	run string
+	run *liveRun
 }
 
 type liveRun struct {
 	part   int // partition (0 when not partitioned)
 	st     *RunState
-	rev    uint64 // revision in the bucket; 0: not stored yet
-	dirty  bool
-	events []events.Decoded // applied since the last write, for a re-apply
+	rev    uint64           // revision in the bucket; 0: not stored yet
+	dirty  bool             // events folded since the last checkpoint took the state
+	events []events.Decoded // folded since the last checkpoint took the state, for a re-apply
+	// failed is set when a write of the run failed: it was forgotten, and
+	// the messages folded into it are not acknowledged (redelivered, they
+	// rebuild it from the last durable state). s.mu guards it.
+	failed bool
 }
 
 // ServiceConfig is what a Service needs besides the broker.
@@ -197,7 +212,8 @@ func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, 
 	}
 	s := &Service{log: log, opts: cfg.Fold, idle: cfg.IdleTimeout, js: js, kv: kv, sinks: cfg.Sinks,
 		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{},
-		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries, parts: cfg.Partitions, compactAfter: cfg.CompactAfter}
+		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries, parts: cfg.Partitions, compactAfter: cfg.CompactAfter,
+		kick: make(chan struct{}, 1)}
 	if s.kvStream, err = js.Stream(ctx, "KV_"+StateBucket); err != nil {
 		return nil, fmt.Errorf("state bucket %s: %w", StateBucket, err)
 	}
@@ -407,7 +423,7 @@ func stateKey(runID string) string {
 }
 
 // Handle is the consumer's handler: it folds one message and queues it for
-// acknowledgement after the next durable write.
+// acknowledgement after the next checkpoint (see Flush).
 func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 	if msg.Metadata().NumDelivered > 1 {
 		s.m.redelivered.Inc()
@@ -420,10 +436,8 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 		return msg.Ack()
 	}
 	t0 := time.Now()
-	s.mu.Lock()
 	r, err := s.run(ctx, d.Origin)
 	if err != nil {
-		s.mu.Unlock()
 		return err // nak: the bucket is not reachable
 	}
 	if r.st.Compact() && !r.st.holds(d) {
@@ -432,45 +446,67 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 		s.mu.Unlock()
 		return s.late(ctx, msg, r.st)
 	}
-	if !ApplyTo(r.st, d) {
+	fresh := ApplyTo(r.st, d)
+	if fresh {
+		if seq := msg.Metadata().StreamSeq; d.Finished != nil && seq > r.st.FinishedSeq {
+			r.st.FinishedSeq = seq
+		}
+		r.st.LastEvent = s.now()
+		r.dirty = true
+		r.events = append(r.events, d)
+	} else {
 		// A duplicate (a redelivery, or an event re-published under
 		// another message id): nothing to write, only to acknowledge.
 		s.m.duplicates.Inc()
 		if r.st.Closed && !r.dirty {
 			s.forget(d.Origin.RunID) // loaded only to see it was a duplicate
 		}
-		s.pending = append(s.pending, pendingMsg{msg: msg, run: d.Origin.RunID})
-		full := len(s.pending) >= flushBatch
-		s.mu.Unlock()
-		s.m.folded.Inc()
-		if full {
-			s.Flush(ctx)
-		}
-		return nil
 	}
-	if seq := msg.Metadata().StreamSeq; d.Finished != nil && seq > r.st.FinishedSeq {
-		r.st.FinishedSeq = seq
-	}
-	r.st.LastEvent = s.now()
-	r.dirty = true
-	r.events = append(r.events, d)
-	s.pending = append(s.pending, pendingMsg{msg: msg, run: d.Origin.RunID})
-	full := len(s.pending) >= flushBatch
+	s.pending = append(s.pending, pendingMsg{msg: msg, run: r})
+	n := len(s.pending)
 	s.mu.Unlock()
-	s.m.foldSeconds.Observe(time.Since(t0).Seconds())
+	if fresh {
+		s.m.foldSeconds.Observe(time.Since(t0).Seconds())
+	}
 	s.m.folded.Inc()
-	if full {
-		s.Flush(ctx)
+	switch {
+	case n >= pendingMax:
+		s.Flush(ctx) // the checkpoints fall behind: wait for one
+	case n >= flushBatch:
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }
 
-// run returns the live run of o, loading it from the bucket or creating it.
-// s.mu is held.
+// run returns the live run of o, loading it from the bucket (without s.mu)
+// or creating it. It returns with s.mu held, unless it fails.
 func (s *Service) run(ctx context.Context, o events.Origin) (*liveRun, error) {
+	s.mu.Lock()
 	if r := s.runs[o.RunID]; r != nil {
 		return r, nil
 	}
+	s.mu.Unlock()
+	r, err := s.load(ctx, o)
+	s.mu.Lock()
+	if cur := s.runs[o.RunID]; cur != nil {
+		return cur, nil // loaded meanwhile by another handler
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.runs[o.RunID] = r
+	s.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
+	return r, nil
+}
+
+// load reads the state of o's run from the bucket, or returns a new one
+// when there is none. (A state loaded here and written since by someone
+// else is caught by the compare-and-set of the next write.)
+func (s *Service) load(ctx context.Context, o events.Origin) (*liveRun, error) {
 	e, err := s.kv.Get(ctx, stateKey(o.RunID))
 	switch {
 	case err == nil:
@@ -481,15 +517,9 @@ func (s *Service) run(ctx context.Context, o events.Origin) (*liveRun, error) {
 		// A closed run that a new event re-opens needs its open marker
 		// again (see write).
 		st.reopen = st.Closed && !st.Compact()
-		r := &liveRun{part: s.partOf(o.RunID), st: st, rev: e.Revision()}
-		s.runs[o.RunID] = r
-		s.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
-		return r, nil
+		return &liveRun{part: s.partOf(o.RunID), st: st, rev: e.Revision()}, nil
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		r := &liveRun{part: s.partOf(o.RunID), st: NewRunState(o, s.opts)}
-		s.runs[o.RunID] = r
-		s.m.runsOpen.Inc()
-		return r, nil
+		return &liveRun{part: s.partOf(o.RunID), st: NewRunState(o, s.opts)}, nil
 	}
 	return nil, fmt.Errorf("state of run %q: %w", o.RunID, err)
 }
@@ -609,62 +639,6 @@ func originOf(subject string) [3]string {
 	return out
 }
 
-// Flush writes the state of every changed run to the bucket, then
-// acknowledges the messages folded into it, then closes the runs that are
-// finished or idle.
-func (s *Service) Flush(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var dirty []string
-	for id, r := range s.runs {
-		if r.dirty {
-			dirty = append(dirty, id)
-		}
-	}
-	// Each run's write is its own compare-and-set: write them at once.
-	errs := make([]error, len(dirty))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, persistParallel)
-	for i, id := range dirty {
-		r := s.runs[id]
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.persist(ctx, r)
-			<-sem
-		}()
-	}
-	wg.Wait()
-	failed := map[string]bool{}
-	for i, id := range dirty {
-		if err := errs[i]; err != nil {
-			s.m.persistErrs.Inc()
-			s.log.Error().Err(err).Str("run_id", id).Msg("run state not written; its events will be redelivered")
-			failed[id] = true
-			// Forget the in-memory state: the redelivered events rebuild it
-			// from the last durable state.
-			s.forget(id)
-		}
-	}
-	for _, p := range s.pending {
-		if failed[p.run] {
-			_ = p.msg.Nak()
-			continue
-		}
-		if err := p.msg.Ack(); err != nil {
-			s.log.Debug().Err(err).Msg("ack")
-		}
-	}
-	s.pending = s.pending[:0]
-	if len(failed) == 0 {
-		s.ckpt.Store(s.now().UnixNano())
-	}
-	s.m.ckptAge.Set(s.now().Sub(time.Unix(0, s.ckpt.Load())).Seconds())
-	s.closeRuns(ctx, false)
-	s.settleDeliveries(ctx)
-}
-
 // CheckpointAge is the time since the runs in memory were last all
 // written to the state bucket.
 func (s *Service) CheckpointAge() time.Duration { return s.now().Sub(time.Unix(0, s.ckpt.Load())) }
@@ -709,50 +683,6 @@ func (s *Service) waiting() bool {
 	return false
 }
 
-// persist writes r's state with compare-and-set, re-applying its events on
-// a lost race. s.mu is held; persist touches r only, so the writes of
-// different runs may run at once.
-func (s *Service) persist(ctx context.Context, r *liveRun) error {
-	key := stateKey(r.st.Origin.RunID)
-	for attempt := 0; attempt < 5; attempt++ {
-		rev, err := s.write(ctx, r.st, r.rev)
-		if err == nil {
-			r.rev, r.dirty, r.events = rev, false, nil
-			return nil
-		}
-		if !isConflict(err) {
-			return err
-		}
-		// Another aggregator wrote this run: take its state and fold our
-		// events into it again.
-		s.m.conflicts.Inc()
-		e, gerr := s.kv.Get(ctx, key)
-		if errors.Is(gerr, jetstream.ErrKeyNotFound) {
-			// The key vanished (deleted by hand, or lost): write the state
-			// in memory, which holds every event since, anew.
-			s.log.Warn().Str("run_id", r.st.Origin.RunID).Msg("run state vanished from the state bucket; written anew from memory")
-			r.rev = 0
-			continue
-		}
-		if gerr != nil {
-			return gerr
-		}
-		st, uerr := UnmarshalState(e.Value(), s.opts)
-		if uerr != nil {
-			return uerr
-		}
-		for _, d := range r.events {
-			ApplyTo(st, d)
-		}
-		if r.st.LastEvent.After(st.LastEvent) {
-			st.LastEvent = r.st.LastEvent
-		}
-		st.FinishedSeq = max(st.FinishedSeq, r.st.FinishedSeq)
-		r.st, r.rev = st, e.Revision()
-	}
-	return fmt.Errorf("run %q: state write kept conflicting", r.st.Origin.RunID)
-}
-
 // write stores st under its run's key if the key is still at revision rev
 // (rev 0: if there is no such key yet), and returns the new revision.
 func (s *Service) write(ctx context.Context, st *RunState, rev uint64) (uint64, error) {
@@ -760,6 +690,14 @@ func (s *Service) write(ctx context.Context, st *RunState, rev uint64) (uint64, 
 	if err != nil {
 		return 0, err
 	}
+	return s.put(ctx, st, b, rev)
+}
+
+// put is write with st encoded in b; it reads no more of st than its
+// origin, LastEvent, Closed and reopen (a checkpoint passes a copy without
+// the fold, and clears the live state's reopen itself).
+func (s *Service) put(ctx context.Context, st *RunState, b []byte, rev uint64) (uint64, error) {
+	var err error
 	key := stateKey(st.Origin.RunID)
 	// An open run has its partition's open marker (so a new owner resumes
 	// it) from its first write, and again from the write that re-opens it
@@ -1092,23 +1030,6 @@ func (s *Service) List(ctx context.Context) ([]RunSummary, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
-}
-
-// Loop flushes periodically until ctx ends (the idle timeout is checked at
-// each flush).
-func (s *Service) Loop(ctx context.Context) {
-	t := time.NewTicker(flushEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			// A flush under way is not cut short by the stop: its writes
-			// and acks would fail, and the drain would nak what it holds.
-			s.Flush(context.WithoutCancel(ctx))
-		}
-	}
 }
 
 // Closed reports how many splits were written since the start.

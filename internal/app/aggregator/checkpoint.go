@@ -1,0 +1,198 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// Checkpoints: Flush takes the state of every run changed since the last
+// checkpoint under s.mu (its encoding), then writes them and acknowledges
+// their messages without it, so that events go on folding into the live
+// runs while a checkpoint is written. A message is acknowledged only once
+// the write of a state that holds it succeeded.
+
+// snapshot is a run's state as a checkpoint took it: its encoding, the
+// revision the write replaces and the events folded since the last
+// checkpoint (re-applied if another aggregator wrote the run meanwhile).
+type snapshot struct {
+	r      *liveRun
+	head   RunState // the state without its fold (what put reads)
+	b      []byte
+	err    error // encoding failed
+	rev    uint64
+	events []events.Decoded
+}
+
+// take encodes r's state for a write and starts r's next checkpoint
+// afresh. s.mu is held.
+func (s *Service) take(r *liveRun) *snapshot {
+	sn := &snapshot{r: r, head: *r.st, rev: r.rev, events: r.events}
+	sn.head.Fold = nil
+	sn.b, sn.err = MarshalState(r.st)
+	r.dirty, r.events = false, nil
+	return sn
+}
+
+// Flush writes the state of every changed run to the bucket (a
+// checkpoint), then acknowledges the messages folded into them, then
+// closes the runs that are finished or idle. Flushes run one at a time;
+// Handle goes on folding while one writes.
+func (s *Service) Flush(ctx context.Context) {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	s.mu.Lock()
+	taken := s.now()
+	batch := s.pending
+	s.pending = nil
+	var snaps []*snapshot
+	for _, r := range s.runs {
+		if r.dirty {
+			snaps = append(snaps, s.take(r))
+		}
+	}
+	s.mu.Unlock()
+
+	// Each run's write is its own compare-and-set: write them at once.
+	errs := make([]error, len(snaps))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, persistParallel)
+	for i, sn := range snaps {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.persist(ctx, sn)
+			<-sem
+		}()
+	}
+	wg.Wait()
+
+	s.mu.Lock()
+	for i, sn := range snaps {
+		if err := errs[i]; err != nil {
+			id := sn.head.Origin.RunID
+			s.m.persistErrs.Inc()
+			s.log.Error().Err(err).Str("run_id", id).Msg("run state not written; its events will be redelivered")
+			// Forget the in-memory state: the redelivered events rebuild it
+			// from the last durable state.
+			sn.r.failed = true
+			if s.runs[id] == sn.r {
+				s.forget(id)
+			}
+		}
+	}
+	// The messages folded into a run whose write failed (in this flush
+	// or an earlier one) are redelivered; the others are durable.
+	naks := make([]bool, len(batch))
+	failed := false
+	for i, p := range batch {
+		naks[i] = p.run.failed
+		failed = failed || p.run.failed
+	}
+	s.mu.Unlock()
+	for i, p := range batch {
+		if naks[i] {
+			_ = p.msg.Nak()
+			continue
+		}
+		if err := p.msg.Ack(); err != nil {
+			s.log.Debug().Err(err).Msg("ack")
+		}
+	}
+	if !failed && !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		s.ckpt.Store(taken.UnixNano())
+	}
+	s.m.ckptAge.Set(s.now().Sub(time.Unix(0, s.ckpt.Load())).Seconds())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeRuns(ctx, false)
+	s.settleDeliveries(ctx)
+}
+
+// persist writes a snapshot with compare-and-set. On a lost race it takes
+// the stored state, folds into it the events of the snapshot and those
+// folded since, and writes that; a key that vanished is written anew from
+// memory.
+func (s *Service) persist(ctx context.Context, sn *snapshot) error {
+	r := sn.r
+	key := stateKey(sn.head.Origin.RunID)
+	for attempt := 0; attempt < 5; attempt++ {
+		if sn.err != nil {
+			return sn.err
+		}
+		rev, err := s.put(ctx, &sn.head, sn.b, sn.rev)
+		if err == nil {
+			s.mu.Lock()
+			r.rev = rev
+			s.mu.Unlock()
+			return nil
+		}
+		if !isConflict(err) {
+			return err
+		}
+		// Another aggregator wrote this run: take its state and fold our
+		// events into it again.
+		s.m.conflicts.Inc()
+		e, gerr := s.kv.Get(ctx, key)
+		vanished := errors.Is(gerr, jetstream.ErrKeyNotFound)
+		if gerr != nil && !vanished {
+			return gerr
+		}
+		var st *RunState
+		if !vanished {
+			if st, err = UnmarshalState(e.Value(), s.opts); err != nil {
+				return err
+			}
+		}
+		s.mu.Lock()
+		if vanished {
+			// Deleted by hand, or lost: write the state in memory, which
+			// holds every event since, anew.
+			s.log.Warn().Str("run_id", sn.head.Origin.RunID).Msg("run state vanished from the state bucket; written anew from memory")
+			r.rev = 0
+		} else {
+			for _, d := range sn.events {
+				ApplyTo(st, d)
+			}
+			for _, d := range r.events {
+				ApplyTo(st, d)
+			}
+			if r.st.LastEvent.After(st.LastEvent) {
+				st.LastEvent = r.st.LastEvent
+			}
+			st.FinishedSeq = max(st.FinishedSeq, r.st.FinishedSeq)
+			r.st, r.rev = st, e.Revision()
+		}
+		// Every event not yet durable stays for a later re-apply.
+		r.events = slices.Concat(sn.events, r.events)
+		*sn = *s.take(r)
+		s.mu.Unlock()
+	}
+	return fmt.Errorf("run %q: state write kept conflicting", sn.head.Origin.RunID)
+}
+
+// Loop flushes every flushEvery, and when enough messages wait (Handle
+// asks), until ctx ends.
+func (s *Service) Loop(ctx context.Context) {
+	t := time.NewTicker(flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		// A flush under way is not cut short by the stop: its writes
+		// and acks would fail, and the drain would nak what it holds.
+		s.Flush(context.WithoutCancel(ctx))
+	}
+}
