@@ -52,8 +52,11 @@ type Consumer struct {
 	Durable       string        `mapstructure:"durable" desc:"durable consumer name; aggregators with the same name share the work"`
 	AckWait       time.Duration `mapstructure:"ack_wait" desc:"time after which an unacknowledged message is redelivered"`
 	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages delivered and not yet acknowledged"`
-	Partitions    int           `mapstructure:"partitions" desc:"partitions of the runs when the partitioned stream is created (an existing one keeps its count); each is owned by one aggregator"`
-	Lanes         string        `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`
+	// CheckpointInterval is how often the changed runs' states are written
+	// (and their messages acknowledged).
+	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often the changed runs' states are written to the state bucket and their messages acknowledged (also when a run is complete, or half of max_ack_pending messages of a partition wait); at most half of ack_wait"`
+	Partitions         int           `mapstructure:"partitions" desc:"partitions of the runs when the partitioned stream is created (an existing one keeps its count); each is owned by one aggregator"`
+	Lanes              string        `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`
 }
 
 // LaneList returns the lanes of Lanes (nil: every lane).
@@ -143,7 +146,7 @@ func DefaultAggregator() Aggregator {
 		Log:         Log{Level: "info", Format: "console"},
 		NATS:        AggregatorNATS{Stream: "GTTSPLIT", ConnectTimeout: 5 * time.Second, Replicas: 1, DuplicateWindow: 2 * time.Minute},
 		Embedded:    Embedded{Listen: "127.0.0.1:4222", Store: "./data"},
-		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 10 * time.Second, MaxAckPending: 1024, Partitions: 16},
+		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 10 * time.Second, MaxAckPending: 1024, Partitions: 16, CheckpointInterval: 500 * time.Millisecond},
 		IdleTimeout: 10 * time.Minute,
 		HTTP:        HTTP{Listen: "127.0.0.1:8080"},
 		Store:       Store{Retention: 30 * 24 * time.Hour, CompactAfter: time.Hour},
@@ -200,6 +203,13 @@ func (a Aggregator) problems() []*FieldError {
 		p.add("consumer.durable", "%w", err)
 	}
 	p.positive("consumer.ack_wait", a.Consumer.AckWait)
+	if c, w := a.Consumer.CheckpointInterval, a.Consumer.AckWait; c <= 0 {
+		p.positive("consumer.checkpoint_interval", c)
+	} else if w > 0 && c > w/2 {
+		// A message is acknowledged after the checkpoint that holds it:
+		// well before the server would deliver it again.
+		p.add("consumer.checkpoint_interval", "must be at most half of consumer.ack_wait (%s), got %s", w, c)
+	}
 	if n := a.Consumer.Partitions; n < 1 || n > 1024 {
 		p.add("consumer.partitions", "must be 1 to 1024, got %d", n)
 	}

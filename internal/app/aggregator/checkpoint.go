@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
 // Checkpoints: Flush takes the state of every run changed since the last
@@ -19,25 +17,22 @@ import (
 // runs while a checkpoint is written. A message is acknowledged only once
 // the write of a state that holds it succeeded.
 
-// snapshot is a run's state as a checkpoint took it: its encoding, the
-// revision the write replaces and the events folded since the last
-// checkpoint (re-applied if another aggregator wrote the run meanwhile).
+// snapshot is a run's state as a checkpoint took it: its encoding and the
+// revision the write replaces.
 type snapshot struct {
-	r      *liveRun
-	head   RunState // the state without its fold (what put reads)
-	b      []byte
-	err    error // encoding failed
-	rev    uint64
-	events []events.Decoded
+	r    *liveRun
+	head RunState // the state without its fold (what put reads)
+	b    []byte
+	err  error // encoding failed
+	rev  uint64
 }
 
-// take encodes r's state for a write and starts r's next checkpoint
-// afresh. s.mu is held.
+// take encodes r's state for a write. s.mu is held.
 func (s *Service) take(r *liveRun) *snapshot {
-	sn := &snapshot{r: r, head: *r.st, rev: r.rev, events: r.events}
+	sn := &snapshot{r: r, head: *r.st, rev: r.rev}
 	sn.head.Fold = nil
 	sn.b, sn.err = MarshalState(r.st)
-	r.dirty, r.events = false, nil
+	r.dirty = false
 	return sn
 }
 
@@ -52,6 +47,7 @@ func (s *Service) Flush(ctx context.Context) {
 	taken := s.now()
 	batch := s.pending
 	s.pending = nil
+	clear(s.partPending)
 	var snaps []*snapshot
 	for _, r := range s.runs {
 		if r.dirty {
@@ -69,7 +65,7 @@ func (s *Service) Flush(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.persist(ctx, sn)
+			errs[i] = s.persist(ctx, sn, batch)
 			<-sem
 		}()
 	}
@@ -111,6 +107,12 @@ func (s *Service) Flush(ctx context.Context) {
 		s.ckpt.Store(taken.UnixNano())
 	}
 	s.m.ckptAge.Set(s.now().Sub(time.Unix(0, s.ckpt.Load())).Seconds())
+	s.closeDue(ctx)
+}
+
+// closeDue closes the runs that are finished or idle and records the
+// splits every sink settled. s.flushMu is held.
+func (s *Service) closeDue(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closeRuns(ctx, false)
@@ -118,10 +120,11 @@ func (s *Service) Flush(ctx context.Context) {
 }
 
 // persist writes a snapshot with compare-and-set. On a lost race it takes
-// the stored state, folds into it the events of the snapshot and those
-// folded since, and writes that; a key that vanished is written anew from
-// memory.
-func (s *Service) persist(ctx context.Context, sn *snapshot) error {
+// the stored state, folds into it again the messages folded into the run
+// since its last write (those of batch, the checkpoint's, and those
+// folded since), and writes that; a key that vanished is written anew
+// from memory.
+func (s *Service) persist(ctx context.Context, sn *snapshot, batch []pendingMsg) error {
 	r := sn.r
 	key := stateKey(sn.head.Origin.RunID)
 	for attempt := 0; attempt < 5; attempt++ {
@@ -159,11 +162,13 @@ func (s *Service) persist(ctx context.Context, sn *snapshot) error {
 			s.log.Warn().Str("run_id", sn.head.Origin.RunID).Msg("run state vanished from the state bucket; written anew from memory")
 			r.rev = 0
 		} else {
-			for _, d := range sn.events {
-				ApplyTo(st, d)
-			}
-			for _, d := range r.events {
-				ApplyTo(st, d)
+			for _, p := range slices.Concat(batch, s.pending) {
+				if p.run != r {
+					continue
+				}
+				if d, err := p.msg.Decode(); err == nil {
+					ApplyTo(st, d)
+				}
 			}
 			if r.st.LastEvent.After(st.LastEvent) {
 				st.LastEvent = r.st.LastEvent
@@ -171,28 +176,40 @@ func (s *Service) persist(ctx context.Context, sn *snapshot) error {
 			st.FinishedSeq = max(st.FinishedSeq, r.st.FinishedSeq)
 			r.st, r.rev = st, e.Revision()
 		}
-		// Every event not yet durable stays for a later re-apply.
-		r.events = slices.Concat(sn.events, r.events)
 		*sn = *s.take(r)
 		s.mu.Unlock()
 	}
 	return fmt.Errorf("run %q: state write kept conflicting", sn.head.Origin.RunID)
 }
 
-// Loop flushes every flushEvery, and when enough messages wait (Handle
-// asks), until ctx ends.
+// Loop flushes at the checkpoint interval, and when Handle asks (see
+// ServiceConfig.CheckpointInterval), until ctx ends. Between checkpoints
+// it closes the runs that are due and records the sinks' deliveries every
+// flushEvery, so that a split's delivery is soon confirmed in the bucket
+// (until then a partition's next owner would send it again).
 func (s *Service) Loop(ctx context.Context) {
-	t := time.NewTicker(flushEvery)
+	t := time.NewTicker(min(s.every, flushEvery))
 	defer t.Stop()
+	last := time.Now()
 	for {
+		kicked := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-s.kick:
+			kicked = true
 		}
 		// A flush under way is not cut short by the stop: its writes
 		// and acks would fail, and the drain would nak what it holds.
-		s.Flush(context.WithoutCancel(ctx))
+		fctx := context.WithoutCancel(ctx)
+		if kicked || time.Since(last) >= s.every {
+			s.Flush(fctx)
+			last = time.Now()
+			continue
+		}
+		s.flushMu.Lock()
+		s.closeDue(fctx)
+		s.flushMu.Unlock()
 	}
 }

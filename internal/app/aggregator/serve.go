@@ -282,7 +282,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		return err
 	}
 	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose, Deliveries: deliv, Replicas: cfg.NATS.Replicas,
-		CompactAfter: cfg.Store.CompactAfter}
+		CompactAfter: cfg.Store.CompactAfter, CheckpointInterval: cfg.Consumer.CheckpointInterval, MaxAckPending: cfg.Consumer.MaxAckPending}
 	if opt.Stdout != nil {
 		sc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
 	}

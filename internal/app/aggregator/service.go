@@ -31,12 +31,13 @@ const StateBucket = "GTTSPLIT_RUNS"
 
 // Tuning of the fold loop.
 const (
-	flushEvery = 50 * time.Millisecond // persist and ack at least this often
-	flushBatch = 256                   // ... or once this many messages wait
-	// pendingMax bounds the messages folded and not yet acknowledged: a
-	// handler that finds this many waits for a checkpoint (the consumers'
-	// deliveries stop at their max_ack_pending in any case).
-	pendingMax = 4 * flushBatch
+	// flushEvery is the checkpoint interval when the config gives none
+	// (ServiceConfig.CheckpointInterval).
+	flushEvery = 50 * time.Millisecond
+	// pendingMax bounds the messages folded and not yet acknowledged (it
+	// bounds the memory they hold): a checkpoint starts once half of it
+	// waits, and a handler that finds all of it waiting waits for one.
+	pendingMax = 2048
 	// persistParallel bounds the run states a flush writes at once (the
 	// writes are independent round trips to the server).
 	persistParallel = 32
@@ -93,8 +94,15 @@ type Service struct {
 	// happen without mu (events go on folding), the next one starts from
 	// the revisions they returned.
 	flushMu sync.Mutex
-	// kick asks Loop for a flush (enough messages wait).
+	// kick asks Loop for a checkpoint before the interval: enough
+	// messages wait, or a run is complete.
 	kick chan struct{}
+	// every is the checkpoint interval; kickAt the messages of one
+	// partition waiting that start a checkpoint (half its consumer's
+	// max_ack_pending: deliveries stop there); partPending counts them.
+	every       time.Duration
+	kickAt      int
+	partPending map[int]int
 
 	mu      sync.Mutex
 	runs    map[string]*liveRun
@@ -112,11 +120,10 @@ type pendingMsg struct {
 }
 
 type liveRun struct {
-	part   int // partition (0 when not partitioned)
-	st     *RunState
-	rev    uint64           // revision in the bucket; 0: not stored yet
-	dirty  bool             // events folded since the last checkpoint took the state
-	events []events.Decoded // folded since the last checkpoint took the state, for a re-apply
+	part  int // partition (0 when not partitioned)
+	st    *RunState
+	rev   uint64 // revision in the bucket; 0: not stored yet
+	dirty bool   // events folded since the last checkpoint took the state
 	// failed is set when a write of the run failed: it was forgotten, and
 	// the messages folded into it are not acknowledged (redelivered, they
 	// rebuild it from the last durable state). s.mu guards it.
@@ -159,6 +166,15 @@ type ServiceConfig struct {
 	// the state is compacted (see RunState), and a new event for the run
 	// is dead-lettered with reason "late". 0 never compacts.
 	CompactAfter time.Duration
+	// CheckpointInterval is how often Loop writes the changed runs'
+	// states and acknowledges their messages (0: 50ms). A checkpoint
+	// also starts early when a run is complete (its split is due), when
+	// half of MaxAckPending messages of one partition wait, or when
+	// pendingMax messages wait in all.
+	CheckpointInterval time.Duration
+	// MaxAckPending is the consumers' max_ack_pending (0: a checkpoint
+	// starts once 256 messages of one partition wait).
+	MaxAckPending int
 }
 
 // EnsureBucket opens the state bucket, creating it with replicas when it
@@ -213,9 +229,15 @@ func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, 
 	s := &Service{log: log, opts: cfg.Fold, idle: cfg.IdleTimeout, js: js, kv: kv, sinks: cfg.Sinks,
 		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{},
 		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries, parts: cfg.Partitions, compactAfter: cfg.CompactAfter,
-		kick: make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1), every: cfg.CheckpointInterval, kickAt: max(cfg.MaxAckPending/2, 1), partPending: map[int]int{}}
 	if s.kvStream, err = js.Stream(ctx, "KV_"+StateBucket); err != nil {
 		return nil, fmt.Errorf("state bucket %s: %w", StateBucket, err)
+	}
+	if s.every <= 0 {
+		s.every = flushEvery
+	}
+	if cfg.MaxAckPending <= 0 {
+		s.kickAt = 256
 	}
 	s.ckpt.Store(cfg.Now().UnixNano())
 	if s.parts > 0 {
@@ -447,13 +469,15 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 		return s.late(ctx, msg, r.st)
 	}
 	fresh := ApplyTo(r.st, d)
+	due := false
 	if fresh {
 		if seq := msg.Metadata().StreamSeq; d.Finished != nil && seq > r.st.FinishedSeq {
 			r.st.FinishedSeq = seq
 		}
 		r.st.LastEvent = s.now()
 		r.dirty = true
-		r.events = append(r.events, d)
+		// A complete run closes at the next checkpoint: start it now.
+		due = r.st.Finished && r.st.Fold.Complete()
 	} else {
 		// A duplicate (a redelivery, or an event re-published under
 		// another message id): nothing to write, only to acknowledge.
@@ -464,6 +488,8 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 	}
 	s.pending = append(s.pending, pendingMsg{msg: msg, run: r})
 	n := len(s.pending)
+	s.partPending[r.part]++
+	due = due || s.partPending[r.part] >= s.kickAt || n >= pendingMax/2
 	s.mu.Unlock()
 	if fresh {
 		s.m.foldSeconds.Observe(time.Since(t0).Seconds())
@@ -472,7 +498,7 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 	switch {
 	case n >= pendingMax:
 		s.Flush(ctx) // the checkpoints fall behind: wait for one
-	case n >= flushBatch:
+	case due:
 		select {
 		case s.kick <- struct{}{}:
 		default:
@@ -752,7 +778,7 @@ func (s *Service) reload(ctx context.Context, id string, r *liveRun) error {
 		s.forget(id)
 		return nil
 	}
-	r.st, r.rev, r.events = st, e.Revision(), nil
+	r.st, r.rev = st, e.Revision()
 	return nil
 }
 
