@@ -135,6 +135,9 @@ func (s *Service) persist(ctx context.Context, sn *snapshot, batch []pendingMsg)
 		if err == nil {
 			s.mu.Lock()
 			r.rev = rev
+			if sn.head.reopen {
+				r.st.reopen = false // the open marker is back
+			}
 			s.mu.Unlock()
 			return nil
 		}
@@ -154,6 +157,12 @@ func (s *Service) persist(ctx context.Context, sn *snapshot, batch []pendingMsg)
 			if st, err = UnmarshalState(e.Value(), s.opts); err != nil {
 				return err
 			}
+			if st.Compact() {
+				// Closed and compacted meanwhile: the redelivered messages
+				// meet Handle's late or duplicate branch.
+				return fmt.Errorf("run %q: closed and compacted meanwhile", sn.head.Origin.RunID)
+			}
+			st.reopen = st.Closed // a re-applied event re-opens it
 		}
 		s.mu.Lock()
 		if vanished {
