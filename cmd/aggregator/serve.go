@@ -38,7 +38,8 @@ one partition, and each partition is owned by one of the aggregators with
 the same consumer.durable; when one stops or dies, its partitions move to
 the others within seconds. An owner folds its runs in memory and
 acknowledges a message only after the checkpoint of its run's state in the
-GTTSPLIT_RUNS key-value bucket that holds it, so a killed aggregator's
+GTTSPLIT_RUNS key-value bucket that holds it (every
+consumer.checkpoint_interval, 500ms, or sooner), so a killed aggregator's
 successor writes the split an uninterrupted one would have. Events that
 cannot be folded go to gttsplit.dlq.<host>.<lane>.<run> with their reason.
 
