@@ -848,12 +848,16 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 			continue
 		}
 		// Close a copy: a failed write leaves the live state as it was.
-		st, err := cloneState(r.st, s.opts)
-		if err != nil {
-			s.log.Error().Err(err).Str("run_id", id).Msg("run state not copied")
-			continue
-		}
+		// The copy shares the fold (which nothing changes under s.mu but
+		// Handle) unless the close finishes it.
+		c := *r.st
+		st := &c
 		if !st.Finished {
+			var err error
+			if st, err = cloneState(r.st, s.opts); err != nil {
+				s.log.Error().Err(err).Str("run_id", id).Msg("run state not copied")
+				continue
+			}
 			st.Fold.Finish(split.FinishInfo{Finished: now, Incomplete: true})
 		}
 		rep := Report(st)
