@@ -1,13 +1,14 @@
 package split
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
-	"sort"
+	"strings"
 )
 
 // The fold's state is bounded whatever the log holds, so a run's persisted
@@ -212,28 +213,29 @@ func (st *state) keep(k lineKey, r Record) {
 
 // keepRecord adds a record to st.records, keeping at most limit of them:
 // the limit last in evictLess's order. Below the limit it appends; at the
-// limit the first in that order (the root of st.evict, built then) goes,
-// unless it is this one, and the new record takes its slot: one sift down
-// of the heap, no allocation. FuzzKeepRecordMatchesSort holds the kept set
-// equal to sorting every record and keeping the last limit.
+// limit the first in that order (see evictQueue, built then) goes, unless
+// it is this one, and the new record takes its slot: no allocation, and
+// for lines applied in order no search. FuzzKeepRecordMatchesSort holds
+// the kept set equal to sorting every record and keeping the last limit.
 func (st *state) keepRecord(k lineKey, r Record, limit int) {
 	e := evictKey{seq: k.seq, stream: k.stream, class: evictClass(r), kind: r.Kind}
 	if len(st.records) < limit {
 		e.slot = int32(len(st.records))
 		st.records = append(st.records, keyedRecord{Stream: k.stream, Record: r})
 		if st.evict != nil {
-			st.evict.push(e)
+			st.evict.insert(e)
 		}
 		return
 	}
-	q := st.evictHeap()
-	if e.less(&q.keys[0]) {
+	q := st.evictOrder()
+	first := q.first()
+	if e.less(first) {
 		return // the first to go is this one
 	}
-	e.slot = q.keys[0].slot
+	e.slot = first.slot
+	q.dropFirst()
 	st.records[e.slot] = keyedRecord{Stream: k.stream, Record: r}
-	q.keys[0] = e
-	q.down(0)
+	q.insert(e)
 }
 
 // evictClass orders the kinds of kept lines by what the rules lose when
@@ -291,57 +293,90 @@ func (a *evictKey) less(b *evictKey) bool {
 	return a.kind < b.kind
 }
 
-// evictHeap returns the kept records' keys as a heap in evictLess's order,
-// built when missing (a new or restored state).
-func (st *state) evictHeap() *evictQueue {
-	if st.evict == nil || len(st.evict.keys) != len(st.records) {
-		q := &evictQueue{keys: make([]evictKey, len(st.records))}
+// evictOrder returns the kept records' keys in evictLess's order, built
+// when missing (a new or restored state).
+func (st *state) evictOrder() *evictQueue {
+	if st.evict == nil || st.evict.len() != len(st.records) {
+		q := &evictQueue{}
 		for i, r := range st.records {
-			q.keys[i] = evictKey{seq: r.Seq, stream: r.Stream, slot: int32(i), class: evictClass(r.Record), kind: r.Kind}
+			e := evictKey{seq: r.Seq, stream: r.Stream, slot: int32(i), class: evictClass(r.Record), kind: r.Kind}
+			q.cls[e.class].keys = append(q.cls[e.class].keys, e)
 		}
-		for i := len(q.keys)/2 - 1; i >= 0; i-- {
-			q.down(i)
+		for c := range q.cls {
+			slices.SortFunc(q.cls[c].keys, func(a, b evictKey) int {
+				if a.less(&b) {
+					return -1
+				}
+				return 1
+			})
 		}
 		st.evict = q
 	}
 	return st.evict
 }
 
-// evictQueue is a binary min-heap of the kept records' keys in evictLess's
-// order (typed, so that no key is boxed).
+// evictQueue holds the kept records' keys in evictLess's order: per class,
+// sorted, the first to go at the head of the lowest class that has any.
+// Lines mostly arrive in position order, so a key is appended to its class
+// and the first dropped from a head; only a line older than its class's
+// last is inserted in place.
 type evictQueue struct {
+	cls [3]keyQueue
+}
+
+// keyQueue is a sorted run of keys whose first head were dropped.
+type keyQueue struct {
 	keys []evictKey
+	head int
 }
 
-func (q *evictQueue) push(e evictKey) {
-	q.keys = append(q.keys, e)
-	for i := len(q.keys) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !q.keys[i].less(&q.keys[p]) {
-			break
+func (q *evictQueue) len() int {
+	n := 0
+	for c := range q.cls {
+		n += len(q.cls[c].keys) - q.cls[c].head
+	}
+	return n
+}
+
+// first returns the first key to go (the queue is not empty).
+func (q *evictQueue) first() *evictKey {
+	for c := range q.cls {
+		if k := &q.cls[c]; k.head < len(k.keys) {
+			return &k.keys[k.head]
 		}
-		q.keys[i], q.keys[p] = q.keys[p], q.keys[i]
-		i = p
+	}
+	panic("split: evict queue empty")
+}
+
+// dropFirst removes the key first returned.
+func (q *evictQueue) dropFirst() {
+	for c := range q.cls {
+		if k := &q.cls[c]; k.head < len(k.keys) {
+			k.head++
+			if k.head > 64 && 2*k.head > len(k.keys) {
+				// Reuse the dropped room.
+				k.keys = k.keys[:copy(k.keys, k.keys[k.head:])]
+				k.head = 0
+			}
+			return
+		}
 	}
 }
 
-func (q *evictQueue) down(i int) {
-	n := len(q.keys)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && q.keys[r].less(&q.keys[l]) {
-			m = r
-		}
-		if !q.keys[m].less(&q.keys[i]) {
-			return
-		}
-		q.keys[i], q.keys[m] = q.keys[m], q.keys[i]
-		i = m
+func (q *evictQueue) insert(e evictKey) {
+	k := &q.cls[e.class]
+	if n := len(k.keys); n == k.head || k.keys[n-1].less(&e) {
+		k.keys = append(k.keys, e)
+		return
 	}
+	live := k.keys[k.head:]
+	i, _ := slices.BinarySearchFunc(live, e, func(a, b evictKey) int {
+		if a.less(&b) {
+			return -1
+		}
+		return 1
+	})
+	k.keys = slices.Insert(k.keys, k.head+i, e)
 }
 
 // droppedRecords is how many relevant lines the cap left out.
@@ -356,20 +391,22 @@ type keyedRecord struct {
 // sortedRecords returns the kept records and the first build, verbosity
 // and legacy lines, by position.
 func (st *state) sortedRecords() []Record {
-	recs := make([]keyedRecord, 0, len(st.records)+len(st.firsts))
-	recs = append(recs, st.records...)
-	for _, r := range st.firsts {
-		recs = append(recs, r)
+	// Sort pointers, not the records (160 bytes each).
+	recs := make([]*keyedRecord, 0, len(st.records)+len(st.firsts))
+	for i := range st.records {
+		recs = append(recs, &st.records[i])
 	}
-	sort.Slice(recs, func(i, j int) bool {
-		a, b := recs[i], recs[j]
+	for _, r := range st.firsts {
+		recs = append(recs, &r)
+	}
+	slices.SortFunc(recs, func(a, b *keyedRecord) int {
 		if a.Seq != b.Seq {
-			return a.Seq < b.Seq
+			return cmp.Compare(a.Seq, b.Seq)
 		}
 		if a.Kind != b.Kind {
-			return a.Kind < b.Kind
+			return cmp.Compare(a.Kind, b.Kind)
 		}
-		return a.Stream < b.Stream
+		return strings.Compare(a.Stream, b.Stream)
 	})
 	out := make([]Record, len(recs))
 	for i, r := range recs {

@@ -44,25 +44,31 @@ func Payload(line []byte, scratch *[]byte) []byte {
 }
 
 // stripANSI appends src to dst without CSI sequences (ESC '[' params final)
-// and without lone two-byte ESC sequences.
+// and without lone two-byte ESC sequences. The text between escapes is
+// copied a run at a time (stripANSIPlain, byte by byte, is the form
+// FuzzStripANSIMatchesPlain holds it to).
 func stripANSI(dst, src []byte) []byte {
-	for i := 0; i < len(src); i++ {
-		c := src[i]
-		if c != 0x1b {
-			dst = append(dst, c)
-			continue
+	for {
+		e := bytes.IndexByte(src, 0x1b)
+		if e < 0 {
+			return append(dst, src...)
 		}
+		dst = append(dst, src[:e]...)
+		i := e
 		if i+1 < len(src) && src[i+1] == '[' {
 			j := i + 2
 			for j < len(src) && (src[j] < 0x40 || src[j] > 0x7e) {
 				j++
 			}
-			i = j // skip the final byte too
-			continue
+			i = j // the final byte
+		} else {
+			i++ // ESC + one byte
 		}
-		i++ // ESC + one byte
+		if i+1 >= len(src) {
+			return dst
+		}
+		src = src[i+1:]
 	}
-	return dst
 }
 
 // lostCSILen returns the length of a colour code without its ESC byte at

@@ -58,7 +58,7 @@ func parseBreakdownPlain(r Record, s []byte) (Record, bool) {
 
 // FuzzParseLeavesMatchPlain holds the allocation-free parsing steps to
 // their plain forms on any line: the buffer words, the echo figures, the
-// breakdown rows; and a parse with a fold's scratch (its string cache
+// breakdown rows, the literals a build pattern needs; and a parse with a fold's scratch (its string cache
 // shared by every input, so entries are replaced and hit across lines) to
 // a parse without one.
 func FuzzParseLeavesMatchPlain(f *testing.F) {
@@ -106,6 +106,11 @@ func FuzzParseLeavesMatchPlain(f *testing.F) {
 			m := reEcho.FindSubmatch(s[i:])
 			if ok != (m != nil) || ok && (!bytes.Equal(a, m[1]) || !bytes.Equal(e, m[3]) || match != (len(m[2]) == 0)) {
 				t.Fatalf("%q: echo %q %q %v %v, regexp %q", s[i:], a, e, match, ok, m)
+			}
+		}
+		for k, re := range buildRes {
+			if re.Match(s) {
+				requireBuildNeeds(t, k, s)
 			}
 		}
 		r, ok := parseBreakdown(Record{Seq: 3}, s, sc)
@@ -210,4 +215,115 @@ func FuzzKeepRecordMatchesSort(f *testing.F) {
 			t.Fatalf("limit %d: kept %v, want %v", limit, got, want)
 		}
 	})
+}
+
+// stripANSIPlain is stripANSI byte by byte.
+func stripANSIPlain(dst, src []byte) []byte {
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		if c != 0x1b {
+			dst = append(dst, c)
+			continue
+		}
+		if i+1 < len(src) && src[i+1] == '[' {
+			j := i + 2
+			for j < len(src) && (src[j] < 0x40 || src[j] > 0x7e) {
+				j++
+			}
+			i = j // skip the final byte too
+			continue
+		}
+		i++ // ESC + one byte
+	}
+	return dst
+}
+
+// FuzzStripANSIMatchesPlain holds the run-at-a-time stripANSI to the byte
+// by byte form.
+func FuzzStripANSIMatchesPlain(f *testing.F) {
+	for _, l := range fixtureLines(f, "runs/4b/split.log", 200) {
+		f.Add([]byte(l))
+	}
+	for _, s := range []string{"\x1b", "a\x1b", "a\x1b[", "a\x1b[1", "\x1b[0m\x1b[1;33mx\x1bqy\x1b\x1b[m", "\x1b[\x7fz"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		got := stripANSI([]byte("pre"), line)
+		want := stripANSIPlain([]byte("pre"), line)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%q: %q, plain %q", line, got, want)
+		}
+	})
+}
+
+// FuzzRangeSetMatchesMap holds rangeSet (with its shortcut for a value past
+// the last range) to a plain set, on values mostly increasing as lines
+// are read, with steps back.
+func FuzzRangeSetMatchesMap(f *testing.F) {
+	f.Add([]byte{1, 1, 2, 0, 5, 1, 1, 200, 3})
+	f.Add([]byte{0, 0, 0, 255, 128, 1})
+	f.Fuzz(func(t *testing.T, steps []byte) {
+		var r rangeSet
+		seen := map[uint64]bool{}
+		v := uint64(100)
+		for _, s := range steps {
+			v = v + uint64(s%8) - 2 // -2..+5
+			if s >= 200 {
+				v -= uint64(s - 200) // a step back
+			}
+			if r.has(v) != seen[v] {
+				t.Fatalf("has(%d) = %v before add: %v", v, r.has(v), r)
+			}
+			r.add(v)
+			seen[v] = true
+		}
+		if r.count() != uint64(len(seen)) {
+			t.Fatalf("count %d, want %d: %v", r.count(), len(seen), r)
+		}
+		for i := 1; i < len(r); i++ {
+			if r[i-1][1]+1 >= r[i][0] {
+				t.Fatalf("not disjoint and apart: %v", r)
+			}
+		}
+		for x := range seen {
+			if !r.has(x) {
+				t.Fatalf("%d missing: %v", x, r)
+			}
+		}
+	})
+}
+
+// TestBuildNeedsAreNeeded: a line each build pattern matches holds the
+// literals parseBuild looks for before trying it (so skipping a line
+// without them loses nothing). FuzzParseLeavesMatchPlain checks the same
+// on every input.
+func TestBuildNeedsAreNeeded(t *testing.T) {
+	for _, s := range []string{
+		"version: 0.1.2-dev (build 10524, commit 9ee9fc04c)", "build: 4615 (bfcce4d6) with cc", "print_info: build 9890 (74976e1ae)",
+		"main: build = 1500 (a30b324)", "version: 4615 (bfcce4d6)", "build_info: b7000-abc1234", "build      : b7000-abc1234",
+		`{"build":1,"commit":"x"}`, `build=3 commit="y"`,
+	} {
+		matched := false
+		for k, re := range buildRes {
+			if re.MatchString(s) {
+				matched = true
+				requireBuildNeeds(t, k, []byte(s))
+			}
+		}
+		if !matched {
+			t.Fatalf("%q: no build pattern matches", s)
+		}
+		if _, ok := parseBuild([]byte(s)); !ok {
+			t.Fatalf("%q: not parsed", s)
+		}
+	}
+}
+
+func requireBuildNeeds(t *testing.T, k int, s []byte) {
+	t.Helper()
+	for _, lit := range buildNeeds[k] {
+		if !bytes.Contains(s, lit) {
+			t.Fatalf("%q matches build pattern %d but lacks %q", s, k, lit)
+		}
+	}
 }

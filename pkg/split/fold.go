@@ -150,9 +150,13 @@ func (r rangeSet) has(v uint64) bool {
 	return i < len(r) && r[i][0] <= v
 }
 
-// sortSearch returns the first range whose end is >= v.
+// sortSearch returns the first range whose end is >= v. A value past the
+// last range (lines read in order) is answered without a search.
 func sortSearch(r rangeSet, v uint64) int {
-	lo, hi := 0, len(r)
+	if len(r) == 0 || r[len(r)-1][1] < v {
+		return len(r)
+	}
+	lo, hi := 0, len(r)-1
 	for lo < hi {
 		m := (lo + hi) / 2
 		if r[m][1] < v {

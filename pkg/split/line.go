@@ -596,8 +596,24 @@ var buildRes = []*regexp.Regexp{
 	regexp.MustCompile(`build=(\d+) commit="([^"]*)"`),
 }
 
+// buildNeeds are literals each of buildRes needs in a line it matches: a
+// line without them is not tried (most lines holding "build" are paths).
+var buildNeeds = [][][]byte{
+	{[]byte("version: "), []byte(" (build "), []byte(", commit ")},
+	{[]byte(" ("), []byte(")")},
+	{[]byte(": b"), []byte("-")},
+	{[]byte(`"build":`), []byte(`,"commit":"`)},
+	{[]byte("build="), []byte(` commit="`)},
+}
+
 func parseBuild(s []byte) (buildInfo, bool) {
+next:
 	for k, re := range buildRes {
+		for _, lit := range buildNeeds[k] {
+			if !bytes.Contains(s, lit) {
+				continue next
+			}
+		}
 		m := re.FindSubmatch(s)
 		if m == nil {
 			continue
