@@ -583,6 +583,7 @@ func sinkDocs(t testing.TB, dir string) map[string][]byte {
 type sinkLine struct {
 	id, host, lane string
 	raw            []byte
+	dir            string // the sink directory, when the caller sets it
 }
 
 func sinkLines(t testing.TB, dir string) []sinkLine {
