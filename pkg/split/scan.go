@@ -134,8 +134,14 @@ func (pc *Piece) Candidates() int { return len(pc.cands) }
 // whether -v markers are still wanted (LogFeed.WantDebug; true is always
 // safe).
 func (p *Parser) ScanPiece(piece []byte, debug bool, pc *Piece) {
+	p.scanPiece(piece, debug, pc, usePairScan)
+}
+
+// scanPiece is ScanPiece with the pair scan (pairs) or the grouped memchr
+// passes.
+func (p *Parser) scanPiece(piece []byte, debug bool, pc *Piece, pairs bool) {
 	starts := pc.starts[:0]
-	if usePairScan {
+	if pairs {
 		ps := mainPairs
 		if debug {
 			ps = debugPairs

@@ -137,3 +137,34 @@ func TestPairsCoverAnchors(t *testing.T) {
 		t.Errorf("%d pairs listed for %d anchors", len(anchorPair), len(pieceAnchors)+len(debugMarkers))
 	}
 }
+
+// The grouped memchr passes (CPUs without the pair-scan kernel) pick the
+// same lines and count the same newlines as the pair scan, with and
+// without -v markers and with a custom trace pattern.
+func TestScanPieceWithoutPairScan(t *testing.T) {
+	if !usePairScan {
+		t.Skip("no pair-scan kernel on this CPU")
+	}
+	custom, err := NewParser(`packed=(\d+)`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"runs/4b/split.log", "runs/27b/split.log", "logs/router.log", "logs/two_models.log", "logs/b4000_legacy.log", "logs/b9200_not_verbose.log"} {
+		log, err := os.ReadFile(filepath.Join("..", "..", "testdata", filepath.FromSlash(name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []*Parser{MustParser(), custom} {
+			for _, debug := range []bool{true, false} {
+				for _, cut := range []int{len(log), len(log) / 3} {
+					var a, b Piece
+					p.scanPiece(log[:cut], debug, &a, true)
+					p.scanPiece(log[:cut], debug, &b, false)
+					if !slices.Equal(a.cands, b.cands) || a.newlines != b.newlines {
+						t.Fatalf("%s (debug %v, %d bytes): pair scan %d lines %v, passes %d lines %v", name, debug, cut, a.newlines, a.cands, b.newlines, b.cands)
+					}
+				}
+			}
+		}
+	}
+}
