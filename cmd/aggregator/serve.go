@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/gttsplit/gttsplit/internal/app/aggregator"
@@ -60,6 +62,10 @@ timeline; /compare?a=ID&b=ID), /healthz, /readyz, /metrics (Prometheus),
 /runs, /runs/{id} (JSON). The page needs no login on a loopback address;
 on any other it asks for http.token (GTTSPLIT_HTTP_TOKEN: open it once with
 ?token=TOKEN), and without one it is refused there.
+Memory: every open run is held in memory (about 11 KiB each for a run like
+the 4B example's); memory_limit_mib (224) is a soft limit: near it the
+garbage collector runs more often rather than let the heap grow to twice
+what is live (GOMEMLIMIT, when set, wins; 0 turns it off).
 SIGINT or SIGTERM drains: stop consuming, fold and acknowledge what is in
 hand, flush the sinks, exit 0 (within shutdown_timeout).`,
 		Example: `  aggregator serve --json-dir out/json --file-dir out/reports
@@ -71,6 +77,7 @@ hand, flush the sinks, exit 0 (within shutdown_timeout).`,
 				return err
 			}
 			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			setMemoryLimit(cfg.MemoryLimitMiB, log)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return aggregator.Serve(ctx, cfg, aggregator.ServeOptions{Stdout: stdout}, log)
@@ -78,6 +85,16 @@ hand, flush the sinks, exit 0 (within shutdown_timeout).`,
 	}
 	addFlags(c.Flags(), append([]string{"nats-url", "embedded-listen", "store", "idle-timeout", "http", "format", "threshold", "log-level"}, sinkFlags...)...)
 	return c
+}
+
+// setMemoryLimit sets the Go runtime's soft memory limit to mib MiB,
+// unless it is 0 or GOMEMLIMIT is set (then the runtime took that).
+func setMemoryLimit(mib int, log zerolog.Logger) {
+	if mib <= 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(int64(mib) << 20)
+	log.Debug().Int("memory_limit_mib", mib).Msg("soft memory limit set")
 }
 
 func newExport(stdout io.Writer) *cobra.Command {

@@ -22,6 +22,7 @@ type Aggregator struct {
 	Sinks           Sinks          `mapstructure:"sinks"`
 	Format          string         `mapstructure:"format" flag:"format" desc:"format of the splits printed by serve, parse, replay and quickstart: text, md or json (JSON Lines)"`
 	ShutdownTimeout time.Duration  `mapstructure:"shutdown_timeout" desc:"deadline for draining, folding and writing the sinks at shutdown"`
+	MemoryLimitMiB  int            `mapstructure:"memory_limit_mib" desc:"soft memory limit of serve in MiB (the Go runtime's, as GOMEMLIMIT, which wins when set): near it the garbage collector runs more often instead of letting the heap grow to twice what is live; 0 means none"`
 }
 
 // AggregatorNATS is how the aggregator consumes from NATS JetStream.
@@ -161,6 +162,7 @@ func DefaultAggregator() Aggregator {
 		},
 		Format:          "text",
 		ShutdownTimeout: 30 * time.Second,
+		MemoryLimitMiB:  224,
 	}
 }
 
@@ -220,6 +222,7 @@ func (a Aggregator) problems() []*FieldError {
 	}
 	p.atLeast("consumer.max_ack_pending", int64(a.Consumer.MaxAckPending), 1)
 	p.positive("idle_timeout", a.IdleTimeout)
+	p.atLeast("memory_limit_mib", int64(a.MemoryLimitMiB), 0)
 	if a.Store.Retention < 0 {
 		p.add("store.retention", "must not be negative, got %s", a.Store.Retention)
 	}
