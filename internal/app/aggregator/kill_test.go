@@ -14,7 +14,7 @@ import (
 )
 
 // buildAggregator builds cmd/aggregator into a temp dir.
-func buildAggregator(t *testing.T) string {
+func buildAggregator(t testing.TB) string {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -36,20 +36,27 @@ type child struct {
 // startChild runs `aggregator serve` against the test's NATS server (as
 // GTTSPLIT_NATS_URL) with a JSON sink in jsonDir; its output goes to
 // files under logDir.
-func startChild(t *testing.T, bin, url, jsonDir, logDir, name string) *child {
+func startChild(t testing.TB, bin, url, jsonDir, logDir, name string) *child {
 	t.Helper()
 	return startChildEnv(t, bin, url, jsonDir, logDir, name, "GTTSPLIT_CONSUMER_ACK_WAIT=2s")
 }
 
 // startChildEnv is startChild with more environment variables.
-func startChildEnv(t *testing.T, bin, url, jsonDir, logDir, name string, env ...string) *child {
+func startChildEnv(t testing.TB, bin, url, jsonDir, logDir, name string, env ...string) *child {
+	t.Helper()
+	return startServeChild(t, bin, url, logDir, name, []string{"--json-dir", jsonDir, "--format", "json", "--log-level", "debug"}, env...)
+}
+
+// startServeChild runs `aggregator serve --http 127.0.0.1:0 --store
+// <logDir>/store` with args and env added; its output goes to files under
+// logDir.
+func startServeChild(t testing.TB, bin, url, logDir, name string, args []string, env ...string) *child {
 	t.Helper()
 	stdout, err := os.Create(filepath.Join(logDir, name+".stdout"))
 	require.NoError(t, err)
 	stderr, err := os.Create(filepath.Join(logDir, name+".stderr"))
 	require.NoError(t, err)
-	cmd := exec.Command(bin, "serve", "--json-dir", jsonDir, "--http", "127.0.0.1:0",
-		"--store", filepath.Join(logDir, "store"), "--format", "json", "--log-level", "debug")
+	cmd := exec.Command(bin, append([]string{"serve", "--http", "127.0.0.1:0", "--store", filepath.Join(logDir, "store")}, args...)...)
 	cmd.Env = append(append(os.Environ(), "GTTSPLIT_NATS_URL="+url), env...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	require.NoError(t, cmd.Start())
@@ -71,7 +78,7 @@ func startChildEnv(t *testing.T, bin, url, jsonDir, logDir, name string, env ...
 }
 
 // wait waits for the process to exit and returns its error.
-func (c *child) wait(t *testing.T) error {
+func (c *child) wait(t testing.TB) error {
 	t.Helper()
 	select {
 	case err := <-c.done:

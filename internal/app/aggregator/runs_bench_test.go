@@ -6,8 +6,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,13 +24,7 @@ import (
 //
 //	go test ./internal/app/aggregator -run '^$' -bench OpenRuns -benchtime 1x
 func BenchmarkOpenRuns(b *testing.B) {
-	n := 10000
-	if s := os.Getenv("GTTSPLIT_BENCH_RUNS"); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := benchRuns(b)
 	f, err := os.Open(fixture4B)
 	if err != nil {
 		b.Fatal(err)
@@ -75,7 +67,7 @@ func BenchmarkOpenRuns(b *testing.B) {
 	b.ReportMetric(perRun, "KiB/run")
 	b.ReportMetric(float64(n), "runs")
 	b.ReportMetric(float64(lines), "lines/run")
-	b.ReportMetric(vmHWM()/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(procStatus(b, os.Getpid(), "VmHWM")/(1<<20), "peak-RSS-MiB")
 }
 
 func liveHeap() uint64 {
@@ -84,19 +76,4 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
-}
-
-// vmHWM is this process's peak resident set size in bytes (0 if unknown).
-func vmHWM() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }
