@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -240,11 +241,16 @@ type clientGTT struct {
 	Key   string `json:"key"`
 }
 
+// defaultParser is the parser of the folds given none: one for all of
+// them (a Parser is safe for concurrent use; compiling its patterns for
+// each fold cost every open run 3 KiB).
+var defaultParser = sync.OnceValue(MustParser)
+
 // NewFold returns an empty fold.
 func NewFold(o Options) *Fold {
 	p := o.Parser
 	if p == nil {
-		p = MustParser()
+		p = defaultParser()
 	}
 	thr := o.UnattributedThresholdPct
 	if thr <= 0 {
