@@ -82,19 +82,31 @@ func (l *LogFeed) Parser() *Parser { return l.f.p }
 func (l *LogFeed) WantDebug() bool { return l.f.st.DebugSeq == 0 }
 
 // Apply folds the next piece of the log, which ScanPiece scanned into pc.
+//
+// It is AddLineBytes for each candidate line, but the piece's lines are
+// entered in the fold's line set with one range at the end rather than
+// one by one: a line applied before (by an earlier piece or another
+// source) is still skipped.
 func (l *LogFeed) Apply(piece []byte, pc *Piece) {
+	f := l.f
+	before := f.st.Lines[l.stream] // unchanged until the piece is marked
 	for _, c := range pc.cands {
 		s := c.start
 		e := bytes.IndexByte(piece[s:], '\n')
 		if e < 0 {
 			e = len(piece) - s
 		}
-		l.f.AddLineBytes(l.stream, l.lines+c.line+1, piece[s:s+e])
+		seq, line := l.lines+c.line+1, piece[s:s+e]
+		if !before.has(seq) && f.p.Relevant(line, f.st.DebugSeq == 0) {
+			f.addRelevant(l.stream, seq, line)
+		}
 	}
-	l.lines += pc.newlines
+	n := pc.newlines
 	if len(piece) > 0 && piece[len(piece)-1] != '\n' {
-		l.lines++ // the log's last line, without a newline
+		n++ // the log's last line, without a newline
 	}
+	f.markLines(l.stream, l.lines+1, l.lines+n)
+	l.lines += n
 }
 
 // Lines is the number of lines in the pieces applied so far.
