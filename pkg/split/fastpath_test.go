@@ -58,19 +58,11 @@ func parseBreakdownPlain(r Record, s []byte) (Record, bool) {
 
 // FuzzParseLeavesMatchPlain holds the allocation-free parsing steps to
 // their plain forms on any line: the buffer words, the echo figures, the
-// breakdown rows, the literals a build pattern needs; and a parse with a fold's scratch (its string cache
-// shared by every input, so entries are replaced and hit across lines) to
-// a parse without one.
+// breakdown rows, the literals a build pattern needs; and a parse with a
+// fold's scratch (its string cache shared by every input, so entries are
+// replaced and hit across lines) to a parse without one.
 func FuzzParseLeavesMatchPlain(f *testing.F) {
-	for _, l := range strings.Split(propertyLog, "\n") {
-		f.Add([]byte(l))
-	}
-	for _, l := range fixtureLines(f, "runs/*/split.log", 3000) {
-		f.Add([]byte(l))
-	}
-	for _, l := range fixtureLines(f, "logs/*.log", 2000) {
-		f.Add([]byte(l))
-	}
+	addLineSeeds(f)
 	for _, s := range []string{
 		"f: CPU  KV\tbuffer size = 1 MiB", "f: a  b   c buffer size = 1 MiB", "f:  \u00a0x\u2003y buffer size = 2 MiB",
 		"~llama_context: CPU compute buffer size of 1.5 MiB, does not matches expectation of 2. MiB",

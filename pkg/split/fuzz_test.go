@@ -34,7 +34,9 @@ func fixtureLines(t testing.TB, glob string, max int) []string {
 	return out
 }
 
-func FuzzPayloadAndParse(f *testing.F) {
+// addLineSeeds seeds a line fuzz target with the property log's lines and
+// the fixtures'.
+func addLineSeeds(f *testing.F) {
 	for _, l := range strings.Split(propertyLog, "\n") {
 		f.Add([]byte(l))
 	}
@@ -44,6 +46,10 @@ func FuzzPayloadAndParse(f *testing.F) {
 	for _, l := range fixtureLines(f, "logs/*.log", 2000) {
 		f.Add([]byte(l))
 	}
+}
+
+func FuzzPayloadAndParse(f *testing.F) {
+	addLineSeeds(f)
 	p := MustParser()
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var s []byte
