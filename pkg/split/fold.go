@@ -33,7 +33,6 @@ type Fold struct {
 	st      state
 	scratch []byte
 	ps      parseScratch // the parser's: strings seen before, a trace line's name
-	inTable bool         // ReadLog: the last chunk ended inside a breakdown table
 	lineT   int64        // AddLine: the capture time of the line being applied (unix ns; 0 unknown)
 }
 
