@@ -105,6 +105,19 @@ func newOwner(ctx context.Context, js jetstream.JetStream, cfg ownerConfig, svc 
 // then it releases every partition (writes, acks and forgets its runs, and
 // unpins, so the next owner takes over at once).
 func (o *owner) run(ctx context.Context) {
+	// Join first: announce, then wait a heartbeat before taking any
+	// partition, so that aggregators started together see each other and
+	// each creates only its own partitions' consumers (instead of every
+	// one taking all of them and handing most back at once).
+	jctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if _, err := o.mkv.PutString(jctx, o.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		o.notReady("members bucket", err)
+	}
+	cancel()
+	select {
+	case <-ctx.Done():
+	case <-time.After(heartbeat):
+	}
 	t := time.NewTicker(heartbeat)
 	defer t.Stop()
 	for {
