@@ -183,7 +183,15 @@ func build(o Origin, typ, id string, t time.Time, data any) (event.Event, error)
 	if err := checkOrigin(o); err != nil {
 		return event.Event{}, err
 	}
-	b, err := marshalData(data)
+	var b []byte
+	var err error
+	ok := false
+	if d, isLines := data.(LogLinesData); isLines {
+		b, ok = appendLogLinesData(make([]byte, 0, logLinesSize(d)), d)
+	}
+	if !ok {
+		b, err = marshalData(data)
+	}
 	if err != nil {
 		return event.Event{}, fmt.Errorf("%w: encode %s data: %w", ErrInvalid, typ, err)
 	}
