@@ -289,7 +289,7 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 		key := mk[len(fmt.Sprintf("open.%d.", p)):]
 		e, err := s.kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			_ = s.kv.Delete(ctx, mk)
+			s.purgeKeys(ctx, mk) // no delete marker left behind
 			continue
 		}
 		if err != nil {
