@@ -287,7 +287,7 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 	defer s.mu.Unlock()
 	for mk := range lister.Keys() {
 		key := mk[len(fmt.Sprintf("open.%d.", p)):]
-		e, err := s.kv.Get(ctx, key)
+		st, rev, err := s.readState(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			s.purgeKeys(ctx, mk) // no delete marker left behind
 			continue
@@ -295,9 +295,7 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 		if err != nil {
 			return fmt.Errorf("state bucket: %w", err)
 		}
-		st, err := UnmarshalState(e.Value(), s.opts)
-		if err != nil {
-			s.log.Warn().Str("key", key).Err(err).Msg("unreadable run state skipped")
+		if st == nil {
 			continue
 		}
 		if st.Closed {
@@ -316,7 +314,7 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 		if s.runs[st.Origin.RunID] != nil {
 			continue
 		}
-		s.runs[st.Origin.RunID] = &liveRun{part: p, st: st, rev: e.Revision()}
+		s.runs[st.Origin.RunID] = &liveRun{part: p, st: st, rev: rev}
 		s.m.runsOpen.Inc()
 		n++
 	}
@@ -353,13 +351,8 @@ func (s *Service) loadOpen(ctx context.Context) error {
 	n := 0
 	var resend []*RunState
 	for key := range lister.Keys() {
-		e, err := s.kv.Get(ctx, key)
-		if err != nil {
-			continue
-		}
-		st, err := UnmarshalState(e.Value(), s.opts)
-		if err != nil {
-			s.log.Warn().Str("key", key).Err(err).Msg("unreadable run state skipped")
+		st, rev, err := s.readState(ctx, key)
+		if err != nil || st == nil {
 			continue
 		}
 		if st.Closed {
@@ -369,7 +362,7 @@ func (s *Service) loadOpen(ctx context.Context) error {
 			s.queueClosed(st, 0)
 			continue
 		}
-		s.runs[st.Origin.RunID] = &liveRun{st: st, rev: e.Revision()}
+		s.runs[st.Origin.RunID] = &liveRun{st: st, rev: rev}
 		n++
 	}
 	s.resend(ctx, resend)
@@ -436,6 +429,22 @@ var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 
 // stateKey is the bucket key of a run: its id when that is a valid key, a
 // hash otherwise (ids come from the network).
+// readState reads the run state under key and its revision. A state that
+// does not decode is logged and skipped (nil state, nil error); an error
+// is the bucket's.
+func (s *Service) readState(ctx context.Context, key string) (*RunState, uint64, error) {
+	e, err := s.kv.Get(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := UnmarshalState(e.Value(), s.opts)
+	if err != nil {
+		s.log.Warn().Str("key", key).Err(err).Msg("unreadable run state skipped")
+		return nil, 0, nil
+	}
+	return st, e.Revision(), nil
+}
+
 func stateKey(runID string) string {
 	if plainKey.MatchString(runID) {
 		return "run." + runID
