@@ -2,6 +2,7 @@ package split
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math/bits"
 )
 
@@ -26,12 +27,13 @@ type pairTables struct {
 	nibble, newline    [32]byte
 }
 
-// pairAnchor is an anchor, the offset k of its pair in it and the pair's
-// second byte.
+// pairAnchor is an anchor, the offset k of its pair in it, the pair's
+// second byte and the anchor's id (see anchorID).
 type pairAnchor struct {
 	a  []byte
 	k  int
 	c1 byte
+	id uint8
 }
 
 // pairSet is a set of anchors ready for the pair scan.
@@ -91,7 +93,7 @@ func newPairSet(anchors ...[][]byte) *pairSet {
 				ps.t.lo1[lane+int(c1&15)] |= bit
 				ps.t.hi1[lane+int(c1>>4)] |= bit
 			}
-			ps.byFirst[c0] = append(ps.byFirst[c0], pairAnchor{a: a, k: k, c1: c1})
+			ps.byFirst[c0] = append(ps.byFirst[c0], pairAnchor{a: a, k: k, c1: c1, id: anchorID(a)})
 		}
 	}
 	return ps
@@ -133,18 +135,43 @@ func (ps *pairSet) scan(b []byte, cands []candidate) ([]candidate, uint64) {
 }
 
 // check appends the line of b at q (line lines before it) when an anchor
-// whose pair starts at q is there.
+// whose pair starts at q is there, with that anchor's id. A line already
+// appended (the last one) is not searched for its start again.
 func (ps *pairSet) check(b []byte, q int, line uint64, cands []candidate, last int) ([]candidate, int) {
 	for _, x := range ps.byFirst[b[q]] {
 		s := q - x.k
 		if x.c1 != b[q+1] || s < 0 || s+len(x.a) > len(b) || !bytes.Equal(b[s:s+len(x.a)], x.a) {
 			continue
 		}
-		start := bytes.LastIndexByte(b[:s], '\n') + 1
+		if n := len(cands); n > 0 && last >= 0 && cands[n-1].line == line {
+			return cands, last // the line of the last hit: anchors hold no newline
+		}
+		start := lastNewline(b[:s]) + 1
 		if start != last {
-			cands = append(cands, candidate{start: start, line: line})
+			cands = append(cands, candidate{start: start, line: line, anchor: x.id})
 		}
 		return cands, start
 	}
 	return cands, last
+}
+
+// lastNewline is bytes.LastIndexByte(b, '\n'), 8 bytes a step (the
+// library's is a byte loop; a line start is often 100 bytes back).
+func lastNewline(b []byte) int {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	i := len(b)
+	for i >= 8 {
+		w := binary.LittleEndian.Uint64(b[i-8:]) ^ (lo * '\n')
+		if (w-lo)&^w&hi != 0 {
+			break // a newline in b[i-8:i]
+		}
+		i -= 8
+	}
+	for i > 0 {
+		i--
+		if b[i] == '\n' {
+			return i
+		}
+	}
+	return -1
 }

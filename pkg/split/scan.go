@@ -83,7 +83,8 @@ func (l *LogFeed) WantDebug() bool { return l.f.st.DebugSeq == 0 }
 
 // Apply folds the next piece of the log, which ScanPiece scanned into pc.
 //
-// It is AddLineBytes for each candidate line, but the piece's lines are
+// It is AddLineBytes for each candidate line (without re-checking the
+// lines the scan found a main anchor in), but the piece's lines are
 // entered in the fold's line set with one range at the end rather than
 // one by one: a line applied before (by an earlier piece or another
 // source) is still skipped.
@@ -97,7 +98,12 @@ func (l *LogFeed) Apply(piece []byte, pc *Piece) {
 			e = len(piece) - s
 		}
 		seq, line := l.lines+c.line+1, piece[s:s+e]
-		if !before.has(seq) && f.p.Relevant(line, f.st.DebugSeq == 0) {
+		if before.has(seq) {
+			continue
+		}
+		// A line the scan found one of the main anchors in is relevant;
+		// any other (a -v marker's, a custom trace pattern's) is checked.
+		if mainAnchor(c.anchor) || f.p.Relevant(line, f.st.DebugSeq == 0) {
 			f.addRelevant(l.stream, seq, line)
 		}
 	}
@@ -128,12 +134,32 @@ type Piece struct {
 	starts   []int
 }
 
-// candidate is a line that can be relevant: its start in the piece and its
-// number of lines before it in the piece.
+// candidate is a line that can be relevant: its start in the piece, its
+// number of lines before it in the piece, and the id of an anchor the
+// line holds (see anchorID; 0 when the scan does not say).
 type candidate struct {
-	start int
-	line  uint64
+	start  int
+	line   uint64
+	anchor uint8
 }
+
+// scanAnchorIDs are pieceAnchors then debugMarkers: an anchor's id is its
+// index here plus one.
+var scanAnchorIDs = slices.Concat(pieceAnchors, debugMarkers)
+
+// anchorID returns the id of anchor a (0 for none of scanAnchorIDs).
+func anchorID(a []byte) uint8 {
+	for i, x := range scanAnchorIDs {
+		if bytes.Equal(x, a) {
+			return uint8(i + 1)
+		}
+	}
+	return 0
+}
+
+// mainAnchor reports whether id is one of pieceAnchors: a line holding one
+// is relevant whatever else it holds (Parser.Relevant).
+func mainAnchor(id uint8) bool { return id != 0 && int(id) <= len(pieceAnchors) }
 
 // Candidates returns how many lines of the piece may be relevant.
 func (pc *Piece) Candidates() int { return len(pc.cands) }

@@ -87,6 +87,11 @@ func FuzzPairScanMatchesPlain(f *testing.F) {
 		f.Add(b[:min(len(b), 8<<10)])
 	}
 	f.Fuzz(func(t *testing.T, chunk []byte) {
+		for i := range min(len(chunk)+1, 80) {
+			if got, want := lastNewline(chunk[:len(chunk)-i]), bytes.LastIndexByte(chunk[:len(chunk)-i], '\n'); got != want {
+				t.Fatalf("%q: last newline at %d, found %d", chunk[:len(chunk)-i], want, got)
+			}
+		}
 		for _, c := range []struct {
 			ps      *pairSet
 			anchors [][]byte
@@ -98,6 +103,18 @@ func FuzzPairScanMatchesPlain(f *testing.F) {
 				got = append(got, x.start)
 				if n := uint64(bytes.Count(chunk[:x.start], []byte{'\n'})); x.line != n {
 					t.Fatalf("%q: line at %d has %d lines before it, counted %d", chunk, x.start, n, x.line)
+				}
+				// The anchor it names is in the line, and is a main
+				// anchor only if one is.
+				line := chunk[x.start:]
+				if e := bytes.IndexByte(line, '\n'); e >= 0 {
+					line = line[:e]
+				}
+				if x.anchor == 0 || int(x.anchor) > len(c.anchors) || !bytes.Contains(line, scanAnchorIDs[x.anchor-1]) {
+					t.Fatalf("%q: line at %d: anchor %d", chunk, x.start, x.anchor)
+				}
+				if mainAnchor(x.anchor) && !MustParser().Relevant(line, false) {
+					t.Fatalf("%q: line at %d: main anchor %q, not relevant", chunk, x.start, scanAnchorIDs[x.anchor-1])
 				}
 			}
 			if !slices.Equal(got, want) {
@@ -160,7 +177,8 @@ func TestScanPieceWithoutPairScan(t *testing.T) {
 					var a, b Piece
 					p.scanPiece(log[:cut], debug, &a, true)
 					p.scanPiece(log[:cut], debug, &b, false)
-					if !slices.Equal(a.cands, b.cands) || a.newlines != b.newlines {
+					// The passes do not say which anchor a line holds.
+					if !slices.EqualFunc(a.cands, b.cands, func(x, y candidate) bool { return x.start == y.start && x.line == y.line }) || a.newlines != b.newlines {
 						t.Fatalf("%s (debug %v, %d bytes): pair scan %d lines %v, passes %d lines %v", name, debug, cut, a.newlines, a.cands, b.newlines, b.cands)
 					}
 				}
