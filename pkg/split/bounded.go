@@ -219,8 +219,15 @@ func (st *state) keep(k lineKey, r Record) {
 // the kept set equal to sorting every record and keeping the last limit.
 func (st *state) keepRecord(k lineKey, r Record, limit int) {
 	e := evictKey{seq: k.seq, stream: k.stream, class: evictClass(r), kind: r.Kind}
-	if len(st.records) < limit {
-		e.slot = int32(len(st.records))
+	if n := len(st.records); n < limit {
+		if n == cap(st.records) {
+			// Double, up to the limit: a long log reaches it with half
+			// the copying (and the fresh memory) append's growth costs.
+			grown := make([]keyedRecord, n, min(max(2*n, 16), limit))
+			copy(grown, st.records)
+			st.records = grown
+		}
+		e.slot = int32(n)
 		st.records = append(st.records, keyedRecord{Stream: k.stream, Record: r})
 		if st.evict != nil {
 			st.evict.insert(e)
@@ -298,6 +305,11 @@ func (a *evictKey) less(b *evictKey) bool {
 func (st *state) evictOrder() *evictQueue {
 	if st.evict == nil || st.evict.len() != len(st.records) {
 		q := &evictQueue{}
+		// Room for a class to hold every record and then some, so
+		// that its queue is never copied to grow (see insert).
+		for c := range q.cls {
+			q.cls[c].keys = make([]evictKey, 0, len(st.records)+len(st.records)/2+1)
+		}
 		for i, r := range st.records {
 			e := evictKey{seq: r.Seq, stream: r.Stream, slot: int32(i), class: evictClass(r.Record), kind: r.Kind}
 			q.cls[e.class].keys = append(q.cls[e.class].keys, e)
@@ -365,6 +377,11 @@ func (q *evictQueue) dropFirst() {
 
 func (q *evictQueue) insert(e evictKey) {
 	k := &q.cls[e.class]
+	if len(k.keys) == cap(k.keys) && k.head > 0 {
+		// Full: reuse the dropped room rather than grow.
+		k.keys = k.keys[:copy(k.keys, k.keys[k.head:])]
+		k.head = 0
+	}
 	if n := len(k.keys); n == k.head || k.keys[n-1].less(&e) {
 		k.keys = append(k.keys, e)
 		return
@@ -389,9 +406,9 @@ type keyedRecord struct {
 }
 
 // sortedRecords returns the kept records and the first build, verbosity
-// and legacy lines, by position.
-func (st *state) sortedRecords() []Record {
-	// Sort pointers, not the records (160 bytes each).
+// and legacy lines, by position: pointers into the state (the caller must
+// not change them), not copies (160 bytes each).
+func (st *state) sortedRecords() []*keyedRecord {
 	recs := make([]*keyedRecord, 0, len(st.records)+len(st.firsts))
 	for i := range st.records {
 		recs = append(recs, &st.records[i])
@@ -408,11 +425,7 @@ func (st *state) sortedRecords() []Record {
 		}
 		return strings.Compare(a.Stream, b.Stream)
 	})
-	out := make([]Record, len(recs))
-	for i, r := range recs {
-		out[i] = r.Record
-	}
-	return out
+	return recs
 }
 
 // capWarnings says which caps of the state were hit, for the report.

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,7 +59,8 @@ func parseBreakdownPlain(r Record, s []byte) (Record, bool) {
 
 // FuzzParseLeavesMatchPlain holds the allocation-free parsing steps to
 // their plain forms on any line: the buffer words, the echo figures, the
-// breakdown rows, the literals a build pattern needs; and a parse with a
+// breakdown rows, the literals a build pattern needs, the literals the
+// chain of kinds is told by (and parse to parsePlain); and a parse with a
 // fold's scratch (its string cache shared by every input, so entries are
 // replaced and hit across lines) to a parse without one.
 func FuzzParseLeavesMatchPlain(f *testing.F) {
@@ -72,6 +74,10 @@ func FuzzParseLeavesMatchPlain(f *testing.F) {
 		"breakdown_print: | - A | 99999999999999999999 = 1 + 2 + 3 |",
 	} {
 		f.Add([]byte(s))
+	}
+	for i, a := range lits {
+		b := lits[(i+1)%len(lits)]
+		f.Add([]byte("f: x " + string(a) + " " + string(b[:len(b)/2]) + string(a[1:]) + string(b)))
 	}
 	p := MustParser()
 	sc := &parseScratch{}
@@ -109,6 +115,26 @@ func FuzzParseLeavesMatchPlain(f *testing.F) {
 		pr, pok := parseBreakdownPlain(Record{Seq: 3}, s)
 		if ok != pok || ok && !reflect.DeepEqual(r, pr) {
 			t.Fatalf("%q: breakdown %+v %v, plain %+v %v", s, r, ok, pr, pok)
+		}
+
+		// The literals found in one pass are those a search for each
+		// finds, and the chain told by them gives what the chain of
+		// searches gives, on the message and on the raw line.
+		for _, b := range [][]byte{s, line} {
+			var want litMask
+			for id, a := range lits {
+				if bytes.Contains(b, a) {
+					want |= 1 << id
+				}
+			}
+			if got := literals(b); got != want {
+				t.Fatalf("%q: literals %b, searched %b", b, got, want)
+			}
+			r, ok := p.parse(7, b, nil)
+			pr, pok := p.parsePlain(7, b, nil)
+			if ok != pok || ok && !reflect.DeepEqual(r, pr) {
+				t.Fatalf("%q: parse %+v %v, plain %+v %v", b, r, ok, pr, pok)
+			}
 		}
 
 		r, ok = p.parse(7, s, sc)
@@ -318,4 +344,184 @@ func requireBuildNeeds(t *testing.T, k int, s []byte) {
 			t.Fatalf("%q matches build pattern %d but lacks %q", s, k, lit)
 		}
 	}
+}
+
+// parsePlain is parse as it was before the literals were found in one
+// pass: a substring search for each, in the order of the chain.
+func (p *Parser) parsePlain(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
+	r := Record{Seq: seq}
+	if sc != nil {
+		sc.name = nil
+	}
+	if p.traceNeedsMiB {
+		if v, ok := defaultTrace(s); ok {
+			r.Kind, r.MiB = KindTrace, v
+			r.Name = traceNameTo(sc, traceName(s))
+			return r, true
+		}
+	} else if len(p.traceAnchor) > 0 && !bytes.Contains(s, p.traceAnchor) {
+		// not a trace line: skip the regexp
+	} else if m := p.trace.FindSubmatch(s); m != nil {
+		v, err := strconv.ParseFloat(string(m[1]), 64)
+		if err != nil || v < 0 {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		r.Kind, r.MiB = KindTrace, v
+		if n := p.traceName.FindSubmatch(s); n != nil {
+			r.Name = traceNameTo(sc, n[1])
+		}
+		return r, true
+	}
+	if i := bytes.Index(s, aBufferSize); i >= 0 {
+		return parseBuffer(r, s, i, sc)
+	}
+	switch {
+	case bytes.Contains(s, aBreakdown):
+		return parseBreakdown(r, s, sc)
+	case bytes.Contains(s, aLoad):
+		r.Kind = KindLoad
+		r.Func, r.Text = loadFile(s, sc)
+		return r, true
+	case bytes.Contains(s, aCtx):
+		r.Kind = KindContext
+		return r, true
+	case bytes.Contains(s, []byte("output_reserve: reallocating output buffer")):
+		r.Kind = KindOutputRealloc
+		if m := reRealloc.FindSubmatch(s); m != nil {
+			r.Expect, _ = strconv.ParseFloat(string(m[1]), 64)
+			r.MiB, _ = strconv.ParseFloat(string(m[2]), 64)
+		}
+		return r, true
+	}
+	if r, ok := parseMarkerPlain(r, s); ok {
+		return r, true
+	}
+	if bytes.Contains(s, aBuild) || bytes.Contains(s, aVersion) {
+		if b, ok := parseBuild(s); ok {
+			r.Kind, r.Int, r.Text = KindBuild, b.number, b.text
+			return r, true
+		}
+	}
+	if i := bytes.Index(s, aVerbosity); i >= 0 {
+		v, err := strconv.ParseInt(string(leadingDigits(s[i+len(aVerbosity):])), 10, 64)
+		if err == nil {
+			r.Kind, r.Int = KindVerbosity, v
+			return r, true
+		}
+	}
+	if bytes.Contains(s, aMemReq) || bytes.Contains(s, aVRAMUsed) ||
+		bytes.Contains(s, []byte("compute buffer total size")) {
+		r.Kind = KindLegacy
+		return r, true
+	}
+	if bytes.Contains(s, []byte("KV self size")) || bytes.Contains(s, []byte(" cells")) && bytes.Contains(s, []byte("size = ")) {
+		r.Kind = KindSummary
+		return r, true
+	}
+	if isDebugMarker(s) {
+		r.Kind = KindDebugMarker
+		return r, true
+	}
+	return r, false
+}
+
+// parseMarkerPlain is parseMarker with a substring search for each marker:
+// it classifies the lines that say which loads are live: a draft
+// model's announcement, the router's spawn and stop lines, the mmproj/CLIP
+// backend and weight size, and the --fit bracket.
+func parseMarkerPlain(r Record, s []byte) (Record, bool) {
+	switch {
+	case bytes.Contains(s, aDraft):
+		if m := reDraft.FindSubmatch(s); m != nil {
+			r.Kind, r.Text, r.Name = KindRole, "draft", string(m[1])
+			return r, true
+		}
+	case bytes.Contains(s, aSpawn):
+		if m := reSpawn.FindSubmatch(s); m != nil {
+			p, err := strconv.ParseInt(string(m[2]), 10, 32)
+			if err == nil {
+				r.Kind, r.Text, r.Name, r.Int = KindRouter, "spawn", string(m[1]), p
+				return r, true
+			}
+		}
+	case bytes.Contains(s, aInstance):
+		if m := reStop.FindSubmatch(s); m != nil {
+			r.Kind, r.Text, r.Name = KindRouter, "stop", string(m[1])
+			return r, true
+		}
+		if m := reExited.FindSubmatch(s); m != nil {
+			r.Kind, r.Text, r.Name = KindRouter, "exit", string(m[1])
+			return r, true
+		}
+	case bytes.Contains(s, aClip):
+		if m := reClipDev.FindSubmatch(s); m != nil {
+			r.Kind, r.Text, r.Name = KindClip, "backend", string(m[1])
+			return r, true
+		}
+	case bytes.Contains(s, aClipCPU):
+		// "clip_model_load: Main model doesn't offload, fallback to CPU backend"
+		r.Kind, r.Text, r.Name = KindClip, "backend", "CPU"
+		return r, true
+	case bytes.Contains(s, aModelSize):
+		if m := reClipMiB.FindSubmatch(s); m != nil {
+			v, err := strconv.ParseFloat(string(m[2]), 64)
+			if err == nil {
+				r.Kind, r.Text, r.Func, r.MiB = KindClip, "size", string(m[1]), v
+				return r, true
+			}
+		}
+	case bytes.Contains(s, aFit):
+		switch {
+		case bytes.Contains(s, []byte("fitting params to device memory")):
+			r.Kind, r.Text = KindFitBracket, "start"
+			return r, true
+		case bytes.Contains(s, []byte("fitting params to free memory took")):
+			r.Kind, r.Text = KindFitBracket, "end"
+			return r, true
+		}
+	case bytes.Contains(s, aWarmup):
+		// At the default verbosity the bracket's end line is not printed;
+		// the warm-up runs after the real load and context, so it ends an
+		// open bracket too.
+		r.Kind, r.Text = KindFitBracket, "end"
+		return r, true
+	}
+	return r, false
+}
+
+// addMarkerPlain is addMarker as it was: insert, then drop the first when
+// more than MaxMarkers.
+func (st *state) addMarkerPlain(m marker) {
+	i := sort.Search(len(st.Markers), func(i int) bool {
+		x := st.Markers[i]
+		return !posLess(x.Seq, x.Stream, m.Seq, m.Stream)
+	})
+	if i < len(st.Markers) && st.Markers[i].Seq == m.Seq && st.Markers[i].Stream == m.Stream {
+		return
+	}
+	st.Markers = append(st.Markers, marker{})
+	copy(st.Markers[i+1:], st.Markers[i:])
+	st.Markers[i] = m
+	if len(st.Markers) > MaxMarkers {
+		st.Markers = st.Markers[1:]
+	}
+}
+
+// FuzzAddMarkerMatchesPlain holds the in-place marker window to the plain
+// insert-then-drop, in any order of arrival, duplicates included.
+func FuzzAddMarkerMatchesPlain(f *testing.F) {
+	f.Add(bytes.Repeat([]byte{1, 2, 3, 250, 7}, 60))
+	f.Add(bytes.Repeat([]byte{200, 1, 100, 3, 150, 2, 50}, 40))
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		var a, b state
+		for i, o := range ops {
+			m := marker{Kind: MarkerContext, Seq: uint64(o>>1) + uint64(i%3), Stream: []string{"log", "err"}[o&1]}
+			a.addMarker(m)
+			b.addMarkerPlain(m)
+			if !slices.Equal(a.Markers, b.Markers) {
+				t.Fatalf("after %d markers:\n%v\n%v", i+1, a.Markers, b.Markers)
+			}
+		}
+	})
 }

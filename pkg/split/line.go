@@ -252,17 +252,23 @@ func (p *Parser) parse(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
 	if i := bytes.Index(s, aBufferSize); i >= 0 {
 		return parseBuffer(r, s, i, sc)
 	}
+	// Every other kind is told by the literals the line holds, found in
+	// one pass (parsePlain in the tests searches for each in turn).
+	m := literals(s)
+	if m == 0 {
+		return r, false
+	}
 	switch {
-	case bytes.Contains(s, aBreakdown):
+	case m.has(litBreakdown):
 		return parseBreakdown(r, s, sc)
-	case bytes.Contains(s, aLoad):
+	case m.has(litLoad):
 		r.Kind = KindLoad
 		r.Func, r.Text = loadFile(s, sc)
 		return r, true
-	case bytes.Contains(s, aCtx):
+	case m.has(litCtx):
 		r.Kind = KindContext
 		return r, true
-	case bytes.Contains(s, []byte("output_reserve: reallocating output buffer")):
+	case m.has(litRealloc):
 		r.Kind = KindOutputRealloc
 		if m := reRealloc.FindSubmatch(s); m != nil {
 			r.Expect, _ = strconv.ParseFloat(string(m[1]), 64)
@@ -270,32 +276,32 @@ func (p *Parser) parse(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
 		}
 		return r, true
 	}
-	if r, ok := parseMarker(r, s); ok {
+	if r, ok := parseMarker(r, s, m); ok {
 		return r, true
 	}
-	if bytes.Contains(s, aBuild) || bytes.Contains(s, aVersion) {
+	if m.has(litBuild) || m.has(litVersion) {
 		if b, ok := parseBuild(s); ok {
 			r.Kind, r.Int, r.Text = KindBuild, b.number, b.text
 			return r, true
 		}
 	}
-	if i := bytes.Index(s, aVerbosity); i >= 0 {
+	if m.has(litVerbosity) {
+		i := bytes.Index(s, aVerbosity)
 		v, err := strconv.ParseInt(string(leadingDigits(s[i+len(aVerbosity):])), 10, 64)
 		if err == nil {
 			r.Kind, r.Int = KindVerbosity, v
 			return r, true
 		}
 	}
-	if bytes.Contains(s, aMemReq) || bytes.Contains(s, aVRAMUsed) ||
-		bytes.Contains(s, []byte("compute buffer total size")) {
+	if m.has(litMemReq) || m.has(litVRAMUsed) || m.has(litComputeTotal) {
 		r.Kind = KindLegacy
 		return r, true
 	}
-	if bytes.Contains(s, []byte("KV self size")) || bytes.Contains(s, []byte(" cells")) && bytes.Contains(s, []byte("size = ")) {
+	if m.has(litKVSelf) || m.has(litCells) && m.has(litSizeEq) {
 		r.Kind = KindSummary
 		return r, true
 	}
-	if isDebugMarker(s) {
+	if m&debugLits != 0 {
 		r.Kind = KindDebugMarker
 		return r, true
 	}
@@ -765,15 +771,16 @@ var (
 
 // parseMarker classifies the lines that say which loads are live: a draft
 // model's announcement, the router's spawn and stop lines, the mmproj/CLIP
-// backend and weight size, and the --fit bracket.
-func parseMarker(r Record, s []byte) (Record, bool) {
+// backend and weight size, and the --fit bracket. m is the literals s
+// holds.
+func parseMarker(r Record, s []byte, m litMask) (Record, bool) {
 	switch {
-	case bytes.Contains(s, aDraft):
+	case m.has(litDraft):
 		if m := reDraft.FindSubmatch(s); m != nil {
 			r.Kind, r.Text, r.Name = KindRole, "draft", string(m[1])
 			return r, true
 		}
-	case bytes.Contains(s, aSpawn):
+	case m.has(litSpawn):
 		if m := reSpawn.FindSubmatch(s); m != nil {
 			p, err := strconv.ParseInt(string(m[2]), 10, 32)
 			if err == nil {
@@ -781,7 +788,7 @@ func parseMarker(r Record, s []byte) (Record, bool) {
 				return r, true
 			}
 		}
-	case bytes.Contains(s, aInstance):
+	case m.has(litInstance):
 		if m := reStop.FindSubmatch(s); m != nil {
 			r.Kind, r.Text, r.Name = KindRouter, "stop", string(m[1])
 			return r, true
@@ -790,16 +797,16 @@ func parseMarker(r Record, s []byte) (Record, bool) {
 			r.Kind, r.Text, r.Name = KindRouter, "exit", string(m[1])
 			return r, true
 		}
-	case bytes.Contains(s, aClip):
+	case m.has(litClip):
 		if m := reClipDev.FindSubmatch(s); m != nil {
 			r.Kind, r.Text, r.Name = KindClip, "backend", string(m[1])
 			return r, true
 		}
-	case bytes.Contains(s, aClipCPU):
+	case m.has(litClipCPU):
 		// "clip_model_load: Main model doesn't offload, fallback to CPU backend"
 		r.Kind, r.Text, r.Name = KindClip, "backend", "CPU"
 		return r, true
-	case bytes.Contains(s, aModelSize):
+	case m.has(litModelSize):
 		if m := reClipMiB.FindSubmatch(s); m != nil {
 			v, err := strconv.ParseFloat(string(m[2]), 64)
 			if err == nil {
@@ -807,7 +814,7 @@ func parseMarker(r Record, s []byte) (Record, bool) {
 				return r, true
 			}
 		}
-	case bytes.Contains(s, aFit):
+	case m.has(litFit):
 		switch {
 		case bytes.Contains(s, []byte("fitting params to device memory")):
 			r.Kind, r.Text = KindFitBracket, "start"
@@ -816,7 +823,7 @@ func parseMarker(r Record, s []byte) (Record, bool) {
 			r.Kind, r.Text = KindFitBracket, "end"
 			return r, true
 		}
-	case bytes.Contains(s, aWarmup):
+	case m.has(litWarmup):
 		// At the default verbosity the bracket's end line is not printed;
 		// the warm-up runs after the real load and context, so it ends an
 		// open bracket too.

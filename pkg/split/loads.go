@@ -168,7 +168,7 @@ func loadFigures(l *loadAcc) figures {
 	return g
 }
 
-func (c *computation) logRows(recs []Record) {
+func (c *computation) logRows(recs []*keyedRecord) {
 	var (
 		loads     []*loadAcc
 		cur       = map[int]*loadAcc{} // per router port: the load being read
@@ -226,7 +226,7 @@ func (c *computation) logRows(recs []Record) {
 		return l
 	}
 	for i := range recs {
-		r := recs[i]
+		r := recs[i].Record
 		switch r.Kind {
 		case KindLoad:
 			haveLoad = true
@@ -361,7 +361,7 @@ func (c *computation) logRows(recs []Record) {
 			}
 		case KindBuild:
 			if build == nil {
-				build = &recs[i]
+				build = &recs[i].Record
 			}
 		case KindVerbosity:
 			if verbosity < 0 {

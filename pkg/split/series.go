@@ -128,12 +128,21 @@ func (st *state) addMarker(m marker) {
 	if i < len(st.Markers) && st.Markers[i].Seq == m.Seq && st.Markers[i].Stream == m.Stream {
 		return
 	}
+	if len(st.Markers) >= MaxMarkers {
+		// Full: the first goes. Moving the rest down (a few KiB) keeps
+		// the one array, where dropping the head would make append
+		// allocate a new one every few markers.
+		if i == 0 {
+			return // the first to go is this one
+		}
+		i--
+		copy(st.Markers[:i], st.Markers[1:i+1])
+		st.Markers[i] = m
+		return
+	}
 	st.Markers = append(st.Markers, marker{})
 	copy(st.Markers[i+1:], st.Markers[i:])
 	st.Markers[i] = m
-	if len(st.Markers) > MaxMarkers {
-		st.Markers = st.Markers[1:]
-	}
 }
 
 // Millis is a duration in milliseconds, marshalled with two decimals.
