@@ -13,9 +13,12 @@
 //
 // # Publishing and acknowledgement
 //
-// Publisher.Publish hands one event over and returns; the event is sent
-// asynchronously with Nats-Msg-Id set to the event id, so JetStream drops a
-// re-sent copy within the stream's duplicate window. At most max_in_flight
+// Publisher.Publish sends one event and returns without waiting for the
+// broker: itself while the broker is connected and nothing is spooled or
+// handed over ahead of it, else through the publisher's goroutine, which
+// keeps the order. The event is sent asynchronously with Nats-Msg-Id set
+// to the event id, so JetStream drops a re-sent copy within the stream's
+// duplicate window. At most max_in_flight
 // events await the broker's acknowledgement; Publish blocks beyond that
 // (back-pressure). The ack callback given to Publish is called exactly once,
 // from the publisher's goroutine and in publish order, when the event is

@@ -16,3 +16,11 @@ func SpoolRecordSize(t testing.TB, ev event.Event) int64 {
 	}
 	return int64(len(encodeRecord(w)))
 }
+
+// DirectSent returns how many events Publish sent itself, without handing
+// them to the publisher's goroutine.
+func DirectSent(p *Publisher) uint64 {
+	p.sm.Lock()
+	defer p.sm.Unlock()
+	return p.direct
+}

@@ -114,9 +114,18 @@ type Publisher struct {
 	mu      sync.RWMutex // held for reading while an entry is handed over
 	closed  bool
 	in      chan *entry
+	kick    chan struct{} // Publish put the first entry in flight: look at it
 	closing chan struct{} // closed by Close: stop waiting to hand over
 	abort   chan struct{} // closed when Close's ctx ends
 	done    chan struct{} // closed when the pump returned
+
+	// sm guards the pump's state, which Publish's direct path shares:
+	// the pump holds it while it acts, never while it waits.
+	sm     sync.Mutex
+	st     *pump
+	queued int           // entries handed over on in, not yet taken
+	direct uint64        // events Publish sent itself (for tests)
+	room   chan struct{} // closed when a direct Publish waiting for room may retry
 
 	closeOnce sync.Once
 	closeErr  error
@@ -181,10 +190,12 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, log zerolog.Logger) (*Publ
 	p := &Publisher{
 		nc: nc, js: js, cfg: cfg, log: log, sp: sp,
 		in:      make(chan *entry, cfg.MaxInFlight),
+		kick:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		abort:   make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	p.st = &pump{spooling: !sp.empty(), backoff: cfg.RetryInterval, window: 1}
 	p.corrupt.Store(uint64(sp.corrupt))
 	p.spoolBytes.Store(sp.bytes())
 	p.rejectedBytes.Store(dirBytes(filepath.Join(cfg.Spool.Dir, RejectedDir)))
@@ -199,12 +210,63 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, log zerolog.Logger) (*Publ
 // broker. ack, if not nil, is called once the event is durable (see the
 // package documentation). Publish blocks while max_in_flight events are
 // waiting, until ctx ends.
+//
+// While the broker is connected and nothing is spooled or handed over
+// ahead of it, Publish sends the event itself and leaves only its ack to
+// the publisher's goroutine; otherwise it hands the event to that
+// goroutine, which sends or spools it in order.
 func (p *Publisher) Publish(ctx context.Context, ev event.Event, ack func()) error {
 	w, err := events.ToWire(ev)
 	if err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
-	return p.handOver(ctx, &entry{w: w, ack: ack})
+	e := &entry{w: w, ack: ack}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	for {
+		p.sm.Lock()
+		st := p.st
+		if st.spooling || p.queued > 0 || !p.nc.IsConnected() {
+			break // the pump sends, spools or fails over, in order
+		}
+		if len(st.inflight) >= st.window {
+			if p.room == nil {
+				p.room = make(chan struct{})
+			}
+			room := p.room
+			p.sm.Unlock()
+			select {
+			case <-room:
+				continue
+			case <-p.closing:
+				return ErrClosed
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		fut, err := p.send(w)
+		if err != nil {
+			break // not sent: the pump tries again and fails over or drops
+		}
+		e.fut = fut
+		p.direct++
+		st.inflight = append(st.inflight, e)
+		first := len(st.inflight) == 1
+		p.sm.Unlock()
+		if first {
+			select {
+			case p.kick <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	}
+	p.queued++
+	p.sm.Unlock()
+	return p.handOverQueued(ctx, e)
 }
 
 // Flush waits until every event handed to Publish before the call is
@@ -230,14 +292,28 @@ func (p *Publisher) handOver(ctx context.Context, e *entry) error {
 	if p.closed {
 		return ErrClosed
 	}
+	p.sm.Lock()
+	p.queued++
+	p.sm.Unlock()
+	return p.handOverQueued(ctx, e)
+}
+
+// handOverQueued sends e, counted in queued, to the pump; under mu for
+// reading.
+func (p *Publisher) handOverQueued(ctx context.Context, e *entry) error {
+	var err error
 	select {
 	case p.in <- e:
 		return nil
 	case <-p.closing:
-		return ErrClosed
+		err = ErrClosed
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	p.sm.Lock()
+	p.queued--
+	p.sm.Unlock()
+	return err
 }
 
 // Dropped returns how many events were dropped because the spool was full
@@ -317,7 +393,8 @@ func (p *Publisher) drainConn(ctx context.Context) error {
 	return nil
 }
 
-// pump is the state of the publisher's goroutine; only run touches it.
+// pump is the state of the publisher's goroutine, under Publisher.sm:
+// run acts on it, and Publish's direct path appends to inflight.
 type pump struct {
 	spooling bool     // events go to the spool (it is not empty)
 	inflight []*entry // in publish order
@@ -333,14 +410,16 @@ type pump struct {
 	headErrs   int  // server errors in a row for the spool's first record
 	fullStreak bool // the spool was full and has not accepted since
 	fullDrops  uint64
+	acks       []func() // ack callbacks and barrier releases due, called by run outside sm, in order
 }
 
 func (p *Publisher) run() {
 	defer close(p.done)
-	st := &pump{spooling: !p.sp.empty(), backoff: p.cfg.RetryInterval, window: 1}
+	st := p.st
 	tick := time.NewTicker(p.cfg.RetryInterval)
 	defer tick.Stop()
 	for {
+		p.sm.Lock()
 		p.resolveMarkers(st)
 		if st.spooling {
 			p.fill(st)
@@ -348,10 +427,12 @@ func (p *Publisher) run() {
 		}
 		if st.aborted {
 			p.abandon(st)
+			p.unlockPump(st)
 			return
 		}
 		if st.inClosed && len(st.inflight) == 0 &&
 			(!st.spooling || p.sp.empty() || !p.nc.IsConnected()) {
+			p.unlockPump(st)
 			return
 		}
 		var in <-chan *entry
@@ -363,24 +444,58 @@ func (p *Publisher) run() {
 		if len(st.inflight) > 0 {
 			okc, errc = st.inflight[0].results()
 		}
+		p.unlockPump(st)
 		select {
 		case e, ok := <-in:
+			p.sm.Lock()
 			if !ok {
 				st.inClosed = true
-				continue
+			} else {
+				p.queued--
+				p.accept(st, e)
+				p.acceptMore(st)
 			}
-			p.accept(st, e)
-			p.acceptMore(st)
+			p.unlockPump(st)
 		case <-okc:
+			p.sm.Lock()
 			p.headAcked(st)
 			p.settleAcked(st)
+			p.unlockPump(st)
 		case err := <-errc:
+			p.sm.Lock()
 			p.headFailed(st, err)
+			p.unlockPump(st)
+		case <-p.kick:
 		case <-tick.C:
 		case <-p.abort:
+			p.sm.Lock()
 			st.aborted = true
+			p.sm.Unlock()
 		}
 	}
+}
+
+// release closes a Flush barrier after the ack callbacks due before it.
+func (st *pump) release(b chan struct{}) {
+	st.acks = append(st.acks, func() { close(b) })
+}
+
+// unlockPump lets a direct Publish that waits for room retry when there may
+// be room (or it must hand over), releases sm, then calls the ack callbacks
+// that came due, in order. Only run calls it.
+func (p *Publisher) unlockPump(st *pump) {
+	if p.room != nil && (st.spooling || st.inClosed || len(st.inflight) < st.window) {
+		close(p.room)
+		p.room = nil
+	}
+	acks := st.acks
+	p.sm.Unlock()
+	// Only the pump appends to st.acks: the slice is reused.
+	for i, ack := range acks {
+		ack()
+		acks[i] = nil
+	}
+	st.acks = acks[:0]
 }
 
 // acceptMore takes, without waiting, what else was handed over while the
@@ -393,6 +508,7 @@ func (p *Publisher) acceptMore(st *pump) {
 				st.inClosed = true
 				return
 			}
+			p.queued--
 			p.accept(st, e)
 		default:
 			return
@@ -428,7 +544,7 @@ func (p *Publisher) resolveMarkers(st *pump) {
 		st.inflight = st.inflight[1:]
 		switch {
 		case e.barrier != nil:
-			close(e.barrier)
+			st.release(e.barrier)
 		case e.dropped != nil:
 			// Counted when it reaches the head, so a re-read after an
 			// interrupted drain does not count it twice.
@@ -444,7 +560,7 @@ func (p *Publisher) accept(st *pump, e *entry) {
 		if !st.spooling && len(st.inflight) > 0 {
 			st.inflight = append(st.inflight, e)
 		} else {
-			close(e.barrier) // everything before it is durable already
+			st.release(e.barrier) // everything before it is durable already
 		}
 		return
 	}
@@ -459,6 +575,7 @@ func (p *Publisher) accept(st *pump, e *entry) {
 					st.inClosed = true
 					break more
 				}
+				p.queued--
 				batch = append(batch, e2)
 			default:
 				break more
@@ -517,7 +634,7 @@ func (p *Publisher) headAcked(st *pump) {
 	}
 	p.published.Add(1)
 	if e.ack != nil {
-		e.ack()
+		st.acks = append(st.acks, e.ack)
 	}
 }
 
@@ -670,11 +787,11 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 	for i, e := range entries {
 		switch {
 		case e.barrier != nil:
-			close(e.barrier)
+			st.release(e.barrier)
 		case written[i]:
 			p.spooled.Add(1)
 			if e.ack != nil {
-				e.ack()
+				st.acks = append(st.acks, e.ack)
 			}
 		}
 	}
@@ -693,6 +810,7 @@ func (p *Publisher) abandon(st *pump) {
 	st.inflight = nil
 	if !st.inClosed {
 		for e := range p.in { // closed by Close before it aborts
+			p.queued--
 			direct = append(direct, e)
 		}
 	}
