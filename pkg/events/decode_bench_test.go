@@ -77,6 +77,19 @@ func BenchmarkJSONValidBaseline(b *testing.B) {
 // collections the decoding causes included); median-x/baseline the median
 // over the iterations.
 func BenchmarkDecodeLogLines(b *testing.B) {
+	benchDecodeVsValid(b, events.TypeLogLines)
+}
+
+// BenchmarkDecodeSamples is BenchmarkDecodeLogLines for the fdinfo-sample
+// events of the same fixtures (16 of every 25 events of the 4B run, ~3.7 KB
+// each: every DRM fd's fdinfo text of the measured processes).
+func BenchmarkDecodeSamples(b *testing.B) {
+	benchDecodeVsValid(b, events.TypeFDInfoSample)
+}
+
+// benchDecodeVsValid decodes the fixtures' events of type typ against
+// json.Valid of the same bytes, in alternating order.
+func benchDecodeVsValid(b *testing.B, typ string) {
 	var evs [][]byte
 	n := 0
 	for _, run := range []string{"4b", "27b"} {
@@ -87,7 +100,7 @@ func BenchmarkDecodeLogLines(b *testing.B) {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<24)
 		for sc.Scan() {
-			if bytes.Contains(sc.Bytes(), []byte(`"type":"`+events.TypeLogLines+`"`)) {
+			if bytes.Contains(sc.Bytes(), []byte(`"type":"`+typ+`"`)) {
 				evs = append(evs, append([]byte(nil), sc.Bytes()...))
 				n += len(sc.Bytes())
 			}
@@ -95,7 +108,7 @@ func BenchmarkDecodeLogLines(b *testing.B) {
 		f.Close()
 	}
 	if len(evs) == 0 {
-		b.Fatal("no log-lines events")
+		b.Fatalf("no %s events", typ)
 	}
 	decode := func() time.Duration {
 		t0 := time.Now()

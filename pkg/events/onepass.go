@@ -10,21 +10,24 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
-// decodeOnePass is DecodeBytes for a log-lines event, the bulk of the
-// traffic: a single pass over the bytes that checks the JSON grammar as it
-// reads the attributes and the lines (no validity scan first, no
-// reflection). It takes only the plain shape: string attributes, the data
-// members stream, first_seq (a canonical integer) and lines (objects of t
-// and text), strings of valid UTF-8 whose escapes are not surrogates, no
-// duplicate or unknown member, no null. Anything else returns false and
-// takes the general path, which decides; FuzzDecodeOnePassMatchesDecode
-// holds it to that path.
+// decodeOnePass is DecodeBytes for a log-lines or fdinfo-sample event,
+// the bulk of the traffic: a single pass over the bytes that checks the
+// JSON grammar as it reads the attributes and the data (no validity scan
+// first, no reflection). It takes only the plain shape: string attributes,
+// the type before the data, the data members of the type (log lines:
+// stream, first_seq and lines of t and text; samples: seq, t, procs of pid
+// and fds of fd, link and text, cards of card, gtt_used_bytes and
+// gtt_total_bytes), integers in canonical form, strings of valid UTF-8
+// whose escapes are not surrogates, no duplicate or unknown member, no
+// null. Anything else returns false and takes the general path, which
+// decides; FuzzDecodeOnePassMatchesDecode holds it to that path.
 func decodeOnePass(b []byte) (Decoded, bool) {
 	p := onePass{b: b}
 	var (
-		env   envelope
-		data  onePassLines
-		haveD bool
+		env    envelope
+		data   onePassLines
+		sample *split.Sample
+		haveD  bool
 	)
 	if !p.next('{') {
 		return Decoded{}, false
@@ -38,11 +41,20 @@ func decodeOnePass(b []byte) (Decoded, bool) {
 			return Decoded{}, false
 		}
 		if string(key) == "data" {
-			if env.v[attrType] != TypeLogLines || haveD {
+			if haveD {
 				return Decoded{}, false
 			}
 			haveD = true
-			if !p.logLines(&data) {
+			switch env.v[attrType] {
+			case TypeLogLines:
+				ok = p.logLines(&data)
+			case TypeFDInfoSample:
+				sample = new(split.Sample)
+				ok = p.sample(sample)
+			default:
+				ok = false
+			}
+			if !ok {
 				return Decoded{}, false
 			}
 		} else {
@@ -72,7 +84,16 @@ func decodeOnePass(b []byte) (Decoded, bool) {
 	if !ok {
 		return Decoded{}, false
 	}
-	wantID, err := d.takeLines(data.stream, data.firstSeq, data.lines)
+	var (
+		wantID string
+		err    error
+	)
+	if sample != nil {
+		d.Sample = sample
+		wantID = ID(d.Origin.RunID, posFDInfo, sample.Seq)
+	} else {
+		wantID, err = d.takeLines(data.stream, data.firstSeq, data.lines)
+	}
 	d, err = d.checkID(wantID, err)
 	return d, err == nil
 }
@@ -95,10 +116,23 @@ type onePass struct {
 	texts *textScratch
 }
 
-// textScratch is the texts of one event's lines while they are read.
+// textScratch is the texts of one event's lines (or the strings of one
+// sample) while they are read.
 type textScratch struct {
 	b    []byte
 	ends []int
+	refs []sampleRef // a sample's: where each string goes
+}
+
+// getTexts takes a textScratch for p.texts; putTexts gives it back.
+func (p *onePass) getTexts() {
+	p.texts = textScratches.Get().(*textScratch)
+}
+
+func (p *onePass) putTexts() {
+	p.texts.b, p.texts.ends, p.texts.refs = p.texts.b[:0], p.texts.ends[:0], p.texts.refs[:0]
+	textScratches.Put(p.texts)
+	p.texts = nil
 }
 
 var textScratches = sync.Pool{New: func() any { return new(textScratch) }}
@@ -366,12 +400,8 @@ func (p *onePass) lines() ([]split.Line, bool) {
 	if p.next(']') {
 		return out, true
 	}
-	p.texts = textScratches.Get().(*textScratch)
-	defer func() {
-		p.texts.b, p.texts.ends = p.texts.b[:0], p.texts.ends[:0]
-		textScratches.Put(p.texts)
-		p.texts = nil
-	}()
+	p.getTexts()
+	defer p.putTexts()
 	for {
 		var l split.Line
 		if !p.line(&l) {
@@ -415,16 +445,7 @@ func (p *onePass) line(l *split.Line) bool {
 				return false
 			}
 			haveT = true
-			p.ws()
-			start := p.i
-			_, esc, ok := p.raw()
-			if !ok || esc {
-				return false
-			}
-			if t, ok := utcTime(p.b[start+1 : p.i-1]); ok {
-				l.Time = t
-			} else if l.Time.UnmarshalJSON(p.b[start:p.i]) != nil {
-				// The general path's parse (time.Time's own) refused it.
+			if !p.time(&l.Time) {
 				return false
 			}
 		case "text":
@@ -443,6 +464,22 @@ func (p *onePass) line(l *split.Line) bool {
 		}
 		return p.next('}')
 	}
+}
+
+// time reads a time string as time.Time's UnmarshalJSON does.
+func (p *onePass) time(t *time.Time) bool {
+	p.ws()
+	start := p.i
+	_, esc, ok := p.raw()
+	if !ok || esc {
+		return false
+	}
+	if u, ok := utcTime(p.b[start+1 : p.i-1]); ok {
+		*t = u
+		return true
+	}
+	// The general path's parse (time.Time's own) decides.
+	return t.UnmarshalJSON(p.b[start:p.i]) == nil
 }
 
 // utcTime parses the times the collector writes,
@@ -496,4 +533,261 @@ func daysIn(month, year int) int {
 		return 30
 	}
 	return 31
+}
+
+// int reads a canonical integer that fits in an int64 of at most 18
+// digits (the caller's next delimiter check refuses what follows
+// otherwise: a fraction, an exponent, more digits).
+func (p *onePass) int() (int64, bool) {
+	p.ws()
+	neg := p.i < len(p.b) && p.b[p.i] == '-'
+	if neg {
+		p.i++
+	}
+	if p.i >= len(p.b) {
+		return 0, false
+	}
+	if p.b[p.i] == '0' {
+		p.i++
+		return 0, !neg // -0: the general path decides
+	}
+	var v int64
+	n := 0
+	for p.i < len(p.b) && '0' <= p.b[p.i] && p.b[p.i] <= '9' && n < 18 {
+		v = v*10 + int64(p.b[p.i]-'0')
+		p.i++
+		n++
+	}
+	if neg {
+		v = -v
+	}
+	return v, n > 0
+}
+
+// intField reads an integer into an int (refusing what does not fit).
+func (p *onePass) intField(dst *int) bool {
+	v, ok := p.int()
+	*dst = int(v)
+	return ok && int64(*dst) == v
+}
+
+// sampleRef says where a string read for a sample goes: the link or
+// text of fd fd of process proc, or (proc < 0) the name of card fd.
+type sampleRef struct {
+	proc, fd int32
+	text     bool
+}
+
+// sharedStr reads a string onto p.texts, bound for ref.
+func (p *onePass) sharedStr(ref sampleRef) bool {
+	if !p.text() {
+		return false
+	}
+	p.texts.ends = append(p.texts.ends, len(p.texts.b))
+	p.texts.refs = append(p.texts.refs, ref)
+	return true
+}
+
+// object reads a JSON object whose members member reads (after the
+// colon); member returns false for a member it does not take.
+func (p *onePass) object(member func(key []byte) bool) bool {
+	if !p.next('{') {
+		return false
+	}
+	if p.next('}') {
+		return true
+	}
+	for {
+		key, ok := p.key()
+		if !ok || !p.next(':') || !member(key) {
+			return false
+		}
+		if p.next(',') {
+			continue
+		}
+		return p.next('}')
+	}
+}
+
+// array reads a JSON array whose elements elem reads.
+func (p *onePass) array(elem func() bool) bool {
+	if !p.next('[') {
+		return false
+	}
+	if p.next(']') {
+		return true
+	}
+	for {
+		if !elem() {
+			return false
+		}
+		if p.next(',') {
+			continue
+		}
+		return p.next(']')
+	}
+}
+
+// sample reads the data of an fdinfo-sample event into s, as the general
+// path's decode and fromSample build it: every process's FDs not nil,
+// Procs and Cards nil when empty. Its strings share one string.
+func (p *onePass) sample(s *split.Sample) bool {
+	p.getTexts()
+	defer p.putTexts()
+	var seen [4]bool // seq, t, procs, cards
+	once := func(i int) bool {
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		return true
+	}
+	ok := p.object(func(key []byte) bool {
+		switch string(key) {
+		case "seq":
+			if !once(0) {
+				return false
+			}
+			var ok bool
+			s.Seq, ok = p.uint()
+			return ok
+		case "t":
+			return once(1) && p.time(&s.Time)
+		case "procs":
+			return once(2) && p.array(func() bool { return p.proc(s) })
+		case "cards":
+			return once(3) && p.array(func() bool { return p.card(s) })
+		}
+		return false
+	})
+	if !ok {
+		return false
+	}
+	all, start := string(p.texts.b), 0
+	for i, end := range p.texts.ends {
+		v, r := all[start:end], p.texts.refs[i]
+		start = end
+		switch {
+		case r.proc < 0:
+			s.Cards[r.fd].Card = v
+		case r.text:
+			s.Procs[r.proc].FDs[r.fd].Text = v
+		default:
+			s.Procs[r.proc].FDs[r.fd].Link = v
+		}
+	}
+	return true
+}
+
+// proc reads one process of a sample onto s.Procs.
+func (p *onePass) proc(s *split.Sample) bool {
+	pi := int32(len(s.Procs))
+	s.Procs = append(s.Procs, split.ProcFDs{})
+	var havePID, haveFDs bool
+	ok := p.object(func(key []byte) bool {
+		pr := &s.Procs[pi]
+		switch string(key) {
+		case "pid":
+			if havePID {
+				return false
+			}
+			havePID = true
+			return p.intField(&pr.PID)
+		case "fds":
+			if haveFDs {
+				return false
+			}
+			haveFDs = true
+			return p.array(func() bool { return p.fd(pr, pi) })
+		}
+		return false
+	})
+	if s.Procs[pi].FDs == nil {
+		s.Procs[pi].FDs = []split.FDInfo{} // make([]FDInfo, 0), as fromSample
+	}
+	return ok
+}
+
+// fd reads one fd of process pi onto pr.FDs (by hand, not with object:
+// the hot loop of a sample, without a closure each).
+func (p *onePass) fd(pr *split.ProcFDs, pi int32) bool {
+	fi := int32(len(pr.FDs))
+	pr.FDs = append(pr.FDs, split.FDInfo{})
+	if !p.next('{') {
+		return false
+	}
+	if p.next('}') {
+		return true
+	}
+	var haveFD, haveLink, haveText bool
+	for {
+		key, ok := p.key()
+		if !ok || !p.next(':') {
+			return false
+		}
+		switch string(key) {
+		case "fd":
+			if haveFD {
+				return false
+			}
+			haveFD = true
+			ok = p.intField(&pr.FDs[fi].FD)
+		case "link":
+			if haveLink {
+				return false
+			}
+			haveLink = true
+			ok = p.sharedStr(sampleRef{proc: pi, fd: fi})
+		case "text":
+			if haveText {
+				return false
+			}
+			haveText = true
+			ok = p.sharedStr(sampleRef{proc: pi, fd: fi, text: true})
+		default:
+			return false
+		}
+		if !ok {
+			return false
+		}
+		if p.next(',') {
+			continue
+		}
+		return p.next('}')
+	}
+}
+
+// card reads one card of a sample onto s.Cards.
+func (p *onePass) card(s *split.Sample) bool {
+	ci := int32(len(s.Cards))
+	s.Cards = append(s.Cards, split.CardGTT{})
+	var seen [3]bool
+	return p.object(func(key []byte) bool {
+		c := &s.Cards[ci]
+		var i int
+		switch string(key) {
+		case "card":
+			i = 0
+		case "gtt_used_bytes":
+			i = 1
+		case "gtt_total_bytes":
+			i = 2
+		default:
+			return false
+		}
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		var ok bool
+		switch i {
+		case 0:
+			return p.sharedStr(sampleRef{proc: -1, fd: ci})
+		case 1:
+			c.UsedBytes, ok = p.int()
+		case 2:
+			c.TotalBytes, ok = p.int()
+		}
+		return ok
+	})
 }

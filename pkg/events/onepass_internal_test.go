@@ -11,24 +11,68 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The one-pass decoder takes every log-lines event of the fixtures and
-// gives what the general path gives; it leaves every other event alone.
-func TestDecodeOnePassTakesLogLines(t *testing.T) {
+// The one-pass decoder takes every log-lines and fdinfo-sample event of
+// the fixtures and gives what the general path gives; it leaves every
+// other event alone.
+func TestDecodeOnePassTakesLogLinesAndSamples(t *testing.T) {
 	t.Parallel()
-	taken := 0
+	taken := map[string]int{}
 	for _, b := range fixtureEvents(t) {
 		want, err := slowDecode(b)
 		require.NoError(t, err)
 		got, ok := decodeOnePass(b)
-		if want.Type != TypeLogLines {
+		if want.Type != TypeLogLines && want.Type != TypeFDInfoSample {
 			require.False(t, ok, "a %s event", want.Type)
 			continue
 		}
-		require.True(t, ok, "a log-lines event of the collector's shape is decoded in one pass")
+		require.True(t, ok, "a %s event of the collector's shape is decoded in one pass", want.Type)
 		require.Empty(t, cmp.Diff(want, got))
-		taken++
+		taken[want.Type]++
 	}
-	require.Greater(t, taken, 10)
+	require.Greater(t, taken[TypeLogLines], 10)
+	require.Greater(t, taken[TypeFDInfoSample], 10)
+}
+
+// A sample's strings share one string, each at its place; the general
+// path's shape (FDs never nil, Procs and Cards nil when empty) is kept.
+func TestDecodeOnePassSampleShapes(t *testing.T) {
+	t.Parallel()
+	const head = `{"specversion":"1.0","id":"r/fdinfo/3","source":"urn:gttsplit:collector:h","type":"io.gttsplit.fdinfo.sample.v1","subject":"r","datacontenttype":"application/json","runid":"r","host":"h","lane":"l","data":`
+	for _, d := range []string{
+		`{"seq":3,"t":"2026-01-02T03:04:05.5Z","procs":[{"pid":7,"fds":[{"fd":4,"link":"/dev/dri/renderD128","text":"drm-total-gtt:\t1 KiB\n"},{"text":"b","fd":5,"link":""}]},{"pid":8,"fds":[]},{"pid":9}],"cards":[{"card":"card1","gtt_used_bytes":337117184,"gtt_total_bytes":103079215104},{"gtt_used_bytes":-1,"card":"c\u00e9"}]}`,
+		`{"seq":3,"procs":[],"cards":[]}`,
+		`{"seq":3}`,
+		`{"cards":[{"card":"x"}],"seq":3,"procs":[{"fds":[{"fd":-2}]}]}`,
+	} {
+		b := []byte(head + d + `}`)
+		want, err := slowDecode(b)
+		require.NoError(t, err, d)
+		got, ok := decodeOnePass(b)
+		require.True(t, ok, d)
+		require.Empty(t, cmp.Diff(want, got), d)
+	}
+	for _, d := range []string{
+		`{"seq":3,"seq":3}`,
+		`{"seq":3,"procs":null}`,
+		`{"seq":3,"procs":[{"pid":1.0}]}`,
+		`{"seq":3,"procs":[{"pid":-0}]}`,
+		`{"seq":3,"procs":[{"pid":01}]}`,
+		`{"seq":3,"procs":[{"pid":1,"extra":2}]}`,
+		`{"seq":3,"cards":[{"card":"a","card":"b"}]}`,
+		`{"seq":3,"cards":[{"gtt_used_bytes":1234567890123456789}]}`,
+		`{"Seq":3}`,
+		`{"seq":3,"t":"2026-01-02T03:04:05+01:00"}`,
+	} {
+		b := []byte(head + d + `}`)
+		got, ok := decodeOnePass(b)
+		if !ok {
+			continue
+		}
+		// Taken: then it must be what the general path gives.
+		want, err := slowDecode(b)
+		require.NoError(t, err, d)
+		require.Empty(t, cmp.Diff(want, got), d)
+	}
 }
 
 // FuzzDecodeOnePassMatchesDecode: whatever the one-pass decoder accepts is
@@ -52,6 +96,15 @@ func FuzzDecodeOnePassMatchesDecode(f *testing.F) {
 		`{"lines":[{"t":"2026-01-02T03:04:05Z","text":"late stream"}],"first_seq":3,"stream":"stdout"}}`,
 	} {
 		f.Add([]byte(head + d))
+	}
+	const sampleHead = `{"specversion":"1.0","id":"r/fdinfo/3","source":"urn:gttsplit:collector:h","type":"io.gttsplit.fdinfo.sample.v1","subject":"r","datacontenttype":"application/json","runid":"r","host":"h","lane":"l","data":`
+	for _, d := range []string{
+		`{"seq":3,"t":"2026-01-02T03:04:05.5Z","procs":[{"pid":7,"fds":[{"fd":4,"link":"/dev/dri/renderD128","text":"drm-total-gtt:\t1 KiB\n"}]},{"pid":8,"fds":[]}],"cards":[{"card":"card1","gtt_used_bytes":337117184,"gtt_total_bytes":103079215104}]}}`,
+		`{"seq":3,"procs":[{"pid":-0,"fds":[{"fd":1e1}]}],"cards":null}}`,
+		` { "seq" : 3 , "procs" : [ { "fds" : [ { "text" : "a\ud83d\ude00" , "fd" : 9 } ] } ] } } `,
+		`{"seq":3,"t":"2026-01-02T03:04:05+01:00","procs":[{"pid":1,"PID":2}]}}`,
+	} {
+		f.Add([]byte(sampleHead + d))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, ok := decodeOnePass(b)
