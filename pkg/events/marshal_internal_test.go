@@ -12,7 +12,8 @@ import (
 
 // FuzzMarshalMatchesSDK: marshalJSON writes the bytes the SDK's
 // MarshalJSON writes, for the fixtures' events and for log-lines events of
-// any text, ids and times.
+// any text, ids and times; and surelyValid passes only events the SDK's
+// Validate passes.
 func FuzzMarshalMatchesSDK(f *testing.F) {
 	for _, b := range fixtureEvents(f) {
 		ev, err := Unmarshal(b)
@@ -27,9 +28,14 @@ func FuzzMarshalMatchesSDK(f *testing.F) {
 		if err != nil || !bytes.Equal(got, want) {
 			f.Fatalf("fixture event %s: %v\n%s\n%s", ev.ID(), err, got, want)
 		}
+		if !surelyValid(ev) {
+			f.Fatalf("fixture event %s is not surely valid", ev.ID())
+		}
 	}
 	f.Add("run-1", "host", "gpu0", "load_tensors: ROCm0 model buffer size = 1.00 MiB", "\x1b[0m\"\\</>&\u2028\xff", int64(0), uint64(1))
 	f.Add("r", "h", "l", "", "é", int64(1764624000123456789), uint64(1<<63))
+	f.Add("r", "h", "l", "urn:x", " ", int64(0), uint64(2))
+	f.Add("r", "h", "l", "application/json; charset=\"", "1a://b", int64(0), uint64(3))
 	f.Fuzz(func(t *testing.T, run, host, lane, a, b string, ns int64, seq uint64) {
 		var tm time.Time
 		if ns != 0 {
@@ -46,6 +52,9 @@ func FuzzMarshalMatchesSDK(f *testing.F) {
 			ev.SetTime(tm)
 		}
 		check := func(ev event.Event) {
+			if surelyValid(ev) && ev.Validate() != nil {
+				t.Fatalf("surelyValid passes what Validate refuses: %v", ev.Validate())
+			}
 			want, werr := ev.MarshalJSON()
 			got, gerr := marshalJSON(ev)
 			if (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
@@ -59,6 +68,30 @@ func FuzzMarshalMatchesSDK(f *testing.F) {
 		check(ev)
 		ev.SetDataContentType("text/plain")
 		check(ev)
+		// Each attribute Validate looks at, set to a and to b.
+		for _, v := range []string{a, b} {
+			for i := range 6 {
+				e := ev.Clone()
+				e.SetDataContentType(event.ApplicationJSON)
+				switch i {
+				case 0:
+					e.SetID(v)
+				case 1:
+					e.SetType(v)
+				case 2:
+					e.SetSubject(v)
+				case 3:
+					e.SetDataContentType(v)
+				case 4:
+					e.SetDataSchema(v)
+				case 5:
+					e.SetSource(v)
+				}
+				if surelyValid(e) && e.Validate() != nil {
+					t.Fatalf("surelyValid passes what Validate refuses (%d %q): %v", i, v, e.Validate())
+				}
+			}
+		}
 	})
 }
 
