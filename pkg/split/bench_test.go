@@ -187,3 +187,31 @@ func BenchmarkNaiveRegexpPerLine(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAddLine is the serve path: each line of 20 MB of the server
+// log (the 4B run, then request and slot lines) applied with AddLine, as
+// the aggregator applies the lines of decoded events.
+func BenchmarkAddLine(b *testing.B) { addLines(b, &serverLog) }
+
+// BenchmarkAddLineDense is the same over 20 MB of the dense log.
+func BenchmarkAddLineDense(b *testing.B) { addLines(b, &denseLog) }
+
+func addLines(b *testing.B, data *[]byte) {
+	benchLogs(b)
+	d := (*data)[:20<<20]
+	d = d[:bytes.LastIndexByte(d, '\n')+1]
+	var lines []Line
+	for i, l := range splitLines(string(d)) {
+		lines = append(lines, Line{Stream: "log", Seq: uint64(i + 1), Text: l})
+	}
+	b.SetBytes(int64(len(d)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f := NewFold(Options{})
+		for _, l := range lines {
+			f.AddLine(l)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(lines)), "ns/line")
+}

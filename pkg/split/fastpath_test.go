@@ -138,11 +138,11 @@ func FuzzParseLeavesMatchPlain(f *testing.F) {
 		}
 
 		r, ok = p.parse(7, s, sc)
-		name := sc.name
+		name, named := sc.name, sc.named
 		pr, pok = p.parse(7, s, nil)
 		if ok && r.Kind == KindTrace {
-			if r.Name != "" || string(name) != pr.Name {
-				t.Fatalf("%q: trace name %q (record %q), plain %q", s, name, r.Name, pr.Name)
+			if r.Name != "" || named != (pr.Name != "") || named && name != nameHash(pr.Name) {
+				t.Fatalf("%q: trace name %x %v (record %q), plain %q", s, name, named, r.Name, pr.Name)
 			}
 			r.Name = pr.Name
 		}
@@ -165,7 +165,10 @@ func TestParseScratchSameRecords(t *testing.T) {
 			r, ok := p.parse(1, s, sc)
 			want, wok := p.Parse(1, s)
 			if ok && r.Kind == KindTrace {
-				r.Name = string(sc.name)
+				if sc.named != (want.Name != "") || sc.named && sc.name != nameHash(want.Name) {
+					t.Fatalf("%q: trace name %x %v, want %q", l, sc.name, sc.named, want.Name)
+				}
+				r.Name = want.Name
 			}
 			if ok != wok || !reflect.DeepEqual(r, want) {
 				t.Fatalf("%q: %+v %v, want %+v %v", l, r, ok, want, wok)
@@ -351,7 +354,7 @@ func requireBuildNeeds(t *testing.T, k int, s []byte) {
 func (p *Parser) parsePlain(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
 	r := Record{Seq: seq}
 	if sc != nil {
-		sc.name = nil
+		sc.name, sc.named = 0, false
 	}
 	if p.traceNeedsMiB {
 		if v, ok := defaultTrace(s); ok {

@@ -326,8 +326,8 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 	}
 	r.Port = RouterPort(b)
 	if r.Kind == KindTrace {
-		// The name stayed bytes: only its hash is kept.
-		f.st.Trace.addHashed(stream, r, nameHash(f.ps.name), f.ps.name != nil)
+		// The name was only hashed: the hash is all that is kept.
+		f.st.Trace.addHashed(stream, r, f.ps.name, f.ps.named)
 		return
 	}
 	if r.Kind == KindDebugMarker {

@@ -3,14 +3,16 @@ package split
 // parseScratch is what a fold lends the parser so that a relevant line of
 // a shape seen before allocates nothing: the strings earlier lines gave
 // (function, buffer and device names, model files: a log repeats a few
-// dozen), and a trace line's tensor name left as bytes (the fold keeps
-// only its hash). Parse without one makes every string afresh; the
+// dozen), and a trace line's tensor name, hashed (the fold keeps only
+// its hash). Parse without one makes every string afresh; the
 // results are equal (FuzzParseLeavesMatchPlain, TestParseScratchSameRecords).
 type parseScratch struct {
 	strs *[strCacheSize]string // made at the first string
-	// name is the tensor name of the trace line just parsed (it aliases
-	// the line), nil when it has none.
-	name []byte
+	// name is the nameHash of the tensor name of the trace line just
+	// parsed, named false when it has none (a hash, not the bytes: the
+	// fold keeps no reference to a line it was given).
+	name  uint64
+	named bool
 	// join is room to join the words of a buffer type.
 	join []byte
 }

@@ -189,6 +189,20 @@ func MemoryLine(line []byte) bool {
 // selects. With debug false, lines that matter only as -v markers are not
 // looked for (the caller already has one).
 func (p *Parser) Relevant(line []byte, debug bool) bool {
+	if usePairScan {
+		// The pair scan of the line: every anchor (and -v marker) at
+		// once (relevantPlain is the search for each in turn).
+		ps := mainPairs
+		if debug {
+			ps = debugPairs
+		}
+		return ps.any(line) || !p.traceNeedsMiB && (len(p.traceAnchor) == 0 || bytes.Contains(line, p.traceAnchor)) && p.trace.Match(line)
+	}
+	return p.relevantPlain(line, debug)
+}
+
+// relevantPlain is Relevant by a search for each anchor in turn.
+func (p *Parser) relevantPlain(line []byte, debug bool) bool {
 	for _, a := range scanAnchors {
 		if bytes.Contains(line, a) {
 			return true
@@ -223,11 +237,11 @@ func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) { return p.parse(seq
 
 // parse is Parse with a fold's scratch (nil: none): with one, the strings
 // of the record come from its cache and a trace line's name is left in
-// sc.name instead of r.Name.
+// sc.name (hashed) instead of r.Name.
 func (p *Parser) parse(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
 	r := Record{Seq: seq}
 	if sc != nil {
-		sc.name = nil
+		sc.name, sc.named = 0, false
 	}
 	if p.traceNeedsMiB {
 		if v, ok := defaultTrace(s); ok {
@@ -349,14 +363,14 @@ func defaultTrace(s []byte) (float64, bool) {
 }
 
 // traceNameTo returns a trace line's tensor name as r.Name: as a string
-// without a scratch; with one, "" and the name left in sc.name (the fold
-// hashes it, no string made).
+// without a scratch; with one, "" and the name's hash left in sc.name (no
+// string made).
 func traceNameTo(sc *parseScratch, name []byte) string {
 	if sc == nil {
 		return string(name)
 	}
 	if len(name) > 0 {
-		sc.name = name
+		sc.name, sc.named = nameHash(name), true
 	}
 	return ""
 }

@@ -134,25 +134,60 @@ func (ps *pairSet) scan(b []byte, cands []candidate) ([]candidate, uint64) {
 	}
 }
 
+// any reports whether b holds one of the set's anchors (newlines or not):
+// the scan of a single line.
+func (ps *pairSet) any(b []byte) bool {
+	for pos := 0; ; {
+		off, mask, _ := pairScan(b[pos:], &ps.t)
+		at := pos + off
+		if mask == 0 {
+			// The tail, shorter than a step: every place.
+			for q := at; q+1 < len(b); q++ {
+				if len(ps.byFirst[b[q]]) > 0 && ps.at(b, q) != nil {
+					return true
+				}
+			}
+			return false
+		}
+		for mask != 0 {
+			q := at + bits.TrailingZeros32(mask)
+			mask &= mask - 1
+			if ps.at(b, q) != nil {
+				return true
+			}
+		}
+		pos = at + 32
+	}
+}
+
+// at returns an anchor of the set whose pair starts at b[q] and that is
+// there, or nil.
+func (ps *pairSet) at(b []byte, q int) *pairAnchor {
+	for i := range ps.byFirst[b[q]] {
+		x := &ps.byFirst[b[q]][i]
+		if s := q - x.k; x.c1 == b[q+1] && s >= 0 && s+len(x.a) <= len(b) && bytes.Equal(b[s:s+len(x.a)], x.a) {
+			return x
+		}
+	}
+	return nil
+}
+
 // check appends the line of b at q (line lines before it) when an anchor
 // whose pair starts at q is there, with that anchor's id. A line already
 // appended (the last one) is not searched for its start again.
 func (ps *pairSet) check(b []byte, q int, line uint64, cands []candidate, last int) ([]candidate, int) {
-	for _, x := range ps.byFirst[b[q]] {
-		s := q - x.k
-		if x.c1 != b[q+1] || s < 0 || s+len(x.a) > len(b) || !bytes.Equal(b[s:s+len(x.a)], x.a) {
-			continue
-		}
-		if n := len(cands); n > 0 && last >= 0 && cands[n-1].line == line {
-			return cands, last // the line of the last hit: anchors hold no newline
-		}
-		start := lastNewline(b[:s]) + 1
-		if start != last {
-			cands = append(cands, candidate{start: start, line: line, anchor: x.id})
-		}
-		return cands, start
+	x := ps.at(b, q)
+	if x == nil {
+		return cands, last
 	}
-	return cands, last
+	if n := len(cands); n > 0 && last >= 0 && cands[n-1].line == line {
+		return cands, last // the line of the last hit: anchors hold no newline
+	}
+	start := lastNewline(b[:q-x.k]) + 1
+	if start != last {
+		cands = append(cands, candidate{start: start, line: line, anchor: x.id})
+	}
+	return cands, start
 }
 
 // lastNewline is bytes.LastIndexByte(b, '\n'), 8 bytes a step (the

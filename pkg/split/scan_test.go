@@ -186,3 +186,29 @@ func TestScanPieceWithoutPairScan(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRelevantMatchesPlain holds Relevant (the pair scan of the line, the
+// path of every line a served run applies) to the search for each anchor
+// in turn, with and without -v markers, for the default trace pattern and
+// a custom one.
+func FuzzRelevantMatchesPlain(f *testing.F) {
+	addLineSeeds(f)
+	for _, a := range scanAnchorIDs {
+		f.Add([]byte(strings.Repeat("y", len(a)%37) + string(a) + strings.Repeat("z", 40-len(a)%29)))
+		f.Add([]byte(string(a[:len(a)-1]) + "\n" + string(a[len(a)-1:])))
+	}
+	custom, err := NewParser(`packed=(\d+)`, "")
+	if err != nil {
+		f.Fatal(err)
+	}
+	ps := []*Parser{MustParser(), custom}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		for _, p := range ps {
+			for _, debug := range []bool{false, true} {
+				if got, want := p.Relevant(line, debug), p.relevantPlain(line, debug); got != want {
+					t.Fatalf("%q (debug %v, custom %v): relevant %v, plain %v", line, debug, p != ps[0], got, want)
+				}
+			}
+		}
+	})
+}
