@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,11 +31,24 @@ const benchAckPending = 1024
 // partitioned stream (raw_ev/s); then Serve, on the default config (its
 // partition consumers pinned to it by the rendezvous ownership, the
 // Handlers, the checkpoints to the state bucket, the acknowledgements
-// after them, a JSON sink), folds them, from its start until every run's
-// split was written and every message acknowledged (svc_ev/s, ns/event).
-// svc/raw is the ratio in the same run; the target is at least 0.5.
+// after them, a JSON sink), folds them, from its first folded event until
+// every run's split was written and every message acknowledged (svc_ev/s,
+// ns/event). svc/raw is the ratio in the same run; the target is at least
+// 0.5. start_s is serve's start-up before that first event: connecting,
+// the stream and bucket checks, joining the members (one heartbeat) and
+// taking the partitions; it is a fixed cost, not part of the rate.
 // decode_ev/s is how fast one goroutine decodes the same messages
-// (events.DecodeBytes, which every folded event needs).
+// (events.DecodeBytes, which every folded event needs), fold_ev/s how fast
+// it decodes and folds them into their runs' states (no broker, no
+// checkpoint, no sink: the least serve does), and fold/raw that time
+// against the bare consumer's. cpu-µs/event is the process's CPU time
+// (broker and service) per event while serve folds, cpu-svc/raw the bare
+// consumer's CPU time over serve's: unlike the rates, CPU time barely
+// moves when other jobs load the machine.
+//
+// GTTSPLIT_BENCH_PARTITIONS sets the partition count;
+// GTTSPLIT_BENCH_SERVE_CPUPROFILE=<file> writes a CPU profile of the timed
+// phase alone.
 func BenchmarkServeThroughput(b *testing.B) {
 	b.StopTimer()
 	fxs := []fixture{loadFixture(b, fixture4B), loadFixture(b, fixture27B)}
@@ -41,7 +58,7 @@ func BenchmarkServeThroughput(b *testing.B) {
 	n := len(ws)
 	br := startBroker(b)
 	ctx := testCtx(b)
-	parts, err := bus.EnsurePartitions(ctx, br.js, bus.PartitionConfig{Stream: bus.DefaultStream, Partitions: bus.DefaultPartitions}, zerolog.Nop())
+	parts, err := bus.EnsurePartitions(ctx, br.js, bus.PartitionConfig{Stream: bus.DefaultStream, Partitions: benchParts()}, zerolog.Nop())
 	require.NoError(b, err)
 	for i := 0; i < n; i += 1000 { // in steps: the sourcing slows the broker's acks
 		br.publish(b, ws[i:min(n, i+1000)]...)
@@ -53,16 +70,34 @@ func BenchmarkServeThroughput(b *testing.B) {
 		return err == nil && si.State.Msgs == uint64(n)
 	})
 
+	c0 := processCPU(b)
 	raw := rawConsume(b, ps, n)
+	rawCPU := processCPU(b) - c0
 	dec := decodeAll(b, ws)
+	fold := decodeFoldAll(b, ws)
 
 	cfg := testConfig(b, br.url)
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.IdleTimeout = time.Hour
 	cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending = time.Minute, benchAckPending
 	t0 := time.Now()
-	b.StartTimer()
 	s := startServe(b, cfg, ServeOptions{})
+	// The fold starts once serve holds its partitions: time it from the
+	// first folded event (polled on /metrics, every millisecond).
+	eventuallyFast(b, func() bool {
+		return metricValue(httpGet(b, s.http, "/metrics", http.StatusOK), "gttsplit_events_folded_total") != "0"
+	})
+	t1, c1 := time.Now(), processCPU(b)
+	b.StartTimer()
+	if pf := os.Getenv("GTTSPLIT_BENCH_SERVE_CPUPROFILE"); pf != "" {
+		// A CPU profile of the timed phase alone (-cpuprofile would take
+		// in the publishing and the baselines too).
+		f, err := os.Create(pf)
+		require.NoError(b, err)
+		require.NoError(b, pprof.StartCPUProfile(f))
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	eventuallyFast(b, func() bool {
 		if c, _ := s.closes.count(); c < len(runs) {
 			return false
@@ -71,7 +106,8 @@ func BenchmarkServeThroughput(b *testing.B) {
 		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
 	})
 	b.StopTimer()
-	svc := time.Since(t0)
+	pprof.StopCPUProfile()
+	svc, svcCPU := time.Since(t1), processCPU(b)-c1
 	metrics := httpGet(b, s.http, "/metrics", http.StatusOK)
 	require.NoError(b, s.stop(b))
 	require.Equal(b, fmt.Sprint(n), metricValue(metrics, "gttsplit_events_folded_total"), "every event folded once")
@@ -80,11 +116,16 @@ func BenchmarkServeThroughput(b *testing.B) {
 	require.Equal(b, len(runs), splits, "every run closed once")
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(float64(parts), "partitions")
+	b.ReportMetric(t1.Sub(t0).Seconds(), "start_s")
 	b.ReportMetric(float64(svc.Nanoseconds())/float64(n), "ns/event")
 	b.ReportMetric(float64(n)/raw.Seconds(), "raw_ev/s")
 	b.ReportMetric(float64(n)/svc.Seconds(), "svc_ev/s")
 	b.ReportMetric(float64(n)/dec.Seconds(), "decode_ev/s")
+	b.ReportMetric(float64(n)/fold.Seconds(), "fold_ev/s")
+	b.ReportMetric(raw.Seconds()/fold.Seconds(), "fold/raw")
 	b.ReportMetric(raw.Seconds()/svc.Seconds(), "svc/raw")
+	b.ReportMetric(float64(svcCPU.Microseconds())/float64(n), "cpu-µs/event")
+	b.ReportMetric(rawCPU.Seconds()/svcCPU.Seconds(), "cpu-svc/raw")
 }
 
 // rawConsume reads the n messages of stream s with a bare durable pull
@@ -127,6 +168,29 @@ func decodeAll(b *testing.B, ws []events.Wire) time.Duration {
 	return time.Since(t0)
 }
 
+// decodeFoldAll decodes every message and folds it into its run's state,
+// on one goroutine, and returns the time it took: the least work serve
+// does for the same messages, with no broker, checkpoint or sink.
+func decodeFoldAll(b *testing.B, ws []events.Wire) time.Duration {
+	b.Helper()
+	opts := foldOptions(b)
+	runs := map[string]*RunState{}
+	t0 := time.Now()
+	for _, w := range ws {
+		d, err := events.DecodeBytes(w.Data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := runs[d.Origin.RunID]
+		if st == nil {
+			st = NewRunState(d.Origin, opts)
+			runs[d.Origin.RunID] = st
+		}
+		ApplyTo(st, d)
+	}
+	return time.Since(t0)
+}
+
 // eventuallyFast polls cond every millisecond (timing the end of a run).
 func eventuallyFast(b *testing.B, cond func() bool) {
 	b.Helper()
@@ -137,4 +201,23 @@ func eventuallyFast(b *testing.B, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// benchParts is the partition count of the benchmark's partitioned
+// stream: bus.DefaultPartitions, or GTTSPLIT_BENCH_PARTITIONS.
+func benchParts() int {
+	if v, _ := strconv.Atoi(os.Getenv("GTTSPLIT_BENCH_PARTITIONS")); v > 0 {
+		return v
+	}
+	return bus.DefaultPartitions
+}
+
+// processCPU is the CPU time (user and system) this process used so far:
+// the broker's, the service's and the benchmark's own.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

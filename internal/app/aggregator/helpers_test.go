@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -375,7 +376,11 @@ func (b *testBroker) consumerInfo(durable string) (*jetstream.ConsumerInfo, erro
 	}
 	sum := &jetstream.ConsumerInfo{Name: durable}
 	n := 0
-	for p := 0; p < bus.DefaultPartitions; p++ {
+	parts := bus.DefaultPartitions
+	if v, ok := partitionCount(ps.CachedInfo().Config); ok {
+		parts = v
+	}
+	for p := 0; p < parts; p++ {
 		pc, err := ps.Consumer(ctx, fmt.Sprintf("%s-p%02d", durable, p))
 		if err != nil {
 			return nil, err
@@ -632,4 +637,20 @@ func logLevel(t testing.TB) zerolog.Level {
 		return zerolog.WarnLevel
 	}
 	return zerolog.DebugLevel
+}
+
+// partitionCount reads the partition count of a partitioned stream from its
+// partition() mapping.
+func partitionCount(cfg jetstream.StreamConfig) (int, bool) {
+	for _, src := range cfg.Sources {
+		for _, t := range src.SubjectTransforms {
+			if _, rest, ok := strings.Cut(t.Destination, "{{partition("); ok {
+				if n, _, ok := strings.Cut(rest, ","); ok {
+					v, err := strconv.Atoi(strings.TrimSpace(n))
+					return v, err == nil
+				}
+			}
+		}
+	}
+	return 0, false
 }
