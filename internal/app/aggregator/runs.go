@@ -213,7 +213,29 @@ type storedState struct {
 // MarshalState encodes a run's durable state.
 func MarshalState(st *RunState) ([]byte, error) {
 	if !st.Compact() {
-		return json.Marshal(storedState{V: StateVersion, stateFields: (*stateFields)(st)})
+		// The fold's own encoding is spliced in as it is: through
+		// encoding/json it would be scanned and copied again (the fold is
+		// most of the state).
+		fb, err := st.Fold.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("encode run state: fold: %w", err)
+		}
+		head := *st
+		head.Fold = nil
+		hb, err := json.Marshal(storedState{V: StateVersion, stateFields: (*stateFields)(&head)})
+		if err != nil {
+			return nil, err
+		}
+		// hb is {"v":N,...}: the fold goes in after the version.
+		i := bytes.IndexByte(hb, ',')
+		if i < 0 {
+			return nil, fmt.Errorf("encode run state: unexpected %q", hb)
+		}
+		out := make([]byte, 0, len(hb)+len(fb)+9)
+		out = append(out, hb[:i]...)
+		out = append(out, `,"fold":`...)
+		out = append(out, fb...)
+		return append(out, hb[i:]...), nil
 	}
 	c := *st
 	w := storedState{V: StateVersion, stateFields: (*stateFields)(&c)}
