@@ -111,6 +111,13 @@ func FuzzParseLeavesMatchPlain(f *testing.F) {
 				requireBuildNeeds(t, k, s)
 			}
 		}
+		for _, b := range [][]byte{s, line} {
+			n, c, ok := buildNumber(b)
+			m := buildRes[1].FindSubmatch(b)
+			if ok != (m != nil) || ok && (!bytes.Equal(n, m[1]) || !bytes.Equal(c, m[2])) {
+				t.Fatalf("%q: build %q %q %v, regexp %q", b, n, c, ok, m)
+			}
+		}
 		r, ok := parseBreakdown(Record{Seq: 3}, s, sc)
 		pr, pok := parseBreakdownPlain(Record{Seq: 3}, s)
 		if ok != pok || ok && !reflect.DeepEqual(r, pr) {

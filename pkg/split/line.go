@@ -634,7 +634,15 @@ next:
 				continue next
 			}
 		}
-		m := re.FindSubmatch(s)
+		var m [][]byte
+		if k == 1 {
+			// The common form, by hand (buildNumber).
+			if num, commit, ok := buildNumber(s); ok {
+				m = [][]byte{nil, num, commit}
+			}
+		} else {
+			m = re.FindSubmatch(s)
+		}
 		if m == nil {
 			continue
 		}
@@ -646,6 +654,59 @@ next:
 		return buildInfo{n, "b" + string(m[1]) + " (" + string(m[2]) + ")"}, true
 	}
 	return buildInfo{}, false
+}
+
+// buildNumber is buildRes[1], `(?:^|[\s:])(?:build|version)(?::| =)?
+// (\d+) \(([0-9a-f]+)\)`, by hand: the number and the commit of the
+// leftmost match. FuzzParseLeavesMatchPlain holds it to the regexp.
+func buildNumber(s []byte) (num, commit []byte, ok bool) {
+	for i := 0; i < len(s); i++ {
+		var j int
+		switch {
+		case s[i] == 'b' && bytes.HasPrefix(s[i:], aBuild):
+			j = i + len(aBuild)
+		case s[i] == 'v' && bytes.HasPrefix(s[i:], []byte("version")):
+			j = i + len("version")
+		default:
+			continue
+		}
+		// What comes before: the start, a blank (RE2's \s) or a colon.
+		if i > 0 {
+			switch s[i-1] {
+			case ' ', '\t', '\n', '\f', '\r', ':':
+			default:
+				continue
+			}
+		}
+		// At most one of ":", " =" and nothing can be followed by " N".
+		if j < len(s) && s[j] == ':' {
+			j++
+		} else if j+1 < len(s) && s[j] == ' ' && s[j+1] == '=' {
+			j += 2
+		}
+		if j >= len(s) || s[j] != ' ' {
+			continue
+		}
+		j++
+		d := j
+		for j < len(s) && isDigit(s[j]) {
+			j++
+		}
+		if j == d || j+1 >= len(s) || s[j] != ' ' || s[j+1] != '(' {
+			continue
+		}
+		n := s[d:j]
+		j += 2
+		h := j
+		for j < len(s) && (isDigit(s[j]) || s[j] >= 'a' && s[j] <= 'f') {
+			j++
+		}
+		if j == h || j >= len(s) || s[j] != ')' {
+			continue
+		}
+		return n, s[h:j], true
+	}
+	return nil, nil, false
 }
 
 // isBreakdownHead reports whether a normalised line is a memory-breakdown

@@ -112,7 +112,7 @@ func (ps *pairSet) scan(b []byte, cands []candidate) ([]candidate, uint64) {
 	var nl uint64
 	last := -1 // the start of the last line appended
 	for pos := 0; ; {
-		off, mask, n := pairScan(b[pos:], &ps.t)
+		off, mask, n, nlMask := pairScan(b[pos:], &ps.t)
 		at := pos + off
 		nl += uint64(n)
 		if mask == 0 {
@@ -125,11 +125,12 @@ func (ps *pairSet) scan(b []byte, cands []candidate) ([]candidate, uint64) {
 			return cands, nl + uint64(bytes.Count(b[at:], nlByte))
 		}
 		for mask != 0 {
-			q := at + bits.TrailingZeros32(mask)
+			j := bits.TrailingZeros32(mask)
 			mask &= mask - 1
-			cands, last = ps.check(b, q, nl+uint64(bytes.Count(b[at:q], nlByte)), cands, last)
+			// The newlines of the step before the pair.
+			cands, last = ps.check(b, at+j, nl+uint64(bits.OnesCount32(nlMask&(1<<j-1))), cands, last)
 		}
-		nl += uint64(bytes.Count(b[at:at+32], nlByte))
+		nl += uint64(bits.OnesCount32(nlMask))
 		pos = at + 32
 	}
 }
@@ -138,7 +139,7 @@ func (ps *pairSet) scan(b []byte, cands []candidate) ([]candidate, uint64) {
 // the scan of a single line.
 func (ps *pairSet) any(b []byte) bool {
 	for pos := 0; ; {
-		off, mask, _ := pairScan(b[pos:], &ps.t)
+		off, mask, _, _ := pairScan(b[pos:], &ps.t)
 		at := pos + off
 		if mask == 0 {
 			// The tail, shorter than a step: every place.

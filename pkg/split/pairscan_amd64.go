@@ -9,8 +9,8 @@ var usePairScan = cpu.X86.HasAVX2 && cpu.X86.HasPOPCNT
 // left (a step reads one byte beyond). It returns at the first step with
 // a candidate pair: off is the step's start, mask has bit j set when
 // b[off+j], b[off+j+1] may start an anchor's pair, and nl counts the
-// newlines of b[:off]. With no candidate, off is where it stopped and
-// mask is 0.
+// newlines of b[:off], nlMask has bit j set when b[off+j] is a newline.
+// With no candidate, off is where it stopped and mask and nlMask are 0.
 //
 //go:noescape
-func pairScan(b []byte, t *pairTables) (off int, mask uint32, nl int)
+func pairScan(b []byte, t *pairTables) (off int, mask uint32, nl int, nlMask uint32)

@@ -1,7 +1,7 @@
 #include "textflag.h"
 
-// func pairScan(b []byte, t *pairTables) (off int, mask uint32, nl int)
-TEXT ·pairScan(SB), NOSPLIT, $0-56
+// func pairScan(b []byte, t *pairTables) (off int, mask uint32, nl int, nlMask uint32)
+TEXT ·pairScan(SB), NOSPLIT, $0-60
 	MOVQ b_base+0(FP), SI
 	MOVQ b_len+8(FP), DX
 	MOVQ t+24(FP), DI
@@ -46,6 +46,7 @@ none:
 	MOVQ AX, off+32(FP)
 	MOVL $0, mask+40(FP)
 	MOVQ CX, nl+48(FP)
+	MOVL $0, nlMask+56(FP)
 	VZEROUPPER
 	RET
 
@@ -54,8 +55,11 @@ hit:
 	VPCMPEQB  Y7, Y2, Y2
 	VPMOVMSKB Y2, BX
 	NOTL      BX
+	VPCMPEQB  Y13, Y0, Y6
+	VPMOVMSKB Y6, DX
 	MOVQ      AX, off+32(FP)
 	MOVL      BX, mask+40(FP)
 	MOVQ      CX, nl+48(FP)
+	MOVL      DX, nlMask+56(FP)
 	VZEROUPPER
 	RET
