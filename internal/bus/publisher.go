@@ -233,19 +233,38 @@ func (p *Publisher) Publish(ctx context.Context, ev event.Event, ack func()) err
 			break // the pump sends, spools or fails over, in order
 		}
 		if len(st.inflight) >= st.window {
+			// Wait for room: for the pump to make some, or for the
+			// head's ack, which Publish then settles itself (one
+			// wake-up less on the way back to sending).
 			if p.room == nil {
 				p.room = make(chan struct{})
 			}
 			room := p.room
+			head := st.inflight[0]
+			var okc <-chan *jetstream.PubAck
+			if head.fut != nil {
+				okc, _ = head.results()
+			}
 			p.sm.Unlock()
 			select {
 			case <-room:
-				continue
+			case <-okc:
+				p.sm.Lock()
+				if len(st.inflight) > 0 && st.inflight[0] == head {
+					p.headAcked(st)
+					p.settleAcked(st)
+					p.wakeRoom(st)
+				} // else: failed over meanwhile, the event is in the spool
+				p.sm.Unlock()
+				// The pump calls the acks that came due, and waits on
+				// the new head.
+				p.kickPump()
 			case <-p.closing:
 				return ErrClosed
 			case <-ctx.Done():
 				return ctx.Err()
 			}
+			continue
 		}
 		fut, err := p.send(w)
 		if err != nil {
@@ -257,10 +276,7 @@ func (p *Publisher) Publish(ctx context.Context, ev event.Event, ack func()) err
 		first := len(st.inflight) == 1
 		p.sm.Unlock()
 		if first {
-			select {
-			case p.kick <- struct{}{}:
-			default:
-			}
+			p.kickPump()
 		}
 		return nil
 	}
@@ -394,7 +410,8 @@ func (p *Publisher) drainConn(ctx context.Context) error {
 }
 
 // pump is the state of the publisher's goroutine, under Publisher.sm:
-// run acts on it, and Publish's direct path appends to inflight.
+// run acts on it; Publish's direct path appends to inflight and, waiting
+// for room, settles the head's ack (the pump calls the callbacks).
 type pump struct {
 	spooling bool     // events go to the spool (it is not empty)
 	inflight []*entry // in publish order
@@ -411,6 +428,7 @@ type pump struct {
 	fullStreak bool // the spool was full and has not accepted since
 	fullDrops  uint64
 	acks       []func() // ack callbacks and barrier releases due, called by run outside sm, in order
+	spareAcks  []func() // the pump's other acks buffer (not under sm)
 }
 
 func (p *Publisher) run() {
@@ -480,22 +498,36 @@ func (st *pump) release(b chan struct{}) {
 	st.acks = append(st.acks, func() { close(b) })
 }
 
-// unlockPump lets a direct Publish that waits for room retry when there may
-// be room (or it must hand over), releases sm, then calls the ack callbacks
-// that came due, in order. Only run calls it.
+// unlockPump wakes the direct Publish calls waiting for room (wakeRoom),
+// releases sm, then calls the ack callbacks that came due, in order. Only
+// run calls it.
 func (p *Publisher) unlockPump(st *pump) {
-	if p.room != nil && (st.spooling || st.inClosed || len(st.inflight) < st.window) {
-		close(p.room)
-		p.room = nil
-	}
+	p.wakeRoom(st)
 	acks := st.acks
+	st.acks, st.spareAcks = st.spareAcks, nil
 	p.sm.Unlock()
-	// Only the pump appends to st.acks: the slice is reused.
 	for i, ack := range acks {
 		ack()
 		acks[i] = nil
 	}
-	st.acks = acks[:0]
+	st.spareAcks = acks[:0] // only the pump touches it
+}
+
+// wakeRoom lets the direct Publish calls that wait for room retry when
+// there may be room (or they must hand over); under sm.
+func (p *Publisher) wakeRoom(st *pump) {
+	if p.room != nil && (st.spooling || st.inClosed || len(st.inflight) < st.window) {
+		close(p.room)
+		p.room = nil
+	}
+}
+
+// kickPump wakes the pump to look at its state again.
+func (p *Publisher) kickPump() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 // acceptMore takes, without waiting, what else was handed over while the
