@@ -100,11 +100,56 @@ type Metadata struct {
 type Msg struct {
 	m    jetstream.Msg
 	meta Metadata
+	nc   *nats.Conn // the connection it came on, when known (see AckRef)
 }
 
-// WrapMsg wraps a message delivered by a JetStream consumer (for callers
-// that consume on their own, as the aggregator's partition owner does).
-func WrapMsg(m jetstream.Msg) (Msg, error) { return newMsg(m) }
+// WrapMsg wraps a message delivered by a JetStream consumer on nc (for
+// callers that consume on their own, as the aggregator's partition owner
+// does); nc may be nil.
+func WrapMsg(m jetstream.Msg, nc *nats.Conn) (Msg, error) {
+	w, err := newMsg(m)
+	w.nc = nc
+	return w, err
+}
+
+// AckRef settles a message without holding on to it: a handler that
+// acknowledges long after it read the message (after a checkpoint) keeps
+// this and lets the message's data go.
+type AckRef struct {
+	nc    *nats.Conn
+	reply string
+	m     jetstream.Msg // when the connection is not known
+}
+
+// AckRef returns the message's AckRef.
+func (m Msg) AckRef() AckRef {
+	if r := m.m.Reply(); m.nc != nil && r != "" {
+		return AckRef{nc: m.nc, reply: r}
+	}
+	return AckRef{m: m.m}
+}
+
+// The JetStream acknowledgement bodies (see Msg.Ack and Msg.Nak).
+var (
+	ackBody = []byte("+ACK")
+	nakBody = []byte("-NAK")
+)
+
+// Ack is Msg.Ack.
+func (r AckRef) Ack() error {
+	if r.m != nil {
+		return r.m.Ack()
+	}
+	return r.nc.Publish(r.reply, ackBody)
+}
+
+// Nak is Msg.Nak.
+func (r AckRef) Nak() error {
+	if r.m != nil {
+		return r.m.Nak()
+	}
+	return r.nc.Publish(r.reply, nakBody)
+}
 
 func newMsg(m jetstream.Msg) (Msg, error) {
 	md, err := m.Metadata()
@@ -164,6 +209,7 @@ type Handler func(ctx context.Context, m Msg) error
 // Consumer is a durable pull consumer with explicit acks.
 type Consumer struct {
 	cons jetstream.Consumer
+	nc   *nats.Conn
 	cfg  ConsumerConfig
 	log  zerolog.Logger
 	// failLog rate-limits the handler-failed warning (a flood of
@@ -199,7 +245,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on %s: %w", cfg.Durable, cfg.Stream, err)
 	}
-	return &Consumer{cons: cons, cfg: cfg, log: log.With().Str("component", "consumer").Str("durable", cfg.Durable).Logger()}, nil
+	return &Consumer{cons: cons, nc: js.Conn(), cfg: cfg, log: log.With().Str("component", "consumer").Str("durable", cfg.Durable).Logger()}, nil
 }
 
 // Consume hands every message to h, one at a time, until ctx is cancelled;
@@ -246,7 +292,7 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 			}
 			continue
 		}
-		m, err := newMsg(jm)
+		m, err := WrapMsg(jm, c.nc)
 		if err != nil {
 			c.log.Warn().Err(err).Str("subject", jm.Subject()).Msg("message without metadata, terminated")
 			_ = jm.Term()

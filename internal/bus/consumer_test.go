@@ -102,6 +102,53 @@ func TestConsumerRedeliveryIntegration(t *testing.T) {
 	require.Zero(t, ci.NumPending)
 }
 
+// TestAckRefIntegration settles messages through their AckRef after the
+// handler returned (as the aggregator does after a checkpoint): a nak'ed
+// one comes again, every acked one is settled, and the consumer ends with
+// nothing pending.
+func TestAckRefIntegration(t *testing.T) {
+	skipShort(t)
+	js, byRun := startWithEvents(t, "run-r")
+	cfg := bus.DefaultConsumerConfig()
+	cfg.Durable = "refs"
+	cons, err := bus.NewConsumer(testCtx(t), js, cfg, testLogger(t))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	want := len(byRun["run-r"])
+	var refs []bus.AckRef
+	seen := map[uint64]int{}
+	acked := 0
+	err = cons.Consume(ctx, func(_ context.Context, m bus.Msg) error {
+		seen[m.Metadata().StreamSeq]++
+		ref := m.AckRef()
+		if m.Metadata().StreamSeq == 2 && m.Metadata().NumDelivered == 1 {
+			return ref.Nak()
+		}
+		refs = append(refs, ref)
+		if len(refs) == 3 || acked+len(refs) == want {
+			for _, r := range refs {
+				require.NoError(t, r.Ack())
+			}
+			acked += len(refs)
+			refs = nil
+		}
+		if acked == want {
+			cancel()
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, want, acked)
+	require.Equal(t, 2, seen[2], "the nak'ed message came again")
+	c, err := js.Consumer(testCtx(t), bus.DefaultStream, cfg.Durable)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ci, err := c.Info(testCtx(t))
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
 // TestConsumerHandlerErrorIntegration returns an error for a message: it is
 // redelivered after the nak delay.
 func TestConsumerHandlerErrorIntegration(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
 )
 
 // Checkpoints: Flush takes the state of every run changed since the last
@@ -16,6 +18,11 @@ import (
 // their messages without it, so that events go on folding into the live
 // runs while a checkpoint is written. A message is acknowledged only once
 // the write of a state that holds it succeeded.
+
+// errRedeliver is a lost compare-and-set whose messages were not kept to
+// fold again (see pendingMax): the run is forgotten and they are
+// redelivered.
+var errRedeliver = errors.New("written by another aggregator meanwhile; its events are redelivered onto the stored state")
 
 // snapshot is a run's state as a checkpoint took it: its encoding and the
 // revision the write replaces.
@@ -75,8 +82,12 @@ func (s *Service) Flush(ctx context.Context) {
 	for i, sn := range snaps {
 		if err := errs[i]; err != nil {
 			id := sn.head.Origin.RunID
-			s.m.persistErrs.Inc()
-			s.log.Error().Err(err).Str("run_id", id).Msg("run state not written; its events will be redelivered")
+			if errors.Is(err, errRedeliver) {
+				s.log.Info().Str("run_id", id).Msg("run state written by another aggregator meanwhile; the run is read again with its events' redelivery")
+			} else {
+				s.m.persistErrs.Inc()
+				s.log.Error().Err(err).Str("run_id", id).Msg("run state not written; its events will be redelivered")
+			}
 			// Forget the in-memory state: the redelivered events rebuild it
 			// from the last durable state.
 			sn.r.failed = true
@@ -96,10 +107,10 @@ func (s *Service) Flush(ctx context.Context) {
 	s.mu.Unlock()
 	for i, p := range batch {
 		if naks[i] {
-			_ = p.msg.Nak()
+			_ = p.ack.Nak()
 			continue
 		}
-		if err := p.msg.Ack(); err != nil {
+		if err := p.ack.Ack(); err != nil {
 			s.log.Debug().Err(err).Msg("ack")
 		}
 	}
@@ -165,20 +176,19 @@ func (s *Service) persist(ctx context.Context, sn *snapshot, batch []pendingMsg)
 			st.reopen = st.Closed // a re-applied event re-opens it
 		}
 		s.mu.Lock()
+		if !vanished && !s.refold(st, r, batch) {
+			// The messages are not kept (partitions: see pendingMax):
+			// the run is forgotten and they come again, onto the
+			// stored state.
+			s.mu.Unlock()
+			return fmt.Errorf("run %q: %w", sn.head.Origin.RunID, errRedeliver)
+		}
 		if vanished {
 			// Deleted by hand, or lost: write the state in memory, which
 			// holds every event since, anew.
 			s.log.Warn().Str("run_id", sn.head.Origin.RunID).Msg("run state vanished from the state bucket; written anew from memory")
 			r.rev = 0
 		} else {
-			for _, p := range slices.Concat(batch, s.pending) {
-				if p.run != r {
-					continue
-				}
-				if d, err := p.msg.Decode(); err == nil {
-					ApplyTo(st, d)
-				}
-			}
 			if r.st.LastEvent.After(st.LastEvent) {
 				st.LastEvent = r.st.LastEvent
 			}
@@ -189,6 +199,29 @@ func (s *Service) persist(ctx context.Context, sn *snapshot, batch []pendingMsg)
 		s.mu.Unlock()
 	}
 	return fmt.Errorf("run %q: state write kept conflicting", sn.head.Origin.RunID)
+}
+
+// refold folds again into st, a state another aggregator wrote, the
+// messages folded into r since its last write (those of batch, the
+// checkpoint's, and those folded since). It reports false, folding
+// nothing, when those messages are not kept whole. s.mu is held.
+func (s *Service) refold(st *RunState, r *liveRun, batch []pendingMsg) bool {
+	var ms []*bus.Msg
+	for _, p := range slices.Concat(batch, s.pending) {
+		if p.run != r {
+			continue
+		}
+		if p.msg == nil {
+			return false
+		}
+		ms = append(ms, p.msg)
+	}
+	for _, m := range ms {
+		if d, err := m.Decode(); err == nil {
+			ApplyTo(st, d)
+		}
+	}
+	return true
 }
 
 // Loop flushes at the checkpoint interval, and when Handle asks (see

@@ -328,7 +328,7 @@ func (o *owner) consume(ctx context.Context, p int, cons jetstream.Consumer) {
 				}
 				continue
 			}
-			m, err := bus.WrapMsg(jm)
+			m, err := bus.WrapMsg(jm, o.js.Conn())
 			if err != nil {
 				_ = jm.Term()
 				continue

@@ -37,10 +37,22 @@ const (
 	// pendingMax bounds the messages folded and not yet acknowledged (it
 	// bounds the memory they hold): a checkpoint starts once half of it
 	// waits, and a handler that finds all of it waiting waits for one.
-	pendingMax = 2048
+	// Without partitions the messages are kept whole (a lost
+	// compare-and-set folds them again into the stored state); with
+	// partitions only their acknowledgement handles are (a few hundred
+	// bytes each), so more may wait, and each checkpoint's writes serve
+	// more events.
+	pendingMax     = 2048
+	pendingMaxRefs = 16384
 	// persistParallel bounds the run states a flush writes at once (the
 	// writes are independent round trips to the server).
 	persistParallel = 32
+	// closingRetry is when an event of a run whose close is being
+	// written is delivered again.
+	closingRetry = 100 * time.Millisecond
+	// releaseSettle bounds how long a partition's release waits for the
+	// sinks to settle the splits of its runs written just before.
+	releaseSettle = 500 * time.Millisecond
 	// drainSettle bounds how long Drain waits for finished runs to settle
 	// (see ServiceConfig.AckFloor) before it closes them anyway.
 	drainSettle = 3 * time.Second
@@ -102,6 +114,7 @@ type Service struct {
 	// max_ack_pending: deliveries stop there); partPending counts them.
 	every       time.Duration
 	kickAt      int
+	pendingMax  int
 	partPending map[int]int
 
 	mu      sync.Mutex
@@ -115,7 +128,10 @@ type Service struct {
 // pendingMsg is a folded message awaiting its ack, with the live run it
 // was folded into (so the flush need not decode it again).
 type pendingMsg struct {
-	msg bus.Msg
+	ack bus.AckRef
+	// msg is the whole message, kept only without partitions (see
+	// pendingMax); nil otherwise.
+	msg *bus.Msg
 	run *liveRun
 }
 
@@ -169,8 +185,8 @@ type ServiceConfig struct {
 	// CheckpointInterval is how often Loop writes the changed runs'
 	// states and acknowledges their messages (0: 50ms). A checkpoint
 	// also starts early when a run is complete (its split is due), when
-	// half of MaxAckPending messages of one partition wait, or when
-	// pendingMax messages wait in all.
+	// half of MaxAckPending messages of one partition wait, or when half
+	// of pendingMax (pendingMaxRefs with partitions) wait in all.
 	CheckpointInterval time.Duration
 	// MaxAckPending is the consumers' max_ack_pending (0: a checkpoint
 	// starts once 256 messages of one partition wait).
@@ -238,6 +254,10 @@ func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, 
 	}
 	if cfg.MaxAckPending <= 0 {
 		s.kickAt = 256
+	}
+	s.pendingMax = pendingMax
+	if s.parts > 0 {
+		s.pendingMax = pendingMaxRefs
 	}
 	s.ckpt.Store(cfg.Now().UnixNano())
 	if s.parts > 0 {
@@ -495,17 +515,21 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 			s.forget(d.Origin.RunID) // loaded only to see it was a duplicate
 		}
 	}
-	s.pending = append(s.pending, pendingMsg{msg: msg, run: r})
+	pm := pendingMsg{ack: msg.AckRef(), run: r}
+	if s.parts == 0 {
+		pm.msg = &msg
+	}
+	s.pending = append(s.pending, pm)
 	n := len(s.pending)
 	s.partPending[r.part]++
-	due = due || s.partPending[r.part] >= s.kickAt || n >= pendingMax/2
+	due = due || s.partPending[r.part] >= s.kickAt || n >= s.pendingMax/2
 	s.mu.Unlock()
 	if fresh {
 		s.m.foldSeconds.Observe(time.Since(t0).Seconds())
 	}
 	s.m.folded.Inc()
 	switch {
-	case n >= pendingMax:
+	case n >= s.pendingMax:
 		s.Flush(ctx) // the checkpoints fall behind: wait for one
 	case due:
 		select {
