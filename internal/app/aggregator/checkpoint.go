@@ -125,8 +125,8 @@ func (s *Service) Flush(ctx context.Context) {
 // splits every sink settled. s.flushMu is held.
 func (s *Service) closeDue(ctx context.Context) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closeRuns(ctx, false)
+	s.mu.Unlock()
 	s.settleDeliveries(ctx)
 }
 

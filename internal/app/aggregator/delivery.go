@@ -53,3 +53,16 @@ func (d *deliveries) take() []string {
 	d.done = nil
 	return out
 }
+
+// pending says whether a split handed to the sinks for a run that match
+// selects is not settled by every sink yet.
+func (d *deliveries) pending(match func(run string) bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for run := range d.settled {
+		if match(run) {
+			return true
+		}
+	}
+	return false
+}

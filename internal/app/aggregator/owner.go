@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,8 @@ type owner struct {
 	nak  time.Duration
 	mu   sync.Mutex
 	subs map[int]*partSub
+	// members is the member list of the last heartbeat (see unpinFor).
+	members []string
 	// ready is set while the stream, the consumers and the buckets
 	// answered at the last heartbeat; why says what failed otherwise.
 	ready atomic.Bool
@@ -177,6 +180,10 @@ func (o *owner) tick(ctx context.Context) {
 		}
 	}
 	sort.Strings(members)
+	o.mu.Lock()
+	prev := o.members
+	o.members = members
+	o.mu.Unlock()
 	want := map[int]bool{}
 	for p := 0; p < o.cfg.Partitions; p++ {
 		if rendezvous(p, members) == o.id {
@@ -201,7 +208,7 @@ func (o *owner) tick(ctx context.Context) {
 		o.release(ctx, p)
 	}
 	for _, p := range gain {
-		if err := o.acquire(ctx, p); err != nil {
+		if err := o.acquire(ctx, p, o.unpinFor(p, prev, members)); err != nil {
 			o.notReady(fmt.Sprintf("partition %d", p), err)
 			return
 		}
@@ -247,11 +254,31 @@ func rendezvous(p int, members []string) string {
 	return best
 }
 
+// unpinFor says whether partition p, taken now, comes from an owner that
+// is gone: one whose member key expired (killed, or cut off from the
+// broker) and who no longer pulls, so its pin is dropped at once instead
+// of after pinnedTTL. A partition that moves from a live member (a member
+// joined) waits for that member's release, which unpins it. At the first
+// heartbeat the last owner is the one among the other members, or unknown
+// (an earlier instance, gone) when there are none.
+func (o *owner) unpinFor(p int, prev, members []string) bool {
+	was := prev
+	if len(was) == 0 {
+		was = slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == o.id })
+	}
+	if len(was) == 0 {
+		return true
+	}
+	last := rendezvous(p, was)
+	return last != o.id && !slices.Contains(members, last)
+}
+
 // consumerName is the durable consumer of partition p.
 func (o *owner) consumerName(p int) string { return fmt.Sprintf("%s-p%02d", o.cfg.Durable, p) }
 
-// acquire loads partition p's open runs and starts consuming it.
-func (o *owner) acquire(ctx context.Context, p int) error {
+// acquire loads partition p's open runs and starts consuming it; unpin
+// drops the pin of its last owner first (see unpinFor).
+func (o *owner) acquire(ctx context.Context, p int, unpin bool) error {
 	var filters []string
 	if len(o.cfg.Lanes) == 0 {
 		filters = []string{bus.PartitionFilter(p, "")}
@@ -296,6 +323,11 @@ func (o *owner) acquire(ctx context.Context, p int) error {
 		defer close(s.done)
 		o.consume(pctx, p, cons)
 	}()
+	if unpin {
+		if st, err := o.js.Stream(ctx, bus.PartitionStream(o.cfg.Stream)); err == nil {
+			_ = st.UnpinConsumer(ctx, name, ownerGroup) // (none pinned: nothing to do)
+		}
+	}
 	o.log.Info().Int("partition", p).Msg("partition taken over")
 	return nil
 }

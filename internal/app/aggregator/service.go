@@ -144,6 +144,9 @@ type liveRun struct {
 	// the messages folded into it are not acknowledged (redelivered, they
 	// rebuild it from the last durable state). s.mu guards it.
 	failed bool
+	// closing is set while closeRuns writes the run's closed state
+	// (without s.mu): its events wait (see Handle).
+	closing bool
 }
 
 // ServiceConfig is what a Service needs besides the broker.
@@ -347,9 +350,22 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 
 // Release writes what partition p's runs hold, acknowledges their
 // messages and forgets them: the partition's next owner resumes them from
-// the state bucket.
+// the state bucket. The splits of the runs it closed are settled by the
+// sinks first, for at most releaseSettle (else the next owner sends them
+// again: the sinks are at least once).
 func (s *Service) Release(ctx context.Context, p int) {
 	s.Flush(ctx)
+	// A split written just before is settled by the sinks first (a
+	// bounded wait), so that the next owner does not send it again.
+	if s.deliv != nil {
+		deadline := time.Now().Add(releaseSettle)
+		for s.deliv.pending(func(run string) bool { return s.partOf(run) == p }) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		s.flushMu.Lock()
+		s.settleDeliveries(ctx)
+		s.flushMu.Unlock()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, r := range s.runs {
@@ -418,13 +434,17 @@ func (s *Service) resend(ctx context.Context, sts []*RunState) {
 
 // settleDeliveries clears SinksPending of the closed runs whose split every
 // sink settled. A failed or conflicting write is left for a later restart
-// to re-send (harmless). s.mu is held.
+// to re-send (harmless). s.mu is not held (a run re-opened meanwhile is
+// caught by the compare-and-set of one write or the other).
 func (s *Service) settleDeliveries(ctx context.Context) {
 	if s.deliv == nil {
 		return
 	}
 	for _, id := range s.deliv.take() {
-		if s.runs[id] != nil {
+		s.mu.Lock()
+		live := s.runs[id] != nil
+		s.mu.Unlock()
+		if live {
 			continue // re-opened: its next close decides
 		}
 		key := stateKey(id)
@@ -490,6 +510,12 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 	r, err := s.run(ctx, d.Origin)
 	if err != nil {
 		return err // nak: the bucket is not reachable
+	}
+	if r.closing {
+		// Its closed state is being written: the event comes again soon
+		// and meets the closed run (a late event re-opens it).
+		s.mu.Unlock()
+		return msg.NakWithDelay(closingRetry)
 	}
 	if r.st.Compact() && !r.st.holds(d) {
 		// New to a run whose record was compacted: not folded (see late).
@@ -721,11 +747,13 @@ func (s *Service) Drain(ctx context.Context) {
 			break
 		}
 	}
+	s.flushMu.Lock()
 	s.mu.Lock()
 	if s.parts == 0 {
 		s.closeRuns(ctx, true)
 	}
 	s.mu.Unlock()
+	s.flushMu.Unlock()
 	s.pubs.Wait()
 	s.closeIndex()
 }
@@ -855,7 +883,9 @@ func (s *Service) forget(id string) {
 // written; the stored state is taken instead, and the run is closed at a
 // later flush if it is still due (or forgotten if it was closed). force
 // closes finished runs that have not settled. Then it compacts the closed
-// runs whose grace passed (see compactClosed). s.mu is held.
+// runs whose grace passed (see compactClosed). s.mu is held on entry and on
+// return, and s.flushMu throughout; s.mu is let go while the closed states
+// are written (events of the closing runs wait meanwhile, see Handle).
 func (s *Service) closeRuns(ctx context.Context, force bool) {
 	now := s.now()
 	ids := make([]string, 0, len(s.runs))
@@ -864,9 +894,10 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 	}
 	sort.Strings(ids)
 	var floor *uint64 // read once, when a finished run needs it
+	var cs []*closing
 	for _, id := range ids {
 		r := s.runs[id]
-		if r.st.Closed || r.dirty {
+		if r.st.Closed || r.dirty || r.closing {
 			continue
 		}
 		idle := s.idle > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > s.idle
@@ -880,87 +911,154 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 		if !idle && !due {
 			continue
 		}
-		// Close a copy: a failed write leaves the live state as it was.
-		// The copy shares the fold (which nothing changes under s.mu but
-		// Handle) unless the close finishes it.
-		c := *r.st
-		st := &c
-		if !st.Finished {
-			var err error
-			if st, err = cloneState(r.st, s.opts); err != nil {
-				s.log.Error().Err(err).Str("run_id", id).Msg("run state not copied")
-				continue
-			}
-			st.Fold.Finish(split.FinishInfo{Finished: now, Incomplete: true})
+		if c := s.closeCopy(r, id, now); c != nil {
+			r.closing = true
+			cs = append(cs, c)
 		}
-		rep := Report(st)
-		js, err := split.JSON(rep)
-		if err != nil {
-			s.log.Error().Err(err).Str("run_id", id).Msg("split not encoded")
-			continue
+	}
+	if len(cs) > 0 {
+		// The writes go without s.mu (events of other runs fold
+		// meanwhile), several at once.
+		s.mu.Unlock()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, persistParallel)
+		for _, c := range cs {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				s.writeClosed(ctx, c)
+			}()
 		}
-		changed := string(js) != st.Reported
-		st.Closed, st.ClosedAt = true, now
-		st.Reported = string(js)
-		if changed {
-			st.Splits++
-			st.SinksPending = s.sinks != nil
-		}
-		rev, err := s.write(ctx, st, r.rev)
-		if isConflict(err) {
-			s.m.conflicts.Inc()
-			if err := s.reload(ctx, id, r); err != nil {
-				s.m.persistErrs.Inc()
-				s.log.Error().Err(err).Str("run_id", id).Msg("run state not read again; the run is closed later")
-			}
-			continue
-		}
-		if err != nil {
-			s.m.persistErrs.Inc()
-			s.log.Error().Err(err).Str("run_id", id).Msg("closed state not written; the run is closed again later")
-			continue
-		}
-		r.st, r.rev = st, rev
-		s.forget(id)
-		s.queueClosed(st, r.part)
-		if s.parts > 0 {
-			// The open marker stays while the split's delivery to the
-			// sinks is pending or the state is not compacted: a
-			// partition's next owner finds the run through it and sends
-			// the split again, or compacts it (settleDeliveries and
-			// compactClosed remove it once both are done).
-			if s.markerDone(st) {
-				s.purgeKeys(ctx, openKey(r.part, id))
-			}
-			s.putSummary(ctx, st, "closed", now)
-		}
-		status := "complete"
-		if !rep.Run.Complete {
-			status = "incomplete"
-		}
-		if !changed {
-			continue // the same split was already written
-		}
-		s.m.completed.WithLabelValues(status).Inc()
-		s.closed.Add(1)
-		s.publishSplit(ctx, rep, r.st.Splits-1)
-		if s.sinks != nil {
-			if s.deliv != nil {
-				s.deliv.queued(rep.Run.ID)
-			}
-			if err := s.sinks.Write(ctx, rep); err != nil {
-				s.log.Error().Err(err).Str("run_id", id).Msg("split not queued for the sinks")
-			}
-		}
-		if s.print != nil {
-			s.print(rep)
-		}
-		if s.onClose != nil {
-			s.onClose(id, rep)
-		}
-		s.log.Info().Str("run_id", id).Str("status", status).Msg("split written")
+		wg.Wait()
+		s.mu.Lock()
+	}
+	for _, c := range cs {
+		s.closed1(ctx, c)
 	}
 	s.compactClosed(ctx)
+}
+
+// closing is a run that closeRuns closes: the closed copy of its state,
+// its encoding and split, and the outcome of the write.
+type closing struct {
+	id      string
+	r       *liveRun
+	st      *RunState
+	b       []byte
+	rev     uint64 // the revision the write replaces
+	rep     split.Report
+	changed bool // a split not written before
+	now     time.Time
+	newRev  uint64 // after the write
+	err     error
+}
+
+// closeCopy makes r's closed state, its split and encoding; nil when that
+// fails (logged). s.mu is held.
+func (s *Service) closeCopy(r *liveRun, id string, now time.Time) *closing {
+	// Close a copy: a failed write leaves the live state as it was. The
+	// copy shares the fold (which nothing changes under s.mu but Handle,
+	// and Handle leaves a closing run alone) unless the close finishes it.
+	c := *r.st
+	st := &c
+	if !st.Finished {
+		var err error
+		if st, err = cloneState(r.st, s.opts); err != nil {
+			s.log.Error().Err(err).Str("run_id", id).Msg("run state not copied")
+			return nil
+		}
+		st.Fold.Finish(split.FinishInfo{Finished: now, Incomplete: true})
+	}
+	rep := Report(st)
+	js, err := split.JSON(rep)
+	if err != nil {
+		s.log.Error().Err(err).Str("run_id", id).Msg("split not encoded")
+		return nil
+	}
+	changed := string(js) != st.Reported
+	st.Closed, st.ClosedAt = true, now
+	st.Reported = string(js)
+	if changed {
+		st.Splits++
+		st.SinksPending = s.sinks != nil
+	}
+	b, err := MarshalState(st)
+	if err != nil {
+		s.log.Error().Err(err).Str("run_id", id).Msg("closed state not encoded")
+		return nil
+	}
+	return &closing{id: id, r: r, st: st, b: b, rev: r.rev, rep: rep, changed: changed, now: now}
+}
+
+// writeClosed writes a closed state, and then the run's summary and (when
+// nothing needs it any more) the removal of its open marker. s.mu is not
+// held.
+func (s *Service) writeClosed(ctx context.Context, c *closing) {
+	c.newRev, c.err = s.put(ctx, c.st, c.b, c.rev)
+	if c.err != nil || s.parts == 0 {
+		return
+	}
+	// The open marker stays while the split's delivery to the sinks is
+	// pending or the state is not compacted: a partition's next owner
+	// finds the run through it and sends the split again, or compacts it
+	// (settleDeliveries and compactClosed remove it once both are done).
+	if s.markerDone(c.st) {
+		s.purgeKeys(ctx, openKey(c.r.part, c.id))
+	}
+	s.putSummary(ctx, c.st, "closed", c.now)
+}
+
+// closed1 ends the close of c after its write: the run leaves memory and
+// its split goes to the split subject, the sinks and the printer. s.mu is
+// held.
+func (s *Service) closed1(ctx context.Context, c *closing) {
+	r, id := c.r, c.id
+	r.closing = false
+	if isConflict(c.err) {
+		s.m.conflicts.Inc()
+		if err := s.reload(ctx, id, r); err != nil {
+			s.m.persistErrs.Inc()
+			s.log.Error().Err(err).Str("run_id", id).Msg("run state not read again; the run is closed later")
+		}
+		return
+	}
+	if c.err != nil {
+		s.m.persistErrs.Inc()
+		s.log.Error().Err(c.err).Str("run_id", id).Msg("closed state not written; the run is closed again later")
+		return
+	}
+	r.st, r.rev = c.st, c.newRev
+	if s.runs[id] == r { // (a partition's release may have dropped it)
+		s.forget(id)
+	}
+	s.queueClosed(c.st, r.part)
+	rep := c.rep
+	status := "complete"
+	if !rep.Run.Complete {
+		status = "incomplete"
+	}
+	if !c.changed {
+		return // the same split was already written
+	}
+	s.m.completed.WithLabelValues(status).Inc()
+	s.closed.Add(1)
+	s.publishSplit(ctx, rep, r.st.Splits-1)
+	if s.sinks != nil {
+		if s.deliv != nil {
+			s.deliv.queued(rep.Run.ID)
+		}
+		if err := s.sinks.Write(ctx, rep); err != nil {
+			s.log.Error().Err(err).Str("run_id", id).Msg("split not queued for the sinks")
+		}
+	}
+	if s.print != nil {
+		s.print(rep)
+	}
+	if s.onClose != nil {
+		s.onClose(id, rep)
+	}
+	s.log.Info().Str("run_id", id).Str("status", status).Msg("split written")
 }
 
 // splitPublishTries bounds the attempts to publish one split event (with
