@@ -8,9 +8,9 @@ import (
 
 // The pair scan finds the lines holding any of a set of anchors in one
 // pass over a piece, 32 bytes a step (pairscan_amd64.s, with AVX2): each
-// anchor is looked for by one rare pair of its bytes, two table look-ups
-// per byte tell whether a byte pair may start one of them, and only those
-// places are compared with the anchors. The same pass counts newlines. A
+// anchor is looked for by one rare pair of its bytes, table look-ups per
+// byte tell whether a byte pair (and the byte after it) may start one of
+// them, and only those places are compared with the anchors. The same pass counts newlines. A
 // long server log has almost no such pair outside the anchor lines, so
 // the pass costs about what a memchr costs, for all the anchors at once.
 //
@@ -25,6 +25,11 @@ import (
 type pairTables struct {
 	lo0, hi0, lo1, hi1 [32]byte
 	nibble, newline    [32]byte
+	// The byte after the pair, the same way: a third look-up turns away
+	// most places where a frequent pair ("ze", "fi", "ba") is not the
+	// anchor's ("ze:", "fit", "bac"). An anchor whose pair ends it lets
+	// any byte through in its bucket.
+	lo2, hi2 [32]byte
 }
 
 // pairAnchor is an anchor, the offset k of its pair in it, the pair's
@@ -66,7 +71,7 @@ var anchorPair = map[string]struct {
 	": dev = ":                      {"de", 1}, "does not support async": {"oe", 1}, "does not have KV cache": {"oe", 1},
 	"enumerating backends":           {"um", 0},
 	"using async uploads for device": {"yn", 3}, "for async uploads": {"yn", 3},
-	"backend_ptrs.size()": {"()", 2},
+	"backend_ptrs.size()": {"e(", 2},
 	"n_embd_k_gqa =":      {"gq", 5},
 	"assigned to device":  {"gn", 6}, "cannot be used with preferred buffer type": {"nn", 6},
 	"graph_reserve: reserving a graph": {"ap", 7},
@@ -92,6 +97,16 @@ func newPairSet(anchors ...[][]byte) *pairSet {
 				ps.t.hi0[lane+int(c0>>4)] |= bit
 				ps.t.lo1[lane+int(c1&15)] |= bit
 				ps.t.hi1[lane+int(c1>>4)] |= bit
+				if k+2 < len(a) {
+					c2 := a[k+2]
+					ps.t.lo2[lane+int(c2&15)] |= bit
+					ps.t.hi2[lane+int(c2>>4)] |= bit
+				} else {
+					for n := range 16 {
+						ps.t.lo2[lane+n] |= bit
+						ps.t.hi2[lane+n] |= bit
+					}
+				}
 			}
 			ps.byFirst[c0] = append(ps.byFirst[c0], pairAnchor{a: a, k: k, c1: c1, id: anchorID(a)})
 		}

@@ -5,8 +5,8 @@ import "golang.org/x/sys/cpu"
 // usePairScan says the CPU runs the pair scan's kernel.
 var usePairScan = cpu.X86.HasAVX2 && cpu.X86.HasPOPCNT
 
-// pairScan looks at b 32 bytes a step, from the start, while 33 bytes are
-// left (a step reads one byte beyond). It returns at the first step with
+// pairScan looks at b 32 bytes a step, from the start, while 34 bytes are
+// left (a step reads two bytes beyond). It returns at the first step with
 // a candidate pair: off is the step's start, mask has bit j set when
 // b[off+j], b[off+j+1] may start an anchor's pair, and nl counts the
 // newlines of b[:off], nlMask has bit j set when b[off+j] is a newline.

@@ -11,9 +11,11 @@ TEXT ·pairScan(SB), NOSPLIT, $0-60
 	VMOVDQU 96(DI), Y11   // hi1
 	VMOVDQU 128(DI), Y12  // 0x0f
 	VMOVDQU 160(DI), Y13  // '\n'
+	VMOVDQU 192(DI), Y14  // lo2
+	VMOVDQU 224(DI), Y15  // hi2
 	XORQ AX, AX           // off
 	XORQ CX, CX           // newlines in b[:off]
-	SUBQ $33, DX          // the last step starts at len-33
+	SUBQ $34, DX          // the last step starts at len-34
 	JL   none
 
 loop:
@@ -32,6 +34,14 @@ loop:
 	VPSHUFB Y5, Y11, Y5
 	VPAND   Y4, Y5, Y4
 	VPAND   Y2, Y4, Y2
+	VMOVDQU 2(SI)(AX*1), Y6
+	VPAND   Y12, Y6, Y7
+	VPSRLW  $4, Y6, Y6
+	VPAND   Y12, Y6, Y6
+	VPSHUFB Y7, Y14, Y7
+	VPSHUFB Y6, Y15, Y6
+	VPAND   Y6, Y7, Y6
+	VPAND   Y2, Y6, Y2
 	VPTEST  Y2, Y2
 	JNZ     hit
 	VPCMPEQB  Y13, Y0, Y6
