@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -114,4 +116,56 @@ func TestDirectPathOrderAcrossRestartIntegration(t *testing.T) {
 	require.Equal(t, uint64(len(all)), st.Published+st.Spooled)
 	require.Equal(t, st.Spooled, st.Drained)
 	require.Zero(t, p.Leftover().Events)
+}
+
+// TestDirectPublishWaitsForRoomIntegration: with max_in_flight 1 and a
+// broker that never answers (a plain subscriber takes the events, no
+// stream), a second Publish waits for room and gives up with its ctx; once
+// the first event's ack times out it goes to the spool, and so does the
+// next; when the stream appears both are delivered, once and in order.
+func TestDirectPublishWaitsForRoomIntegration(t *testing.T) {
+	skipShort(t)
+	s := natstest.Start(t)
+	silent, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	defer silent.Close()
+	sub, err := silent.SubscribeSync("gttsplit.>")
+	require.NoError(t, err)
+	require.NoError(t, silent.Flush())
+
+	cfg := pubConfig(t)
+	cfg.MaxInFlight = 1
+	cfg.AckTimeout = time.Second
+	p, err := bus.NewPublisher(connect(t, s.ClientURL()), cfg, testLogger(t))
+	require.NoError(t, err)
+	defer p.Close(testCtx(t))
+	evs := runEvents(t, "run-room", 1)
+	a := newAcks()
+
+	require.NoError(t, p.Publish(testCtx(t), evs[0], a.cb(evs[0].ID())))
+	require.Equal(t, uint64(1), bus.DirectSent(p))
+	ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, p.Publish(ctx, evs[1], a.cb(evs[1].ID())), context.DeadlineExceeded,
+		"no room: the Publish waits and gives up with its ctx")
+	require.Eventually(t, func() bool { return p.Stats().Spooled == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the unanswered event goes to the spool when its ack times out")
+	publishAll(t, p, evs[1:], a)
+	require.NoError(t, p.Flush(testCtx(t)))
+	require.Equal(t, uint64(1), bus.DirectSent(p), "nothing is sent directly while the spool is not empty")
+	require.Equal(t, uint64(len(evs)), p.Stats().Spooled)
+
+	require.NoError(t, sub.Unsubscribe())
+	js := jsFor(t, s)
+	waitMsgs(t, js, uint64(len(evs)))
+	require.Eventually(t, func() bool { return p.Stats().SpoolBytes == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, p.Close(testCtx(t)))
+	requireExactlyOnceInOrder(t, exportAll(t, js, bus.Range{}), evs)
+	for _, ev := range evs {
+		require.Equal(t, 1, a.count(ev.ID()), "ack of %s", ev.ID())
+	}
+	st := p.Stats()
+	require.Zero(t, st.Dropped)
+	require.Zero(t, st.Published)
+	require.Equal(t, st.Spooled, st.Drained)
 }
