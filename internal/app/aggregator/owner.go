@@ -311,6 +311,14 @@ func (o *owner) acquire(ctx context.Context, p int, unpin bool) error {
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", name, err)
 	}
+	if unpin {
+		// Before this member pulls: it must not unpin itself. (A killed
+		// owner's pulls went with its connection, so the next pull that
+		// comes is this member's.)
+		if st, err := o.js.Stream(ctx, bus.PartitionStream(o.cfg.Stream)); err == nil {
+			_ = st.UnpinConsumer(ctx, name, ownerGroup) // (none pinned: nothing to do)
+		}
+	}
 	if err := o.svc.Acquire(ctx, p); err != nil {
 		return err
 	}
@@ -323,11 +331,6 @@ func (o *owner) acquire(ctx context.Context, p int, unpin bool) error {
 		defer close(s.done)
 		o.consume(pctx, p, cons)
 	}()
-	if unpin {
-		if st, err := o.js.Stream(ctx, bus.PartitionStream(o.cfg.Stream)); err == nil {
-			_ = st.UnpinConsumer(ctx, name, ownerGroup) // (none pinned: nothing to do)
-		}
-	}
 	o.log.Info().Int("partition", p).Msg("partition taken over")
 	return nil
 }
