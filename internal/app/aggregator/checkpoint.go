@@ -55,45 +55,70 @@ func (s *Service) Flush(ctx context.Context) {
 	batch := s.pending
 	s.pending = nil
 	clear(s.partPending)
-	var snaps []*snapshot
+	var dirty []*liveRun
 	for _, r := range s.runs {
 		if r.dirty {
-			snaps = append(snaps, s.take(r))
+			dirty = append(dirty, r)
 		}
 	}
 	s.mu.Unlock()
 
-	// Each run's write is its own compare-and-set: write them at once.
-	errs := make([]error, len(snaps))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, persistParallel)
-	for i, sn := range snaps {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.persist(ctx, sn, batch)
-			<-sem
-		}()
+	// The changed runs are encoded and written a chunk at a time, so that
+	// the encodings in memory stay bounded however many runs changed. A
+	// run folded into after the batch was taken is encoded with what it
+	// holds then: more than the batch needs (its later messages are
+	// acknowledged by the next checkpoint, which finds it written).
+	type failure struct {
+		sn  *snapshot
+		err error
 	}
-	wg.Wait()
+	var fails []failure
+	for len(dirty) > 0 {
+		chunk := dirty[:min(len(dirty), checkpointChunk)]
+		dirty = dirty[len(chunk):]
+		s.mu.Lock()
+		snaps := make([]*snapshot, len(chunk))
+		for i, r := range chunk {
+			snaps[i] = s.take(r)
+		}
+		s.mu.Unlock()
+		// Each run's write is its own compare-and-set: write them at once.
+		errs := make([]error, len(snaps))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, persistParallel)
+		for i, sn := range snaps {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = s.persist(ctx, sn, batch)
+				<-sem
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				snaps[i].b = nil
+				fails = append(fails, failure{snaps[i], err})
+			}
+		}
+	}
 
 	s.mu.Lock()
-	for i, sn := range snaps {
-		if err := errs[i]; err != nil {
-			id := sn.head.Origin.RunID
-			if errors.Is(err, errRedeliver) {
-				s.log.Info().Str("run_id", id).Msg("run state written by another aggregator meanwhile; the run is read again with its events' redelivery")
-			} else {
-				s.m.persistErrs.Inc()
-				s.log.Error().Err(err).Str("run_id", id).Msg("run state not written; its events will be redelivered")
-			}
-			// Forget the in-memory state: the redelivered events rebuild it
-			// from the last durable state.
-			sn.r.failed = true
-			if s.runs[id] == sn.r {
-				s.forget(id)
-			}
+	for _, f := range fails {
+		sn, err := f.sn, f.err
+		id := sn.head.Origin.RunID
+		if errors.Is(err, errRedeliver) {
+			s.log.Info().Str("run_id", id).Msg("run state written by another aggregator meanwhile; the run is read again with its events' redelivery")
+		} else {
+			s.m.persistErrs.Inc()
+			s.log.Error().Err(err).Str("run_id", id).Msg("run state not written; its events will be redelivered")
+		}
+		// Forget the in-memory state: the redelivered events rebuild it
+		// from the last durable state.
+		sn.r.failed = true
+		if s.runs[id] == sn.r {
+			s.forget(id)
 		}
 	}
 	// The messages folded into a run whose write failed (in this flush
@@ -114,7 +139,7 @@ func (s *Service) Flush(ctx context.Context) {
 			s.log.Debug().Err(err).Msg("ack")
 		}
 	}
-	if !failed && !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+	if !failed && len(fails) == 0 {
 		s.ckpt.Store(taken.UnixNano())
 	}
 	s.m.ckptAge.Set(s.now().Sub(time.Unix(0, s.ckpt.Load())).Seconds())

@@ -47,6 +47,9 @@ const (
 	// persistParallel bounds the run states a flush writes at once (the
 	// writes are independent round trips to the server).
 	persistParallel = 32
+	// checkpointChunk bounds the run states a checkpoint holds encoded at
+	// once (it encodes and writes them a chunk at a time).
+	checkpointChunk = 256
 	// closingRetry is when an event of a run whose close is being
 	// written is delivered again.
 	closingRetry = 100 * time.Millisecond
