@@ -291,8 +291,25 @@ func (f *Fold) AddLine(l Line) bool {
 		f.lineT = l.Time.UnixNano()
 		defer func() { f.lineT = 0 }()
 	}
-	return f.AddLineBytes(l.Stream, l.Seq, []byte(l.Text))
+	// The text as bytes in a lent buffer: AddLineBytes keeps nothing of
+	// them, and a conversion would allocate (and the heap grow by) every
+	// line applied.
+	bp := lineBufs.Get().(*[]byte)
+	b := append((*bp)[:0], l.Text...)
+	fresh := f.AddLineBytes(l.Stream, l.Seq, b)
+	if cap(b) <= maxLentLine {
+		*bp = b
+		lineBufs.Put(bp)
+	}
+	return fresh
 }
+
+// lineBufs lends AddLine room for a line's bytes, shared by every fold (a
+// buffer per fold would cost each open run its longest line).
+var lineBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxLentLine is the largest buffer lineBufs keeps.
+const maxLentLine = 64 << 10
 
 // AddLineBytes applies one log line given as bytes; b is not retained. It
 // reports whether the line was new.
