@@ -220,13 +220,6 @@ func (st *state) keep(k lineKey, r Record) {
 func (st *state) keepRecord(k lineKey, r Record, limit int) {
 	e := evictKey{seq: k.seq, stream: k.stream, class: evictClass(r), kind: r.Kind}
 	if n := len(st.records); n < limit {
-		if n == cap(st.records) {
-			// Double, up to the limit: a long log reaches it with half
-			// the copying (and the fresh memory) append's growth costs.
-			grown := make([]keyedRecord, n, min(max(2*n, 16), limit))
-			copy(grown, st.records)
-			st.records = grown
-		}
 		e.slot = int32(n)
 		st.records = append(st.records, keyedRecord{Stream: k.stream, Record: r})
 		if st.evict != nil {
@@ -305,10 +298,15 @@ func (a *evictKey) less(b *evictKey) bool {
 func (st *state) evictOrder() *evictQueue {
 	if st.evict == nil || st.evict.len() != len(st.records) {
 		q := &evictQueue{}
-		// Room for a class to hold every record and then some, so
-		// that its queue is never copied to grow (see insert).
+		// Room for each class to hold its records and half as many
+		// again, so that its queue is seldom copied to grow (see
+		// insert); not more, as a served run keeps its queue.
+		var n [len(q.cls)]int
+		for _, r := range st.records {
+			n[evictClass(r.Record)]++
+		}
 		for c := range q.cls {
-			q.cls[c].keys = make([]evictKey, 0, len(st.records)+len(st.records)/2+1)
+			q.cls[c].keys = make([]evictKey, 0, n[c]+n[c]/2+1)
 		}
 		for i, r := range st.records {
 			e := evictKey{seq: r.Seq, stream: r.Stream, slot: int32(i), class: evictClass(r.Record), kind: r.Kind}
