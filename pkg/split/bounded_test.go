@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -243,4 +245,30 @@ func TestNameHashIsUniform(t *testing.T) {
 	}
 	require.InDelta(t, 5000, n, 300)
 	require.Less(t, math.Abs(float64(n)-5000), 300.0)
+}
+
+// A kept tick holds nothing of the sample it came from: a decoder may give
+// every string of a sample event as a slice of one string, the whole
+// event's text, which a served run would otherwise keep for its life.
+func TestKeptTickHoldsNoSampleText(t *testing.T) {
+	text := "drm-driver:\tamdgpu\ndrm-client-id:\t7\ndrm-pdev:\t0000:c5:00.0\ndrm-total-gtt:\t100 MiB\n" + "card1" + strings.Repeat(" ", 4096)
+	card := text[strings.Index(text, "card1"):][:5]
+	f := NewFold(Options{})
+	f.AddSample(Sample{Seq: 1, Time: time.Unix(10, 0), Procs: []ProcFDs{{PID: 1, FDs: []FDInfo{{FD: 4, Text: text[:strings.Index(text, "card1")]}}}},
+		Cards: []CardGTT{{Card: card, UsedBytes: 1 << 20, TotalBytes: 1 << 30}}})
+	lo := uintptr(unsafe.Pointer(unsafe.StringData(text)))
+	hi := lo + uintptr(len(text))
+	inText := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		return s != "" && p >= lo && p < hi
+	}
+	for _, tk := range []*tick{f.st.Ticks.Peak, f.st.Ticks.Final} {
+		require.NotNil(t, tk)
+		for _, c := range tk.Cards {
+			require.False(t, inText(c.Card), "card %q", c.Card)
+		}
+		for _, c := range tk.Clients {
+			require.False(t, inText(c.PDev) || inText(c.ID) || inText(c.Key), "client %+v", c)
+		}
+	}
 }

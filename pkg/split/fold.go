@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -398,6 +399,11 @@ func (f *Fold) AddSample(s Sample) bool {
 		return false
 	}
 	t := tick{Seq: s.Seq, Time: s.Time, Cards: slices.Clone(s.Cards)}
+	for i := range t.Cards {
+		// A decoder may give every string of a sample as a slice of one
+		// (the whole event's text): a kept tick must not hold it.
+		t.Cards[i].Card = strings.Clone(t.Cards[i].Card)
+	}
 	procs := slices.Clone(s.Procs)
 	sort.SliceStable(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
 	seen := map[[2]string]bool{}
