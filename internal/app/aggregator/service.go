@@ -308,9 +308,19 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 		return fmt.Errorf("state bucket: %w", err)
 	}
 	var resend []*RunState
-	n := 0
+	var loaded []string
+	n, taken := 0, false
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		if !taken {
+			// Failed: the partition is not taken; what was loaded of it
+			// goes (the next take-over loads it again).
+			for _, id := range loaded {
+				s.forget(id)
+			}
+		}
+	}()
 	for mk := range lister.Keys() {
 		key := mk[len(fmt.Sprintf("open.%d.", p)):]
 		st, rev, err := s.readState(ctx, key)
@@ -342,8 +352,14 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 		}
 		s.runs[st.Origin.RunID] = &liveRun{part: p, st: st, rev: rev}
 		s.m.runsOpen.Inc()
+		loaded = append(loaded, st.Origin.RunID)
 		n++
 	}
+	if err := ctx.Err(); err != nil {
+		// The listing stops short silently when ctx ends.
+		return fmt.Errorf("state bucket: open runs of partition %d: listing cut short: %w", p, err)
+	}
+	taken = true
 	s.resend(ctx, resend)
 	if n > 0 {
 		s.log.Info().Int("partition", p).Int("runs", n).Msg("resumed open runs of the partition from the state bucket")
@@ -403,6 +419,9 @@ func (s *Service) loadOpen(ctx context.Context) error {
 		}
 		s.runs[st.Origin.RunID] = &liveRun{st: st, rev: rev}
 		n++
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("state bucket: open runs: listing cut short: %w", err)
 	}
 	s.resend(ctx, resend)
 	s.m.runsOpen.Set(float64(n))
@@ -1190,6 +1209,9 @@ func (s *Service) List(ctx context.Context) ([]RunSummary, error) {
 				state = "finished"
 			}
 			out = append(out, RunSummary{ID: st.Origin.RunID, Host: st.Origin.Host, Lane: st.Origin.Lane, State: state, LastEvent: st.LastEvent})
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err // the listing stopped short
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
