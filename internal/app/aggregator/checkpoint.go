@@ -84,18 +84,7 @@ func (s *Service) Flush(ctx context.Context) {
 		s.mu.Unlock()
 		// Each run's write is its own compare-and-set: write them at once.
 		errs := make([]error, len(snaps))
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, persistParallel)
-		for i, sn := range snaps {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = s.persist(ctx, sn, batch)
-				<-sem
-			}()
-		}
-		wg.Wait()
+		inParallel(len(snaps), func(i int) { errs[i] = s.persist(ctx, snaps[i], batch) })
 		for i, err := range errs {
 			if err != nil {
 				snaps[i].b = nil
@@ -247,6 +236,22 @@ func (s *Service) refold(st *RunState, r *liveRun, batch []pendingMsg) bool {
 		}
 	}
 	return true
+}
+
+// inParallel calls f(0), ..., f(n-1), persistParallel of them at a time
+// (each a round trip to the server), and returns when all returned.
+func inParallel(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, persistParallel)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // Loop flushes at the checkpoint interval, and when Handle asks (see

@@ -942,17 +942,7 @@ func (s *Service) closeRuns(ctx context.Context, force bool) {
 		// The writes go without s.mu (events of other runs fold
 		// meanwhile), several at once.
 		s.mu.Unlock()
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, persistParallel)
-		for _, c := range cs {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				s.writeClosed(ctx, c)
-			}()
-		}
-		wg.Wait()
+		inParallel(len(cs), func(i int) { s.writeClosed(ctx, cs[i]) })
 		s.mu.Lock()
 	}
 	for _, c := range cs {
