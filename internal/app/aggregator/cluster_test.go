@@ -61,20 +61,16 @@ func TestClusterFleetIntegration(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		aggs = append(aggs, start(fmt.Sprintf("agg%d", i)))
 	}
-	lastErr := ""
 	eventually(t, "the partition consumers", func() bool {
-		// Each by name: a listing of a replicated stream's consumers may
-		// stop short while the cluster settles.
-		for p := 0; p < bus.DefaultPartitions; p++ {
-			if _, err := js.Consumer(ctx, bus.PartitionStream(bus.DefaultStream), fmt.Sprintf("gttsplit-aggregator-p%02d", p)); err != nil {
-				if e := fmt.Sprintf("partition %d: %v", p, err); e != lastErr {
-					t.Logf("%s: waiting for the partition consumers: %s", time.Now().Format("15:04:05.000"), e)
-					lastErr = e
-				}
-				return false
-			}
+		ps, err := js.Stream(ctx, bus.PartitionStream(bus.DefaultStream))
+		if err != nil {
+			return false
 		}
-		return true
+		n := 0
+		for range ps.ListConsumers(ctx).Info() {
+			n++
+		}
+		return n == bus.DefaultPartitions
 	})
 
 	// Four publishers, each with its own connection, publish a quarter of

@@ -37,9 +37,6 @@ const (
 	pullBatch = 64
 	// ownerGroup is the priority group of every partition consumer.
 	ownerGroup = "owner"
-	// acquireTimeout bounds a partition's take-over (its consumer, its
-	// open runs).
-	acquireTimeout = 10 * time.Second
 )
 
 // ownerConfig is what an owner needs.
@@ -149,14 +146,8 @@ func (o *owner) run(ctx context.Context) {
 }
 
 func (o *owner) notReady(why string, err error) {
-	msg := fmt.Sprintf("%s: %v", why, err)
-	// Said once a cause (not at every heartbeat), and again when it
-	// changes: a member that cannot renew, list or take partitions shows
-	// why in its log as well as on /readyz.
-	if o.ready.Swap(false) || o.why.Load() != msg {
-		o.log.Warn().Err(err).Str("part", why).Msg("not ready: partitions are not followed this heartbeat")
-	}
-	o.why.Store(msg)
+	o.ready.Store(false)
+	o.why.Store(fmt.Sprintf("%s: %v", why, err))
 }
 
 // Ready says whether the broker parts answered at the last heartbeat, and
@@ -187,12 +178,6 @@ func (o *owner) tick(ctx context.Context) {
 				members = append(members, k)
 			}
 		}
-	}
-	if err := tctx.Err(); err != nil {
-		// The listing stopped short (it says so only through the
-		// context): a partial member list would take others' partitions.
-		o.notReady("members bucket", fmt.Errorf("member list cut short: %w", err))
-		return
 	}
 	sort.Strings(members)
 	o.mu.Lock()
@@ -251,9 +236,7 @@ func (o *owner) tick(ctx context.Context) {
 	o.m.lag.Set(float64(lag))
 	o.m.owned.Set(float64(len(subs)))
 	o.m.ckptAge.Set(o.svc.CheckpointAge().Seconds())
-	if !o.ready.Swap(true) && o.why.Load() != "starting" {
-		o.log.Info().Int("partitions", len(subs)).Msg("ready again")
-	}
+	o.ready.Store(true)
 }
 
 // rendezvous returns the member with the highest hash of (member,
@@ -264,40 +247,29 @@ func rendezvous(p int, members []string) string {
 	for _, m := range members {
 		h := fnv.New64a()
 		_, _ = fmt.Fprintf(h, "%s/%d", m, p)
-		// FNV-1a alone orders members nearly the same for every
-		// partition (the partition's bytes come last and barely move the
-		// high bits), so one member would win almost all of them: mix
-		// every bit into every other (murmur3's finalizer) first.
-		if v := mix64(h.Sum64()); best == "" || v > bestH {
+		if v := h.Sum64(); best == "" || v > bestH {
 			best, bestH = m, v
 		}
 	}
 	return best
 }
 
-// mix64 is murmur3's 64-bit finalizer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb3fe1a85ec53
-	x ^= x >> 33
-	return x
-}
-
 // unpinFor says whether partition p, taken now, comes from an owner that
-// is gone: one this member saw at the last heartbeat and whose member key
-// has expired since (killed, or cut off from the broker), and who no
-// longer pulls, so its pin is dropped at once instead of after pinnedTTL.
-// A partition that moves from a live member (a member joined) waits for
-// that member's release, which unpins it. At the first heartbeat nothing
-// is unpinned: members starting together do not yet see each other, and
-// would take the pins from one another.
+// is gone: one whose member key expired (killed, or cut off from the
+// broker) and who no longer pulls, so its pin is dropped at once instead
+// of after pinnedTTL. A partition that moves from a live member (a member
+// joined) waits for that member's release, which unpins it. At the first
+// heartbeat the last owner is the one among the other members, or unknown
+// (an earlier instance, gone) when there are none.
 func (o *owner) unpinFor(p int, prev, members []string) bool {
-	if len(prev) == 0 {
-		return false
+	was := prev
+	if len(was) == 0 {
+		was = slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == o.id })
 	}
-	last := rendezvous(p, prev)
+	if len(was) == 0 {
+		return true
+	}
+	last := rendezvous(p, was)
 	return last != o.id && !slices.Contains(members, last)
 }
 
@@ -307,11 +279,6 @@ func (o *owner) consumerName(p int) string { return fmt.Sprintf("%s-p%02d", o.cf
 // acquire loads partition p's open runs and starts consuming it; unpin
 // drops the pin of its last owner first (see unpinFor).
 func (o *owner) acquire(ctx context.Context, p int, unpin bool) error {
-	// Bounded: a broker that does not answer (a cluster settling) fails
-	// this heartbeat's take-over, tried again at the next, instead of
-	// holding the member for ever.
-	ctx, cancel := context.WithTimeout(ctx, acquireTimeout)
-	defer cancel()
 	var filters []string
 	if len(o.cfg.Lanes) == 0 {
 		filters = []string{bus.PartitionFilter(p, "")}
