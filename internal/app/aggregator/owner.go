@@ -247,11 +247,25 @@ func rendezvous(p int, members []string) string {
 	for _, m := range members {
 		h := fnv.New64a()
 		_, _ = fmt.Fprintf(h, "%s/%d", m, p)
-		if v := h.Sum64(); best == "" || v > bestH {
+		// FNV-1a alone orders members nearly the same for every
+		// partition (the partition's bytes come last and barely move the
+		// high bits), so one member would win almost all of them: mix
+		// every bit into every other (murmur3's finalizer) first.
+		if v := mix64(h.Sum64()); best == "" || v > bestH {
 			best, bestH = m, v
 		}
 	}
 	return best
+}
+
+// mix64 is murmur3's 64-bit finalizer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb3fe1a85ec53
+	x ^= x >> 33
+	return x
 }
 
 // unpinFor says whether partition p, taken now, comes from an owner that
