@@ -238,6 +238,24 @@ func (st *state) keepRecord(k lineKey, r Record, limit int) {
 	q.insert(e)
 }
 
+// bulkRecords is how many kept records make a fold a bulk one (see
+// growRecords).
+const bulkRecords = 256
+
+// growRecords makes room for n more records ahead of a piece of a log read
+// in bulk (LogFeed). Past bulkRecords the records go straight to
+// MaxRecords: a big log fills them, and growing 176-byte records by append
+// (a dozen copies, each a fresh block the collector zeroes) cost more than
+// parsing the lines they hold. A served run (AddLine) grows by append:
+// most keep a few dozen records, and each open run's spare room is memory.
+func (st *state) growRecords(n int) {
+	need := len(st.records) + n
+	if need <= cap(st.records) || need <= bulkRecords || len(st.records) >= MaxRecords {
+		return
+	}
+	st.records = slices.Grow(st.records, MaxRecords-len(st.records))
+}
+
 // evictClass orders the kinds of kept lines by what the rules lose when
 // one goes: 0 for lines a later one of their kind supersedes (compute
 // reservations, which are redone for every batch shape, the memory

@@ -267,7 +267,15 @@ func trimTimestamp(b []byte) []byte {
 // trimTag removes the common-library and server tags ("cmn  common_param: ",
 // "srv    load_model: ", "slot ...", "que ...") when a message follows.
 func trimTag(b []byte) []byte {
+	if len(b) < 5 {
+		return b
+	}
 	var n int
+	switch b[0] {
+	case 'c', 's', 'q': // most messages start with none of them
+	default:
+		return b
+	}
 	switch {
 	case bytes.HasPrefix(b, []byte("cmn ")), bytes.HasPrefix(b, []byte("srv ")), bytes.HasPrefix(b, []byte("que ")):
 		n = 3

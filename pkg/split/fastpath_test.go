@@ -3,6 +3,7 @@ package split
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"reflect"
 	"regexp"
 	"slices"
@@ -532,6 +533,76 @@ func FuzzAddMarkerMatchesPlain(f *testing.F) {
 			if !slices.Equal(a.Markers, b.Markers) {
 				t.Fatalf("after %d markers:\n%v\n%v", i+1, a.Markers, b.Markers)
 			}
+		}
+	})
+}
+
+// FuzzParseDecimalMatches holds parseDecimal to strconv.ParseFloat: the
+// same value, and an error for the same inputs.
+func FuzzParseDecimalMatches(f *testing.F) {
+	for _, s := range []string{"0", "304.4", "0.00", "1.", ".5", "1.2.3", "999999999999999", "9999999999999999",
+		"123456789.123456", "0.000000000000001", "1e5", "-1", "+2", "inf", "0x1p3", "1_0", "", "."} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := parseDecimal(b)
+		w, werr := strconv.ParseFloat(string(b), 64)
+		// Bit for bit: NaN (which ParseFloat takes as it stands) equals
+		// itself, and a zero keeps its sign.
+		if (err == nil) != (werr == nil) || err == nil && math.Float64bits(v) != math.Float64bits(w) {
+			t.Fatalf("%q: %v %v, ParseFloat %v %v", b, v, err, w, werr)
+		}
+	})
+}
+
+// funcNamePlain is funcName with bytes.TrimRight and bytes.LastIndexAny.
+func funcNamePlain(b []byte) string {
+	b = bytes.TrimRight(b, " ")
+	if j := bytes.LastIndexAny(b, " \t"); j >= 0 {
+		b = b[j+1:]
+	}
+	return string(b)
+}
+
+// trimTagPlain is trimTag without the look at the first byte.
+func trimTagPlain(b []byte) []byte {
+	var n int
+	switch {
+	case bytes.HasPrefix(b, []byte("cmn ")), bytes.HasPrefix(b, []byte("srv ")), bytes.HasPrefix(b, []byte("que ")):
+		n = 3
+	case bytes.HasPrefix(b, []byte("slot ")):
+		n = 4
+	default:
+		return b
+	}
+	rest := trimLeftSpace(b[n:])
+	i := bytes.Index(rest, []byte(": "))
+	if i <= 0 || i > 16 || bytes.IndexByte(rest[:i], ' ') >= 0 {
+		return b
+	}
+	if len(rest) == i+2 {
+		return b
+	}
+	return rest[i+2:]
+}
+
+// FuzzEnvelopeStepsMatchPlain holds the hand-written steps of the envelope
+// and of the buffer lines to their library forms: the tag, the function
+// name, the last ": ".
+func FuzzEnvelopeStepsMatchPlain(f *testing.F) {
+	addLineSeeds(f)
+	for _, s := range []string{"cmn  f: x", "srv x: ", "slot  a b: c", "que   q: r", "c", "sl", "f: a: b", " \tx  ", ": "} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := trimTag(b), trimTagPlain(b); !bytes.Equal(got, want) || len(got) != len(want) {
+			t.Fatalf("%q: tag %q, plain %q", b, got, want)
+		}
+		if got, want := funcName(b, nil), funcNamePlain(b); got != want {
+			t.Fatalf("%q: func %q, plain %q", b, got, want)
+		}
+		if got, want := lastColonBlank(b), bytes.LastIndex(b, []byte(": ")); got != want {
+			t.Fatalf("%q: last %d, plain %d", b, got, want)
 		}
 	})
 }

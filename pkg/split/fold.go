@@ -337,8 +337,24 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 		// the same here, so that a saved log folds to the same split.
 		b = validUTF8(b)
 	}
+	s := Payload(b, &f.scratch)
+	if f.p.traceNeedsMiB {
+		// The default trace, most lines of a traced load: parse's first
+		// check, its record made in place (only the name's hash is kept).
+		if v, ok := defaultTrace(s); ok {
+			name := traceName(s)
+			f.st.Trace.addHashed(stream, Record{Seq: seq, Kind: KindTrace, MiB: v, Port: RouterPort(b)}, nameHash(name), len(name) > 0)
+			return
+		}
+	}
 	k := lineKey{stream, seq}
-	r, ok := f.p.parse(seq, Payload(b, &f.scratch), &f.ps)
+	var r Record
+	var ok bool
+	if f.p.traceNeedsMiB {
+		r, ok = f.p.parseRest(Record{Seq: seq}, s, &f.ps)
+	} else {
+		r, ok = f.p.parse(seq, s, &f.ps)
+	}
 	if !ok {
 		return
 	}

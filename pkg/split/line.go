@@ -252,7 +252,7 @@ func (p *Parser) parse(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
 	} else if len(p.traceAnchor) > 0 && !bytes.Contains(s, p.traceAnchor) {
 		// not a trace line: skip the regexp
 	} else if m := p.trace.FindSubmatch(s); m != nil {
-		v, err := strconv.ParseFloat(string(m[1]), 64)
+		v, err := parseDecimal(m[1])
 		if err != nil || v < 0 {
 			r.Kind = KindMalformed
 			return r, true
@@ -263,6 +263,11 @@ func (p *Parser) parse(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
 		}
 		return r, true
 	}
+	return p.parseRest(r, s, sc)
+}
+
+// parseRest is parse past the trace check.
+func (p *Parser) parseRest(r Record, s []byte, sc *parseScratch) (Record, bool) {
 	if i := bytes.Index(s, aBufferSize); i >= 0 {
 		return parseBuffer(r, s, i, sc)
 	}
@@ -285,8 +290,8 @@ func (p *Parser) parse(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
 	case m.has(litRealloc):
 		r.Kind = KindOutputRealloc
 		if m := reRealloc.FindSubmatch(s); m != nil {
-			r.Expect, _ = strconv.ParseFloat(string(m[1]), 64)
-			r.MiB, _ = strconv.ParseFloat(string(m[2]), 64)
+			r.Expect, _ = parseDecimal(m[1])
+			r.MiB, _ = parseDecimal(m[2])
 		}
 		return r, true
 	}
@@ -354,7 +359,7 @@ func defaultTrace(s []byte) (float64, bool) {
 		if !bytes.HasPrefix(rest, aMiB) {
 			continue
 		}
-		v, err := strconv.ParseFloat(string(num), 64)
+		v, err := parseDecimal(num)
 		if err != nil {
 			continue // out of range: no figure
 		}
@@ -413,7 +418,7 @@ func parseBuffer(r Record, s []byte, i int, sc *parseScratch) (Record, bool) {
 	// The last ": " before "buffer size" ends the function name, so a
 	// wrapper's own prefix ("Mar 12 07:01:05 host python[433748]: ",
 	// "llama-cpp  | ") stays out of the buffer type.
-	c := bytes.LastIndex(s[:i], []byte(": "))
+	c := lastColonBlank(s[:i])
 	if c <= 0 {
 		r.Kind = KindMalformed
 		return r, true
@@ -457,8 +462,8 @@ func parseBuffer(r Record, s []byte, i int, sc *parseScratch) (Record, bool) {
 			r.Kind = KindMalformed
 			return r, true
 		}
-		av, err1 := strconv.ParseFloat(string(a), 64)
-		ev, err2 := strconv.ParseFloat(string(e), 64)
+		av, err1 := parseDecimal(a)
+		ev, err2 := parseDecimal(e)
 		if err1 != nil || err2 != nil {
 			r.Kind = KindMalformed
 			return r, true
@@ -592,7 +597,7 @@ func mibValue(b []byte) (float64, bool) {
 	if j == 0 || !bytes.HasPrefix(bytes.TrimLeft(b[j:], " "), aMiB) {
 		return 0, false
 	}
-	v, err := strconv.ParseFloat(string(b[:j]), 64)
+	v, err := parseDecimal(b[:j])
 	if err != nil || v < 0 {
 		return 0, false
 	}
@@ -794,11 +799,26 @@ func trimASCIISpace(b []byte) []byte {
 // funcName is the last blank-separated word of what precedes a line's
 // first ": " (the C function; a wrapper's prefix goes).
 func funcName(b []byte, sc *parseScratch) string {
-	b = bytes.TrimRight(b, " ")
-	if j := bytes.LastIndexAny(b, " \t"); j >= 0 {
-		b = b[j+1:]
+	e := len(b)
+	for e > 0 && b[e-1] == ' ' {
+		e--
 	}
-	return sc.str(b)
+	j := e
+	for j > 0 && b[j-1] != ' ' && b[j-1] != '\t' {
+		j--
+	}
+	return sc.str(b[j:e])
+}
+
+// lastColonBlank is bytes.LastIndex(b, []byte(": ")) by a loop back from
+// the end (the library's is a Rabin-Karp search for a two-byte separator).
+func lastColonBlank(b []byte) int {
+	for i := len(b) - 2; i >= 0; i-- {
+		if b[i] == ':' && b[i+1] == ' ' {
+			return i
+		}
+	}
+	return -1
 }
 
 // mibOrMB parses "N MiB" or "N MB" at the start of b.
@@ -811,7 +831,7 @@ func mibOrMB(b []byte) (float64, bool) {
 	if j == 0 || !(bytes.HasPrefix(rest, aMiB) || bytes.HasPrefix(rest, []byte("MB"))) {
 		return 0, false
 	}
-	v, err := strconv.ParseFloat(string(b[:j]), 64)
+	v, err := parseDecimal(b[:j])
 	if err != nil || v < 0 {
 		return 0, false
 	}
@@ -821,7 +841,7 @@ func mibOrMB(b []byte) (float64, bool) {
 // loadFile returns the function and the file of a "loaded meta data with N
 // key-value pairs and M tensors from FILE (version ...)" line.
 func loadFile(s []byte, sc *parseScratch) (fn, file string) {
-	if c := bytes.LastIndex(s[:bytes.Index(s, aLoad)], []byte(": ")); c > 0 {
+	if c := lastColonBlank(s[:bytes.Index(s, aLoad)]); c > 0 {
 		fn = funcName(s[:c], sc)
 	}
 	i := bytes.Index(s, []byte(" tensors from "))
@@ -883,7 +903,7 @@ func parseMarker(r Record, s []byte, m litMask) (Record, bool) {
 		return r, true
 	case m.has(litModelSize):
 		if m := reClipMiB.FindSubmatch(s); m != nil {
-			v, err := strconv.ParseFloat(string(m[2]), 64)
+			v, err := parseDecimal(m[2])
 			if err == nil {
 				r.Kind, r.Text, r.Func, r.MiB = KindClip, "size", string(m[1]), v
 				return r, true

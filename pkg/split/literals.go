@@ -1,6 +1,9 @@
 package split
 
-import "bytes"
+import (
+	"bytes"
+	"math/bits"
+)
 
 // The literals Parser.parse tells a line's kind by, after the trace and
 // buffer checks: one pass over the message finds which of them it holds
@@ -96,6 +99,10 @@ type litTable struct {
 	bits [1 << 16 / 64]uint64
 	slot [1 << 16]uint8
 	at   [][]litAt
+	// pt is the pairs for the pair scan's kernel (see pairTables): the
+	// places it gives are checked with bits, as every place is without
+	// it.
+	pt pairTables
 }
 
 var litTab = newLitTable()
@@ -115,23 +122,68 @@ func newLitTable() *litTable {
 			t.bits[v>>6] |= 1 << (v & 63)
 		}
 		t.at[t.slot[v]] = append(t.at[t.slot[v]], litAt{a: a, id: id, k: k})
+		t.pt.add(a, k, id%8)
 	}
 	return t
 }
 
-// literals returns which of lits s holds.
+// literals returns which of lits s holds. With the pair scan's kernel,
+// a message of 34 bytes or more is looked at 32 places a step (the last
+// step overlaps the one before), and only the places it gives are looked
+// up; literalsFrom looks up every place.
 func literals(s []byte) litMask {
+	if !usePairScan || len(s) < 34 {
+		return literalsFrom(s, 0)
+	}
 	var m litMask
 	t := litTab
-	for q := 0; q+1 < len(s); q++ {
-		v := uint16(s[q])<<8 | uint16(s[q+1])
-		if t.bits[v>>6]&(1<<(v&63)) == 0 {
-			continue
-		}
-		for _, x := range t.at[t.slot[v]] {
-			if st := q - x.k; st >= 0 && st+len(x.a) <= len(s) && bytes.Equal(s[st:st+len(x.a)], x.a) {
-				m |= 1 << x.id
+	for pos := 0; ; {
+		off, mask, _, _ := pairScan(s[pos:], &t.pt)
+		at := pos + off
+		if mask == 0 {
+			// Fewer than 34 bytes from at: one step over the last 34
+			// (the places before at are done), then the last place.
+			end := len(s) - 34
+			if at <= end {
+				break // cannot happen: the kernel stops only past end
 			}
+			_, mask, _, _ = pairScan(s[end:], &t.pt)
+			mask &^= 1<<(at-end) - 1
+			for mask != 0 {
+				m |= t.check(s, end+bits.TrailingZeros32(mask))
+				mask &= mask - 1
+			}
+			return m | t.check(s, len(s)-2)
+		}
+		for mask != 0 {
+			m |= t.check(s, at+bits.TrailingZeros32(mask))
+			mask &= mask - 1
+		}
+		pos = at + 32
+	}
+	return m | literalsFrom(s, 0)
+}
+
+// literalsFrom returns which of lits s holds at a place from q on.
+func literalsFrom(s []byte, q int) litMask {
+	var m litMask
+	for ; q+1 < len(s); q++ {
+		m |= litTab.check(s, q)
+	}
+	return m
+}
+
+// check returns which of lits s holds at q by the pair at q (q+1 <
+// len(s)).
+func (t *litTable) check(s []byte, q int) litMask {
+	v := uint16(s[q])<<8 | uint16(s[q+1])
+	if t.bits[v>>6]&(1<<(v&63)) == 0 {
+		return 0
+	}
+	var m litMask
+	for _, x := range t.at[t.slot[v]] {
+		if st := q - x.k; st >= 0 && st+len(x.a) <= len(s) && bytes.Equal(s[st:st+len(x.a)], x.a) {
+			m |= 1 << x.id
 		}
 	}
 	return m

@@ -188,7 +188,9 @@ func (c *computation) logRows(recs []*keyedRecord) {
 		realloc   bool
 	)
 	newLoad := func(r Record, marker bool) *loadAcc {
-		l := &loadAcc{seq: r.Seq, port: r.Port, marker: marker}
+		// Room for a few model buffer lines (CPU, device, split): a
+		// record is 160 bytes, growing by append allocates three times.
+		l := &loadAcc{seq: r.Seq, port: r.Port, marker: marker, models: make([]Record, 0, 4)}
 		if p := pending[r.Port]; p != "" {
 			l.role = p
 			delete(pending, r.Port)

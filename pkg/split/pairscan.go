@@ -32,6 +32,31 @@ type pairTables struct {
 	lo2, hi2 [32]byte
 }
 
+// add enters the pair a[k], a[k+1] (and the byte after it, when a has
+// one) in bucket (0-7).
+func (t *pairTables) add(a []byte, k, bucket int) {
+	for i := range 32 {
+		t.nibble[i], t.newline[i] = 0x0f, '\n'
+	}
+	c0, c1, bit := a[k], a[k+1], byte(1)<<bucket
+	for lane := 0; lane < 32; lane += 16 {
+		t.lo0[lane+int(c0&15)] |= bit
+		t.hi0[lane+int(c0>>4)] |= bit
+		t.lo1[lane+int(c1&15)] |= bit
+		t.hi1[lane+int(c1>>4)] |= bit
+		if k+2 < len(a) {
+			c2 := a[k+2]
+			t.lo2[lane+int(c2&15)] |= bit
+			t.hi2[lane+int(c2>>4)] |= bit
+		} else {
+			for n := range 16 {
+				t.lo2[lane+n] |= bit
+				t.hi2[lane+n] |= bit
+			}
+		}
+	}
+}
+
 // pairAnchor is an anchor, the offset k of its pair in it, the pair's
 // second byte and the anchor's id (see anchorID).
 type pairAnchor struct {
@@ -81,9 +106,6 @@ var anchorPair = map[string]struct {
 // is looked for by its first two bytes, in bucket 0 (slower, still right).
 func newPairSet(anchors ...[][]byte) *pairSet {
 	ps := &pairSet{}
-	for i := range 32 {
-		ps.t.nibble[i], ps.t.newline[i] = 0x0f, '\n'
-	}
 	for _, as := range anchors {
 		for _, a := range as {
 			ap, ok := anchorPair[string(a)]
@@ -91,23 +113,8 @@ func newPairSet(anchors ...[][]byte) *pairSet {
 			if !ok || len(ap.pair) != 2 || k < 0 {
 				ap.pair, ap.bucket, k = string(a[:2]), 0, 0
 			}
-			c0, c1, bit := a[k], a[k+1], byte(1)<<ap.bucket
-			for lane := 0; lane < 32; lane += 16 {
-				ps.t.lo0[lane+int(c0&15)] |= bit
-				ps.t.hi0[lane+int(c0>>4)] |= bit
-				ps.t.lo1[lane+int(c1&15)] |= bit
-				ps.t.hi1[lane+int(c1>>4)] |= bit
-				if k+2 < len(a) {
-					c2 := a[k+2]
-					ps.t.lo2[lane+int(c2&15)] |= bit
-					ps.t.hi2[lane+int(c2>>4)] |= bit
-				} else {
-					for n := range 16 {
-						ps.t.lo2[lane+n] |= bit
-						ps.t.hi2[lane+n] |= bit
-					}
-				}
-			}
+			ps.t.add(a, k, ap.bucket)
+			c0, c1 := a[k], a[k+1]
 			ps.byFirst[c0] = append(ps.byFirst[c0], pairAnchor{a: a, k: k, c1: c1, id: anchorID(a)})
 		}
 	}

@@ -91,6 +91,7 @@ func (l *LogFeed) WantDebug() bool { return l.f.st.DebugSeq == 0 }
 func (l *LogFeed) Apply(piece []byte, pc *Piece) {
 	f := l.f
 	before := f.st.Lines[l.stream] // unchanged until the piece is marked
+	f.st.growRecords(len(pc.cands))
 	for _, c := range pc.cands {
 		s := c.start
 		e := bytes.IndexByte(piece[s:], '\n')
