@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -141,4 +142,65 @@ func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg Partition
 		}
 	}
 	return have, nil
+}
+
+// SourceStall is how long the partitioned stream may go without hearing
+// from its source (the source sends a heartbeat every second, data or
+// not) before ReattachStalledSource steps in.
+const SourceStall = 3 * time.Second
+
+// ReattachStalledSource re-attaches the partitioned stream's source when
+// it stalled. When the node leading the events stream goes away, the
+// consumer that feeds the partitioned stream goes with it, and the server
+// notices only after 10–20 s without contact: no event reaches any
+// partition meanwhile. When the source has been silent for longer than
+// stall and the events stream has a leader again, this asks the
+// partitioned stream's leader to step down; the next leader sets its
+// source up at once, from the message after the last one it holds. It
+// returns what it did ("" when nothing was needed). A partitioned stream
+// with one replica cannot step down; it is left to the server.
+func ReattachStalledSource(ctx context.Context, js jetstream.JetStream, stream string, stall time.Duration) (string, error) {
+	name := PartitionStream(stream)
+	ps, err := js.Stream(ctx, name)
+	if err != nil {
+		return "", fmt.Errorf("partitioned stream %s: %w", name, err)
+	}
+	info := ps.CachedInfo()
+	var silent time.Duration
+	for _, s := range info.Sources {
+		if s.Name == stream && s.Active > stall {
+			silent = s.Active
+		}
+	}
+	if silent == 0 || info.Config.Replicas <= 1 || info.Cluster == nil || info.Cluster.Leader == "" {
+		return "", nil
+	}
+	es, err := js.Stream(ctx, stream)
+	if err != nil {
+		return "", fmt.Errorf("events stream %s: %w", stream, err)
+	}
+	if ci := es.CachedInfo().Cluster; ci == nil || ci.Leader == "" {
+		return "", nil // no leader to source from yet
+	}
+	resp, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, nil)
+	if err != nil {
+		return "", fmt.Errorf("partitioned stream %s: step down: %w", name, err)
+	}
+	var r struct {
+		Success bool `json:"success"`
+		Error   *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return "", fmt.Errorf("partitioned stream %s: step down: %w", name, err)
+	}
+	if r.Error != nil || !r.Success {
+		d := "no success"
+		if r.Error != nil {
+			d = r.Error.Description
+		}
+		return "", fmt.Errorf("partitioned stream %s: step down: %s", name, d)
+	}
+	return fmt.Sprintf("source %s silent for %s: leader %s of %s stepped down", stream, silent.Round(100*time.Millisecond), info.Cluster.Leader, name), nil
 }
