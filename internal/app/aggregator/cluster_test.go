@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -131,11 +132,25 @@ func TestClusterFleetIntegration(t *testing.T) {
 		}()
 	}
 	<-half
-	// Mid-way: a node goes, and an aggregator is killed.
-	natstest.Shutdown(c.Servers[2])
+	// Mid-way: a node goes, and an aggregator is killed. The node is the
+	// one leading the events stream, the worst case: the partitioned
+	// stream's source goes with it (see bus.ReattachStalledSource).
+	gone := c.Servers[2]
+	if si, err := js.Stream(ctx, bus.DefaultStream); err == nil && si.CachedInfo().Cluster != nil {
+		for _, s := range c.Servers {
+			if s.Name() == si.CachedInfo().Cluster.Leader {
+				gone = s
+			}
+		}
+	}
+	partsLeader := ""
+	if si, err := js.Stream(ctx, bus.PartitionStream(bus.DefaultStream)); err == nil && si.CachedInfo().Cluster != nil {
+		partsLeader = si.CachedInfo().Cluster.Leader
+	}
+	natstest.Shutdown(gone)
 	require.NoError(t, aggs[1].c.cmd.Process.Signal(syscall.SIGKILL))
 	_ = aggs[1].c.wait(t)
-	t.Log("node n3 shut down, aggregator agg1 killed")
+	t.Logf("node %s (leading the events stream; %s led the partitioned one) shut down, aggregator agg1 killed", gone.Name(), partsLeader)
 	wg.Wait()
 	require.False(t, t.Failed())
 
@@ -172,6 +187,12 @@ func TestClusterFleetIntegration(t *testing.T) {
 	t.Logf("FIGURE last split %.1f s after the last publish (%d runs, %d events, 3 nodes R3, 3 aggregators, one node and one aggregator lost)",
 		lag.Seconds(), len(runs), total)
 	fmt.Printf("cluster: last split %.1f s after the last publish\n", lag.Seconds())
+	reattached := 0
+	for _, n := range []string{"agg0", "agg1", "agg2"} {
+		b, _ := os.ReadFile(filepath.Join(logDir, n+".stderr"))
+		reattached += strings.Count(string(b), "source re-attached")
+	}
+	t.Logf("the partitioned stream's source was re-attached %d times", reattached)
 
 	// Settle, then check: one split per run, complete, equal to replay.
 	time.Sleep(2 * time.Second)

@@ -24,6 +24,7 @@ type metrics struct {
 	ckptAge     prometheus.Gauge
 	splitPubErr prometheus.Counter
 	compacted   prometheus.Counter
+	reattached  prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -60,7 +61,9 @@ func newMetrics() *metrics {
 		Help: "Failed attempts to publish a split event (each is retried)."})
 	m.compacted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_compacted_total",
 		Help: "Closed runs whose state was replaced by its compact record after store.compact_after."})
-	m.reg.MustRegister(m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted)
+	m.reattached = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_source_reattached_total",
+		Help: "Times the partitioned stream's source went silent and was re-attached by stepping the stream's leader down."})
+	m.reg.MustRegister(m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted, m.reattached)
 	m.reg.MustRegister(m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.foldSeconds, m.persistErrs, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

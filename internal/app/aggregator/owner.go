@@ -37,6 +37,10 @@ const (
 	pullBatch = 64
 	// ownerGroup is the priority group of every partition consumer.
 	ownerGroup = "owner"
+	// acquireTimeout bounds a partition's take-over (its consumer, its
+	// open runs): a broker that does not answer fails this heartbeat's
+	// take-over, tried again at the next, instead of holding the member.
+	acquireTimeout = 10 * time.Second
 )
 
 // ownerConfig is what an owner needs.
@@ -74,6 +78,12 @@ type owner struct {
 	// answered at the last heartbeat; why says what failed otherwise.
 	ready atomic.Bool
 	why   atomic.Value
+	// renewErr is the error of the last renewal of the member key, nil
+	// once it succeeded (see renew).
+	renewErr atomic.Pointer[error]
+	// reattached is when this member last re-attached the partitioned
+	// stream's stalled source (see watchSource).
+	reattached time.Time
 }
 
 type partSub struct {
@@ -112,11 +122,13 @@ func (o *owner) run(ctx context.Context) {
 	// partition, so that aggregators started together see each other and
 	// each creates only its own partitions' consumers (instead of every
 	// one taking all of them and handing most back at once).
-	jctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if _, err := o.mkv.PutString(jctx, o.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
-		o.notReady("members bucket", err)
-	}
-	cancel()
+	o.renewOnce(ctx)
+	rctx, stopRenew := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		o.renew(rctx)
+	}()
 	select {
 	case <-ctx.Done():
 	case <-time.After(heartbeat):
@@ -127,6 +139,8 @@ func (o *owner) run(ctx context.Context) {
 		o.tick(ctx)
 		select {
 		case <-ctx.Done():
+			stopRenew()
+			<-renewed
 			o.mu.Lock()
 			ps := make([]int, 0, len(o.subs))
 			for p := range o.subs {
@@ -145,9 +159,42 @@ func (o *owner) run(ctx context.Context) {
 	}
 }
 
+// renew renews the member key every heartbeat until ctx ends, on its own
+// goroutine: a slow take-over (a cluster settling) must not let the key
+// expire, or the other members would take this member's partitions while
+// it still holds them.
+func (o *owner) renew(ctx context.Context) {
+	t := time.NewTicker(heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			o.renewOnce(ctx)
+		}
+	}
+}
+
+func (o *owner) renewOnce(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := o.mkv.PutString(rctx, o.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		o.renewErr.Store(&err)
+		return
+	}
+	o.renewErr.Store(nil)
+}
+
 func (o *owner) notReady(why string, err error) {
-	o.ready.Store(false)
-	o.why.Store(fmt.Sprintf("%s: %v", why, err))
+	msg := fmt.Sprintf("%s: %v", why, err)
+	// Said once a cause (not at every heartbeat): a member that cannot
+	// renew, list or take partitions shows why in its log as well as on
+	// /readyz.
+	if o.ready.Swap(false) || o.why.Load() != msg {
+		o.log.Warn().Err(err).Str("part", why).Msg("not ready: partitions are not followed this heartbeat")
+	}
+	o.why.Store(msg)
 }
 
 // Ready says whether the broker parts answered at the last heartbeat, and
@@ -162,8 +209,8 @@ func (o *owner) Ready() (bool, string) {
 func (o *owner) tick(ctx context.Context) {
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := o.mkv.PutString(tctx, o.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
-		o.notReady("members bucket", err)
+	if err := o.renewErr.Load(); err != nil {
+		o.notReady("members bucket", *err)
 		return
 	}
 	lister, err := o.mkv.ListKeys(tctx)
@@ -178,6 +225,12 @@ func (o *owner) tick(ctx context.Context) {
 				members = append(members, k)
 			}
 		}
+	}
+	if err := tctx.Err(); err != nil {
+		// The listing stopped short (it says so only through the
+		// context): a partial member list would take others' partitions.
+		o.notReady("members bucket", fmt.Errorf("member list cut short: %w", err))
+		return
 	}
 	sort.Strings(members)
 	o.mu.Lock()
@@ -233,10 +286,41 @@ func (o *owner) tick(ctx context.Context) {
 		o.notReady("state bucket", err)
 		return
 	}
+	o.watchSource(tctx)
 	o.m.lag.Set(float64(lag))
 	o.m.owned.Set(float64(len(subs)))
 	o.m.ckptAge.Set(o.svc.CheckpointAge().Seconds())
-	o.ready.Store(true)
+	if !o.ready.Swap(true) && o.why.Load() != "starting" {
+		o.log.Info().Int("partitions", len(subs)).Msg("ready again")
+	}
+}
+
+// sourceCooldown is the least time between two re-attachments of the
+// partitioned stream's source: a new leader needs a moment to set it up.
+const sourceCooldown = 10 * time.Second
+
+// watchSource: the owner of partition 0 (one member at a time) checks at
+// every heartbeat that the partitioned stream still hears from its source
+// and re-attaches it when not (bus.ReattachStalledSource): without this,
+// losing the node that leads the events stream stops every partition for
+// 10–20 s.
+func (o *owner) watchSource(ctx context.Context) {
+	o.mu.Lock()
+	mine := o.subs[0] != nil
+	o.mu.Unlock()
+	if !mine || time.Since(o.reattached) < sourceCooldown {
+		return
+	}
+	did, err := bus.ReattachStalledSource(ctx, o.js, o.cfg.Stream, bus.SourceStall)
+	if err != nil {
+		o.log.Debug().Err(err).Msg("checking the partitioned stream's source")
+		return
+	}
+	if did != "" {
+		o.reattached = time.Now()
+		o.m.reattached.Inc()
+		o.log.Warn().Msg("partitioned stream's source re-attached: " + did)
+	}
 }
 
 // rendezvous returns the member with the highest hash of (member,
@@ -293,6 +377,8 @@ func (o *owner) consumerName(p int) string { return fmt.Sprintf("%s-p%02d", o.cf
 // acquire loads partition p's open runs and starts consuming it; unpin
 // drops the pin of its last owner first (see unpinFor).
 func (o *owner) acquire(ctx context.Context, p int, unpin bool) error {
+	ctx, cancel := context.WithTimeout(ctx, acquireTimeout)
+	defer cancel()
 	var filters []string
 	if len(o.cfg.Lanes) == 0 {
 		filters = []string{bus.PartitionFilter(p, "")}

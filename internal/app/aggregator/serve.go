@@ -181,7 +181,11 @@ func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) 
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		_, err = bus.EnsureStream(ectx, js, sc, log)
+		// Each attempt bounded: a request the cluster dropped (a leader
+		// being elected) is sent again instead of waiting out the 30 s.
+		actx, cancelAttempt := context.WithTimeout(ectx, 5*time.Second)
+		_, err = bus.EnsureStream(actx, js, sc, log)
+		cancelAttempt()
 		if err == nil || ectx.Err() != nil ||
 			errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
 			break
