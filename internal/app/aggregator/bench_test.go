@@ -80,6 +80,11 @@ func BenchmarkServeThroughput(b *testing.B) {
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.IdleTimeout = time.Hour
 	cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending = time.Minute, benchAckPending
+	if v := os.Getenv("GTTSPLIT_BENCH_CHECKPOINT_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(b, err)
+		cfg.Consumer.CheckpointInterval = d
+	}
 	t0 := time.Now()
 	s := startServe(b, cfg, ServeOptions{})
 	// The fold starts once serve holds its partitions: time it from the
