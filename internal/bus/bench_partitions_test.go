@@ -24,7 +24,8 @@ import (
 // partition, against one unfiltered consumer (the baseline), in
 // alternating rounds on one embedded server. Each filtered consumer walks
 // past the other partitions' messages; x/baseline is the baseline's time
-// over the 16 consumers' (1: the walk costs nothing).
+// over the 16 consumers' (1: the walk costs nothing), cpu-x/baseline the
+// same of the process's CPU time (the embedded server's included).
 //
 //	go test ./internal/bus -run '^$' -bench PartitionConsumers -benchtime 4x
 func BenchmarkPartitionConsumers(b *testing.B) {
@@ -62,9 +63,17 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	round := 0
+	var cpuPart, cpuOne time.Duration
 	consume := func(filters []string) time.Duration {
 		round++
-		t0 := time.Now()
+		t0, c0 := time.Now(), perftest.ProcessCPU(b)
+		defer func() {
+			if len(filters) == 1 {
+				cpuOne += perftest.ProcessCPU(b) - c0
+			} else {
+				cpuPart += perftest.ProcessCPU(b) - c0
+			}
+		}()
 		var wg sync.WaitGroup
 		for i, f := range filters {
 			c, err := ps.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: fmt.Sprintf("r%d-%d", round, i),
@@ -110,4 +119,5 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 	}
 	b.StopTimer()
 	pairs.Report(b)
+	b.ReportMetric(float64(cpuOne)/float64(max(cpuPart, 1)), "cpu-x/baseline")
 }

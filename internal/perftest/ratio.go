@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,4 +52,14 @@ func (p *Pairs) Totals() (ours, base time.Duration) {
 		base += p.base[i]
 	}
 	return ours, base
+}
+
+// ProcessCPU is the CPU time (user and system) this process used so far,
+// an embedded server's included.
+func ProcessCPU(b testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

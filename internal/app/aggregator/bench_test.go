@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime/pprof"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/perftest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
@@ -70,9 +70,9 @@ func BenchmarkServeThroughput(b *testing.B) {
 		return err == nil && si.State.Msgs == uint64(n)
 	})
 
-	c0 := processCPU(b)
+	c0 := perftest.ProcessCPU(b)
 	raw := rawConsume(b, ps, n)
-	rawCPU := processCPU(b) - c0
+	rawCPU := perftest.ProcessCPU(b) - c0
 	dec := decodeAll(b, ws)
 	fold := decodeFoldAll(b, ws)
 
@@ -92,7 +92,7 @@ func BenchmarkServeThroughput(b *testing.B) {
 	eventuallyFast(b, func() bool {
 		return metricValue(httpGet(b, s.http, "/metrics", http.StatusOK), "gttsplit_events_folded_total") != "0"
 	})
-	t1, c1 := time.Now(), processCPU(b)
+	t1, c1 := time.Now(), perftest.ProcessCPU(b)
 	b.StartTimer()
 	if pf := os.Getenv("GTTSPLIT_BENCH_SERVE_CPUPROFILE"); pf != "" {
 		// A CPU profile of the timed phase alone (-cpuprofile would take
@@ -112,7 +112,7 @@ func BenchmarkServeThroughput(b *testing.B) {
 	})
 	b.StopTimer()
 	pprof.StopCPUProfile()
-	svc, svcCPU := time.Since(t1), processCPU(b)-c1
+	svc, svcCPU := time.Since(t1), perftest.ProcessCPU(b)-c1
 	metrics := httpGet(b, s.http, "/metrics", http.StatusOK)
 	require.NoError(b, s.stop(b))
 	require.Equal(b, fmt.Sprint(n), metricValue(metrics, "gttsplit_events_folded_total"), "every event folded once")
@@ -215,14 +215,4 @@ func benchParts() int {
 		return v
 	}
 	return bus.DefaultPartitions
-}
-
-// processCPU is the CPU time (user and system) this process used so far:
-// the broker's, the service's and the benchmark's own.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
