@@ -606,3 +606,21 @@ func FuzzEnvelopeStepsMatchPlain(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNameCacheMatchesHash holds the bulk feed's name-hash cache to
+// nameHash, names colliding in its slots and coming back included.
+func FuzzNameCacheMatchesHash(f *testing.F) {
+	f.Add([]byte("blk.0.ffn_up.weight\x00blk.0.ffn_down.weight\x00blk.0.ffn_up.weight\x00token_embd.weight\x00x"))
+	f.Add([]byte("aaaaaaaa\x00aaaaaaaaa\x00aaaaaaaa\x00" + strings.Repeat("n", 55) + "\x00" + strings.Repeat("n", 56)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c nameCache
+		names := bytes.Split(data, []byte{0})
+		for round := 0; round < 2; round++ {
+			for _, n := range names {
+				if got, want := c.hash(n), nameHash(n); got != want {
+					t.Fatalf("%q: cache %x, hash %x", n, got, want)
+				}
+			}
+		}
+	})
+}

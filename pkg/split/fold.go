@@ -35,6 +35,7 @@ type Fold struct {
 	scratch []byte
 	ps      parseScratch // the parser's: strings seen before, a trace line's name
 	lineT   int64        // AddLine: the capture time of the line being applied (unix ns; 0 unknown)
+	names   *nameCache   // a log read in bulk: the trace names' hashes (nil: none)
 }
 
 type lineKey struct {
@@ -343,7 +344,13 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 		// check, its record made in place (only the name's hash is kept).
 		if v, ok := defaultTrace(s); ok {
 			name := traceName(s)
-			f.st.Trace.addHashed(stream, Record{Seq: seq, Kind: KindTrace, MiB: v, Port: RouterPort(b)}, nameHash(name), len(name) > 0)
+			var h uint64
+			if f.names != nil {
+				h = f.names.hash(name)
+			} else {
+				h = nameHash(name)
+			}
+			f.st.Trace.addHashed(stream, Record{Seq: seq, Kind: KindTrace, MiB: v, Port: RouterPort(b)}, h, len(name) > 0)
 			return
 		}
 	}

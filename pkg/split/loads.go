@@ -14,7 +14,7 @@ type loadAcc struct {
 	role        string
 	port        int
 	marker      bool // opened by a "loaded meta data" line
-	models      []Record
+	models      []*Record // into the report's records (not copies: 160 bytes each)
 	modelClosed bool
 	ctxs        []*ctxAcc
 	unknown     []BufferLine
@@ -118,7 +118,7 @@ func (g *figures) addModel(r Record) {
 func loadFigures(l *loadAcc) figures {
 	var g figures
 	for _, m := range l.models {
-		g.addModel(m)
+		g.addModel(*m)
 	}
 	if l.clipSize != nil {
 		// The mmproj weights live on the CLIP backend.
@@ -188,9 +188,7 @@ func (c *computation) logRows(recs []*keyedRecord) {
 		realloc   bool
 	)
 	newLoad := func(r Record, marker bool) *loadAcc {
-		// Room for a few model buffer lines (CPU, device, split): a
-		// record is 160 bytes, growing by append allocates three times.
-		l := &loadAcc{seq: r.Seq, port: r.Port, marker: marker, models: make([]Record, 0, 4)}
+		l := &loadAcc{seq: r.Seq, port: r.Port, marker: marker}
 		if p := pending[r.Port]; p != "" {
 			l.role = p
 			delete(pending, r.Port)
@@ -301,7 +299,7 @@ func (c *computation) logRows(recs []*keyedRecord) {
 				if l == nil || l.modelClosed || l.mmproj {
 					l = newLoad(r, false)
 				}
-				l.models = append(l.models, r)
+				l.models = append(l.models, &recs[i].Record)
 				owner[r.Port] = l
 			case "kv", "rs", "state":
 				x := ctxOf(r.Port)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"slices"
+	"sync"
 )
 
 // chunkSize is how much of a log ReadLog searches at once.
@@ -25,7 +26,17 @@ func (f *Fold) ReadLog(r io.Reader, stream string) (uint64, error) {
 func (f *Fold) readLog(r io.Reader, stream string, size int) (uint64, error) {
 	feed := f.NewLogFeed(stream)
 	var pc Piece
-	buf := make([]byte, size)
+	var buf []byte
+	if size == chunkSize {
+		// A buffer of an earlier read: a new one is zeroed and faulted in
+		// page by page, a cost a large log pays once but many reads of
+		// small logs pay each time.
+		p := readBufs.Get().(*[]byte)
+		defer readBufs.Put(p)
+		buf = *p
+	} else {
+		buf = make([]byte, size)
+	}
 	carry := 0 // bytes of an unfinished line at buf[:carry]
 	for {
 		n, err := io.ReadFull(r, buf[carry:])
@@ -56,6 +67,9 @@ func (f *Fold) readLog(r io.Reader, stream string, size int) (uint64, error) {
 	}
 }
 
+// readBufs holds ReadLog's chunk buffers (ReadLog keeps nothing of them).
+var readBufs = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
+
 // LogFeed applies a log to a fold piece by piece, in order. A piece is
 // whole lines (only the log's last piece may end without a newline) that
 // Parser.ScanPiece searched, maybe on another goroutine and with another
@@ -70,7 +84,12 @@ type LogFeed struct {
 
 // NewLogFeed starts feeding a log to the fold as stream, its lines numbered
 // from 1.
-func (f *Fold) NewLogFeed(stream string) *LogFeed { return &LogFeed{f: f, stream: stream} }
+func (f *Fold) NewLogFeed(stream string) *LogFeed {
+	if f.names == nil {
+		f.names = new(nameCache)
+	}
+	return &LogFeed{f: f, stream: stream}
+}
 
 // Parser is the fold's parser, the one to scan the pieces with.
 func (l *LogFeed) Parser() *Parser { return l.f.p }
