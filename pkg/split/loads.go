@@ -13,7 +13,7 @@ type loadAcc struct {
 	file        string
 	role        string
 	port        int
-	marker      bool // opened by a "loaded meta data" line
+	marker      bool      // opened by a "loaded meta data" line
 	models      []*Record // into the report's records (not copies: 160 bytes each)
 	modelClosed bool
 	ctxs        []*ctxAcc
