@@ -3,9 +3,11 @@ package aggregator
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,16 +64,26 @@ func TestClusterFleetIntegration(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		aggs = append(aggs, start(fmt.Sprintf("agg%d", i)))
 	}
-	eventually(t, "the partition consumers", func() bool {
-		ps, err := js.Stream(ctx, bus.PartitionStream(bus.DefaultStream))
-		if err != nil {
-			return false
+	// Up when every aggregator says it is ready and together they own
+	// every partition (the aggregators' own word: a listing of a
+	// replicated stream's consumers may stay short for minutes after they
+	// were created, though each answers by itself).
+	var addrs []string
+	for i := range aggs {
+		addrs = append(addrs, childHTTP(t, filepath.Join(logDir, fmt.Sprintf("agg%d.stderr", i))))
+	}
+	eventually(t, "every aggregator ready, every partition owned", func() bool {
+		owned := 0
+		for _, addr := range addrs {
+			ready, _ := tryGet(addr, "/readyz")
+			st, page := tryGet(addr, "/metrics")
+			if ready != http.StatusOK || st != http.StatusOK {
+				return false
+			}
+			n, _ := strconv.Atoi(metricValue(page, "gttsplit_partitions_owned"))
+			owned += n
 		}
-		n := 0
-		for range ps.ListConsumers(ctx).Info() {
-			n++
-		}
-		return n == bus.DefaultPartitions
+		return owned == bus.DefaultPartitions
 	})
 
 	// Four publishers, each with its own connection, publish a quarter of

@@ -79,8 +79,9 @@ type owner struct {
 	ready atomic.Bool
 	why   atomic.Value
 	// renewErr is the error of the last renewal of the member key, nil
-	// once it succeeded (see renew).
-	renewErr atomic.Pointer[error]
+	// once it succeeded (see renew); stopRenew ends the renewals.
+	renewErr  atomic.Pointer[error]
+	stopRenew func()
 	// reattached is when this member last re-attached the partitioned
 	// stream's stalled source (see watchSource).
 	reattached time.Time
@@ -114,33 +115,36 @@ func newOwner(ctx context.Context, js jetstream.JetStream, cfg ownerConfig, svc 
 	return o, nil
 }
 
-// run renews the membership and follows the assignment until ctx ends;
-// then it releases every partition (writes, acks and forgets its runs, and
-// unpins, so the next owner takes over at once).
-func (o *owner) run(ctx context.Context) {
-	// Join first: announce, then wait a heartbeat before taking any
-	// partition, so that aggregators started together see each other and
-	// each creates only its own partitions' consumers (instead of every
-	// one taking all of them and handing most back at once).
+// join announces this member (its key in the members bucket), starts
+// renewing the key every heartbeat, and waits one heartbeat before the
+// first assignment, so that aggregators started together see each other
+// and each creates only its own partitions' consumers (instead of every
+// one taking all of them and handing most back at once).
+func (o *owner) join(ctx context.Context) {
 	o.renewOnce(ctx)
-	rctx, stopRenew := context.WithCancel(ctx)
-	renewed := make(chan struct{})
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
 	go func() {
-		defer close(renewed)
+		defer close(done)
 		o.renew(rctx)
 	}()
+	o.stopRenew = func() { stop(); <-done }
 	select {
 	case <-ctx.Done():
 	case <-time.After(heartbeat):
 	}
+}
+
+// run follows the assignment every heartbeat (after join and a first
+// tick) until ctx ends; then it releases every partition (writes, acks
+// and forgets its runs, and unpins, so the next owner takes over at once)
+// and leaves the members.
+func (o *owner) run(ctx context.Context) {
 	t := time.NewTicker(heartbeat)
 	defer t.Stop()
 	for {
-		o.tick(ctx)
 		select {
 		case <-ctx.Done():
-			stopRenew()
-			<-renewed
 			o.mu.Lock()
 			ps := make([]int, 0, len(o.subs))
 			for p := range o.subs {
@@ -150,13 +154,23 @@ func (o *owner) run(ctx context.Context) {
 			for _, p := range ps {
 				o.release(context.WithoutCancel(ctx), p)
 			}
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = o.mkv.Delete(dctx, o.id)
-			cancel()
+			o.leave(context.WithoutCancel(ctx))
 			return
 		case <-t.C:
+			o.tick(ctx)
 		}
 	}
+}
+
+// leave stops renewing the member key and deletes it.
+func (o *owner) leave(ctx context.Context) {
+	if o.stopRenew != nil {
+		o.stopRenew()
+		o.stopRenew = nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_ = o.mkv.Delete(dctx, o.id)
+	cancel()
 }
 
 // renew renews the member key every heartbeat until ctx ends, on its own
@@ -478,6 +492,7 @@ func (o *owner) consume(ctx context.Context, p int, cons jetstream.Consumer) {
 // abort stops consuming every partition at once, without writing or
 // handing over (a start that failed; nothing was folded yet).
 func (o *owner) abort() {
+	defer o.leave(context.Background())
 	o.mu.Lock()
 	subs := o.subs
 	o.subs = map[int]*partSub{}

@@ -323,7 +323,11 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		svc.closeIndex()
 		return fail(err)
 	}
-	own.tick(ctx) // take the partitions due, so /readyz answers at once
+	// Join (announce, then wait a heartbeat so that aggregators started
+	// together see each other), then take the partitions due, so /readyz
+	// answers at once.
+	own.join(ctx)
+	own.tick(ctx)
 	var srv *http.Server
 	if cfg.HTTP.Listen != "" {
 		var addr string

@@ -115,13 +115,14 @@ func benchRuns(b *testing.B) int {
 // endpoint listens and returns the address.
 func childHTTP(t testing.TB, stderr string) string {
 	t.Helper()
-	re := regexp.MustCompile(`"listen":"([^"]+)"`)
+	// JSON or console log lines.
+	re := regexp.MustCompile(`"listen":"([^"]+)"|\blisten=([^ ]+)`)
 	var addr string
 	eventually(t, "the child's HTTP address in its log", func() bool {
 		b, _ := os.ReadFile(stderr)
 		for _, l := range strings.Split(string(b), "\n") {
-			if m := re.FindStringSubmatch(l); m != nil && strings.Contains(l, `"message":"http: /`) {
-				addr = m[1]
+			if m := re.FindStringSubmatch(l); m != nil && (strings.Contains(l, `"message":"http: /`) || strings.Contains(l, " http: /")) {
+				addr = m[1] + m[2]
 				return true
 			}
 		}
