@@ -199,12 +199,13 @@ func TestClusterFleetIntegration(t *testing.T) {
 	t.Logf("FIGURE last split %.1f s after the last publish (%d runs, %d events, 3 nodes R3, 3 aggregators, one node and one aggregator lost)",
 		lag.Seconds(), len(runs), total)
 	fmt.Printf("cluster: last split %.1f s after the last publish\n", lag.Seconds())
-	reattached := 0
+	reattached, dropped := 0, 0
 	for _, n := range []string{"agg0", "agg1", "agg2"} {
 		b, _ := os.ReadFile(filepath.Join(logDir, n+".stderr"))
 		reattached += strings.Count(string(b), "source re-attached")
+		dropped += strings.Count(string(b), "slow consumer")
 	}
-	t.Logf("the partitioned stream's source was re-attached %d times", reattached)
+	t.Logf("the partitioned stream's source was re-attached %d times; %d slow-consumer drops", reattached, dropped)
 
 	// Settle, then check: one split per run, complete, equal to replay.
 	time.Sleep(2 * time.Second)
