@@ -38,7 +38,11 @@ store (or the same port) fails at once, saying so. With --nats-url
 Runs are partitioned (consumer.partitions, 16): every event of a run goes to
 one partition, and each partition is owned by one of the aggregators with
 the same consumer.durable; when one stops or dies, its partitions move to
-the others within seconds. An owner folds its runs in memory and
+the others within seconds (an aggregator announces itself and waits half a
+second before taking any, so aggregators started together share them at
+once). On a cluster, losing the node that leads the events stream silences
+the source of the partitioned stream; the owner of partition 0 re-attaches
+it after 3 s (gttsplit_source_reattached_total). An owner folds its runs in memory and
 acknowledges a message only after the checkpoint of its run's state in the
 GTTSPLIT_RUNS key-value bucket that holds it (every
 consumer.checkpoint_interval, 500ms, or sooner), so a killed aggregator's
