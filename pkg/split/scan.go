@@ -25,16 +25,14 @@ func (f *Fold) ReadLog(r io.Reader, stream string) (uint64, error) {
 
 func (f *Fold) readLog(r io.Reader, stream string, size int) (uint64, error) {
 	feed := f.NewLogFeed(stream)
-	var pc Piece
-	var buf []byte
-	if size == chunkSize {
-		// A buffer of an earlier read: a new one is zeroed and faulted in
-		// page by page, a cost a large log pays once but many reads of
-		// small logs pay each time.
-		p := readBufs.Get().(*[]byte)
-		defer readBufs.Put(p)
-		buf = *p
-	} else {
+	// The buffer and candidate list of an earlier read: new ones are
+	// zeroed and faulted in page by page, a cost a large log pays once
+	// but many reads of small logs pay each time.
+	rb := readBufs.Get().(*readBuf)
+	defer readBufs.Put(rb)
+	pc := &rb.pc
+	buf := rb.buf
+	if size != chunkSize {
 		buf = make([]byte, size)
 	}
 	carry := 0 // bytes of an unfinished line at buf[:carry]
@@ -58,8 +56,8 @@ func (f *Fold) readLog(r io.Reader, stream string, size int) (uint64, error) {
 			}
 			chunk = chunk[:cut+1]
 		}
-		f.p.ScanPiece(chunk, feed.WantDebug(), &pc)
-		feed.Apply(chunk, &pc)
+		f.p.ScanPiece(chunk, feed.WantDebug(), pc)
+		feed.Apply(chunk, pc)
 		if eof {
 			return feed.Close(), nil
 		}
@@ -67,8 +65,14 @@ func (f *Fold) readLog(r io.Reader, stream string, size int) (uint64, error) {
 	}
 }
 
-// readBufs holds ReadLog's chunk buffers (ReadLog keeps nothing of them).
-var readBufs = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
+// readBuf is what ReadLog reads with: a chunk buffer and a Piece. ReadLog
+// keeps nothing of them.
+type readBuf struct {
+	buf []byte
+	pc  Piece
+}
+
+var readBufs = sync.Pool{New: func() any { return &readBuf{buf: make([]byte, chunkSize)} }}
 
 // LogFeed applies a log to a fold piece by piece, in order. A piece is
 // whole lines (only the log's last piece may end without a newline) that
