@@ -5,6 +5,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // readyTimeout bounds the wait for a started server to accept clients.
@@ -158,6 +161,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			}
 		}
 		if current && peers == n {
+			warmUp(t, c, n, deadline)
 			return c
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -175,4 +179,43 @@ func (c *Cluster) URLs() string {
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// warmUp creates and deletes a stream with n replicas through every
+// server, each attempt bounded to 2 s, until it works: a cluster that has
+// just elected its meta leader may leave a first request unanswered (a
+// client then waits out its whole deadline), and an R3 asset needs every
+// peer placed.
+func warmUp(t testing.TB, c *Cluster, n int, deadline time.Time) {
+	t.Helper()
+	for i, s := range c.Servers {
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			t.Fatalf("natstest: connect to %s: %v", s.Name(), err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("NATSTEST_WARMUP_%d", i)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"natstest.warmup." + name},
+				Storage: jetstream.MemoryStorage, Replicas: n})
+			if err == nil {
+				err = js.DeleteStream(ctx, name)
+			}
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				nc.Close()
+				t.Fatalf("natstest: the cluster does not create an R%d stream through %s: %v", n, s.Name(), err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		nc.Close()
+	}
 }
