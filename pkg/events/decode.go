@@ -416,24 +416,33 @@ func origin(ev event.Event) (Origin, error) {
 	} else {
 		ext = ev.Extensions() // a copy: take it once
 	}
-	for _, a := range []struct {
-		name string
-		dst  *string
-	}{{AttrRunID, &o.RunID}, {AttrHost, &o.Host}, {AttrLane, &o.Lane}} {
-		v, ok := ext[a.name]
-		if !ok {
-			return Origin{}, fmt.Errorf("%w: missing extension attribute %q", ErrInvalid, a.name)
-		}
-		s, err := types.ToString(v)
-		if err != nil {
-			return Origin{}, fmt.Errorf("%w: extension attribute %q: %w", ErrInvalid, a.name, err)
-		}
-		*a.dst = s
+	var err error
+	if o.RunID, err = extString(ext, AttrRunID); err != nil {
+		return Origin{}, err
+	}
+	if o.Host, err = extString(ext, AttrHost); err != nil {
+		return Origin{}, err
+	}
+	if o.Lane, err = extString(ext, AttrLane); err != nil {
+		return Origin{}, err
 	}
 	if err := checkOrigin(o); err != nil {
 		return Origin{}, err
 	}
 	return o, nil
+}
+
+// extString is the extension attribute name of ext as a string.
+func extString(ext map[string]any, name string) (string, error) {
+	v, ok := ext[name]
+	if !ok {
+		return "", fmt.Errorf("%w: missing extension attribute %q", ErrInvalid, name)
+	}
+	s, err := types.ToString(v)
+	if err != nil {
+		return "", fmt.Errorf("%w: extension attribute %q: %w", ErrInvalid, name, err)
+	}
+	return s, nil
 }
 
 func (d *Decoded) decodeStarted(b []byte) (string, error) {

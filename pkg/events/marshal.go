@@ -1,7 +1,9 @@
 package events
 
 import (
+	"net/url"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -24,28 +26,28 @@ func marshalJSON(ev event.Event) ([]byte, error) {
 	s.SetBuffer(make([]byte, 0, len(ev.DataEncoded)+512))
 	s.WriteObjectStart()
 	s.WriteObjectField("specversion")
-	s.WriteString(event.CloudEventsVersionV1)
+	writeString(s, event.CloudEventsVersionV1)
 	s.WriteMore()
 	s.WriteObjectField("id")
-	s.WriteString(c.ID)
+	writeString(s, c.ID)
 	s.WriteMore()
 	s.WriteObjectField("source")
-	s.WriteString(c.Source.String())
+	writeString(s, sourceString(&c.Source.URL))
 	s.WriteMore()
 	s.WriteObjectField("type")
-	s.WriteString(c.Type)
+	writeString(s, c.Type)
 	if c.Subject != nil {
 		s.WriteMore()
 		s.WriteObjectField("subject")
-		s.WriteString(*c.Subject)
+		writeString(s, *c.Subject)
 	}
 	s.WriteMore()
 	s.WriteObjectField("datacontenttype")
-	s.WriteString(*c.DataContentType)
+	writeString(s, *c.DataContentType)
 	if c.DataSchema != nil {
 		s.WriteMore()
 		s.WriteObjectField("dataschema")
-		s.WriteString(c.DataSchema.String())
+		writeString(s, c.DataSchema.String())
 	}
 	if c.Time != nil {
 		s.WriteMore()
@@ -69,7 +71,7 @@ func marshalJSON(ev event.Event) ([]byte, error) {
 		s.WriteMore()
 		s.WriteObjectField(n)
 		if v, ok := c.Extensions[n].(string); ok {
-			s.WriteString(v) // what WriteVal does with a string
+			writeString(s, v) // what WriteVal does with a string
 		} else {
 			s.WriteVal(c.Extensions[n])
 		}
@@ -81,4 +83,39 @@ func marshalJSON(ev event.Event) ([]byte, error) {
 	b := s.Buffer()
 	s.SetBuffer(nil)
 	return b, nil
+}
+
+// lastSource is the source marshalJSON wrote last and its string: the
+// events of a publisher share one source, and url.URL.String builds the
+// string anew each time (an allocation an event).
+var lastSource atomic.Pointer[sourceText]
+
+type sourceText struct {
+	u url.URL
+	s string
+}
+
+// sourceString is u.String(), the last one remembered.
+func sourceString(u *url.URL) string {
+	if c := lastSource.Load(); c != nil && c.u == *u {
+		return c.s
+	}
+	s := u.String()
+	lastSource.Store(&sourceText{u: *u, s: s})
+	return s
+}
+
+// writeString is s.WriteString(v): a string of printable ASCII other than
+// '"' and '\\' (ids, sources, types, hosts) is written as it is in one
+// append, rather than a byte at a time after each byte's check.
+func writeString(s *jsoniter.Stream, v string) {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			s.WriteString(v)
+			return
+		}
+	}
+	b := append(s.Buffer(), '"')
+	b = append(b, v...)
+	s.SetBuffer(append(b, '"'))
 }

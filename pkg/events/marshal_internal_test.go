@@ -109,3 +109,33 @@ func TestPlainTokenIsToken(t *testing.T) {
 		t.Error("a long string is plain")
 	}
 }
+
+// FuzzSubjectOfMatches: SubjectOf (which remembers the last subject it
+// built) gives Subject of the event's kind and origin, for events of
+// alternating origins.
+func FuzzSubjectOfMatches(f *testing.F) {
+	f.Add("run-1", "host", "gpu0", "run-2", "host", "gpu0")
+	f.Add("r", "h", "l", "r", "h", "l.x")
+	f.Fuzz(func(t *testing.T, r1, h1, l1, r2, h2, l2 string) {
+		var evs []event.Event
+		for _, o := range []Origin{{RunID: r1, Host: h1, Lane: l1}, {RunID: r2, Host: h2, Lane: l2}} {
+			ev, err := NewLogLines(o, []split.Line{{Stream: "stderr", Seq: 1, Text: "x"}})
+			if err != nil {
+				return
+			}
+			evs = append(evs, ev)
+		}
+		for round := 0; round < 3; round++ {
+			for _, ev := range evs {
+				o, err := origin(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := SubjectOf(ev)
+				if want := Subject(KindLog, o.Host, o.Lane, o.RunID); err != nil || got != want {
+					t.Fatalf("%+v: %q %v, want %q", o, got, err, want)
+				}
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -64,7 +65,23 @@ func SubjectOf(ev event.Event) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return Subject(kind, o.Host, o.Lane, o.RunID), nil
+	if c := lastSubject.Load(); c != nil && c.kind == kind && c.o == o {
+		return c.s, nil
+	}
+	s := Subject(kind, o.Host, o.Lane, o.RunID)
+	lastSubject.Store(&subjectText{kind: kind, o: o, s: s})
+	return s, nil
+}
+
+// lastSubject is the subject SubjectOf gave last, with its kind and
+// origin: the events of a run share theirs, and Subject builds the string
+// anew each time (an allocation an event).
+var lastSubject atomic.Pointer[subjectText]
+
+type subjectText struct {
+	kind Kind
+	o    Origin
+	s    string
 }
 
 // plainToken says whether s is its own token: short enough, printable
