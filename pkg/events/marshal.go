@@ -11,78 +11,113 @@ import (
 )
 
 // marshalJSON is ev.MarshalJSON (the SDK's structured encoding) for the
-// events gttsplit sends, written with the same jsoniter calls in the same
-// order into one buffer sized for the data up front, instead of the SDK's
-// growing stream and buffer. Other events (another spec version, data that
-// is not application/json or is base64) take the SDK's path.
+// events gttsplit sends: the same bytes its jsoniter stream writes, in the
+// same order, appended to one buffer sized for the data up front (the
+// punctuation and the plain strings by hand, any other string and the
+// extension values other than strings by jsoniter itself), instead of the
+// SDK's growing stream and buffer. Other events (another spec version,
+// data that is not application/json or is base64) take the SDK's path.
 // FuzzMarshalMatchesSDK holds the two to the same bytes.
 func marshalJSON(ev event.Event) ([]byte, error) {
 	c, ok := ev.Context.(*event.EventContextV1)
 	if !ok || ev.DataBase64 || c.DataContentType == nil || *c.DataContentType != event.ApplicationJSON {
 		return ev.MarshalJSON()
 	}
-	s := jsoniter.ConfigFastest.BorrowStream(nil)
-	defer jsoniter.ConfigFastest.ReturnStream(s)
-	s.SetBuffer(make([]byte, 0, len(ev.DataEncoded)+512))
-	s.WriteObjectStart()
-	s.WriteObjectField("specversion")
-	writeString(s, event.CloudEventsVersionV1)
-	s.WriteMore()
-	s.WriteObjectField("id")
-	writeString(s, c.ID)
-	s.WriteMore()
-	s.WriteObjectField("source")
-	writeString(s, sourceString(&c.Source.URL))
-	s.WriteMore()
-	s.WriteObjectField("type")
-	writeString(s, c.Type)
-	if c.Subject != nil {
-		s.WriteMore()
-		s.WriteObjectField("subject")
-		writeString(s, *c.Subject)
+	var s *jsoniter.Stream // borrowed for a string or value not written by hand
+	defer func() {
+		if s != nil {
+			jsoniter.ConfigFastest.ReturnStream(s)
+		}
+	}()
+	stream := func(b []byte) *jsoniter.Stream {
+		if s == nil {
+			s = jsoniter.ConfigFastest.BorrowStream(nil)
+		}
+		s.SetBuffer(b)
+		return s
 	}
-	s.WriteMore()
-	s.WriteObjectField("datacontenttype")
-	writeString(s, *c.DataContentType)
+	str := func(b []byte, v string) []byte {
+		if plainString(v) {
+			b = append(b, '"')
+			b = append(b, v...)
+			return append(b, '"')
+		}
+		w := stream(b)
+		w.WriteString(v)
+		b = w.Buffer()
+		w.SetBuffer(nil)
+		return b
+	}
+	// A field name (constant, plain) and its colon, after a comma unless
+	// it is the first: jsoniter's WriteMore and WriteObjectField without
+	// indentation.
+	field := func(b []byte, name string) []byte {
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		return append(b, '"', ':')
+	}
+	b := make([]byte, 0, len(ev.DataEncoded)+512)
+	b = append(b, `{"specversion":`...)
+	b = str(b, event.CloudEventsVersionV1)
+	b = str(field(b, "id"), c.ID)
+	b = str(field(b, "source"), sourceString(&c.Source.URL))
+	b = str(field(b, "type"), c.Type)
+	if c.Subject != nil {
+		b = str(field(b, "subject"), *c.Subject)
+	}
+	b = str(field(b, "datacontenttype"), *c.DataContentType)
 	if c.DataSchema != nil {
-		s.WriteMore()
-		s.WriteObjectField("dataschema")
-		writeString(s, c.DataSchema.String())
+		b = str(field(b, "dataschema"), c.DataSchema.String())
 	}
 	if c.Time != nil {
-		s.WriteMore()
-		s.WriteObjectField("time")
 		// c.Time.String() written in place: RFC 3339 needs no escapes.
-		b := append(s.Buffer(), '"')
+		b = append(field(b, "time"), '"')
 		b = c.Time.UTC().AppendFormat(b, time.RFC3339Nano)
-		s.SetBuffer(append(b, '"'))
+		b = append(b, '"')
 	}
 	if ev.DataEncoded != nil {
-		s.WriteMore()
-		s.WriteObjectField("data")
-		s.SetBuffer(append(s.Buffer(), ev.DataEncoded...))
+		b = append(field(b, "data"), ev.DataEncoded...)
 	}
-	names := make([]string, 0, 8)
+	var buf [8]string
+	names := buf[:0]
 	for n := range c.Extensions {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		s.WriteMore()
-		s.WriteObjectField(n)
-		if v, ok := c.Extensions[n].(string); ok {
-			writeString(s, v) // what WriteVal does with a string
+		b = append(b, ',')
+		if plainString(n) {
+			b = append(append(append(b, '"'), n...), '"', ':')
 		} else {
-			s.WriteVal(c.Extensions[n])
+			w := stream(b)
+			w.WriteObjectField(n)
+			b = w.Buffer()
+			w.SetBuffer(nil)
+		}
+		if v, ok := c.Extensions[n].(string); ok {
+			b = str(b, v) // what WriteVal does with a string
+		} else {
+			w := stream(b)
+			w.WriteVal(c.Extensions[n])
+			b = w.Buffer()
+			w.SetBuffer(nil)
+			if w.Error != nil {
+				return ev.MarshalJSON() // the SDK says what is wrong
+			}
 		}
 	}
-	s.WriteObjectEnd()
-	if s.Error != nil {
-		return ev.MarshalJSON() // the SDK says what is wrong
+	return append(b, '}'), nil
+}
+
+// plainString says whether v is printable ASCII other than '"' and '\\'
+// (ids, sources, types, hosts, attribute names): JSON writes it as it is.
+func plainString(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
 	}
-	b := s.Buffer()
-	s.SetBuffer(nil)
-	return b, nil
+	return true
 }
 
 // lastSource is the source marshalJSON wrote last and its string: the
@@ -103,19 +138,4 @@ func sourceString(u *url.URL) string {
 	s := u.String()
 	lastSource.Store(&sourceText{u: *u, s: s})
 	return s
-}
-
-// writeString is s.WriteString(v): a string of printable ASCII other than
-// '"' and '\\' (ids, sources, types, hosts) is written as it is in one
-// append, rather than a byte at a time after each byte's check.
-func writeString(s *jsoniter.Stream, v string) {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			s.WriteString(v)
-			return
-		}
-	}
-	b := append(s.Buffer(), '"')
-	b = append(b, v...)
-	s.SetBuffer(append(b, '"'))
 }
