@@ -47,8 +47,12 @@ func TestClusterFleetIntegration(t *testing.T) {
 	_, js := connectJS(t, url)
 	sc := bus.DefaultStreamConfig()
 	sc.Replicas = 3
-	_, err := bus.EnsureStream(ctx, js, sc, testLogger(t))
-	require.NoError(t, err)
+	// (A cluster under load may call a peer offline for a moment: "no
+	// suitable peers for placement". Serve retries the same way.)
+	eventually(t, "the R3 events stream", func() bool {
+		_, err := bus.EnsureStream(ctx, js, sc, testLogger(t))
+		return err == nil
+	})
 
 	logDir := t.TempDir()
 	type agg struct {

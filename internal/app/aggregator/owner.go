@@ -271,6 +271,9 @@ func (o *owner) tick(ctx context.Context) {
 	}
 	o.mu.Unlock()
 	sort.Ints(gain)
+	// First: while the node that went is missed, take-overs and the
+	// readiness checks may fail, and the source must not wait for them.
+	o.watchSource(ctx)
 	for _, p := range lose {
 		o.release(ctx, p)
 	}
@@ -300,7 +303,6 @@ func (o *owner) tick(ctx context.Context) {
 		o.notReady("state bucket", err)
 		return
 	}
-	o.watchSource(tctx)
 	o.m.lag.Set(float64(lag))
 	o.m.owned.Set(float64(len(subs)))
 	o.m.ckptAge.Set(o.svc.CheckpointAge().Seconds())
@@ -325,7 +327,9 @@ func (o *owner) watchSource(ctx context.Context) {
 	if !mine || time.Since(o.reattached) < sourceCooldown {
 		return
 	}
-	did, err := bus.ReattachStalledSource(ctx, o.js, o.cfg.Stream, bus.SourceStall)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	did, err := bus.ReattachStalledSource(wctx, o.js, o.cfg.Stream, bus.SourceStall)
 	if err != nil {
 		o.log.Debug().Err(err).Msg("checking the partitioned stream's source")
 		return
