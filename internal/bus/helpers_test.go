@@ -206,6 +206,20 @@ func exportAll(t testing.TB, js jetstream.JetStream, r bus.Range) exported {
 	return out
 }
 
+// requireDrainedOnce waits until the stream holds every one of evs and
+// p's spool is empty, closes p, and checks each event is on the stream
+// once, in order, and was acknowledged to its caller once.
+func requireDrainedOnce(t testing.TB, p *bus.Publisher, js jetstream.JetStream, evs []event.Event, a *acks) {
+	t.Helper()
+	waitMsgs(t, js, uint64(len(evs)))
+	require.Eventually(t, func() bool { return p.Stats().SpoolBytes == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, p.Close(testCtx(t)))
+	requireExactlyOnceInOrder(t, exportAll(t, js, bus.Range{}), evs)
+	for _, ev := range evs {
+		require.Equal(t, 1, a.count(ev.ID()), "ack of %s", ev.ID())
+	}
+}
+
 // requireExactlyOnceInOrder checks the stream holds each of want once, and
 // that per log stream the batches come in order of their first seq, and
 // the samples in order of their seq.

@@ -116,13 +116,7 @@ func TestBrokerRestartIntegration(t *testing.T) {
 	require.NoError(t, p.Flush(testCtx(t)))
 
 	js := jsFor(t, s2)
-	waitMsgs(t, js, uint64(len(evs)))
-	require.Eventually(t, func() bool { return p.Stats().SpoolBytes == 0 }, 10*time.Second, 10*time.Millisecond)
-	require.NoError(t, p.Close(testCtx(t)))
-	requireExactlyOnceInOrder(t, exportAll(t, js, bus.Range{}), evs)
-	for _, ev := range evs {
-		require.Equal(t, 1, a.count(ev.ID()), "ack of %s", ev.ID())
-	}
+	requireDrainedOnce(t, p, js, evs, a)
 	st := p.Stats()
 	require.Zero(t, st.Dropped)
 	require.Equal(t, uint64(len(evs)), st.Published+st.Spooled)
