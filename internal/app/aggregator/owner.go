@@ -454,43 +454,60 @@ func (o *owner) acquire(ctx context.Context, p int, unpin bool) error {
 }
 
 // consume pulls partition p's messages (as the pinned member of its
-// priority group) and hands them to the handler until ctx ends.
+// priority group) and hands them to the handler, one at a time, until ctx
+// ends. It uses the callback form of the pull consumer: the iterator form
+// buffers in a channel as long as a pull, which a leadership change or a
+// missed heartbeat can overrun (a new pull is sent while the old one still
+// delivers), and a message that does not fit is dropped by the client, to
+// come back only after consumer.ack_wait.
 func (o *owner) consume(ctx context.Context, p int, cons jetstream.Consumer) {
-	for ctx.Err() == nil {
-		it, err := cons.Messages(jetstream.PullMaxMessages(min(o.cfg.MaxPending, pullBatch)), jetstream.PullPriorityGroup(ownerGroup),
-			jetstream.PullExpiry(pullExpiry))
+	// mu is held while a message is handled; once stopped, a message still
+	// delivered is handed back (nak) for the next owner at once.
+	var mu sync.Mutex
+	stopped := false
+	handle := func(jm jetstream.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			_ = jm.Nak()
+			return
+		}
+		m, err := bus.WrapMsg(jm, o.js.Conn())
 		if err != nil {
+			_ = jm.Term()
+			return
+		}
+		if err := o.h(ctx, m); err != nil {
+			_ = jm.NakWithDelay(o.nak)
+		}
+	}
+	errs := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		o.log.Debug().Err(err).Int("partition", p).Msg("next message")
+	})
+	for ctx.Err() == nil {
+		cc, err := cons.Consume(handle, jetstream.PullMaxMessages(min(o.cfg.MaxPending, pullBatch)),
+			jetstream.PullPriorityGroup(ownerGroup), jetstream.PullExpiry(pullExpiry), errs)
+		if err == nil {
+			select {
+			case <-ctx.Done():
+				cc.Stop()
+			case <-cc.Closed():
+				// A terminal error (the consumer deleted): consume again.
+				err = errors.New("consumer closed")
+			}
+		}
+		if err != nil && ctx.Err() == nil {
 			o.log.Debug().Err(err).Int("partition", p).Msg("partition consumer not ready")
 			select {
 			case <-ctx.Done():
 			case <-time.After(200 * time.Millisecond):
 			}
-			continue
-		}
-		go func() { <-ctx.Done(); it.Stop() }()
-		for {
-			jm, err := it.Next()
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				break
-			}
-			if err != nil {
-				o.log.Debug().Err(err).Int("partition", p).Msg("next message")
-				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-					it.Stop()
-					break
-				}
-				continue
-			}
-			m, err := bus.WrapMsg(jm, o.js.Conn())
-			if err != nil {
-				_ = jm.Term()
-				continue
-			}
-			if err := o.h(ctx, m); err != nil {
-				_ = jm.NakWithDelay(o.nak)
-			}
 		}
 	}
+	// Wait for the message being handled, if any; none after it.
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
 }
 
 // abort stops consuming every partition at once, without writing or
