@@ -151,9 +151,9 @@ const SourceStall = 3 * time.Second
 
 // ReattachStalledSource re-attaches the partitioned stream's source when
 // it stalled. When the node leading the events stream goes away, the
-// consumer that feeds the partitioned stream goes with it, and the server
-// notices only after 10–20 s without contact: no event reaches any
-// partition meanwhile. When the source has been silent for longer than
+// consumer that feeds the partitioned stream often goes with it (when it
+// lived there), and the server notices only after 10–20 s without
+// contact: no event reaches any partition meanwhile. When the source has been silent for longer than
 // stall and the events stream has a leader again, this asks the
 // partitioned stream's leader to step down; the next leader sets its
 // source up at once, from the message after the last one it holds. It
