@@ -40,7 +40,7 @@ one partition, and each partition is owned by one of the aggregators with
 the same consumer.durable; when one stops or dies, its partitions move to
 the others within seconds (an aggregator announces itself and waits half a
 second before taking any, so aggregators started together share them at
-once). On a cluster, losing the node that leads the events stream silences
+once). On a cluster, losing the node that leads the events stream can silence
 the source of the partitioned stream; the owner of partition 0 re-attaches
 it after 3 s (gttsplit_source_reattached_total). An owner folds its runs in memory and
 acknowledges a message only after the checkpoint of its run's state in the
