@@ -44,7 +44,9 @@ const benchAckPending = 1024
 // against the bare consumer's. cpu-µs/event is the process's CPU time
 // (broker and service) per event while serve folds, cpu-svc/raw the bare
 // consumer's CPU time over serve's: unlike the rates, CPU time barely
-// moves when other jobs load the machine.
+// moves when other jobs load the machine. writes/run is the run states
+// written to the state bucket (checkpoints and closes) per run, and
+// checkpoints the checkpoints taken while serve folded.
 //
 // GTTSPLIT_BENCH_PARTITIONS sets the partition count;
 // GTTSPLIT_BENCH_SERVE_CPUPROFILE=<file> writes a CPU profile of the timed
@@ -131,6 +133,10 @@ func BenchmarkServeThroughput(b *testing.B) {
 	b.ReportMetric(raw.Seconds()/svc.Seconds(), "svc/raw")
 	b.ReportMetric(float64(svcCPU.Microseconds())/float64(n), "cpu-µs/event")
 	b.ReportMetric(rawCPU.Seconds()/svcCPU.Seconds(), "cpu-svc/raw")
+	writes, _ := strconv.ParseFloat(metricValue(metrics, "gttsplit_state_writes_total"), 64)
+	ckpts, _ := strconv.ParseFloat(metricValue(metrics, "gttsplit_checkpoints_total"), 64)
+	b.ReportMetric(writes/float64(len(runs)), "writes/run")
+	b.ReportMetric(ckpts, "checkpoints")
 }
 
 // rawConsume reads the n messages of stream s with a bare durable pull

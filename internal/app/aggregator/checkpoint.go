@@ -62,6 +62,7 @@ func (s *Service) Flush(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
+	s.m.checkpoints.Inc()
 
 	// The changed runs are encoded and written a chunk at a time, so that
 	// the encodings in memory stay bounded however many runs changed. A

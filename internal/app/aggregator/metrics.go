@@ -25,6 +25,8 @@ type metrics struct {
 	splitPubErr prometheus.Counter
 	compacted   prometheus.Counter
 	reattached  prometheus.Counter
+	checkpoints prometheus.Counter
+	stateWrites prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -63,7 +65,11 @@ func newMetrics() *metrics {
 		Help: "Closed runs whose state was replaced by its compact record after store.compact_after."})
 	m.reattached = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_source_reattached_total",
 		Help: "Times the partitioned stream's source went silent and was re-attached by stepping the stream's leader down."})
-	m.reg.MustRegister(m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted, m.reattached)
+	m.checkpoints = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_checkpoints_total",
+		Help: "Checkpoints: writes of the changed run states to the state bucket, then the acknowledgements of their messages."})
+	m.stateWrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_writes_total",
+		Help: "Run states written to the state bucket (by checkpoints and closes)."})
+	m.reg.MustRegister(m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted, m.reattached, m.checkpoints, m.stateWrites)
 	m.reg.MustRegister(m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.foldSeconds, m.persistErrs, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

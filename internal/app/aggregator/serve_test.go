@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -305,6 +306,12 @@ func TestServeHTTPIntegration(t *testing.T) {
 	require.Equal(t, "0", metricValue(m, "gttsplit_events_redelivered_total"))
 	for _, name := range []string{"gttsplit_state_conflicts_total", "gttsplit_state_persist_errors_total", "gttsplit_fold_seconds_count", "go_goroutines"} {
 		require.NotEmpty(t, metricValue(m, name), name)
+	}
+	// The acknowledgements came after a checkpoint that wrote the run.
+	for _, name := range []string{"gttsplit_checkpoints_total", "gttsplit_state_writes_total"} {
+		n, err := strconv.Atoi(metricValue(m, name))
+		require.NoError(t, err, name)
+		require.Positive(t, n, name)
 	}
 
 	var list []RunSummary

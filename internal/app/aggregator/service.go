@@ -822,8 +822,11 @@ func (s *Service) put(ctx context.Context, st *RunState, b []byte, rev uint64) (
 	} else {
 		rev, err = s.kv.Update(ctx, key, b, rev)
 	}
-	if err == nil && !st.Closed {
-		st.reopen = false
+	if err == nil {
+		s.m.stateWrites.Inc()
+		if !st.Closed {
+			st.reopen = false
+		}
 	}
 	return rev, err
 }
