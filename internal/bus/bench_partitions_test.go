@@ -1,8 +1,12 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -19,13 +23,18 @@ import (
 
 // BenchmarkPartitionConsumers asks what the aggregator's one consumer per
 // partition costs the broker: the same messages of the partitioned stream
-// (sourced from the events stream, 16 partitions, 1.5 KB each, ~400 runs)
+// (sourced from the events stream, 16 partitions, ~400 runs; the payloads
+// are the recorded 4B and 27B runs' events in turn, 12 KB on average)
 // consumed and acknowledged by 16 consumers each filtered on its
 // partition, against one unfiltered consumer (the baseline), in
 // alternating rounds on one embedded server. Each filtered consumer walks
 // past the other partitions' messages; x/baseline is the baseline's time
 // over the 16 consumers' (1: the walk costs nothing), cpu-x/baseline the
-// same of the process's CPU time (the embedded server's included).
+// same of the process's CPU time (the embedded server's included). The
+// walk copies every message it passes (the server's file store does), so
+// its cost grows with the partition count and the events' size: sizes
+// like the real events' matter. GTTSPLIT_BENCH_PARTITIONS sets the
+// partition count.
 //
 //	go test ./internal/bus -run '^$' -bench PartitionConsumers -benchtime 4x
 func BenchmarkPartitionConsumers(b *testing.B) {
@@ -39,11 +48,11 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 	ctx := context.Background()
 	_, err = bus.EnsureStream(ctx, js, bus.DefaultStreamConfig(), zerolog.Nop())
 	require.NoError(b, err)
-	parts, err := bus.EnsurePartitions(ctx, js, bus.PartitionConfig{Stream: bus.DefaultStream}, zerolog.Nop())
+	parts, err := bus.EnsurePartitions(ctx, js, bus.PartitionConfig{Stream: bus.DefaultStream, Partitions: benchPartitions()}, zerolog.Nop())
 	require.NoError(b, err)
-	payload := make([]byte, 1500)
+	payloads := recordedEvents(b)
 	for i := 0; i < n; i++ {
-		_, err := js.PublishAsync(fmt.Sprintf("gttsplit.log.h.l.run%03d", i%400), payload)
+		_, err := js.PublishAsync(fmt.Sprintf("gttsplit.log.h.l.run%03d", i%400), payloads[i%len(payloads)])
 		require.NoError(b, err)
 		if i%1000 == 999 {
 			<-js.PublishAsyncComplete()
@@ -120,4 +129,27 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 	b.StopTimer()
 	pairs.Report(b)
 	b.ReportMetric(float64(cpuOne)/float64(max(cpuPart, 1)), "cpu-x/baseline")
+}
+
+// recordedEvents returns the events of the recorded 4B and 27B runs, one
+// JSON event each, as the collector published them.
+func recordedEvents(b *testing.B) [][]byte {
+	b.Helper()
+	var out [][]byte
+	for _, run := range []string{"4b", "27b"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "runs", run, "events.jsonl"))
+		require.NoError(b, err)
+		for _, l := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// benchPartitions is bus.DefaultPartitions, or GTTSPLIT_BENCH_PARTITIONS.
+func benchPartitions() int {
+	if v, _ := strconv.Atoi(os.Getenv("GTTSPLIT_BENCH_PARTITIONS")); v > 0 {
+		return v
+	}
+	return bus.DefaultPartitions
 }
