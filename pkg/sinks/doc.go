@@ -43,6 +43,12 @@
 // drops the report for that sink. A report stays queued until it is
 // delivered, fails permanently, or is superseded by a newer report of the
 // same run; only a full queue (FanoutConfig.MaxPending) or Close's deadline
-// drops it, and both are reported. Every outcome goes to the Observer
-// (Counters counts them per sink, for logs and /metrics).
+// drops it, and both are reported. A caller that can produce a run's report
+// again (the aggregator reads it back from its state bucket) sets
+// FanoutConfig.Reload: a report that finds MaxPending reports held is then
+// deferred instead (its place in the queue kept, only its run id held, at
+// most MaxDeferred of them) and reloaded when its turn comes, so a burst
+// larger than the queue loses nothing and memory stays bounded. Every
+// outcome goes to the Observer (Counters counts them per sink, for logs and
+// /metrics).
 package sinks

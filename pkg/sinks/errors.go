@@ -15,8 +15,8 @@ var ErrDuplicateType = errors.New("sinks: duplicate sink type")
 // ErrUnknownType is returned by Registry.New for a type no factory has.
 var ErrUnknownType = errors.New("sinks: unknown sink type")
 
-// ErrQueueFull is the reason a Fanout drops a report when a sink's queue is
-// full (see FanoutConfig.MaxPending).
+// ErrQueueFull is the reason a Fanout defers a report (FanoutConfig.Reload)
+// or drops one when a sink's queue is full (see FanoutConfig.MaxPending).
 var ErrQueueFull = errors.New("sinks: queue full")
 
 // ErrUndelivered is the reason a Fanout gives for reports still queued when

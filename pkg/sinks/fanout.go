@@ -27,10 +27,27 @@ type FanoutConfig struct {
 	Retry RetryPolicy
 	// Observer, if not nil, receives every attempt's outcome.
 	Observer Observer
-	// MaxPending caps the reports queued per sink (distinct runs: a newer
-	// report of a queued run replaces it). When full, the oldest is dropped
+	// MaxPending caps the reports held in memory per sink (distinct runs:
+	// a newer report of a queued run replaces it). When it is reached, a
+	// new report is deferred if Reload is set (see there); otherwise, and
+	// when MaxDeferred is reached too, the oldest queued report is dropped
 	// with ErrQueueFull. Default 1024.
 	MaxPending int
+	// Reload, if set, lets a full queue defer reports instead of dropping
+	// them: a deferred report keeps its place in the sink's queue (order
+	// of arrival) but only its run id is held, and when its turn comes the
+	// worker calls Reload for the run's report and writes what it returns.
+	// Reload must return the run's latest report (a report of the run
+	// given meanwhile leaves a deferred one deferred), or false when there
+	// is nothing to write any more for that run (the report is then
+	// withdrawn: OutcomeWithdrawn). An error is a transient failure of the
+	// report (retried with the backoff). It is called from the sink's
+	// worker goroutine, with ctx bounded by AttemptTimeout.
+	Reload func(ctx context.Context, sink, runID string) (split.Report, bool, error)
+	// MaxDeferred caps the deferred run ids per sink (with Reload); past
+	// it the oldest queued report is dropped with ErrQueueFull. Default 64
+	// times MaxPending.
+	MaxDeferred int
 	// AttemptTimeout bounds one Write call. Default 2m.
 	AttemptTimeout time.Duration
 	// Rand returns uniform numbers in [0, 1) for jitter; it is called from
@@ -43,7 +60,9 @@ type FanoutConfig struct {
 // delays the others. Transient failures are retried with RetryPolicy;
 // permanent ones drop the report for that sink. A report stays queued until
 // it is delivered, fails permanently, is superseded by a newer report of the
-// same run, or Close gives up.
+// same run, or Close gives up; with FanoutConfig.Reload, a report that
+// finds its sink's queue full is deferred (only its run id kept, reloaded
+// in turn) rather than dropped.
 //
 // Fanout is itself a Sink: Write enqueues and returns at once.
 type Fanout struct {
@@ -68,6 +87,12 @@ func NewFanout(set Settings, cfg FanoutConfig, targets ...Target) (*Fanout, erro
 	cfg.Retry = cfg.Retry.withDefaults()
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = 1024
+	}
+	if cfg.MaxDeferred <= 0 {
+		cfg.MaxDeferred = 64 * cfg.MaxPending
+	}
+	if cfg.Reload == nil {
+		cfg.MaxDeferred = 0
 	}
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = 2 * time.Minute
@@ -133,8 +158,8 @@ func (f *Fanout) Write(ctx context.Context, r split.Report) error {
 	return nil
 }
 
-// Flush waits until every queued report has been delivered or has failed
-// permanently, or until ctx is done (then it returns ctx's error). With a
+// Flush waits until every queued report (deferred ones included) has been
+// delivered, has failed permanently or was withdrawn, or until ctx is done (then it returns ctx's error). With a
 // sink that keeps failing transiently, only ctx ends the wait.
 func (f *Fanout) Flush(ctx context.Context) error {
 	for _, w := range f.ws {
@@ -156,7 +181,8 @@ func (f *Fanout) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Pending returns the number of reports queued or being written, per sink.
+// Pending returns the number of reports queued (deferred ones included) or
+// being written, per sink.
 func (f *Fanout) Pending() map[string]int {
 	m := make(map[string]int, len(f.ws))
 	for _, w := range f.ws {
@@ -227,6 +253,7 @@ func (f *Fanout) Close(ctx context.Context) error {
 		w.mu.Lock()
 		left := w.queue
 		w.queue, w.queued = nil, nil
+		w.held, w.deferred = 0, 0
 		w.mu.Unlock()
 		for _, it := range left {
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDropped, Attempt: it.attempts, Err: ErrUndelivered})
@@ -250,7 +277,10 @@ func (f *Fanout) Close(ctx context.Context) error {
 
 // item is one report queued for one sink.
 type item struct {
-	r        split.Report
+	r split.Report
+	// held says r is the report; when not, the report was deferred (only
+	// its run id is kept) and is reloaded when its turn comes.
+	held     bool
 	run      string
 	version  uint64
 	attempts int
@@ -266,6 +296,9 @@ type worker struct {
 	mu          sync.Mutex
 	queue       []*item          // waiting, oldest first
 	queued      map[string]*item // run id → its waiting item
+	held        int              // items of queue holding their report
+	deferred    int              // items of queue that do not (deferred)
+	reloaded    int              // deferred reports reloaded since the queue last had none
 	latest      map[string]uint64
 	seq         uint64
 	busy        bool // an item is being written or waited on
@@ -304,25 +337,46 @@ func (w *worker) observe(e Event) {
 	}
 }
 
-// enqueue queues r, replacing a waiting report of the same run.
+// enqueue queues r, replacing a waiting report of the same run. A report
+// of a new run that finds MaxPending reports held is deferred (with
+// Reload); when the queue is full (MaxPending, plus MaxDeferred with
+// Reload), its oldest report is dropped.
 func (w *worker) enqueue(r split.Report) {
+	cfg := &w.f.cfg
 	var dropped *item
+	deferred, streak := false, false
 	w.mu.Lock()
 	w.seq++
 	run := r.Run.ID
 	w.latest[run] = w.seq
 	if it, ok := w.queued[run]; ok {
-		it.r, it.version, it.attempts = r, w.seq, 0
+		it.version, it.attempts = w.seq, 0
+		switch {
+		case it.held:
+			it.r = r
+		case w.held < cfg.MaxPending:
+			it.r, it.held = r, true
+			w.held++
+			w.deferred--
+		}
+		// Otherwise it stays deferred: Reload gives the run's latest report.
 	} else {
-		if len(w.queue) >= w.f.cfg.MaxPending {
+		if len(w.queue) >= cfg.MaxPending+cfg.MaxDeferred {
 			dropped = w.queue[0]
 			w.queue = w.queue[1:]
-			delete(w.queued, dropped.run)
+			w.unqueue(dropped)
 			if w.latest[dropped.run] == dropped.version {
 				delete(w.latest, dropped.run)
 			}
 		}
-		it := &item{r: r, run: run, version: w.seq}
+		it := &item{run: run, version: w.seq}
+		if w.held < cfg.MaxPending {
+			it.r, it.held = r, true
+			w.held++
+		} else {
+			deferred, streak = true, w.deferred == 0
+			w.deferred++
+		}
 		w.queue = append(w.queue, it)
 		w.queued[run] = it
 	}
@@ -333,8 +387,27 @@ func (w *worker) enqueue(r split.Report) {
 	w.mu.Unlock()
 	w.signal()
 	if dropped != nil {
-		w.log.Warn().Str("run_id", dropped.run).Err(ErrQueueFull).Msg("report dropped")
+		w.log.Warn().Str("run_id", dropped.run).Int("max_pending", cfg.MaxPending).Int("max_deferred", cfg.MaxDeferred).
+			Err(ErrQueueFull).Msg("report dropped: the sink's queue is full")
 		w.observe(Event{Sink: w.name, RunID: dropped.run, Outcome: OutcomeDropped, Attempt: dropped.attempts, Err: ErrQueueFull})
+	}
+	if deferred {
+		ev := w.log.Debug()
+		if streak {
+			ev = w.log.Warn().Int("max_pending", cfg.MaxPending)
+		}
+		ev.Str("run_id", run).Err(ErrQueueFull).Msg("sink slower than reports come: reports are deferred (only their run ids kept) and reloaded in their turn, not lost")
+		w.observe(Event{Sink: w.name, RunID: run, Outcome: OutcomeDeferred, Err: ErrQueueFull})
+	}
+}
+
+// unqueue accounts for it leaving the queue. w.mu is held.
+func (w *worker) unqueue(it *item) {
+	delete(w.queued, it.run)
+	if it.held {
+		w.held--
+	} else {
+		w.deferred--
 	}
 }
 
@@ -351,7 +424,7 @@ func (w *worker) next() *item {
 		if len(w.queue) > 0 {
 			it := w.queue[0]
 			w.queue = w.queue[1:]
-			delete(w.queued, it.run)
+			w.unqueue(it)
 			w.busy = true
 			return it
 		}
@@ -376,6 +449,12 @@ func (w *worker) settle(it *item, requeue bool) {
 	current := w.latest[it.run] == it.version
 	switch {
 	case requeue && current:
+		if it.held {
+			w.held++
+		} else {
+			it.r = split.Report{} // reloaded again in its turn
+			w.deferred++
+		}
 		w.queue = append(w.queue, it)
 		w.queued[it.run] = it
 	case current:
@@ -395,11 +474,15 @@ func (w *worker) run() {
 			return
 		}
 		it.attempts++
-		err := w.write(it.r)
+		withdrawn, err := w.attempt(it)
 		// The outcome is observed before the item is settled: Flush and
 		// Close return once every item is settled, and by then every
 		// observer must have seen what happened to it.
 		switch {
+		case withdrawn:
+			w.log.Debug().Str("run_id", it.run).Msg("deferred report withdrawn: nothing to write for the run any more")
+			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeWithdrawn, Attempt: it.attempts})
+			w.settle(it, false)
 		case err == nil:
 			if w.failures > 0 {
 				w.log.Info().Int("failures", w.failures).Msg("writes succeed again")
@@ -445,6 +528,50 @@ func (w *worker) run() {
 			w.wait(delay)
 		}
 	}
+}
+
+// attempt reloads a deferred item's report (withdrawn: Reload had none)
+// and writes the report.
+func (w *worker) attempt(it *item) (withdrawn bool, err error) {
+	if !it.held {
+		r, ok, err := w.reload(it.run)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			return true, nil
+		}
+		it.r = r
+		w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRequeued, Attempt: it.attempts})
+		w.mu.Lock()
+		w.reloaded++
+		n := 0
+		if w.deferred == 0 {
+			n, w.reloaded = w.reloaded, 0
+		}
+		w.mu.Unlock()
+		if n > 0 {
+			w.log.Info().Int("reloaded", n).Msg("sink caught up: every deferred report was reloaded")
+		}
+	}
+	return false, w.write(it.r)
+}
+
+// reload calls Reload once, bounded like a write; a panic fails the report
+// permanently.
+func (w *worker) reload(run string) (r split.Report, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(w.f.actx, w.f.cfg.AttemptTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = Permanent(fmt.Errorf("sink %s: reload of run %q panicked: %v", w.name, run, p))
+		}
+	}()
+	r, ok, err = w.f.cfg.Reload(ctx, w.name, run)
+	if err != nil {
+		err = fmt.Errorf("reload deferred report: %w", err)
+	}
+	return r, ok, err
 }
 
 // write makes one attempt, bounded by AttemptTimeout and Close's abort. A

@@ -397,3 +397,252 @@ func TestNewFanoutRejectsBadTargets(t *testing.T) {
 	_, err = sinks.NewFanout(sinks.Settings{}, sinks.FanoutConfig{}, sinks.Target{Name: "a"})
 	require.Error(t, err)
 }
+
+// store is what a Fanout's Reload reads back: the latest report of each
+// run, as the aggregator's state bucket holds it.
+type store struct {
+	mu    sync.Mutex
+	runs  map[string]split.Report
+	fail  []error // the next reloads' errors
+	calls int
+}
+
+func newStore() *store { return &store{runs: map[string]split.Report{}} }
+
+// put records r as its run's latest report and returns it.
+func (s *store) put(r split.Report) split.Report {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runs[r.Run.ID] = r
+	return r
+}
+
+func (s *store) drop(run string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.runs, run)
+}
+
+func (s *store) reload(ctx context.Context, sink, run string) (split.Report, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if len(s.fail) > 0 {
+		err := s.fail[0]
+		s.fail = s.fail[1:]
+		return split.Report{}, false, err
+	}
+	r, ok := s.runs[run]
+	return r, ok, nil
+}
+
+func (s *store) reloads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// counts sums a Fanout's outcomes per run id.
+func drainEvents(ev *events) map[sinks.Outcome][]string {
+	out := map[sinks.Outcome][]string{}
+	for {
+		select {
+		case e := <-ev.ch:
+			out[e.Outcome] = append(out[e.Outcome], e.RunID)
+		default:
+			return out
+		}
+	}
+}
+
+func TestFanoutQueueFullDefersAndReloads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := &sinktest.Memory{}
+	block := make(chan struct{})
+	m.Block(block)
+	st := newStore()
+	ev := newEvents()
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 3, Reload: st.reload, Observer: ev},
+		sinks.Target{Name: "m", Sink: m})
+
+	const n = 40
+	var want []string
+	for i := range n {
+		r := st.put(sinktest.Report(fmt.Sprintf("run-%02d", i)))
+		want = append(want, r.Run.ID)
+		require.NoError(t, f.Write(ctx, r))
+	}
+	require.Equal(t, n, f.Pending()["m"], "deferred reports count as pending")
+	close(block)
+	require.NoError(t, f.Flush(ctx))
+
+	var got []string
+	for _, r := range m.Reports() {
+		got = append(got, r.Run.ID)
+	}
+	require.Equal(t, want, got, "every report written once, in the order given")
+	out := drainEvents(ev)
+	require.Empty(t, out[sinks.OutcomeDropped])
+	require.NotEmpty(t, out[sinks.OutcomeDeferred])
+	require.ElementsMatch(t, out[sinks.OutcomeDeferred], out[sinks.OutcomeRequeued], "each deferred report reloaded once")
+	require.Equal(t, len(out[sinks.OutcomeDeferred]), st.reloads())
+	require.LessOrEqual(t, len(out[sinks.OutcomeDeferred]), n-3, "at least MaxPending reports were held")
+	require.Zero(t, f.Pending()["m"])
+}
+
+func TestFanoutDeferredReportIsReloadedLatest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newGated()
+	st := newStore()
+	ev := newEvents()
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1, Reload: st.reload, Observer: ev},
+		sinks.Target{Name: "m", Sink: m})
+
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-a"))))
+	m.inFlight(t, "run-a")
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-b"))))
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-c"))))
+	require.Equal(t, "run-c", ev.next(t, "m", sinks.OutcomeDeferred).RunID)
+	// A newer report of the deferred run: still deferred (the queue is
+	// full); the reload gives the newest.
+	newer := sinktest.Report("run-c")
+	newer.Run.Command = "llama-cli -m other.gguf"
+	require.NoError(t, f.Write(ctx, st.put(newer)))
+	close(m.open)
+	require.NoError(t, f.Flush(ctx))
+	var cs []split.Report
+	for _, r := range m.Reports() {
+		if r.Run.ID == "run-c" {
+			cs = append(cs, r)
+		}
+	}
+	require.Len(t, cs, 1, "the deferred run is written once")
+	require.Equal(t, newer.Run.Command, cs[0].Run.Command)
+}
+
+func TestFanoutDeferredReportTakesReportWhenRoom(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newGated()
+	st := newStore()
+	ev := newEvents()
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1, Reload: st.reload, Observer: ev},
+		sinks.Target{Name: "m", Sink: m})
+
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-a"))))
+	m.inFlight(t, "run-a")
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-b"))))
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-c")))) // deferred
+	require.Equal(t, "run-c", ev.next(t, "m", sinks.OutcomeDeferred).RunID)
+	m.open <- struct{}{} // run-a written; run-b is taken: room for one report
+	m.inFlight(t, "run-b")
+	// A newer report of the deferred run-c is held: no reload needed.
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-c"))))
+	close(m.open)
+	require.NoError(t, f.Flush(ctx))
+	require.Zero(t, st.reloads())
+	require.Empty(t, drainEvents(ev)[sinks.OutcomeRequeued])
+	require.Len(t, m.Runs(), 3)
+}
+
+func TestFanoutDeferredReportWithdrawn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newGated()
+	st := newStore()
+	ev := newEvents()
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1, Reload: st.reload, Observer: ev},
+		sinks.Target{Name: "m", Sink: m})
+
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-a"))))
+	m.inFlight(t, "run-a")
+	for _, id := range []string{"run-b", "run-c", "run-d"} {
+		require.NoError(t, f.Write(ctx, st.put(sinktest.Report(id))))
+	}
+	st.drop("run-d") // nothing to write for it any more
+	close(m.open)
+	require.NoError(t, f.Flush(ctx))
+	require.Equal(t, "run-d", ev.next(t, "m", sinks.OutcomeWithdrawn).RunID)
+	require.NotContains(t, m.Runs(), "run-d")
+	require.Contains(t, m.Runs(), "run-c")
+}
+
+func TestFanoutReloadErrorIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newGated()
+	st := newStore()
+	st.fail = []error{sinktest.ErrInjected}
+	ev := newEvents()
+	c := newClock(false)
+	f := newFanout(t, c, sinks.FanoutConfig{MaxPending: 1, Reload: st.reload, Observer: ev},
+		sinks.Target{Name: "m", Sink: m})
+
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-a"))))
+	m.inFlight(t, "run-a")
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-b"))))
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-c"))))
+	close(m.open)
+	require.NoError(t, f.Flush(ctx))
+	e := ev.next(t, "m", sinks.OutcomeRetrying)
+	require.Equal(t, "run-c", e.RunID)
+	require.ErrorIs(t, e.Err, sinktest.ErrInjected)
+	require.Len(t, m.Runs(), 3)
+	require.Equal(t, []time.Duration{time.Second}, c.Slept())
+}
+
+func TestFanoutDropsPastMaxDeferred(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newGated()
+	st := newStore()
+	ev := newEvents()
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1, MaxDeferred: 2, Reload: st.reload, Observer: ev},
+		sinks.Target{Name: "m", Sink: m})
+
+	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-a"))))
+	m.inFlight(t, "run-a")
+	for _, id := range []string{"run-b", "run-c", "run-d", "run-e"} {
+		require.NoError(t, f.Write(ctx, st.put(sinktest.Report(id))))
+	}
+	e := ev.next(t, "m", sinks.OutcomeDropped)
+	require.Equal(t, "run-b", e.RunID, "the oldest queued report")
+	require.ErrorIs(t, e.Err, sinks.ErrQueueFull)
+	close(m.open)
+	require.NoError(t, f.Flush(ctx))
+	require.Len(t, m.Runs(), 4)
+	require.NotContains(t, m.Runs(), "run-b")
+}
+
+// gated is a Memory whose writes say when they start (entered) and wait
+// for open to be closed.
+type gated struct {
+	sinktest.Memory
+	entered chan string
+	open    chan struct{}
+}
+
+func newGated() *gated { return &gated{entered: make(chan string, 1000), open: make(chan struct{})} }
+
+func (g *gated) Write(ctx context.Context, r split.Report) error {
+	g.entered <- r.Run.ID
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.Memory.Write(ctx, r)
+}
+
+// inFlight waits until the sink's worker is writing run.
+func (g *gated) inFlight(t *testing.T, run string) {
+	t.Helper()
+	select {
+	case got := <-g.entered:
+		require.Equal(t, run, got)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s not written", run)
+	}
+}

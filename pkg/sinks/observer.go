@@ -23,6 +23,17 @@ const (
 	// sink's queue was full (ErrQueueFull) or Close's context ended first
 	// (ErrUndelivered).
 	OutcomeDropped
+	// OutcomeDeferred: the sink's queue held FanoutConfig.MaxPending
+	// reports; this one keeps its place with only its run id, and is
+	// reloaded (FanoutConfig.Reload) when its turn comes (Err is
+	// ErrQueueFull). Not an end: Requeued, Withdrawn or Dropped follows.
+	OutcomeDeferred
+	// OutcomeRequeued: a deferred report was reloaded and is being written
+	// (its Delivered, Retrying or Failed follows).
+	OutcomeRequeued
+	// OutcomeWithdrawn: Reload had nothing to write for a deferred report
+	// (the run changed meanwhile, or is no longer this process's to write).
+	OutcomeWithdrawn
 )
 
 // String returns the outcome's lower-case name, usable as a metric label.
@@ -36,6 +47,12 @@ func (o Outcome) String() string {
 		return "failed"
 	case OutcomeDropped:
 		return "dropped"
+	case OutcomeDeferred:
+		return "deferred"
+	case OutcomeRequeued:
+		return "requeued"
+	case OutcomeWithdrawn:
+		return "withdrawn"
 	}
 	return "unknown"
 }
@@ -76,6 +93,9 @@ type SinkCounts struct {
 	Retries   uint64 // transient failures (each followed by a retry)
 	Failed    uint64 // reports dropped on a permanent error
 	Dropped   uint64 // reports dropped because the queue was full or Close ended first
+	Deferred  uint64 // reports deferred by a full queue (only the run id kept)
+	Requeued  uint64 // deferred reports reloaded for a write
+	Withdrawn uint64 // deferred reports Reload had nothing for
 	LastError string // the most recent error's text ("" if none)
 }
 
@@ -98,6 +118,12 @@ func (c *Counters) Observe(e Event) {
 		s.Failed++
 	case OutcomeDropped:
 		s.Dropped++
+	case OutcomeDeferred:
+		s.Deferred++
+	case OutcomeRequeued:
+		s.Requeued++
+	case OutcomeWithdrawn:
+		s.Withdrawn++
 	}
 	if e.Err != nil {
 		s.LastError = e.Err.Error()

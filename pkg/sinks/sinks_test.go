@@ -147,13 +147,18 @@ func TestCounters(t *testing.T) {
 	c.Observe(sinks.Event{Sink: "a", Outcome: sinks.OutcomeDelivered})
 	c.Observe(sinks.Event{Sink: "b", Outcome: sinks.OutcomeFailed, Err: errors.New("e2")})
 	c.Observe(sinks.Event{Sink: "b", Outcome: sinks.OutcomeDropped, Err: sinks.ErrQueueFull})
+	c.Observe(sinks.Event{Sink: "c", Outcome: sinks.OutcomeDeferred, Err: sinks.ErrQueueFull})
+	c.Observe(sinks.Event{Sink: "c", Outcome: sinks.OutcomeRequeued})
+	c.Observe(sinks.Event{Sink: "c", Outcome: sinks.OutcomeWithdrawn})
 	require.Equal(t, map[string]sinks.SinkCounts{
 		"a": {Delivered: 1, Retries: 1, LastError: "e1"},
 		"b": {Failed: 1, Dropped: 1, LastError: sinks.ErrQueueFull.Error()},
+		"c": {Deferred: 1, Requeued: 1, Withdrawn: 1, LastError: sinks.ErrQueueFull.Error()},
 	}, c.Snapshot())
 	for o, want := range map[sinks.Outcome]string{
 		sinks.OutcomeDelivered: "delivered", sinks.OutcomeRetrying: "retrying",
-		sinks.OutcomeFailed: "failed", sinks.OutcomeDropped: "dropped", 0: "unknown",
+		sinks.OutcomeFailed: "failed", sinks.OutcomeDropped: "dropped", sinks.OutcomeDeferred: "deferred",
+		sinks.OutcomeRequeued: "requeued", sinks.OutcomeWithdrawn: "withdrawn", 0: "unknown",
 	} {
 		require.Equal(t, want, o.String())
 	}
