@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -149,13 +150,27 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 			if len(runs.IDs()) == 0 {
 				return fmt.Errorf("no run in %d events", st.Events)
 			}
+			// A report a slow sink's full queue deferred is computed
+			// again in its turn (folds are not safe for concurrent use).
+			var foldMu sync.Mutex
+			report := func(id string) split.Report {
+				foldMu.Lock()
+				defer foldMu.Unlock()
+				return aggregator.Report(runs.Get(id))
+			}
+			reload := func(_ context.Context, _, id string) (split.Report, bool, error) {
+				if runs.Get(id) == nil {
+					return split.Report{}, false, nil
+				}
+				return report(id), true, nil
+			}
 			var counts sinks.Counters
-			fan, err := aggregator.OpenSinks(cfg.Sinks, stdout, log, &counts)
+			fan, err := aggregator.OpenSinks(cfg.Sinks, stdout, log, &counts, reload)
 			if err != nil {
 				return err
 			}
 			for _, id := range runs.IDs() {
-				r := aggregator.Report(runs.Get(id))
+				r := report(id)
 				if err := aggregator.WriteReport(stdout, cfg.Format, r); err != nil {
 					return err
 				}

@@ -97,6 +97,7 @@ type Sinks struct {
 	JSON         JSONSink         `mapstructure:"json"`
 	IssueComment IssueCommentSink `mapstructure:"issue_comment"`
 	Retry        Retry            `mapstructure:"retry"`
+	MaxPending   int              `mapstructure:"max_pending" desc:"splits each sink holds in memory while it is behind; past it serve keeps only their run ids and reads each split back from the state bucket in its turn (none is lost), replay recomputes it"`
 }
 
 // Count returns how many sinks the configuration enables.
@@ -159,6 +160,7 @@ func DefaultAggregator() Aggregator {
 		Sinks: Sinks{
 			IssueComment: IssueCommentSink{Timeout: 30 * time.Second},
 			Retry:        Retry{MaxBackoff: 5 * time.Minute},
+			MaxPending:   1024,
 		},
 		Format:          "text",
 		ShutdownTimeout: 30 * time.Second,
@@ -258,6 +260,7 @@ func (a Aggregator) problems() []*FieldError {
 	}
 	p.positive("sinks.issue_comment.timeout", a.Sinks.IssueComment.Timeout)
 	p.positive("sinks.retry.max_backoff", a.Sinks.Retry.MaxBackoff)
+	p.atLeast("sinks.max_pending", int64(a.Sinks.MaxPending), 1)
 	p.oneOf("format", a.Format, "text", "md", "json")
 	p.positive("shutdown_timeout", a.ShutdownTimeout)
 	return p

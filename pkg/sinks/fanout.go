@@ -280,7 +280,9 @@ type item struct {
 	r split.Report
 	// held says r is the report; when not, the report was deferred (only
 	// its run id is kept) and is reloaded when its turn comes.
-	held     bool
+	held bool
+	// loaded: a deferred report reloaded for the attempt in progress.
+	loaded   bool
 	run      string
 	version  uint64
 	attempts int
@@ -441,17 +443,22 @@ func (w *worker) next() *item {
 }
 
 // settle ends the current item: it is requeued at the back when requeue is
-// set and no newer report of its run arrived meanwhile.
+// set and no newer report of its run arrived meanwhile. A reloaded report
+// keeps its body if MaxPending allows, else it is deferred again.
 func (w *worker) settle(it *item, requeue bool) {
+	redeferred := false
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.busy = false
 	current := w.latest[it.run] == it.version
 	switch {
 	case requeue && current:
+		if it.loaded && w.held < w.f.cfg.MaxPending {
+			it.held = true
+		}
 		if it.held {
 			w.held++
 		} else {
+			redeferred = it.loaded
 			it.r = split.Report{} // reloaded again in its turn
 			w.deferred++
 		}
@@ -460,9 +467,14 @@ func (w *worker) settle(it *item, requeue bool) {
 	case current:
 		delete(w.latest, it.run)
 	}
+	it.loaded = false
 	if len(w.queue) == 0 && !w.idleClosed {
 		close(w.idle)
 		w.idleClosed = true
+	}
+	w.mu.Unlock()
+	if redeferred {
+		w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDeferred, Attempt: it.attempts, Err: ErrQueueFull})
 	}
 }
 
@@ -541,7 +553,7 @@ func (w *worker) attempt(it *item) (withdrawn bool, err error) {
 		if !ok {
 			return true, nil
 		}
-		it.r = r
+		it.r, it.loaded = r, true
 		w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRequeued, Attempt: it.attempts})
 		w.mu.Lock()
 		w.reloaded++

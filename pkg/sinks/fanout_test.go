@@ -646,3 +646,29 @@ func (g *gated) inFlight(t *testing.T, run string) {
 		t.Fatalf("%s not written", run)
 	}
 }
+
+func TestFanoutDeferredReportsSurviveAFailingSink(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := newGated()
+	close(m.open)
+	errs := make([]error, 25)
+	for i := range errs {
+		errs[i] = sinktest.ErrInjected
+	}
+	m.FailNext(errs...)
+	st := newStore()
+	ev := newEvents()
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 2, Reload: st.reload, Observer: ev},
+		sinks.Target{Name: "m", Sink: m})
+	for i := range 10 {
+		require.NoError(t, f.Write(ctx, st.put(sinktest.Report(fmt.Sprintf("run-%d", i)))))
+	}
+	require.NoError(t, f.Flush(ctx))
+	require.Len(t, m.Runs(), 10)
+	out := drainEvents(ev)
+	require.NotEmpty(t, out[sinks.OutcomeDeferred])
+	require.Empty(t, out[sinks.OutcomeDropped])
+	require.ElementsMatch(t, out[sinks.OutcomeDeferred], out[sinks.OutcomeRequeued],
+		"each deferral ends in one reload (a reloaded report that fails again and finds no room is deferred again)")
+}

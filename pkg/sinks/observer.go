@@ -26,7 +26,9 @@ const (
 	// OutcomeDeferred: the sink's queue held FanoutConfig.MaxPending
 	// reports; this one keeps its place with only its run id, and is
 	// reloaded (FanoutConfig.Reload) when its turn comes (Err is
-	// ErrQueueFull). Not an end: Requeued, Withdrawn or Dropped follows.
+	// ErrQueueFull). Not an end: one Requeued, Withdrawn or Dropped
+	// follows (a reloaded report whose write fails and finds no room is
+	// deferred again).
 	OutcomeDeferred
 	// OutcomeRequeued: a deferred report was reloaded and is being written
 	// (its Delivered, Retrying or Failed follows).
@@ -96,7 +98,7 @@ type SinkCounts struct {
 	Deferred  uint64 // reports deferred by a full queue (only the run id kept)
 	Requeued  uint64 // deferred reports reloaded for a write
 	Withdrawn uint64 // deferred reports Reload had nothing for
-	LastError string // the most recent error's text ("" if none)
+	LastError string // the most recent failure's text ("" if none)
 }
 
 var _ Observer = (*Counters)(nil)
@@ -125,7 +127,7 @@ func (c *Counters) Observe(e Event) {
 	case OutcomeWithdrawn:
 		s.Withdrawn++
 	}
-	if e.Err != nil {
+	if e.Err != nil && e.Outcome != OutcomeDeferred { // a deferral is no failure
 		s.LastError = e.Err.Error()
 	}
 	c.m[e.Sink] = s

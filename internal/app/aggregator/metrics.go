@@ -3,6 +3,8 @@ package aggregator
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gttsplit/gttsplit/pkg/sinks"
 )
 
 // metrics are what /metrics exposes.
@@ -16,6 +18,8 @@ type metrics struct {
 	completed   *prometheus.CounterVec
 	sinkErrors  *prometheus.CounterVec
 	sinkWrites  *prometheus.CounterVec
+	sinkDefer   *prometheus.CounterVec
+	sinkRequeue *prometheus.CounterVec
 	foldSeconds prometheus.Histogram
 	persistErrs prometheus.Counter
 	conflicts   prometheus.Counter
@@ -44,7 +48,11 @@ func newMetrics() *metrics {
 	m.completed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_runs_completed_total",
 		Help: "Runs whose split was written, by status (complete, or incomplete after the idle timeout)."}, []string{"status"})
 	m.sinkErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_errors_total",
-		Help: "Failed sink writes, by sink and outcome (retry, permanent, dropped)."}, []string{"sink", "outcome"})
+		Help: "Failed sink writes, by sink and outcome (retrying, failed for good, dropped: at shutdown, or past the deferred reports' cap)."}, []string{"sink", "outcome"})
+	m.sinkDefer = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_deferred_total",
+		Help: "Splits a sink's full queue (sinks.max_pending) deferred: only the run id is kept, the split is read back from the state bucket in its turn, by sink."}, []string{"sink"})
+	m.sinkRequeue = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_requeued_total",
+		Help: "Deferred splits read back from the state bucket for a write, by sink (a deferral ends in one read-back, unless the run re-opened or its partition moved: its next owner re-sends it; one that fails and finds the queue full is deferred again)."}, []string{"sink"})
 	m.sinkWrites = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_writes_total",
 		Help: "Reports delivered, by sink."}, []string{"sink"})
 	m.foldSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gttsplit_fold_seconds",
@@ -70,8 +78,24 @@ func newMetrics() *metrics {
 	m.stateWrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_writes_total",
 		Help: "Run states written to the state bucket (by checkpoints and closes)."})
 	m.reg.MustRegister(m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted, m.reattached, m.checkpoints, m.stateWrites)
+	m.reg.MustRegister(m.sinkDefer, m.sinkRequeue)
 	m.reg.MustRegister(m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.foldSeconds, m.persistErrs, m.conflicts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// observeSink counts a sink event of the Fanout.
+func (m *metrics) observeSink(e sinks.Event) {
+	switch e.Outcome {
+	case sinks.OutcomeDelivered:
+		m.sinkWrites.WithLabelValues(e.Sink).Inc()
+	case sinks.OutcomeDeferred:
+		m.sinkDefer.WithLabelValues(e.Sink).Inc()
+	case sinks.OutcomeRequeued:
+		m.sinkRequeue.WithLabelValues(e.Sink).Inc()
+	case sinks.OutcomeWithdrawn:
+	default:
+		m.sinkErrors.WithLabelValues(e.Sink, e.Outcome.String()).Inc()
+	}
 }

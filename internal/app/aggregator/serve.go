@@ -248,12 +248,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	m := newMetrics()
 	deliv := newDeliveries(cfg.Sinks.Count())
 	obs := sinks.ObserverFunc(func(e sinks.Event) {
-		switch e.Outcome {
-		case sinks.OutcomeDelivered:
-			m.sinkWrites.WithLabelValues(e.Sink).Inc()
-		default:
-			m.sinkErrors.WithLabelValues(e.Sink, e.Outcome.String()).Inc()
-		}
+		m.observeSink(e)
 		deliv.Observe(e)
 	})
 	// Downstream first: the sinks, then the broker, then the consumer.
@@ -265,7 +260,15 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		}
 		return split.Report{}, false, nil
 	}
-	fan, err := openSinks(cfg.Sinks, sinks.Settings{Logger: log, Stdout: opt.Stdout, Lookup: lookup}, obs)
+	// A split a sink's full queue deferred is read back from the state
+	// bucket in its turn (see Service.reloadSplit).
+	reload := func(ctx context.Context, sink, id string) (split.Report, bool, error) {
+		if s := svcRef.Load(); s != nil {
+			return s.reloadSplit(ctx, sink, id)
+		}
+		return split.Report{}, false, nil
+	}
+	fan, err := openSinks(cfg.Sinks, sinks.Settings{Logger: log, Stdout: opt.Stdout, Lookup: lookup}, obs, reload)
 	if err != nil {
 		return err
 	}

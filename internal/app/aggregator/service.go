@@ -89,7 +89,11 @@ type Service struct {
 
 	// parts is the partition count when the service owns partitions of
 	// runs (Serve); 0 when it folds whatever its consumer delivers.
-	parts   int
+	parts int
+	// owned are the partitions taken (Acquire) and not released; ownMu
+	// guards it (reloadSplit reads it from the sinks' goroutines).
+	ownMu   sync.Mutex
+	owned   map[int]bool
 	pubs    sync.WaitGroup // split events being published
 	dlqMu   sync.Mutex
 	dlqSeen map[string]bool // dead letters counted (see dlqCount)
@@ -250,7 +254,7 @@ func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, 
 	}
 	s := &Service{log: log, opts: cfg.Fold, idle: cfg.IdleTimeout, js: js, kv: kv, sinks: cfg.Sinks,
 		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{},
-		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries, parts: cfg.Partitions, compactAfter: cfg.CompactAfter,
+		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries, parts: cfg.Partitions, compactAfter: cfg.CompactAfter, owned: map[int]bool{},
 		kick: make(chan struct{}, 1), every: cfg.CheckpointInterval, kickAt: max(cfg.MaxAckPending/2, 1), partPending: map[int]int{}}
 	if s.kvStream, err = js.Stream(ctx, "KV_"+StateBucket); err != nil {
 		return nil, fmt.Errorf("state bucket %s: %w", StateBucket, err)
@@ -360,6 +364,9 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 		return fmt.Errorf("state bucket: open runs of partition %d: listing cut short: %w", p, err)
 	}
 	taken = true
+	s.ownMu.Lock()
+	s.owned[p] = true
+	s.ownMu.Unlock()
 	s.resend(ctx, resend)
 	if n > 0 {
 		s.log.Info().Int("partition", p).Int("runs", n).Msg("resumed open runs of the partition from the state bucket")
@@ -373,6 +380,11 @@ func (s *Service) Acquire(ctx context.Context, p int) error {
 // sinks first, for at most releaseSettle (else the next owner sends them
 // again: the sinks are at least once).
 func (s *Service) Release(ctx context.Context, p int) {
+	// Splits of p the sinks deferred are no longer read back here (see
+	// reloadSplit): the next owner re-sends them.
+	s.ownMu.Lock()
+	delete(s.owned, p)
+	s.ownMu.Unlock()
 	s.Flush(ctx)
 	// A split written just before is settled by the sinks first (a
 	// bounded wait), so that the next owner does not send it again.
@@ -452,6 +464,45 @@ func (s *Service) resend(ctx context.Context, sts []*RunState) {
 		}
 	}
 	s.log.Info().Int("runs", len(sts)).Msg("re-sent splits whose delivery to the sinks was not confirmed")
+}
+
+// reloadSplit is the sinks' FanoutConfig.Reload: a sink whose queue was
+// full deferred a run's split, and now reads it back from the state bucket.
+// It gives the run's latest split while the run is closed and its split is
+// not settled by every sink; nothing when the run re-opened (its next close
+// sends its split), was settled, is gone, or when its partition is no
+// longer this aggregator's (its next owner re-sends the split when it takes
+// the partition over).
+func (s *Service) reloadSplit(ctx context.Context, sink, runID string) (split.Report, bool, error) {
+	if s.parts > 0 {
+		s.ownMu.Lock()
+		own := s.owned[s.partOf(runID)]
+		s.ownMu.Unlock()
+		if !own {
+			return split.Report{}, false, nil
+		}
+	}
+	e, err := s.kv.Get(ctx, stateKey(runID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return split.Report{}, false, nil
+	}
+	if err != nil {
+		return split.Report{}, false, fmt.Errorf("state bucket: %w", err)
+	}
+	st, err := UnmarshalState(e.Value(), s.opts)
+	if err != nil {
+		s.log.Warn().Err(err).Str("run_id", runID).Str("sink", sink).Msg("unreadable run state: deferred split not re-sent")
+		return split.Report{}, false, nil
+	}
+	if !st.Closed || !st.SinksPending || st.Reported == "" {
+		return split.Report{}, false, nil
+	}
+	var rep split.Report
+	if err := json.Unmarshal([]byte(st.Reported), &rep); err != nil {
+		s.log.Warn().Err(err).Str("run_id", runID).Str("sink", sink).Msg("written split unreadable: deferred split not re-sent")
+		return split.Report{}, false, nil
+	}
+	return rep, true, nil
 }
 
 // settleDeliveries clears SinksPending of the closed runs whose split every

@@ -12,6 +12,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/sinks/commentsink"
 	"github.com/gttsplit/gttsplit/pkg/sinks/filesink"
 	"github.com/gttsplit/gttsplit/pkg/sinks/jsonsink"
+	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
 // Registry lists the sink types an aggregator can write (STYLE P4: the
@@ -20,13 +21,18 @@ func Registry() (sinks.Registry, error) {
 	return sinks.NewRegistry(filesink.NewFactory(), jsonsink.NewFactory(), commentsink.NewFactory())
 }
 
+// Reload gives a run's latest report again (see sinks.FanoutConfig.Reload).
+type Reload = func(ctx context.Context, sink, runID string) (split.Report, bool, error)
+
 // OpenSinks builds the sinks cfg enables, behind one Fanout that retries each
-// independently. It returns nil (and no error) when none is enabled.
-func OpenSinks(cfg config.Sinks, stdout io.Writer, log zerolog.Logger, obs sinks.Observer) (*sinks.Fanout, error) {
-	return openSinks(cfg, sinks.Settings{Logger: log, Stdout: stdout}, obs)
+// independently. It returns nil (and no error) when none is enabled. With
+// reload, a sink's full queue (sinks.max_pending) defers reports instead of
+// dropping them.
+func OpenSinks(cfg config.Sinks, stdout io.Writer, log zerolog.Logger, obs sinks.Observer, reload Reload) (*sinks.Fanout, error) {
+	return openSinks(cfg, sinks.Settings{Logger: log, Stdout: stdout}, obs, reload)
 }
 
-func openSinks(cfg config.Sinks, set sinks.Settings, obs sinks.Observer) (*sinks.Fanout, error) {
+func openSinks(cfg config.Sinks, set sinks.Settings, obs sinks.Observer, reload Reload) (*sinks.Fanout, error) {
 	reg, err := Registry()
 	if err != nil {
 		return nil, err
@@ -82,5 +88,5 @@ func openSinks(cfg config.Sinks, set sinks.Settings, obs sinks.Observer) (*sinks
 	if cfg.Retry.MaxBackoff > 0 {
 		pol.Max = cfg.Retry.MaxBackoff
 	}
-	return sinks.NewFanout(set, sinks.FanoutConfig{Retry: pol, Observer: obs}, targets...)
+	return sinks.NewFanout(set, sinks.FanoutConfig{Retry: pol, Observer: obs, MaxPending: cfg.MaxPending, Reload: reload}, targets...)
 }

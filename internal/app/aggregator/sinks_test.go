@@ -36,7 +36,7 @@ func TestOpenSinksOnDefaults(t *testing.T) {
 			cfg.Sinks.IssueComment.Token = "t"
 		}
 		require.NoError(t, cfg.Validate())
-		fan, err := OpenSinks(cfg.Sinks, io.Discard, testLogger(t), nil)
+		fan, err := OpenSinks(cfg.Sinks, io.Discard, testLogger(t), nil, nil)
 		require.NoError(t, err, "dry run %v", dryRun)
 		require.NotNil(t, fan)
 		require.Len(t, fan.Pending(), 3)
@@ -91,7 +91,7 @@ func TestCommentTimeoutReachesTheSink(t *testing.T) {
 	cfg.Sinks.IssueComment.Timeout = 100 * time.Millisecond
 	outcomes := make(chan sinks.Event, 16)
 	obs := sinks.ObserverFunc(func(e sinks.Event) { outcomes <- e })
-	fan, err := OpenSinks(cfg.Sinks, io.Discard, testLogger(t), obs)
+	fan, err := OpenSinks(cfg.Sinks, io.Discard, testLogger(t), obs, nil)
 	require.NoError(t, err)
 	require.NoError(t, fan.Write(context.Background(), sinktest.Report("r1")))
 	select {
