@@ -97,7 +97,7 @@ type Sinks struct {
 	JSON         JSONSink         `mapstructure:"json"`
 	IssueComment IssueCommentSink `mapstructure:"issue_comment"`
 	Retry        Retry            `mapstructure:"retry"`
-	MaxPending   int              `mapstructure:"max_pending" desc:"splits each sink holds in memory while it is behind; past it serve keeps only their run ids and reads each split back from the state bucket in its turn (none is lost), replay recomputes it"`
+	MaxPending   int              `mapstructure:"max_pending" desc:"splits each sink holds in memory while it is behind; past it serve keeps only their run ids (up to 64 times as many) and reads each split back from the state bucket in its turn, replay recomputes it"`
 }
 
 // Count returns how many sinks the configuration enables.

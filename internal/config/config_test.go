@@ -460,6 +460,7 @@ func TestValidate(t *testing.T) {
 			a.Sinks.IssueComment.API, a.Sinks.IssueComment.Token, a.Sinks.IssueComment.Timeout = "https://api.github.com", "t", 0
 		}, []string{"sinks.issue_comment.timeout"}},
 		{"max backoff", func(a *Aggregator) { a.Sinks.Retry.MaxBackoff = 0 }, []string{"sinks.retry.max_backoff"}},
+		{"max pending", func(a *Aggregator) { a.Sinks.MaxPending = 0 }, []string{"sinks.max_pending"}},
 		{"format", func(a *Aggregator) { a.Format = "markdown" }, []string{"format"}},
 		{"format md", func(a *Aggregator) { a.Format = "md" }, nil},
 		{"nats shared checks", func(a *Aggregator) { a.NATS.User, a.NATS.TLS.CertFile, a.NATS.ConnectTimeout = "u", "c", 0 },
