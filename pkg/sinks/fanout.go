@@ -197,6 +197,18 @@ func (f *Fanout) Pending() map[string]int {
 	return m
 }
 
+// Deferred returns the number of deferred reports (see FanoutConfig.Reload)
+// queued, per sink.
+func (f *Fanout) Deferred() map[string]int {
+	m := make(map[string]int, len(f.ws))
+	for _, w := range f.ws {
+		w.mu.Lock()
+		m[w.name] = w.deferred
+		w.mu.Unlock()
+	}
+	return m
+}
+
 // Close stops accepting reports, cuts short every backoff wait so each
 // pending report gets an immediate attempt, and keeps retrying until every
 // queue is empty or ctx is done. Then it cancels what is in flight, reports

@@ -474,8 +474,10 @@ func TestFanoutQueueFullDefersAndReloads(t *testing.T) {
 		require.NoError(t, f.Write(ctx, r))
 	}
 	require.Equal(t, n, f.Pending()["m"], "deferred reports count as pending")
+	require.Positive(t, f.Deferred()["m"])
 	close(block)
 	require.NoError(t, f.Flush(ctx))
+	require.Zero(t, f.Deferred()["m"])
 
 	var got []string
 	for _, r := range m.Reports() {

@@ -2,10 +2,12 @@ package aggregator
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,4 +157,59 @@ func TestServiceReloadSplitIntegration(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "re-opened")
 	a.stop()
+}
+
+// TestServiceResendsWhatASinkDroppedIntegration: past even its deferred
+// ids' cap a sink drops splits; once it caught up, the service reads the
+// pending ones back from the state bucket and sends them again, without a
+// restart.
+func TestServiceResendsWhatASinkDroppedIntegration(t *testing.T) {
+	skipShort(t)
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+	mem := new(sinktest.Memory)
+	block := make(chan struct{})
+	mem.Block(block)
+	deliv := newDeliveries(1)
+	var svc atomic.Pointer[Service]
+	reload := func(ctx context.Context, sink, id string) (split.Report, bool, error) {
+		s := svc.Load()
+		if s == nil {
+			return split.Report{}, false, errors.New("no service yet")
+		}
+		return s.reloadSplit(ctx, sink, id)
+	}
+	var counts sinks.Counters
+	obs := sinks.ObserverFunc(func(e sinks.Event) { counts.Observe(e); deliv.Observe(e) })
+	fan, err := sinks.NewFanout(sinks.Settings{Logger: testLogger(t)},
+		sinks.FanoutConfig{MaxPending: 1, MaxDeferred: 1, Reload: reload, Observer: obs}, sinks.Target{Name: "mem", Sink: mem})
+	require.NoError(t, err)
+	a := startService(t, b.url, "overflow", ServiceConfig{IdleTimeout: time.Hour, Sinks: fan, Deliveries: deliv})
+	svc.Store(a.svc)
+	const n = 8
+	runs := genRuns(t, n, fx)
+	for _, r := range runs {
+		b.publish(t, r.wires...)
+	}
+	eventually(t, "every run closed", func() bool { _, c := a.closes.count(); return c == n })
+	require.NotZero(t, counts.Snapshot()["mem"].Dropped, "the sink dropped splits")
+	close(block)
+	eventually(t, "every split reached the sink", func() bool { return len(mem.Runs()) == n })
+	eventually(t, "no split pending", func() bool {
+		for _, r := range runs {
+			if b.state(t, r.o.RunID).SinksPending {
+				return false
+			}
+		}
+		return true
+	})
+	a.stop()
+	require.NoError(t, fan.Close(context.Background()))
+	for _, r := range runs {
+		want, err := split.JSON(a.closes.of(r.o.RunID)[0])
+		require.NoError(t, err)
+		got, err := split.JSON(mem.Runs()[r.o.RunID])
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "run %s", r.o.RunID)
+	}
 }

@@ -143,6 +143,7 @@ func (s *Service) closeDue(ctx context.Context) {
 	s.closeRuns(ctx, false)
 	s.mu.Unlock()
 	s.settleDeliveries(ctx)
+	s.resendOverflow(ctx)
 }
 
 // persist writes a snapshot with compare-and-set. On a lost race it takes

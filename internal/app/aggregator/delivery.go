@@ -1,7 +1,9 @@
 package aggregator
 
 import (
+	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 )
@@ -20,6 +22,9 @@ type deliveries struct {
 	// partition moved; the split stays pending in the state bucket).
 	runs map[string]map[string]bool
 	done []string
+	// overflow is set when a sink dropped a split at a full queue (past
+	// its deferred ids' cap): see Service.resendOverflow.
+	overflow atomic.Bool
 }
 
 func newDeliveries(nSinks int) *deliveries {
@@ -33,6 +38,9 @@ func (d *deliveries) Observe(e sinks.Event) {
 	case sinks.OutcomeDelivered, sinks.OutcomeFailed:
 		settled = true
 	case sinks.OutcomeDropped, sinks.OutcomeWithdrawn:
+		if errors.Is(e.Err, sinks.ErrQueueFull) {
+			d.overflow.Store(true)
+		}
 	default:
 		return // retrying, deferred (reloaded in its turn) or requeued
 	}

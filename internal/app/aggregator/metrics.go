@@ -48,7 +48,7 @@ func newMetrics() *metrics {
 	m.completed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_runs_completed_total",
 		Help: "Runs whose split was written, by status (complete, or incomplete after the idle timeout)."}, []string{"status"})
 	m.sinkErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_errors_total",
-		Help: "Failed sink writes, by sink and outcome (retrying, failed for good, dropped: at shutdown, or past the deferred reports' cap)."}, []string{"sink", "outcome"})
+		Help: "Failed sink writes, by sink and outcome (retrying, failed for good, dropped: at shutdown, or past the deferred splits' cap, then re-sent from the state bucket once the sink caught up)."}, []string{"sink", "outcome"})
 	m.sinkDefer = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_deferred_total",
 		Help: "Splits a sink's full queue (sinks.max_pending) deferred: only the run id is kept, the split is read back from the state bucket in its turn, by sink."}, []string{"sink"})
 	m.sinkRequeue = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_requeued_total",

@@ -92,11 +92,13 @@ type Service struct {
 	parts int
 	// owned are the partitions taken (Acquire) and not released; ownMu
 	// guards it (reloadSplit reads it from the sinks' goroutines).
-	ownMu   sync.Mutex
-	owned   map[int]bool
-	pubs    sync.WaitGroup // split events being published
-	dlqMu   sync.Mutex
-	dlqSeen map[string]bool // dead letters counted (see dlqCount)
+	ownMu sync.Mutex
+	owned map[int]bool
+	// rescanning is set while resendOverflow's pass runs.
+	rescanning atomic.Bool
+	pubs       sync.WaitGroup // split events being published, resendOverflow's pass
+	dlqMu      sync.Mutex
+	dlqSeen    map[string]bool // dead letters counted (see dlqCount)
 	// index is the run index (see index.go); nil without partitions.
 	index     *runIndex
 	stopIndex func()
@@ -451,19 +453,100 @@ func (s *Service) resend(ctx context.Context, sts []*RunState) {
 		return
 	}
 	for _, st := range sts {
-		var rep split.Report
-		if err := json.Unmarshal([]byte(st.Reported), &rep); err != nil {
-			s.log.Warn().Err(err).Str("run_id", st.Origin.RunID).Msg("written split unreadable; not re-sent")
-			continue
-		}
-		if s.deliv != nil {
-			s.deliv.queued(rep.Run.ID)
-		}
-		if err := s.sinks.Write(ctx, rep); err != nil {
-			s.log.Warn().Err(err).Str("run_id", st.Origin.RunID).Msg("split not re-sent")
-		}
+		s.resend1(ctx, st)
 	}
 	s.log.Info().Int("runs", len(sts)).Msg("re-sent splits whose delivery to the sinks was not confirmed")
+}
+
+// resend1 hands the sinks again the split of one closed run.
+func (s *Service) resend1(ctx context.Context, st *RunState) {
+	var rep split.Report
+	if err := json.Unmarshal([]byte(st.Reported), &rep); err != nil {
+		s.log.Warn().Err(err).Str("run_id", st.Origin.RunID).Msg("written split unreadable; not re-sent")
+		return
+	}
+	if s.deliv != nil {
+		s.deliv.queued(rep.Run.ID)
+	}
+	if err := s.sinks.Write(ctx, rep); err != nil {
+		s.log.Warn().Err(err).Str("run_id", st.Origin.RunID).Msg("split not re-sent")
+	}
+}
+
+// resendOverflow: a sink whose backlog passed even its deferred ids' cap
+// dropped splits (they stay pending in the state bucket). Once no sink
+// defers any more, the service reads the pending splits of the partitions
+// it owns (all runs without partitions) from the bucket and sends them
+// again, in the background, as a take-over does; a backlog that overflows
+// again is caught by the next pass. Drain waits for it.
+func (s *Service) resendOverflow(ctx context.Context) {
+	if s.sinks == nil || s.deliv == nil || !s.deliv.overflow.Load() || !s.rescanning.CompareAndSwap(false, true) {
+		return
+	}
+	for _, n := range s.sinks.Deferred() {
+		if n > 0 {
+			s.rescanning.Store(false)
+			return
+		}
+	}
+	s.deliv.overflow.Store(false)
+	s.pubs.Add(1)
+	go func() {
+		defer s.pubs.Done()
+		defer s.rescanning.Store(false)
+		n, err := s.rescanPending(ctx)
+		if err != nil {
+			s.deliv.overflow.Store(true) // the next checkpoint tries again
+			s.log.Warn().Err(err).Msg("splits a sink dropped: not all read back from the state bucket yet")
+		}
+		if n > 0 {
+			s.log.Info().Int("runs", n).Msg("re-sent the splits a sink's full queue dropped (read back from the state bucket)")
+		}
+	}()
+}
+
+// rescanPending sends the sinks again the pending split of every closed run
+// of the partitions owned (every run without partitions), read from the
+// state bucket; it returns how many.
+func (s *Service) rescanPending(ctx context.Context) (int, error) {
+	var filters []string
+	if s.parts > 0 {
+		s.ownMu.Lock()
+		for p := range s.owned {
+			filters = append(filters, fmt.Sprintf("open.%d.", p))
+		}
+		s.ownMu.Unlock()
+	} else {
+		filters = []string{""}
+	}
+	n := 0
+	for _, prefix := range filters {
+		var lister jetstream.KeyLister
+		var err error
+		if prefix == "" {
+			lister, err = s.kv.ListKeys(ctx)
+		} else {
+			lister, err = s.kv.ListKeysFiltered(ctx, prefix+">")
+		}
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("state bucket: %w", err)
+		}
+		for key := range lister.Keys() {
+			st, _, err := s.readState(ctx, strings.TrimPrefix(key, prefix))
+			if err != nil || st == nil || !st.Closed || !st.SinksPending {
+				continue
+			}
+			s.resend1(ctx, st)
+			n++
+		}
+		if err := ctx.Err(); err != nil {
+			return n, fmt.Errorf("state bucket: listing cut short: %w", err)
+		}
+	}
+	return n, nil
 }
 
 // reloadSplit is the sinks' FanoutConfig.Reload: a sink whose queue was
