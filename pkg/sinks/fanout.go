@@ -313,6 +313,7 @@ type worker struct {
 	held        int              // items of queue holding their report
 	deferred    int              // items of queue that do not (deferred)
 	reloaded    int              // deferred reports reloaded since the queue last had none
+	drops       int              // reports dropped at a full queue
 	latest      map[string]uint64
 	seq         uint64
 	busy        bool // an item is being written or waited on
@@ -336,6 +337,10 @@ const (
 	maxDrainFailures = 3
 	// maxDrainDelay caps the backoff while Close drains.
 	maxDrainDelay = time.Second
+	// warnDropsEvery: the first report a sink drops at a full queue and
+	// every warnDropsEvery-th after it are logged at WARN, the others at
+	// DEBUG (each is observed).
+	warnDropsEvery = 1000
 )
 
 func (w *worker) signal() {
@@ -358,6 +363,7 @@ func (w *worker) observe(e Event) {
 func (w *worker) enqueue(r split.Report) {
 	cfg := &w.f.cfg
 	var dropped *item
+	drops := 0
 	deferred, streak := false, false
 	w.mu.Lock()
 	w.seq++
@@ -378,6 +384,8 @@ func (w *worker) enqueue(r split.Report) {
 		if len(w.queue) >= cfg.MaxPending+cfg.MaxDeferred {
 			dropped = w.queue[0]
 			w.queue = w.queue[1:]
+			w.drops++
+			drops = w.drops
 			w.unqueue(dropped)
 			if w.latest[dropped.run] == dropped.version {
 				delete(w.latest, dropped.run)
@@ -401,8 +409,16 @@ func (w *worker) enqueue(r split.Report) {
 	w.mu.Unlock()
 	w.signal()
 	if dropped != nil {
-		w.log.Warn().Str("run_id", dropped.run).Int("max_pending", cfg.MaxPending).Int("max_deferred", cfg.MaxDeferred).
-			Err(ErrQueueFull).Msg("report dropped: the sink's queue is full")
+		ev := w.log.Debug()
+		if drops%warnDropsEvery == 1 {
+			ev = w.log.Warn().Int("dropped", drops)
+		}
+		msg := "report dropped: the sink's queue is full"
+		if cfg.Reload != nil {
+			msg = "report dropped: the sink's queue and its deferred reports are full; the observer is told, to send it again"
+		}
+		ev.Str("run_id", dropped.run).Int("max_pending", cfg.MaxPending).Int("max_deferred", cfg.MaxDeferred).
+			Err(ErrQueueFull).Msg(msg)
 		w.observe(Event{Sink: w.name, RunID: dropped.run, Outcome: OutcomeDropped, Attempt: dropped.attempts, Err: ErrQueueFull})
 	}
 	if deferred {
