@@ -496,11 +496,7 @@ func TestFanoutQueueFullDefersAndReloads(t *testing.T) {
 func TestFanoutDeferredReportIsReloadedLatest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m := newGated()
-	st := newStore()
-	ev := newEvents()
-	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1, Reload: st.reload, Observer: ev},
-		sinks.Target{Name: "m", Sink: m})
+	m, st, ev, f := deferringFanout(t)
 
 	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-a"))))
 	m.inFlight(t, "run-a")
@@ -527,11 +523,7 @@ func TestFanoutDeferredReportIsReloadedLatest(t *testing.T) {
 func TestFanoutDeferredReportTakesReportWhenRoom(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m := newGated()
-	st := newStore()
-	ev := newEvents()
-	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1, Reload: st.reload, Observer: ev},
-		sinks.Target{Name: "m", Sink: m})
+	m, st, ev, f := deferringFanout(t)
 
 	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-a"))))
 	m.inFlight(t, "run-a")
@@ -552,11 +544,7 @@ func TestFanoutDeferredReportTakesReportWhenRoom(t *testing.T) {
 func TestFanoutDeferredReportWithdrawn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	m := newGated()
-	st := newStore()
-	ev := newEvents()
-	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1, Reload: st.reload, Observer: ev},
-		sinks.Target{Name: "m", Sink: m})
+	m, st, ev, f := deferringFanout(t)
 
 	require.NoError(t, f.Write(ctx, st.put(sinktest.Report("run-a"))))
 	m.inFlight(t, "run-a")
@@ -673,4 +661,15 @@ func TestFanoutDeferredReportsSurviveAFailingSink(t *testing.T) {
 	require.Empty(t, out[sinks.OutcomeDropped])
 	require.ElementsMatch(t, out[sinks.OutcomeDeferred], out[sinks.OutcomeRequeued],
 		"each deferral ends in one reload (a reloaded report that fails again and finds no room is deferred again)")
+}
+
+// deferringFanout is a Fanout of one gated sink "m" that holds one report
+// and defers the others, reloading them from a store, with its observed
+// events.
+func deferringFanout(t *testing.T) (*gated, *store, *events, *sinks.Fanout) {
+	t.Helper()
+	m, st, ev := newGated(), newStore(), newEvents()
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1, Reload: st.reload, Observer: ev},
+		sinks.Target{Name: "m", Sink: m})
+	return m, st, ev, f
 }
