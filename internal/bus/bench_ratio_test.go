@@ -28,7 +28,8 @@ import (
 // round, so load on the machine hits both alike; x/baseline is the
 // Publisher's events/s over the bare client's, of the summed times (≥ 1:
 // as fast as the bare client), median-x/baseline the median over the
-// rounds.
+// rounds, cpu-x/baseline the bare rounds' CPU time (the process's, the
+// embedded server's included) over the Publisher's.
 //
 //	go test ./internal/bus -run '^$' -bench PublishVsPublishAsync -benchtime 20000x
 func BenchmarkPublishVsPublishAsync(b *testing.B) {
@@ -67,7 +68,10 @@ func BenchmarkPublishVsPublishAsync(b *testing.B) {
 	subj := events.Subject(events.KindLog, o.Host, o.Lane, "bare")
 	b.SetBytes(int64(size / b.N))
 	ctx := context.Background()
+	var cpuOurs, cpuBare time.Duration
 	ours := func(lo, hi int) time.Duration {
+		c0 := perftest.ProcessCPU(b)
+		defer func() { cpuOurs += perftest.ProcessCPU(b) - c0 }()
 		t0 := time.Now()
 		for _, ev := range evs[lo:hi] {
 			if err := p.Publish(ctx, ev, nil); err != nil {
@@ -82,6 +86,8 @@ func BenchmarkPublishVsPublishAsync(b *testing.B) {
 	bare := func(lo, hi int) time.Duration {
 		b.StopTimer()
 		defer b.StartTimer()
+		c0 := perftest.ProcessCPU(b)
+		defer func() { cpuBare += perftest.ProcessCPU(b) - c0 }()
 		t0 := time.Now()
 		for i := lo; i < hi; i++ {
 			msg := &nats.Msg{Subject: subj, Data: wires[i], Header: nats.Header{"Content-Type": {events.StructuredContentType}}}
@@ -114,4 +120,5 @@ func BenchmarkPublishVsPublishAsync(b *testing.B) {
 	o1, b1 := pairs.Totals()
 	b.ReportMetric(float64(b.N)/o1.Seconds(), "events/s")
 	b.ReportMetric(float64(b.N)/b1.Seconds(), "bare-events/s")
+	b.ReportMetric(float64(cpuBare)/float64(max(cpuOurs, 1)), "cpu-x/baseline")
 }
