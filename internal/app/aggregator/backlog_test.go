@@ -3,6 +3,7 @@ package aggregator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -162,9 +163,16 @@ func TestServiceReloadSplitIntegration(t *testing.T) {
 // TestServiceResendsWhatASinkDroppedIntegration: past even its deferred
 // ids' cap a sink drops splits; once it caught up, the service reads the
 // pending ones back from the state bucket and sends them again, without a
-// restart.
+// restart: every run without partitions, and with them the runs of the
+// partitions it owns (found by their open markers).
 func TestServiceResendsWhatASinkDroppedIntegration(t *testing.T) {
 	skipShort(t)
+	for _, parts := range []int{0, 4} {
+		t.Run(fmt.Sprintf("partitions=%d", parts), func(t *testing.T) { resendsWhatASinkDropped(t, parts) })
+	}
+}
+
+func resendsWhatASinkDropped(t *testing.T, parts int) {
 	fx := loadFixture(t, fixture4B)
 	b := startBroker(t)
 	mem := new(sinktest.Memory)
@@ -184,8 +192,11 @@ func TestServiceResendsWhatASinkDroppedIntegration(t *testing.T) {
 	fan, err := sinks.NewFanout(sinks.Settings{Logger: testLogger(t)},
 		sinks.FanoutConfig{MaxPending: 1, MaxDeferred: 1, Reload: reload, Observer: obs}, sinks.Target{Name: "mem", Sink: mem})
 	require.NoError(t, err)
-	a := startService(t, b.url, "overflow", ServiceConfig{IdleTimeout: time.Hour, Sinks: fan, Deliveries: deliv})
+	a := startService(t, b.url, "overflow", ServiceConfig{IdleTimeout: time.Hour, Sinks: fan, Deliveries: deliv, Partitions: parts})
 	svc.Store(a.svc)
+	for p := range parts {
+		require.NoError(t, a.svc.Acquire(testCtx(t), p))
+	}
 	const n = 8
 	runs := genRuns(t, n, fx)
 	for _, r := range runs {
