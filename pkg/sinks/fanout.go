@@ -159,8 +159,9 @@ func (f *Fanout) Write(ctx context.Context, r split.Report) error {
 }
 
 // Flush waits until every queued report (deferred ones included) has been
-// delivered, has failed permanently or was withdrawn, or until ctx is done (then it returns ctx's error). With a
-// sink that keeps failing transiently, only ctx ends the wait.
+// delivered, has failed permanently or was withdrawn, or until ctx is done
+// (then it returns ctx's error). With a sink that keeps failing
+// transiently, only ctx ends the wait.
 func (f *Fanout) Flush(ctx context.Context) error {
 	for _, w := range f.ws {
 		for {
