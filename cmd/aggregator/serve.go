@@ -40,7 +40,11 @@ one partition, and each partition is owned by one of the aggregators with
 the same consumer.durable; when one stops or dies, its partitions move to
 the others within seconds (an aggregator announces itself and waits half a
 second before taking any, so aggregators started together share them at
-once). On a cluster, losing the node that leads the events stream can silence
+once). The count caps how many aggregators share the work, and costs the
+broker CPU: each partition's consumer reads past the other partitions'
+messages (16 cost about twice one unfiltered consumer's; set a lower count
+before the partitioned stream is first created, which keeps its count).
+On a cluster, losing the node that leads the events stream can silence
 the source of the partitioned stream; the owner of partition 0 re-attaches
 it after 3 s (gttsplit_source_reattached_total). An owner folds its runs in memory and
 acknowledges a message only after the checkpoint of its run's state in the
@@ -58,7 +62,10 @@ store.retention (30 days) deletes closed runs from the bucket.
 With --comment-api, each run's Markdown report is posted as a comment on
 the run's issue (collector run --issue, else --comment-issue), edited rather
 than duplicated when the run's report changes. The API token is read from
-the environment variable GTTSPLIT_COMMENT_TOKEN, never from a flag.
+the environment variable GTTSPLIT_COMMENT_TOKEN, never from a flag. A sink
+slower than runs close keeps sinks.max_pending (1024) splits in memory and
+defers the others (their run ids kept, the split read back from the bucket
+in its turn): none is lost while serve runs.
 
 HTTP on --http: the live page at / (the runs, newest first, filterable and
 updated live; /run/{id} with the split at peak and final and the GTT
