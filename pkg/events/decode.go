@@ -105,6 +105,22 @@ func Unmarshal(b []byte) (ev event.Event, err error) {
 	return ev, nil
 }
 
+// DecodeBytesFiltered is DecodeBytes for a consumer that applies the
+// lines to a fold and needs only some of them: a log-lines event keeps in
+// Lines only the lines whose text keep accepts, given as the event's JSON
+// string holds it (between the quotes, escapes and all; see
+// split.Parser.MayBeRelevantJSON), and sets Span to the lines it held;
+// ApplyTo then counts the others as read. The other lines are checked as
+// DecodeBytes checks them but not unescaped or kept, so an event is
+// accepted or refused alike. An event the one-pass decoder does not take
+// is decoded whole (Span nil).
+func DecodeBytesFiltered(b []byte, keep func(seg []byte) bool) (Decoded, error) {
+	if d, ok := decodeOnePassKeep(b, keep); ok {
+		return d, nil
+	}
+	return DecodeBytes(b)
+}
+
 // DecodeBytes is Unmarshal followed by Decode.
 func DecodeBytes(b []byte) (Decoded, error) {
 	if d, ok := decodeOnePass(b); ok {
@@ -501,6 +517,27 @@ func (d *Decoded) takeLines(stream string, firstSeq uint64, lines []split.Line) 
 	}
 	d.Lines = lines
 	return LinesID(d.Origin.RunID, stream, firstSeq, firstSeq+uint64(len(lines))-1), nil
+}
+
+// takeSomeLines is takeLines for the lines a filter kept of n (each with
+// its index among them in Seq): the same checks and id, and Span.
+func (d *Decoded) takeSomeLines(stream string, firstSeq uint64, lines []split.Line, n int) (string, error) {
+	if err := checkStream(stream); err != nil {
+		return "", err
+	}
+	if n == 0 {
+		return "", fmt.Errorf("no lines")
+	}
+	last := firstSeq + uint64(n-1)
+	if last < firstSeq {
+		return "", fmt.Errorf("seq overflows at first_seq %d", firstSeq)
+	}
+	for i := range lines {
+		lines[i].Stream, lines[i].Seq = stream, firstSeq+lines[i].Seq
+	}
+	d.Lines = lines
+	d.Span = &LineSpan{Stream: stream, First: firstSeq, Last: last}
+	return LinesID(d.Origin.RunID, stream, firstSeq, last), nil
 }
 
 func (d *Decoded) fromSample(data FDInfoSampleData) (string, error) {

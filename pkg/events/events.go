@@ -36,13 +36,23 @@ type Decoded struct {
 	// Time is the event's time attribute (zero when absent).
 	Time time.Time
 
-	Started  *Started
-	Lines    []split.Line
+	Started *Started
+	Lines   []split.Line
+	// Span, when set, is the lines a log-lines event decoded with
+	// DecodeBytesFiltered held: Lines then holds only those the filter
+	// kept, and ApplyTo counts the others as read.
+	Span     *LineSpan
 	Sample   *split.Sample
 	Finished *Finished
 	Split    *split.Report
 	// SplitN is the n of a split event's id <runid>/split/<n>.
 	SplitN int
+}
+
+// LineSpan is lines First..Last of a log stream.
+type LineSpan struct {
+	Stream      string
+	First, Last uint64
 }
 
 // Source returns the CloudEvents source of events produced on host.
@@ -292,11 +302,14 @@ func (d Decoded) ApplyTo(f *split.Fold) (fresh bool) {
 	switch {
 	case d.Started != nil:
 		fresh = f.SetRun(d.Started.Info)
-	case d.Lines != nil:
+	case d.Lines != nil || d.Span != nil:
 		for _, l := range d.Lines {
 			if f.AddLine(l) {
 				fresh = true
 			}
+		}
+		if d.Span != nil && f.MarkLines(d.Span.Stream, d.Span.First, d.Span.Last) {
+			fresh = true
 		}
 	case d.Sample != nil:
 		fresh = f.AddSample(*d.Sample)

@@ -21,8 +21,14 @@ import (
 // whose escapes are not surrogates, no duplicate or unknown member, no
 // null. Anything else returns false and takes the general path, which
 // decides; FuzzDecodeOnePassMatchesDecode holds it to that path.
-func decodeOnePass(b []byte) (Decoded, bool) {
-	p := onePass{b: b}
+func decodeOnePass(b []byte) (Decoded, bool) { return decodeOnePassKeep(b, nil) }
+
+// decodeOnePassKeep is decodeOnePass; with keep, a log-lines event keeps
+// only the lines whose text keep accepts as the JSON string holds it (see
+// DecodeBytesFiltered). The others are checked as much (their time, the
+// escapes of their text) but not unescaped or kept.
+func decodeOnePassKeep(b []byte, keep func(seg []byte) bool) (Decoded, bool) {
+	p := onePass{b: b, keep: keep}
 	var (
 		env    envelope
 		data   onePassLines
@@ -91,6 +97,8 @@ func decodeOnePass(b []byte) (Decoded, bool) {
 	if sample != nil {
 		d.Sample = sample
 		wantID = ID(d.Origin.RunID, posFDInfo, sample.Seq)
+	} else if keep != nil {
+		wantID, err = d.takeSomeLines(data.stream, data.firstSeq, data.lines, data.n)
 	} else {
 		wantID, err = d.takeLines(data.stream, data.firstSeq, data.lines)
 	}
@@ -104,6 +112,7 @@ type onePassLines struct {
 	stream   string
 	firstSeq uint64
 	lines    []split.Line
+	n        int // the lines read (more than lines when keep dropped some)
 }
 
 // onePass reads JSON from b at i.
@@ -111,6 +120,10 @@ type onePass struct {
 	b   []byte
 	i   int
 	buf []byte // unescaping
+	// keep, if set, picks the lines whose text is kept (see
+	// decodeOnePassKeep); skipped says line dropped the last one.
+	keep    func(seg []byte) bool
+	skipped bool
 	// texts holds the text of every line read so far, one after the
 	// other, and ends where each ends: the lines share one string.
 	texts *textScratch
@@ -245,12 +258,36 @@ func (p *onePass) str() (string, bool) {
 	return string(out), ok
 }
 
-// text reads a line's text onto p.texts.
+// lineText reads a line's text onto p.texts; with keep, a text keep does
+// not take is only checked (its escapes are those unescape reads) and
+// skipped.
+func (p *onePass) lineText() bool {
+	if p.keep == nil {
+		return p.text()
+	}
+	seg, esc, ok := p.raw()
+	if !ok {
+		return false
+	}
+	if !p.keep(seg) {
+		p.skipped = true
+		return !esc || validEscapes(seg)
+	}
+	return p.appendText(seg, esc)
+}
+
+// text reads a string onto p.texts.
 func (p *onePass) text() bool {
 	seg, esc, ok := p.raw()
 	if !ok {
 		return false
 	}
+	return p.appendText(seg, esc)
+}
+
+// appendText appends a string's bytes, seg, unescaped, to p.texts.
+func (p *onePass) appendText(seg []byte, esc bool) bool {
+	ok := true
 	if !esc {
 		p.texts.b = append(p.texts.b, seg...)
 	} else if p.texts.b, ok = unescape(p.texts.b, seg); !ok {
@@ -316,6 +353,48 @@ func unescape(out, seg []byte) ([]byte, bool) {
 	return out, true
 }
 
+// validEscapes reports whether unescape reads seg's escapes (it refuses
+// the same ones), without writing anything.
+func validEscapes(seg []byte) bool {
+	for len(seg) > 0 {
+		i := bytes.IndexByte(seg, '\\')
+		if i < 0 {
+			return true
+		}
+		if i+1 >= len(seg) {
+			return false
+		}
+		switch seg[i+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			seg = seg[i+2:]
+		case 'u':
+			if i+6 > len(seg) {
+				return false
+			}
+			var r rune
+			for _, h := range seg[i+2 : i+6] {
+				switch {
+				case '0' <= h && h <= '9':
+					r = r<<4 | rune(h-'0')
+				case 'a' <= h && h <= 'f':
+					r = r<<4 | rune(h-'a'+10)
+				case 'A' <= h && h <= 'F':
+					r = r<<4 | rune(h-'A'+10)
+				default:
+					return false
+				}
+			}
+			if 0xD800 <= r && r <= 0xDFFF {
+				return false
+			}
+			seg = seg[i+6:]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // uint reads a canonical non-negative integer (no sign, fraction,
 // exponent or leading zero: the caller's next delimiter check refuses
 // what follows otherwise).
@@ -374,7 +453,7 @@ func (p *onePass) logLines(d *onePassLines) bool {
 				return false
 			}
 			haveLines = true
-			if d.lines, ok = p.lines(); !ok {
+			if d.lines, d.n, ok = p.lines(); !ok {
 				return false
 			}
 		default:
@@ -391,29 +470,38 @@ func (p *onePass) logLines(d *onePassLines) bool {
 // lines at once (an estimate only: the lines may be written otherwise).
 var lineStart = []byte(`{"t`)
 
-// lines reads the lines: each one's Text and Time.
-func (p *onePass) lines() ([]split.Line, bool) {
+// lines reads the lines: each one's Text and Time, and how many there
+// were. With keep, only the kept lines are returned, each with its index
+// among all in Seq.
+func (p *onePass) lines() ([]split.Line, int, bool) {
 	if !p.next('[') {
-		return nil, false
+		return nil, 0, false
 	}
-	out := make([]split.Line, 0, max(bytes.Count(p.b[p.i:], lineStart), 1))
+	var out []split.Line
+	if p.keep == nil {
+		out = make([]split.Line, 0, max(bytes.Count(p.b[p.i:], lineStart), 1))
+	}
 	if p.next(']') {
-		return out, true
+		return out, 0, true
 	}
 	p.getTexts()
 	defer p.putTexts()
-	for {
+	n := 0
+	for ; ; n++ {
 		var l split.Line
 		if !p.line(&l) {
-			return nil, false
+			return nil, 0, false
 		}
-		out = append(out, l)
-		p.texts.ends = append(p.texts.ends, len(p.texts.b))
+		if !p.skipped {
+			l.Seq = uint64(n)
+			out = append(out, l)
+			p.texts.ends = append(p.texts.ends, len(p.texts.b))
+		}
 		if p.next(',') {
 			continue
 		}
 		if !p.next(']') {
-			return nil, false
+			return nil, 0, false
 		}
 		break
 	}
@@ -422,17 +510,20 @@ func (p *onePass) lines() ([]split.Line, bool) {
 	for i, end := range p.texts.ends {
 		out[i].Text, start = all[start:end], end
 	}
-	return out, true
+	return out, n + 1, true
 }
 
-// line reads one line object: its t into l, its text onto p.texts.
+// line reads one line object: its t into l, its text onto p.texts (with
+// keep, only when keep takes it: skipped says it did not).
 func (p *onePass) line(l *split.Line) bool {
 	var haveT, haveTxt bool
+	p.skipped = false
 	if !p.next('{') {
 		return false
 	}
 	for first := true; ; first = false {
 		if first && p.next('}') {
+			p.skipped = p.keep != nil && !p.keep(nil)
 			return true
 		}
 		key, ok := p.key()
@@ -453,7 +544,7 @@ func (p *onePass) line(l *split.Line) bool {
 				return false
 			}
 			haveTxt = true
-			if !p.text() {
+			if !p.lineText() {
 				return false
 			}
 		default:
@@ -461,6 +552,9 @@ func (p *onePass) line(l *split.Line) bool {
 		}
 		if p.next(',') {
 			continue
+		}
+		if !haveTxt && p.keep != nil {
+			p.skipped = !p.keep(nil)
 		}
 		return p.next('}')
 	}

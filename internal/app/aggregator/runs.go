@@ -78,6 +78,15 @@ func (st *RunState) holds(d events.Decoded) bool {
 	switch {
 	case d.Started != nil:
 		return s.Run
+	case d.Span != nil:
+		for seq := d.Span.First; ; seq++ {
+			if !s.Lines[d.Span.Stream].Has(seq) {
+				return false
+			}
+			if seq == d.Span.Last {
+				return true
+			}
+		}
 	case d.Lines != nil:
 		for _, l := range d.Lines {
 			if !s.Lines[l.Stream].Has(l.Seq) {

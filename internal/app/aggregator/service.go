@@ -73,8 +73,11 @@ const (
 // re-reads the state and re-applies its events (the fold ignores what it
 // already holds).
 type Service struct {
-	log      zerolog.Logger
-	opts     split.Options
+	log  zerolog.Logger
+	opts split.Options
+	// parser is the folds' parser: its line filter spares Handle the
+	// lines no rule reads.
+	parser   *split.Parser
 	idle     time.Duration
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
@@ -258,6 +261,9 @@ func NewService(ctx context.Context, js jetstream.JetStream, cfg ServiceConfig, 
 		print: cfg.Print, onClose: cfg.OnClose, now: cfg.Now, m: m, runs: map[string]*liveRun{},
 		ackFloor: cfg.AckFloor, deliv: cfg.Deliveries, parts: cfg.Partitions, compactAfter: cfg.CompactAfter, owned: map[int]bool{},
 		kick: make(chan struct{}, 1), every: cfg.CheckpointInterval, kickAt: max(cfg.MaxAckPending/2, 1), partPending: map[int]int{}}
+	if s.parser = cfg.Fold.Parser; s.parser == nil {
+		s.parser = split.MustParser() // what a fold without one uses
+	}
 	if s.kvStream, err = js.Stream(ctx, "KV_"+StateBucket); err != nil {
 		return nil, fmt.Errorf("state bucket %s: %w", StateBucket, err)
 	}
@@ -655,7 +661,10 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 	if msg.Metadata().NumDelivered > 1 {
 		s.m.redelivered.Inc()
 	}
-	d, err := msg.Decode()
+	// The log lines no rule reads are counted, not unescaped (most of a
+	// batch).
+	lf := s.parser.NewLineFilter()
+	d, err := msg.DecodeFiltered(lf.Keep)
 	if err != nil {
 		return s.deadLetter(ctx, msg, err)
 	}
@@ -666,6 +675,14 @@ func (s *Service) Handle(ctx context.Context, msg bus.Msg) error {
 	r, err := s.run(ctx, d.Origin)
 	if err != nil {
 		return err // nak: the bucket is not reachable
+	}
+	if d.Span != nil && lf.SkippedMarker() && r.st.Fold != nil && r.st.Fold.WantsDebug() {
+		// The batch may hold the run's first -v marker, which the
+		// filter leaves out: take it whole (the first batches of a
+		// verbose log only).
+		if whole, err := msg.Decode(); err == nil {
+			d = whole
+		}
 	}
 	if r.closing {
 		// Its closed state is being written: the event comes again soon

@@ -1,0 +1,146 @@
+package split
+
+import "bytes"
+
+// LineFilter picks, from the lines of one log batch, those that may be
+// relevant to a fold, from each line's text as a JSON string holds it (the
+// bytes between the string's quotes, escapes and all), so that a decoder
+// need not unescape the others: Keep false means that AddLine of that line
+// would only count it (Fold.MarkLines counts it), as long as the fold no
+// longer looks for a -v marker (Fold.WantsDebug false). A line that may be
+// one is not kept either, but SkippedMarker says so: a fold that still
+// looks for one must take the batch whole. Use a new LineFilter for each
+// batch.
+//
+// Every anchor is plain ASCII that JSON never has to escape, so an anchor
+// in the text is in the JSON string too, unless an escape stands for one
+// of its bytes (an encoder may write any character as \uXXXX): such a line
+// is kept. A custom trace pattern can match anything: with one, every line
+// is kept.
+type LineFilter struct {
+	p      *Parser
+	marker bool // a line that may be a -v marker was not kept
+	buf    []byte
+}
+
+// NewLineFilter returns a filter for one batch of lines.
+func (p *Parser) NewLineFilter() *LineFilter { return &LineFilter{p: p} }
+
+// Keep reports whether a line of the batch, whose text the JSON string seg
+// holds, may be relevant (but for -v markers).
+func (lf *LineFilter) Keep(seg []byte) bool {
+	p := lf.p
+	if !p.traceNeedsMiB || escapesAnchorByte(seg) || anyAnchor(p, seg, false) {
+		return true
+	}
+	if !lf.marker && anyAnchor(p, seg, true) {
+		// Perhaps a -v marker. The pattern may have been made up by
+		// the escapes' own characters ("\u001bbackend"): look again
+		// with each escape as one byte that is in no anchor.
+		lf.buf = lf.buf[:0]
+		for {
+			i := bytes.IndexByte(seg, '\\')
+			if i < 0 {
+				lf.buf = append(lf.buf, seg...)
+				break
+			}
+			lf.buf = append(append(lf.buf, seg[:i]...), 0)
+			n := 2
+			if seg[i+1] == 'u' {
+				n = 6
+			}
+			seg = seg[i+n:] // escapesAnchorByte read every escape
+		}
+		lf.marker = anyAnchor(p, lf.buf, true)
+	}
+	return false
+}
+
+// SkippedMarker reports whether a line Keep did not keep may be a -v
+// marker.
+func (lf *LineFilter) SkippedMarker() bool { return lf.marker }
+
+// WantsDebug reports whether the fold still looks for a line only -v
+// prints (see LineFilter).
+func (f *Fold) WantsDebug() bool { return f.st.DebugSeq == 0 }
+
+// anyAnchor reports whether b holds one of the anchors, and with debug one
+// of the -v markers (Relevant with the default trace).
+func anyAnchor(p *Parser, b []byte, debug bool) bool {
+	if usePairScan {
+		ps := mainPairs
+		if debug {
+			ps = debugPairs
+		}
+		return ps.any(b)
+	}
+	return p.relevantPlain(b, debug)
+}
+
+// anchorBytes marks the bytes of every anchor and -v marker.
+var anchorBytes = func() (t [256]bool) {
+	for _, set := range [][][]byte{pieceAnchors, debugMarkers} {
+		for _, a := range set {
+			for _, c := range a {
+				t[c] = true
+			}
+		}
+	}
+	return t
+}()
+
+// escapesAnchorByte reports whether an escape in seg stands for a byte of
+// an anchor (or is not one that can be read).
+func escapesAnchorByte(seg []byte) bool {
+	for {
+		i := bytes.IndexByte(seg, '\\')
+		if i < 0 || i+1 >= len(seg) {
+			return i >= 0
+		}
+		var c rune
+		n := 2
+		switch e := seg[i+1]; e {
+		case '"', '\\', '/':
+			c = rune(e)
+		case 'b', 'f', 'n', 'r', 't':
+			c = 0 // a control character: in no anchor
+		case 'u':
+			if i+6 > len(seg) {
+				return true
+			}
+			for _, h := range seg[i+2 : i+6] {
+				switch {
+				case '0' <= h && h <= '9':
+					c = c<<4 | rune(h-'0')
+				case 'a' <= h && h <= 'f':
+					c = c<<4 | rune(h-'a'+10)
+				case 'A' <= h && h <= 'F':
+					c = c<<4 | rune(h-'A'+10)
+				default:
+					return true
+				}
+			}
+			n = 6
+		default:
+			return true
+		}
+		if c < 0x80 && anchorBytes[c] {
+			return true
+		}
+		seg = seg[i+n:]
+	}
+}
+
+// MarkLines counts lines lo..hi of stream as read (as AddLine does for a
+// line that is not relevant) and reports whether any of them was new.
+func (f *Fold) MarkLines(stream string, lo, hi uint64) bool {
+	if hi < lo {
+		return false
+	}
+	rs := f.st.Lines[stream]
+	if i := sortSearch(rs, lo); i < len(rs) && rs[i][0] <= lo && rs[i][1] >= hi {
+		return false // all read before
+	}
+	f.markLines(stream, lo, hi)
+	return true
+}
