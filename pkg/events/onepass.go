@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gttsplit/gttsplit/internal/jsonesc"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -306,49 +307,12 @@ func unescape(out, seg []byte) ([]byte, bool) {
 			return append(out, seg...), true
 		}
 		out = append(out, seg[:i]...)
-		if i+1 >= len(seg) {
-			return out, false
+		r, n, ok := jsonesc.Decode(seg[i:])
+		if !ok || jsonesc.IsSurrogate(r) {
+			return out, false // a surrogate: the general path
 		}
-		switch c := seg[i+1]; c {
-		case '"', '\\', '/':
-			out = append(out, c)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			if i+6 > len(seg) {
-				return out, false
-			}
-			var r rune
-			for _, h := range seg[i+2 : i+6] {
-				switch {
-				case '0' <= h && h <= '9':
-					r = r<<4 | rune(h-'0')
-				case 'a' <= h && h <= 'f':
-					r = r<<4 | rune(h-'a'+10)
-				case 'A' <= h && h <= 'F':
-					r = r<<4 | rune(h-'A'+10)
-				default:
-					return out, false
-				}
-			}
-			if 0xD800 <= r && r <= 0xDFFF {
-				return out, false // surrogates: the general path
-			}
-			out = utf8.AppendRune(out, r)
-			seg = seg[i+6:]
-			continue
-		default:
-			return out, false
-		}
-		seg = seg[i+2:]
+		out = utf8.AppendRune(out, r)
+		seg = seg[i+n:]
 	}
 	return out, true
 }
@@ -356,43 +320,17 @@ func unescape(out, seg []byte) ([]byte, bool) {
 // validEscapes reports whether unescape reads seg's escapes (it refuses
 // the same ones), without writing anything.
 func validEscapes(seg []byte) bool {
-	for len(seg) > 0 {
+	for {
 		i := bytes.IndexByte(seg, '\\')
 		if i < 0 {
 			return true
 		}
-		if i+1 >= len(seg) {
+		r, n, ok := jsonesc.Decode(seg[i:])
+		if !ok || jsonesc.IsSurrogate(r) {
 			return false
 		}
-		switch seg[i+1] {
-		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			seg = seg[i+2:]
-		case 'u':
-			if i+6 > len(seg) {
-				return false
-			}
-			var r rune
-			for _, h := range seg[i+2 : i+6] {
-				switch {
-				case '0' <= h && h <= '9':
-					r = r<<4 | rune(h-'0')
-				case 'a' <= h && h <= 'f':
-					r = r<<4 | rune(h-'a'+10)
-				case 'A' <= h && h <= 'F':
-					r = r<<4 | rune(h-'A'+10)
-				default:
-					return false
-				}
-			}
-			if 0xD800 <= r && r <= 0xDFFF {
-				return false
-			}
-			seg = seg[i+6:]
-		default:
-			return false
-		}
+		seg = seg[i+n:]
 	}
-	return true
 }
 
 // uint reads a canonical non-negative integer (no sign, fraction,

@@ -1,6 +1,10 @@
 package split
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/gttsplit/gttsplit/internal/jsonesc"
+)
 
 // LineFilter picks, from the lines of one log batch, those that may be
 // relevant to a fold, from each line's text as a JSON string holds it (the
@@ -45,11 +49,8 @@ func (lf *LineFilter) Keep(seg []byte) bool {
 				break
 			}
 			lf.buf = append(append(lf.buf, seg[:i]...), 0)
-			n := 2
-			if seg[i+1] == 'u' {
-				n = 6
-			}
-			seg = seg[i+n:] // escapesAnchorByte read every escape
+			_, n, _ := jsonesc.Decode(seg[i:]) // escapesAnchorByte read every escape
+			seg = seg[i+n:]
 		}
 		lf.marker = anyAnchor(p, lf.buf, true)
 	}
@@ -94,37 +95,11 @@ var anchorBytes = func() (t [256]bool) {
 func escapesAnchorByte(seg []byte) bool {
 	for {
 		i := bytes.IndexByte(seg, '\\')
-		if i < 0 || i+1 >= len(seg) {
-			return i >= 0
+		if i < 0 {
+			return false
 		}
-		var c rune
-		n := 2
-		switch e := seg[i+1]; e {
-		case '"', '\\', '/':
-			c = rune(e)
-		case 'b', 'f', 'n', 'r', 't':
-			c = 0 // a control character: in no anchor
-		case 'u':
-			if i+6 > len(seg) {
-				return true
-			}
-			for _, h := range seg[i+2 : i+6] {
-				switch {
-				case '0' <= h && h <= '9':
-					c = c<<4 | rune(h-'0')
-				case 'a' <= h && h <= 'f':
-					c = c<<4 | rune(h-'a'+10)
-				case 'A' <= h && h <= 'F':
-					c = c<<4 | rune(h-'A'+10)
-				default:
-					return true
-				}
-			}
-			n = 6
-		default:
-			return true
-		}
-		if c < 0x80 && anchorBytes[c] {
+		c, n, ok := jsonesc.Decode(seg[i:])
+		if !ok || c < 0x80 && anchorBytes[c] {
 			return true
 		}
 		seg = seg[i+n:]

@@ -88,7 +88,7 @@ func TestLineFilter(t *testing.T) {
 		{`\u001b[0mllama_kv_cache:      ROCm0 KV buffer size =   448.00 MiB`, true, false},
 		{`generated text`, false, false},
 		{`llama_model_loader: enumerating backends`, false, true},
-		{`\u001backend_ptrs.size() = 2`, false, false}, // ESC then "ackend_ptrs"
+		{`\u001backend_ptrs.size() = 2`, false, false},  // ESC then "ackend_ptrs"
 		{`load_tensors: 2281.02 Mi\u0042`, true, false}, // an anchor byte escaped
 	} {
 		lf := p.NewLineFilter()
