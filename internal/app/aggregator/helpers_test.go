@@ -590,7 +590,7 @@ func sinkDocs(t testing.TB, dir string) map[string][]byte {
 }
 
 // sinkLines returns splits.jsonl's lines, decoded far enough to name their
-// run, with the raw line.
+// run, with the raw line. An aggregator may be appending to the file.
 type sinkLine struct {
 	id, host, lane string
 	raw            []byte
@@ -601,6 +601,9 @@ func sinkLines(t testing.TB, dir string) []sinkLine {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "splits.jsonl"))
 	require.NoError(t, err)
+	// A last line without its newline is being appended (or was cut by
+	// a writer that was killed): not a line yet.
+	b = b[:bytes.LastIndexByte(b, '\n')+1]
 	var out []sinkLine
 	if len(b) == 0 {
 		return nil
