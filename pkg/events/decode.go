@@ -503,34 +503,23 @@ func (d *Decoded) fromLines(data LogLinesData) (string, error) {
 // text and time, sets each line's stream and seq and keeps lines as
 // d.Lines; it returns the event id the data gives.
 func (d *Decoded) takeLines(stream string, firstSeq uint64, lines []split.Line) (string, error) {
-	if err := checkStream(stream); err != nil {
+	last, err := lineSpan(stream, firstSeq, len(lines))
+	if err != nil {
 		return "", err
-	}
-	if len(lines) == 0 {
-		return "", fmt.Errorf("no lines")
-	}
-	if firstSeq+uint64(len(lines)-1) < firstSeq {
-		return "", fmt.Errorf("seq overflows at first_seq %d", firstSeq)
 	}
 	for i := range lines {
 		lines[i].Stream, lines[i].Seq = stream, firstSeq+uint64(i)
 	}
 	d.Lines = lines
-	return LinesID(d.Origin.RunID, stream, firstSeq, firstSeq+uint64(len(lines))-1), nil
+	return LinesID(d.Origin.RunID, stream, firstSeq, last), nil
 }
 
 // takeSomeLines is takeLines for the lines a filter kept of n (each with
 // its index among them in Seq): the same checks and id, and Span.
 func (d *Decoded) takeSomeLines(stream string, firstSeq uint64, lines []split.Line, n int) (string, error) {
-	if err := checkStream(stream); err != nil {
+	last, err := lineSpan(stream, firstSeq, n)
+	if err != nil {
 		return "", err
-	}
-	if n == 0 {
-		return "", fmt.Errorf("no lines")
-	}
-	last := firstSeq + uint64(n-1)
-	if last < firstSeq {
-		return "", fmt.Errorf("seq overflows at first_seq %d", firstSeq)
 	}
 	for i := range lines {
 		lines[i].Stream, lines[i].Seq = stream, firstSeq+lines[i].Seq
@@ -538,6 +527,22 @@ func (d *Decoded) takeSomeLines(stream string, firstSeq uint64, lines []split.Li
 	d.Lines = lines
 	d.Span = &LineSpan{Stream: stream, First: firstSeq, Last: last}
 	return LinesID(d.Origin.RunID, stream, firstSeq, last), nil
+}
+
+// lineSpan checks a batch of n lines of stream from firstSeq and returns
+// its last seq.
+func lineSpan(stream string, firstSeq uint64, n int) (uint64, error) {
+	if err := checkStream(stream); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("no lines")
+	}
+	last := firstSeq + uint64(n-1)
+	if last < firstSeq {
+		return 0, fmt.Errorf("seq overflows at first_seq %d", firstSeq)
+	}
+	return last, nil
 }
 
 func (d *Decoded) fromSample(data FDInfoSampleData) (string, error) {

@@ -31,13 +31,15 @@ type LineFilter struct {
 func (p *Parser) NewLineFilter() *LineFilter { return &LineFilter{p: p} }
 
 // Keep reports whether a line of the batch, whose text the JSON string seg
-// holds, may be relevant (but for -v markers).
+// holds, may be relevant (but for -v markers). With the default trace,
+// Relevant is a search for anchors, which the JSON string holds as the text
+// does.
 func (lf *LineFilter) Keep(seg []byte) bool {
 	p := lf.p
-	if !p.traceNeedsMiB || escapesAnchorByte(seg) || anyAnchor(p, seg, false) {
+	if !p.traceNeedsMiB || escapesAnchorByte(seg) || p.Relevant(seg, false) {
 		return true
 	}
-	if !lf.marker && anyAnchor(p, seg, true) {
+	if !lf.marker && p.Relevant(seg, true) {
 		// Perhaps a -v marker. The pattern may have been made up by
 		// the escapes' own characters ("\u001bbackend"): look again
 		// with each escape as one byte that is in no anchor.
@@ -52,7 +54,7 @@ func (lf *LineFilter) Keep(seg []byte) bool {
 			_, n, _ := jsonesc.Decode(seg[i:]) // escapesAnchorByte read every escape
 			seg = seg[i+n:]
 		}
-		lf.marker = anyAnchor(p, lf.buf, true)
+		lf.marker = p.Relevant(lf.buf, true)
 	}
 	return false
 }
@@ -64,19 +66,6 @@ func (lf *LineFilter) SkippedMarker() bool { return lf.marker }
 // WantsDebug reports whether the fold still looks for a line only -v
 // prints (see LineFilter).
 func (f *Fold) WantsDebug() bool { return f.st.DebugSeq == 0 }
-
-// anyAnchor reports whether b holds one of the anchors, and with debug one
-// of the -v markers (Relevant with the default trace).
-func anyAnchor(p *Parser, b []byte, debug bool) bool {
-	if usePairScan {
-		ps := mainPairs
-		if debug {
-			ps = debugPairs
-		}
-		return ps.any(b)
-	}
-	return p.relevantPlain(b, debug)
-}
 
 // anchorBytes marks the bytes of every anchor and -v marker.
 var anchorBytes = func() (t [256]bool) {

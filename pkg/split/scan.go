@@ -102,7 +102,7 @@ func (l *LogFeed) Parser() *Parser { return l.f.p }
 // (pass it to ScanPiece). Once false it stays false, so a scanner may read
 // it late: a piece scanned for -v markers the fold no longer needs folds
 // the same.
-func (l *LogFeed) WantDebug() bool { return l.f.st.DebugSeq == 0 }
+func (l *LogFeed) WantDebug() bool { return l.f.WantsDebug() }
 
 // Apply folds the next piece of the log, which ScanPiece scanned into pc.
 //
