@@ -555,6 +555,31 @@ func FuzzParseDecimalMatches(f *testing.F) {
 	})
 }
 
+// FuzzParseIntRunMatches holds parseIntRun to strconv.ParseInt on the
+// runs of '-' and digits it is given: the same value, and a failure for
+// the same runs.
+func FuzzParseIntRunMatches(f *testing.F) {
+	for _, s := range []string{"0", "-0", "98304", "-1", "--1", "1-", "-", "1-2", "999999999999999999", "9223372036854775807",
+		"9223372036854775808", "-9223372036854775808", "-9223372036854775809", "0000000000000000000001", "-000"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, c := range b {
+			if !isIntByte(c) {
+				t.Skip("parseIntRun is given runs of '-' and digits")
+			}
+		}
+		if len(b) == 0 {
+			t.Skip()
+		}
+		v, ok := parseIntRun(b)
+		w, err := strconv.ParseInt(string(b), 10, 64)
+		if ok != (err == nil) || ok && v != w {
+			t.Fatalf("%q: %d %v, ParseInt %d %v", b, v, ok, w, err)
+		}
+	})
+}
+
 // funcNamePlain is funcName with bytes.TrimRight and bytes.LastIndexAny.
 func funcNamePlain(b []byte) string {
 	b = bytes.TrimRight(b, " ")

@@ -767,8 +767,8 @@ func parseBreakdown(r Record, s []byte, sc *parseScratch) (Record, bool) {
 		for j < len(cells) && isIntByte(cells[j]) {
 			j++
 		}
-		v, err := strconv.ParseInt(string(cells[i:j]), 10, 64)
-		if err != nil || n == len(ints) {
+		v, ok := parseIntRun(cells[i:j])
+		if !ok || n == len(ints) {
 			return r, false
 		}
 		ints[n] = v
@@ -784,6 +784,31 @@ func parseBreakdown(r Record, s []byte, sc *parseScratch) (Record, bool) {
 }
 
 func isIntByte(c byte) bool { return c == '-' || isDigit(c) }
+
+// parseIntRun is strconv.ParseInt(string(b), 10, 64) for a run of '-' and
+// digits, without the string: an optional '-' and up to 18 digits (which
+// cannot overflow) by hand, anything longer by ParseInt.
+func parseIntRun(b []byte) (int64, bool) {
+	d := b
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 18 {
+		v, err := strconv.ParseInt(string(b), 10, 64)
+		return v, err == nil
+	}
+	var v int64
+	for _, c := range d {
+		if c == '-' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if len(d) < len(b) {
+		v = -v
+	}
+	return v, true
+}
 
 // trimASCIISpace is strings.TrimSpace for ASCII bytes.
 func trimASCIISpace(b []byte) []byte {
