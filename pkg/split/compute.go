@@ -51,6 +51,29 @@ func IsHostBuffer(name string) bool {
 	return name == "CPU" || strings.HasPrefix(name, "CPU_") || name == "AMX" || strings.HasPrefix(name, "AMX_")
 }
 
+// IsPinnedHostBuffer reports whether a buffer-type name is pinned host
+// memory mapped for the GPU (CUDA_Host, ROCm_Host, Vulkan_Host ...): GTT,
+// but a host buffer type to llama.cpp, whose memory breakdown puts it in
+// the Host row, not in a device's row.
+func IsPinnedHostBuffer(name string) bool { return strings.HasSuffix(name, "_Host") }
+
+// pinnedMiB sums the pinned host buffers among the counted model and
+// compute lines (output buffers are in no column of llama.cpp's table).
+func pinnedMiB(lines []BufferLine) (model, compute float64) {
+	for _, l := range lines {
+		if !IsPinnedHostBuffer(l.Name) {
+			continue
+		}
+		switch {
+		case l.Row == "model":
+			model += float64(l.MiB)
+		case l.Row == "compute" && l.Kind == "compute":
+			compute += float64(l.MiB)
+		}
+	}
+	return model, compute
+}
+
 type ctxAcc struct {
 	seq          uint64
 	kv, rs       float64
@@ -203,16 +226,36 @@ func (c *computation) breakdownChecks(t *table, main *figures) {
 		v := float64(*c.r.Detail.ComputeOnlyMiB)
 		computeOnly = &v
 	}
-	ours := [3]*float64{c.model, c.stateMiB, computeOnly}
+	// The table's device rows hold no pinned host buffer (ROCm_Host,
+	// CUDA_Host ...): llama.cpp folds every host buffer type into its Host
+	// row, so they are left out of ours here.
+	pinned := func(lines []BufferLine, model, compute *float64) (m, co *float64, pm, pc float64) {
+		pm, pc = pinnedMiB(lines)
+		if model != nil {
+			v := *model - pm
+			m = &v
+		}
+		if compute != nil {
+			v := *compute - pc
+			co = &v
+		}
+		return m, co, pm, pc
+	}
+	om, oc, pm, pc := pinned(c.r.Detail.Buffers, c.model, computeOnly)
+	ours := [3]*float64{om, c.stateMiB, oc}
 	scope := ""
 	// With several live models the table speaks of one context (the
 	// main model's): compare with the main load when the sums differ.
-	if main != nil && c.model != nil && !near(*c.model, model) && near(main.model, model) {
-		m, s, co := main.model, main.kv+main.rs+main.other, main.comp
-		ours = [3]*float64{&m, &s, &co}
-		scope = " (the table covers the main model's context; compared with the main load)"
+	if main != nil && om != nil && !near(*om, model) {
+		mm, mc, mpm, mpc := pinned(main.lines, &main.model, &main.comp)
+		if near(*mm, model) {
+			s := main.kv + main.rs + main.other
+			ours = [3]*float64{mm, &s, mc}
+			pm, pc = mpm, mpc
+			scope = " (the table covers the main model's context; compared with the main load)"
+		}
 	}
-	cmp := func(name, what string, theirs int64, ours *float64) {
+	cmp := func(name, what string, theirs int64, ours *float64, pin float64) {
 		if ours == nil {
 			c.r.Checks = append(c.r.Checks, Check{Name: name, Status: StatusWarn,
 				Detail: fmt.Sprintf("llama.cpp's breakdown (line %d) says %s %d MiB; no buffer lines to compare", t.seq, what, theirs)})
@@ -222,12 +265,16 @@ func (c *computation) breakdownChecks(t *table, main *figures) {
 		if !near(*ours, theirs) {
 			st = StatusWarn
 		}
+		note := ""
+		if pin != 0 {
+			note = fmt.Sprintf(" (without %.2f MiB of pinned host buffers, which the table counts under Host)", pin)
+		}
 		c.r.Checks = append(c.r.Checks, Check{Name: name, Status: st,
-			Detail: fmt.Sprintf("llama.cpp's memory breakdown: %s %d MiB; buffer lines: %.2f MiB%s", what, theirs, *ours, scope)})
+			Detail: fmt.Sprintf("llama.cpp's memory breakdown: %s %d MiB; buffer lines: %.2f MiB%s%s", what, theirs, *ours, note, scope)})
 	}
-	cmp("breakdown_model", "model", model, ours[0])
-	cmp("breakdown_context", "context", ctx, ours[1])
-	cmp("breakdown_compute", "compute", comp, ours[2])
+	cmp("breakdown_model", "model", model, ours[0], pm)
+	cmp("breakdown_context", "context", ctx, ours[1], 0)
+	cmp("breakdown_compute", "compute", comp, ours[2], pc)
 }
 
 const bytesPerMiB = 1 << 20

@@ -1,0 +1,52 @@
+package split
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Shapes of llama.cpp and fdinfo input that no saved log in testdata has,
+// each written from docs/formats.md, with the figure a plain reading of
+// the lines would give next to the right one.
+
+func checkNamed(t *testing.T, r Report, name string) Check {
+	t.Helper()
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no check %s in %+v", name, r.Checks)
+	return Check{}
+}
+
+// llama.cpp's memory breakdown folds every host buffer type, the pinned
+// ones (ROCm_Host, CUDA_Host) included, into its Host row: a device row
+// compared with buffer lines that count pinned memory in the model and
+// compute rows would disagree by exactly the pinned buffers.
+func TestBreakdownLeavesPinnedHostBuffersToTheHostRow(t *testing.T) {
+	t.Parallel()
+	const table = "llama_memory_breakdown_print: | memory breakdown [MiB] | total   free    self   model   context   compute    unaccounted |\n" +
+		"llama_memory_breakdown_print: |   - ROCm0 (7900 XTX)   | 24560 = 20000 + (1084 =  1000 +      64 +      20) +        3476 |\n" +
+		"llama_memory_breakdown_print: |   - Host               |                    145 =   120 +       0 +       25                |\n"
+	r := foldLog(t, verbose+load+
+		"load_tensors:        ROCm0 model buffer size =  1000.00 MiB\n"+
+		"load_tensors:    ROCm_Host model buffer size =    20.00 MiB\n"+
+		"load_tensors:   CPU_Mapped model buffer size =   100.00 MiB\n"+
+		"llama_context: constructing llama_context\n"+
+		"llama_context:  ROCm_Host  output buffer size =     0.50 MiB\n"+
+		"llama_kv_cache:      ROCm0 KV buffer size =    64.00 MiB\n"+
+		"llama_context:      ROCm0 compute buffer size =    20.00 MiB\n"+
+		"llama_context:  ROCm_Host compute buffer size =    25.00 MiB\n"+
+		table)
+	// The rows still count the pinned buffers: they are GTT.
+	require.InDelta(t, 1020, val(r.ModelGTTMiB), 1e-9)
+	require.InDelta(t, 45.5, val(r.ComputeMiB), 1e-9)
+	for _, name := range []string{"breakdown_model", "breakdown_context", "breakdown_compute"} {
+		c := checkNamed(t, r, name)
+		require.Equal(t, StatusOK, c.Status, "%s: %s", name, c.Detail)
+	}
+	require.Contains(t, checkNamed(t, r, "breakdown_compute").Detail, "20.00 MiB", "naive: 45.00 MiB against the device row's 20")
+	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "1000.00 MiB", "naive: 1020.00 MiB")
+}
