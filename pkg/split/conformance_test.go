@@ -50,3 +50,38 @@ func TestBreakdownLeavesPinnedHostBuffersToTheHostRow(t *testing.T) {
 	require.Contains(t, checkNamed(t, r, "breakdown_compute").Detail, "20.00 MiB", "naive: 45.00 MiB against the device row's 20")
 	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "1000.00 MiB", "naive: 1020.00 MiB")
 }
+
+// Lines only -v prints that a log can hold without any other: each proves
+// the log verbose. The "does not match" echo is a warning, printed at the
+// default level, and proves nothing; so does a line that merely ends in
+// "skipped".
+func TestMoreDebugOnlyLines(t *testing.T) {
+	t.Parallel()
+	const model = "load_tensors:        ROCm0 model buffer size =  1000.00 MiB\n"
+	for _, c := range []struct {
+		line    string
+		verbose bool
+	}{
+		{"llama_context: max_nodes = 65536", true},
+		{"0.00.092.001 D llama_kv_cache: layer   3: skipped", true},
+		{"llama_kv_cache_unified: layer  11: skipped\r", true},
+		{"llama_memory_recurrent: layer 0: skipped", true},
+		{"~llama_context:      ROCm0 compute buffer size is 318.5000 MiB, matches expectation of 318.5000 MiB", true},
+		{"~llama_context:      ROCm0 compute buffer size of 330.5000 MiB, does not match expectation of 318.5000 MiB", false},
+		{"srv  update_slots: prompt cache: skipped", false},
+		{"llama_kv_cache: layer   3: skipped, no KV", false},
+	} {
+		r := foldLog(t, load+model+c.line+"\n")
+		require.Equal(t, !c.verbose, contains(r.Flags, FlagNotVerbose), "%q", c.line)
+		require.InDelta(t, 1000, val(r.ModelGTTMiB), 1e-9)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

@@ -430,7 +430,7 @@ func (p *Parser) parsePlain(seq uint64, s []byte, sc *parseScratch) (Record, boo
 		r.Kind = KindSummary
 		return r, true
 	}
-	if isDebugMarker(s) {
+	if isDebugMarker(s) && (!onlySkippedMarker(s) || layerSkipped(s)) {
 		r.Kind = KindDebugMarker
 		return r, true
 	}
@@ -626,4 +626,14 @@ func FuzzNameCacheMatchesHash(f *testing.F) {
 			}
 		}
 	})
+}
+
+// onlySkippedMarker reports whether the one -v marker s holds is aSkipped.
+func onlySkippedMarker(s []byte) bool {
+	for _, m := range debugMarkers {
+		if bytes.Contains(s, m) && !bytes.Equal(m, aSkipped) {
+			return false
+		}
+	}
+	return bytes.Contains(s, aSkipped)
 }

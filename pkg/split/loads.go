@@ -350,6 +350,11 @@ func (c *computation) logRows(recs []*keyedRecord) {
 			}
 		case KindEcho:
 			echoes = append(echoes, r)
+			if r.Match {
+				// The "matches expectation" form is printed at the debug
+				// level only: a -v line.
+				verbose = true
+			}
 		case KindBreakdownHead:
 			tables = append(tables, &table{seq: r.Seq, next: r.Seq + 1, port: r.Port})
 		case KindBreakdownRow:
