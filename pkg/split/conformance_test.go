@@ -85,3 +85,22 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// A log saved by an editor or a Windows shell can start with a byte order
+// mark; the build line is often the first line, and a build number read
+// only after a blank or a colon is lost behind it.
+func TestByteOrderMarkBeforeTheFirstLine(t *testing.T) {
+	t.Parallel()
+	for _, first := range []string{
+		"build: 4615 (bfcce4d6) with cc (Ubuntu 13.3.0-6ubuntu2~24.04) 13.3.0 for x86_64-linux-gnu",
+		"main: build = 1500 (a30b324)",
+		"version: 4615 (bfcce4d6)",
+	} {
+		r := foldLog(t, "\ufeff"+first+"\r\n"+verbose+load)
+		require.NotEmpty(t, r.Provenance.LlamaBuild, "%q", first)
+	}
+	r := foldLog(t, "\ufeff"+load+"load_tensors:        ROCm0 model buffer size =  1000.00 MiB\n")
+	require.Contains(t, r.Flags, FlagNotVerbose)
+	require.NotContains(t, r.Flags, FlagNotModelLoad)
+	require.InDelta(t, 1000, val(r.ModelGTTMiB), 1e-9)
+}

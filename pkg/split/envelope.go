@@ -4,10 +4,11 @@ import "bytes"
 
 // Payload strips the llama.cpp line envelope (docs/formats.md, "The line envelope") from line and
 // returns the message. The steps, in order: ANSI CSI sequences anywhere; the
-// trailing "\r" (and "\n"); then, repeatedly at the start, router "[port] "
-// prefixes (and the legacy "[unix-seconds] " timestamp), runs of progress
-// dots, the common_log "M.SS.mmm.uuu L " timestamp/level prefix, and leading
-// blanks; finally a "cmn  func: " style tag when a message follows it.
+// trailing "\r" (and "\n"); then, repeatedly at the start, a byte order
+// mark, router "[port] " prefixes (and the legacy "[unix-seconds] "
+// timestamp), runs of progress dots, the common_log "M.SS.mmm.uuu L "
+// timestamp/level prefix, and leading blanks; finally a "cmn  func: " style
+// tag when a message follows it.
 //
 // The result aliases line when no ANSI sequence had to be removed and scratch
 // (grown as needed) otherwise. Payload never anchors on column 0 of the raw
@@ -31,6 +32,7 @@ func Payload(line []byte, scratch *[]byte) []byte {
 	}
 	for {
 		n := len(line)
+		line = trimBOM(line)
 		line = trimLeftSpace(line)
 		line = trimBracketNumber(line)
 		line = trimLegacyPrefix(line)
@@ -155,6 +157,15 @@ func RouterPort(line []byte) int {
 		return 0
 	}
 	return p
+}
+
+// trimBOM removes a byte order mark (U+FEFF), which an editor or a
+// Windows shell that saved the log may have put in front of its first line.
+func trimBOM(b []byte) []byte {
+	if len(b) >= 3 && b[0] == 0xef && b[1] == 0xbb && b[2] == 0xbf {
+		return b[3:]
+	}
+	return b
 }
 
 func trimLeftSpace(b []byte) []byte {

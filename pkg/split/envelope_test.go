@@ -24,6 +24,8 @@ func TestPayloadStripsEveryEnvelope(t *testing.T) {
 		"crlf with newline":     want + "\r\n",
 		"router then dots":      "[47161] ....0.15.050.780 I " + want,
 		"legacy file prefix":    "[                llama.cpp: 1234][        llm_load_tensors] " + want,
+		"byte order mark":       "\ufeff" + want,
+		"byte order mark, crlf": "\ufeff0.04.123.305 I " + want + "\r\n",
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
