@@ -104,3 +104,20 @@ func TestByteOrderMarkBeforeTheFirstLine(t *testing.T) {
 	require.NotContains(t, r.Flags, FlagNotModelLoad)
 	require.InDelta(t, 1000, val(r.ModelGTTMiB), 1e-9)
 }
+
+// A load whose weights all went to remote (RPC) devices put nothing in this
+// host's GTT: its model row is 0, not unknown, so the rest of the peak is
+// still attributed (or not) in the open.
+func TestRemoteOnlyLoadIsZeroNotUnknown(t *testing.T) {
+	t.Parallel()
+	r := foldLog(t, verbose+load+
+		"load_tensors: RPC0[10.0.0.2:50052] model buffer size =  1000.00 MiB\n"+
+		"llama_context: constructing llama_context\n"+
+		"llama_kv_cache: RPC0[10.0.0.2:50052] KV buffer size =    64.00 MiB\n"+
+		"llama_context: RPC0[10.0.0.2:50052] compute buffer size =    20.00 MiB\n",
+		sample(1, fdText("amdgpu", "0000:c5:00.0", "30", "300 MiB")))
+	require.InDelta(t, 0, val(r.ModelGTTMiB), 1e-9, "naive: null")
+	require.InDelta(t, 300, val(r.UnattributedMiB), 1e-9, "naive: null")
+	require.Contains(t, r.Flags, FlagRemoteBuffers)
+	require.Len(t, r.Detail.Remote, 3)
+}

@@ -102,7 +102,9 @@ func bufLine(r Record, row string) BufferLine {
 func (g *figures) addModel(r Record) {
 	switch {
 	case IsRemoteBuffer(r.Name):
+		// Nor does a load on remote devices only: 0 here, not unknown.
 		g.remote = append(g.remote, bufLine(r, "remote"))
+		g.haveModel = true
 	case IsHostBuffer(r.Name):
 		// A load with host buffers only put 0 MiB in GTT: 0, not unknown.
 		g.host += r.MiB
