@@ -121,3 +121,39 @@ func TestRemoteOnlyLoadIsZeroNotUnknown(t *testing.T) {
 	require.Contains(t, r.Flags, FlagRemoteBuffers)
 	require.Len(t, r.Detail.Remote, 3)
 }
+
+// Before b4881 a context printed no "constructing llama_context": a tool
+// that makes two contexts on one model (llama-save-load-state does) shows
+// a second KV line after the first context's compute lines. Read as one
+// context, the second one's compute lines would pass for a re-reservation
+// of the first: both KV buffers counted, only one compute buffer.
+func TestSecondContextBeforeB4881StartsAtItsCache(t *testing.T) {
+	t.Parallel()
+	ctx := func(kv, out, dev, host string) string {
+		return "llama_new_context_with_model: n_ctx      = 4096\n" +
+			"llama_kv_cache_init:      ROCm0 KV buffer size = " + kv + " MiB\n" +
+			"llama_new_context_with_model: KV self size  = " + kv + " MiB, K (f16):    1.00 MiB, V (f16):    1.00 MiB\n" +
+			"llama_new_context_with_model:  ROCm_Host  output buffer size = " + out + " MiB\n" +
+			"llama_new_context_with_model:      ROCm0 compute buffer size = " + dev + " MiB\n" +
+			"llama_new_context_with_model:  ROCm_Host compute buffer size = " + host + " MiB\n"
+	}
+	r := foldLog(t, "build: 3500 (abcdef1) with cc for x86_64-linux-gnu\n"+verbose+load+
+		"llm_load_tensors:      ROCm0 buffer size =  1000.00 MiB\n"+
+		ctx("64.00", "0.50", "20.00", "5.00")+ctx("8.00", "0.50", "10.00", "2.00"))
+	require.InDelta(t, 72, val(r.StateMiB), 1e-9)
+	require.InDelta(t, 38, val(r.ComputeMiB), 1e-9, "naive: 13.00 (the second context's compute lines as a re-reservation)")
+	require.Equal(t, 2, r.Detail.LiveContexts)
+	require.Contains(t, r.Flags, FlagMultipleContexts)
+
+	// A re-reservation (b7746+) prints compute lines only: still one context.
+	r = foldLog(t, verbose+load+
+		"load_tensors:        ROCm0 model buffer size =  1000.00 MiB\n"+
+		"llama_context: constructing llama_context\n"+
+		"llama_kv_cache:      ROCm0 KV buffer size =    64.00 MiB\n"+
+		"llama_memory_recurrent:      ROCm0 RS buffer size =    30.00 MiB\n"+
+		"sched_reserve:      ROCm0 compute buffer size =    20.00 MiB\n"+
+		"sched_reserve:      ROCm0 compute buffer size =    25.00 MiB\n")
+	require.InDelta(t, 94, val(r.StateMiB), 1e-9)
+	require.InDelta(t, 25, val(r.ComputeMiB), 1e-9)
+	require.Equal(t, 1, r.Detail.LiveContexts)
+}

@@ -304,6 +304,13 @@ func (c *computation) logRows(recs []*keyedRecord) {
 				l.models = append(l.models, &recs[i].Record)
 				owner[r.Port] = l
 			case "kv", "rs", "state":
+				// A context's caches are created before its compute
+				// reservation: a cache line after a reservation is the
+				// next context (the only sign of one before b4881, which
+				// printed no "constructing llama_context").
+				if l := ctxOwner(r.Port); len(l.ctxs) > 0 && l.ctxs[len(l.ctxs)-1].nReservations() > 0 {
+					l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
+				}
 				x := ctxOf(r.Port)
 				switch {
 				case remote:
