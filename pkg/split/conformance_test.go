@@ -157,3 +157,28 @@ func TestSecondContextBeforeB4881StartsAtItsCache(t *testing.T) {
 	require.InDelta(t, 25, val(r.ComputeMiB), 1e-9)
 	require.Equal(t, 1, r.Detail.LiveContexts)
 }
+
+// llama-server (b9180+) sizes a speculative draft with a dry-run load of it
+// after announcing it: the announced role belongs to the real load of that
+// file, not to the probe.
+func TestDraftRoleSkipsItsProbe(t *testing.T) {
+	t.Parallel()
+	draft := "llama_model_loader: loaded meta data with 30 key-value pairs and 100 tensors from /m/draft.gguf (version GGUF V3 (latest))\n"
+	r := foldLog(t, verbose+load+
+		"load_tensors:        ROCm0 model buffer size =  1000.00 MiB\n"+
+		"llama_context: constructing llama_context\n"+
+		"sched_reserve:      ROCm0 compute buffer size =    20.00 MiB\n"+
+		"srv    load_model: loading draft model '/m/draft.gguf'\n"+
+		draft+"load_tensors:        ROCm0 model buffer size =     0.00 MiB\n"+
+		"llama_context: constructing llama_context\n"+
+		"sched_reserve:      ROCm0 compute buffer size =     5.00 MiB\n"+
+		draft+"load_tensors:        ROCm0 model buffer size =   100.00 MiB\n"+
+		"llama_context: constructing llama_context\n"+
+		"sched_reserve:      ROCm0 compute buffer size =     5.00 MiB\n")
+	require.InDelta(t, 1100, val(r.ModelGTTMiB), 1e-9)
+	require.InDelta(t, 25, val(r.ComputeMiB), 1e-9)
+	require.Len(t, r.Models, 2)
+	require.Equal(t, "main", r.Models[0].Role)
+	require.Equal(t, "draft", r.Models[1].Role, "naive: model (the probe took the role)")
+	require.Contains(t, r.Flags, FlagFitProbe)
+}

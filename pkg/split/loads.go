@@ -445,6 +445,24 @@ func (c *computation) logRows(recs []*keyedRecord) {
 		}
 	}
 
+	// A role announced before a probe of the model (llama-server sizes a
+	// draft with a dry-run load first, b9180+) is the role of the real
+	// load of the same file that follows it.
+	for i, l := range loads {
+		if l.role == "" || !l.probe() {
+			continue
+		}
+		for _, m := range loads[i+1:] {
+			if m.port != l.port || m.file != l.file || m.mmproj || m.probe() {
+				continue
+			}
+			if m.real() && m.role == "" {
+				m.role = l.role
+			}
+			break
+		}
+	}
+
 	// Probes, real loads, and the live ones.
 	var (
 		sum       figures
