@@ -182,3 +182,29 @@ func TestDraftRoleSkipsItsProbe(t *testing.T) {
 	require.Equal(t, "draft", r.Models[1].Role, "naive: model (the probe took the role)")
 	require.Contains(t, r.Flags, FlagFitProbe)
 }
+
+// A wrapper's prefix can hold a '|' of its own (docker compose prints
+// "<service>  | " before every line): the breakdown table's columns are
+// counted from the printer's name, not from the start of the line.
+func TestBreakdownBehindAPipeWrapper(t *testing.T) {
+	t.Parallel()
+	lines := []string{
+		"load_tensors:        ROCm0 model buffer size =  1000.00 MiB",
+		"llama_context: constructing llama_context",
+		"llama_kv_cache:      ROCm0 KV buffer size =    64.00 MiB",
+		"sched_reserve:      ROCm0 compute buffer size =    20.00 MiB",
+		"0.01.000.001 I common_memory_breakdown_print: | memory breakdown [MiB] | total   free    self   model   context   compute    unaccounted |",
+		"0.01.000.002 I common_memory_breakdown_print: |   - ROCm0 (8060S)      | 98304 = 90000 + (1084 =  1000 +      64 +      20) +        7220 |",
+		"0.01.000.003 I common_memory_breakdown_print: |   - Host               |                    105 =   100 +       0 +       5                |",
+	}
+	log := verbose + load
+	for _, l := range lines {
+		log += "llama-server-1  | " + l + "\n"
+	}
+	r := foldLog(t, log)
+	for _, name := range []string{"breakdown_model", "breakdown_context", "breakdown_compute"} {
+		c := checkNamed(t, r, name) // naive: no table row, no check
+		require.Equal(t, StatusOK, c.Status, "%s: %s", name, c.Detail)
+	}
+	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "model 1000 MiB")
+}

@@ -35,6 +35,9 @@ func parseBreakdownPlain(r Record, s []byte) (Record, bool) {
 		r.Kind = KindBreakdownHead
 		return r, true
 	}
+	if i := bytes.Index(s, aBreakdown); i >= 0 {
+		s = s[i:]
+	}
 	parts := bytes.Split(s, []byte("|"))
 	if len(parts) < 4 {
 		return r, false

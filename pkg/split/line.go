@@ -752,9 +752,11 @@ func parseBreakdown(r Record, s []byte, sc *parseScratch) (Record, bool) {
 		return r, true
 	}
 	// "<func>: |   - <label> | a = b + (c = d + e + f) + g |": the second
-	// and third of the |-separated parts, and at least four parts.
+	// and third of the |-separated parts, and at least four parts, counted
+	// from the printer's name (a wrapper's prefix, "llama-1  | ", may hold
+	// a '|' of its own).
 	var part [3][]byte
-	rest := s
+	rest := fromBreakdown(s)
 	for k := range part {
 		i := bytes.IndexByte(rest, '|')
 		if i < 0 {
@@ -805,6 +807,15 @@ func parseBreakdown(r Record, s []byte, sc *parseScratch) (Record, bool) {
 	r.Ints = append([]int64(nil), ints[:n]...)
 	r.Kind = KindBreakdownRow
 	return r, true
+}
+
+// fromBreakdown is a breakdown line from its printer's name on (the whole
+// line when it has none).
+func fromBreakdown(s []byte) []byte {
+	if i := bytes.Index(s, aBreakdown); i > 0 {
+		return s[i:]
+	}
+	return s
 }
 
 func isIntByte(c byte) bool { return c == '-' || isDigit(c) }
