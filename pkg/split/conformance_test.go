@@ -208,3 +208,36 @@ func TestBreakdownBehindAPipeWrapper(t *testing.T) {
 	}
 	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "model 1000 MiB")
 }
+
+// The mmproj's weights line behind a supervisor's prefix: the function is
+// not at the start of the message, and the weights must still be counted
+// on the device the CLIP line names.
+func TestMmprojWeightsBehindAWrapperPrefix(t *testing.T) {
+	t.Parallel()
+	lines := []string{
+		"load_tensors:        ROCm0 model buffer size =  6476.18 MiB",
+		"llama_context: constructing llama_context",
+		"sched_reserve:        ROCm0 compute buffer size =   519.62 MiB",
+		"clip_ctx: CLIP using ROCm0 backend",
+		"load_hparams: model size:         811.79 MiB",
+		"alloc_compute_meta:        ROCm0 compute buffer size =   112.50 MiB",
+	}
+	for _, prefix := range []string{"", "Mar 12 07:01:05 host llama-server[433748]: ", "llama-server-1  | "} {
+		log := verbose + load
+		for _, l := range lines {
+			log += prefix + l + "\n"
+		}
+		r := foldLog(t, log)
+		require.InDelta(t, 7287.97, val(r.ModelGTTMiB), 1e-9, "%q: naive 6476.18 (the mmproj weights lost)", prefix)
+		require.Len(t, r.Models, 2)
+		require.InDelta(t, 811.79, val(r.Models[1].ModelGTTMiB), 1e-9)
+	}
+	// Still a word of its own: a longer function name is not the loader's.
+	p := MustParser()
+	_, ok := p.Parse(1, []byte("x: my_load_hparams: model size: 1.00 MiB"))
+	require.False(t, ok)
+	rec, ok := p.Parse(1, []byte("[srv] clip_model_load: model size:     595.49 MB"))
+	require.True(t, ok)
+	require.Equal(t, KindClip, rec.Kind)
+	require.InDelta(t, 595.49, rec.MiB, 1e-9)
+}

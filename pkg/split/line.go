@@ -921,7 +921,9 @@ var (
 	reStop    = regexp.MustCompile(`stopping model instance name=(\S+)`)
 	reExited  = regexp.MustCompile(`instance name=(\S+) exited`)
 	reClipDev = regexp.MustCompile(`CLIP using (\S+) backend`)
-	reClipMiB = regexp.MustCompile(`^(load_hparams|clip_model_load|clip_model_loader|clip_ctx): +model size: +([0-9]+(?:\.[0-9]+)?) (?:MiB|MB)\b`)
+	// The function is a word of its own anywhere in the message: a
+	// supervisor's prefix (journald, docker compose) may precede it.
+	reClipMiB = regexp.MustCompile(`(?:^|\W)(load_hparams|clip_model_load|clip_model_loader|clip_ctx): +model size: +([0-9]+(?:\.[0-9]+)?) (?:MiB|MB)\b`)
 )
 
 // parseMarker classifies the lines that say which loads are live: a draft
