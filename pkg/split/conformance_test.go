@@ -241,3 +241,25 @@ func TestMmprojWeightsBehindAWrapperPrefix(t *testing.T) {
 	require.Equal(t, KindClip, rec.Kind)
 	require.InDelta(t, 595.49, rec.MiB, 1e-9)
 }
+
+// A shell loop that samples every process of a tree may record the card's
+// counters under each process's header of one tick; the card is
+// device-wide, so it is counted once, not once per process.
+func TestCardCountersOncePerTick(t *testing.T) {
+	t.Parallel()
+	fd := fdText("amdgpu", "0000:c5:00.0", "30", "3000 MiB")
+	text := "# sample t=2026-11-07T10:00:01Z pid=4242\n" +
+		"## card=card1 mem_info_gtt_used=3250585600 mem_info_gtt_total=103079215104\n" +
+		"## fd=5\n" + fd +
+		"# sample t=2026-11-07T10:00:01Z pid=4243\n" +
+		"## card=card1 mem_info_gtt_used=3250585600 mem_info_gtt_total=103079215104\n" +
+		"## card=card0 mem_info_gtt_used=1048576 mem_info_gtt_total=103079215104\n" +
+		"## fd=7\n" + fd
+	ss, _, err := ParseSamples([]byte(text))
+	require.NoError(t, err)
+	require.Len(t, ss, 1, "one tick of a process tree")
+	r := foldLog(t, verbose+load+"load_tensors:        ROCm0 model buffer size =  2900.00 MiB\n", ss...)
+	require.InDelta(t, 3000, val(r.PeakGTTMiB), 1e-9)
+	require.InDelta(t, 3101, val(r.Detail.CardGTTUsedMiB), 1e-9, "naive: 6201 (card1 twice)")
+	require.Equal(t, StatusOK, checkNamed(t, r, "process_vs_card").Status)
+}

@@ -421,11 +421,18 @@ func (f *Fold) AddSample(s Sample) bool {
 	if f.st.Ticks.Seen.has(s.Seq) {
 		return false
 	}
-	t := tick{Seq: s.Seq, Time: s.Time, Cards: slices.Clone(s.Cards)}
-	for i := range t.Cards {
+	t := tick{Seq: s.Seq, Time: s.Time}
+	for _, cd := range s.Cards {
+		// A card is device-wide: read again for another process of the
+		// tree at the same tick, it is the same memory (the first
+		// reading is kept).
+		if slices.ContainsFunc(t.Cards, func(k CardGTT) bool { return k.Card == cd.Card }) {
+			continue
+		}
 		// A decoder may give every string of a sample as a slice of one
 		// (the whole event's text): a kept tick must not hold it.
-		t.Cards[i].Card = strings.Clone(t.Cards[i].Card)
+		cd.Card = strings.Clone(cd.Card)
+		t.Cards = append(t.Cards, cd)
 	}
 	procs := slices.Clone(s.Procs)
 	sort.SliceStable(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
