@@ -252,7 +252,7 @@ func (c *computation) breakdownChecks(t *table, main *figures) {
 			s := main.kv + main.rs + main.other
 			ours = [3]*float64{mm, &s, mc}
 			pm, pc = mpm, mpc
-			scope = " (the table covers the main model's context; compared with the main load)"
+			scope = "the table covers the main model's context; compared with the main load"
 		}
 	}
 	cmp := func(name, what string, theirs int64, ours *float64, pin float64) {
@@ -265,12 +265,19 @@ func (c *computation) breakdownChecks(t *table, main *figures) {
 		if !near(*ours, theirs) {
 			st = StatusWarn
 		}
-		note := ""
+		var notes []string
 		if pin != 0 {
-			note = fmt.Sprintf(" (without %.2f MiB of pinned host buffers, which the table counts under Host)", pin)
+			notes = append(notes, fmt.Sprintf("without %.2f MiB of pinned host buffers, which the table counts under Host", pin))
+		}
+		if scope != "" {
+			notes = append(notes, scope)
+		}
+		note := ""
+		if len(notes) > 0 {
+			note = " (" + strings.Join(notes, "; ") + ")"
 		}
 		c.r.Checks = append(c.r.Checks, Check{Name: name, Status: st,
-			Detail: fmt.Sprintf("llama.cpp's memory breakdown: %s %d MiB; buffer lines: %.2f MiB%s%s", what, theirs, *ours, note, scope)})
+			Detail: fmt.Sprintf("llama.cpp's memory breakdown: %s %d MiB; buffer lines: %.2f MiB%s", what, theirs, *ours, note)})
 	}
 	cmp("breakdown_model", "model", model, ours[0], pm)
 	cmp("breakdown_context", "context", ctx, ours[1], 0)

@@ -263,3 +263,31 @@ func TestCardCountersOncePerTick(t *testing.T) {
 	require.InDelta(t, 3101, val(r.Detail.CardGTTUsedMiB), 1e-9, "naive: 6201 (card1 twice)")
 	require.Equal(t, StatusOK, checkNamed(t, r, "process_vs_card").Status)
 }
+
+// llama.cpp's memory breakdown speaks of the llama context only: with a
+// live mmproj its weights and compute buffers are outside the table, and
+// the table is compared with the main model's load.
+func TestBreakdownWithALiveMmprojIsTheMainModels(t *testing.T) {
+	t.Parallel()
+	r := foldLog(t, verbose+load+
+		"load_tensors:   CPU_Mapped model buffer size =   787.50 MiB\n"+
+		"load_tensors:        ROCm0 model buffer size =  6476.18 MiB\n"+
+		"llama_context: constructing llama_context\n"+
+		"llama_kv_cache:        ROCm0 KV buffer size =   888.00 MiB\n"+
+		"sched_reserve:        ROCm0 compute buffer size =   519.62 MiB\n"+
+		"sched_reserve:    ROCm_Host compute buffer size =    29.63 MiB\n"+
+		"clip_ctx: CLIP using ROCm0 backend\n"+
+		"load_hparams: model size:         811.79 MiB\n"+
+		"alloc_compute_meta:        ROCm0 compute buffer size =   112.50 MiB\n"+
+		"common_memory_breakdown_print: | memory breakdown [MiB] | total   free    self   model   context   compute    unaccounted |\n"+
+		"common_memory_breakdown_print: |   - ROCm0 (8060S)      | 98304 = 90000 + (7883 =  6476 +     888 +     519) +         421 |\n"+
+		"common_memory_breakdown_print: |   - Host               |                    817 =   787 +       0 +      29                |\n")
+	require.InDelta(t, 7287.97, val(r.ModelGTTMiB), 1e-9, "the mmproj weights count in the row")
+	require.Contains(t, r.Flags, FlagMmproj)
+	for _, name := range []string{"breakdown_model", "breakdown_context", "breakdown_compute"} {
+		c := checkNamed(t, r, name)
+		require.Equal(t, StatusOK, c.Status, "%s: %s", name, c.Detail)
+	}
+	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "6476.18 MiB", "naive: 7287.97 MiB, with the mmproj's weights")
+	require.Contains(t, checkNamed(t, r, "breakdown_compute").Detail, "519.62 MiB", "naive: 632.12 MiB, with the mmproj's compute")
+}

@@ -663,7 +663,9 @@ func (c *computation) logRows(recs []*keyedRecord) {
 		}
 	}
 	var mainFig *figures
-	if liveLlama > 1 {
+	if len(live) > 1 {
+		// Several live models (a draft, an mmproj): the table speaks of
+		// one llama context, the main model's.
 		for _, l := range live {
 			if !l.mmproj {
 				g := loadFigures(l)
