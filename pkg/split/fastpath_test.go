@@ -433,7 +433,7 @@ func (p *Parser) parsePlain(seq uint64, s []byte, sc *parseScratch) (Record, boo
 		r.Kind = KindSummary
 		return r, true
 	}
-	if isDebugMarker(s) && (!onlySkippedMarker(s) || layerSkipped(s)) {
+	if isDebugMarker(s) {
 		r.Kind = KindDebugMarker
 		return r, true
 	}
@@ -629,14 +629,4 @@ func FuzzNameCacheMatchesHash(f *testing.F) {
 			}
 		}
 	})
-}
-
-// onlySkippedMarker reports whether the one -v marker s holds is aSkipped.
-func onlySkippedMarker(s []byte) bool {
-	for _, m := range debugMarkers {
-		if bytes.Contains(s, m) && !bytes.Equal(m, aSkipped) {
-			return false
-		}
-	}
-	return bytes.Contains(s, aSkipped)
 }

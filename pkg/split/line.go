@@ -163,29 +163,6 @@ var debugMarkers = [][]byte{
 	[]byte("cannot be used with preferred buffer type"),
 	[]byte("backend_ptrs.size()"),
 	[]byte("max_nodes = "),
-	aSkipped,
-}
-
-// aSkipped is the -v marker "<kv class>: layer %3d: skipped" (a layer a
-// cache leaves out); a line holding it is one only when it ends so after
-// a layer number (layerSkipped).
-var aSkipped = []byte(": skipped")
-
-// layerSkipped reports whether a message is "...layer N: skipped".
-func layerSkipped(s []byte) bool {
-	s = trimASCIISpace(s)
-	if !bytes.HasSuffix(s, aSkipped) {
-		return false
-	}
-	s = s[:len(s)-len(aSkipped)]
-	d := len(s)
-	for d > 0 && isDigit(s[d-1]) {
-		d--
-	}
-	if d == len(s) {
-		return false
-	}
-	return bytes.HasSuffix(bytes.TrimRight(s[:d], " "), []byte("layer"))
 }
 
 // Anchors. A relevant line contains one of scanAnchors (searched in every
@@ -344,7 +321,7 @@ func (p *Parser) parseRest(r Record, s []byte, sc *parseScratch) (Record, bool) 
 		r.Kind = KindSummary
 		return r, true
 	}
-	if m&debugLits != 0 && (m&debugLits != 1<<litSkipped || layerSkipped(s)) {
+	if m&debugLits != 0 {
 		r.Kind = KindDebugMarker
 		return r, true
 	}

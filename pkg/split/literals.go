@@ -68,10 +68,6 @@ func (m litMask) has(id int) bool { return m&(1<<id) != 0 }
 // debugLits are the bits of the -v markers.
 var debugLits = litMask(1<<len(lits)-1) &^ (1<<litDebug - 1)
 
-// litSkipped is the bit of aSkipped, the -v marker that needs a look at
-// the rest of its line.
-var litSkipped = litDebug + len(debugMarkers) - 1
-
 // litPair is the byte pair each literal is looked for by: among its pairs,
 // one that few lines of llama.cpp's output hold (counted over the
 // repository's logs), so that few places are compared. A literal not
@@ -87,7 +83,7 @@ var litPair = map[string]string{
 	"using async uploads for device": "yn", "does not support async": "oe", "n_embd_k_gqa =": "gq",
 	"enumerating backends": "um", "graph_reserve: reserving a graph": "gr", ": dev = ": "ev",
 	"does not have KV cache": "av", "cannot be used with preferred buffer type": "nn",
-	"backend_ptrs.size()": "()", "max_nodes = ": "x_", ": skipped": "pp",
+	"backend_ptrs.size()": "()", "max_nodes = ": "x_",
 }
 
 // litAt is a literal, its id and the offset of its pair in it.

@@ -299,7 +299,7 @@ type anchorGroup struct {
 const groupBytes = "MzIxwfbq-cv"
 
 // debugGroupBytes are the same for the -v markers.
-const debugGroupBytes = "yvqzg"
+const debugGroupBytes = "yvqzgx"
 
 var (
 	// scanGroups is pieceAnchors grouped by groupBytes.
