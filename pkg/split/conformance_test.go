@@ -1,6 +1,7 @@
 package split
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -285,4 +286,42 @@ func TestBreakdownWithALiveMmprojIsTheMainModels(t *testing.T) {
 	}
 	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "6476.18 MiB", "naive: 7287.97 MiB, with the mmproj's weights")
 	require.Contains(t, checkNamed(t, r, "breakdown_compute").Detail, "519.62 MiB", "naive: 632.12 MiB, with the mmproj's compute")
+}
+
+// The fit prints its dry runs' memory breakdown and then its projection
+// ("<...>_fit_impl: projected to use N MiB of device memory ..."); a build
+// or a verbosity that prints no "fitting params to device memory" line
+// shows the probe only so. The probe's table is not the run's, and the
+// report says a probe was seen.
+func TestFitProbeToldByItsProjection(t *testing.T) {
+	t.Parallel()
+	const probe = "0.00.096.657 I common_params_fit_impl: getting device memory data for initial parameters:\n" +
+		"0.00.206.830 I common_memory_breakdown_print: | memory breakdown [MiB] | total    free    self   model   context   compute    unaccounted |\n" +
+		"0.00.206.851 I common_memory_breakdown_print: |   - ROCm0 (8060S)      | 98304 = 95000 + (3200 =  2900 +     200 +     100) +         104 |\n" +
+		"0.00.206.852 I common_memory_breakdown_print: |   - Host               |                    310 =   300 +       0 +      10                |\n" +
+		"0.00.210.000 I common_params_fit_impl: getting device memory data with all MoE tensors moved to system memory:\n" +
+		"0.00.215.378 I common_params_fit_impl: projected to use 3300 MiB of device memory vs. 95000 MiB of free device memory\n"
+	// At the default verbosity (b9151+) no buffer line follows: the
+	// probe's table must not stand in for the run's.
+	r := foldLog(t, "0.00.000.001 I cmn  common_param: common_params_print_info: verbosity = 3 (adjust with the `-lv N` CLI arg)\n"+
+		probe+"0.00.300.000 I llama_model_loader: loaded meta data with 30 key-value pairs and 400 tensors from m.gguf (version GGUF V3 (latest))\n")
+	require.Contains(t, r.Flags, FlagFitProbe, "naive: no probe seen")
+	require.Equal(t, 1, r.Detail.ProbeLoads)
+	for _, c := range r.Checks {
+		require.False(t, strings.HasPrefix(c.Name, "breakdown_"), "naive: the probe's table compared: %+v", c)
+	}
+
+	// With -v the run's own table at exit is the one compared: the
+	// projection closed the probe's bracket before it.
+	r = foldLog(t, verbose+probe+load+
+		"load_tensors:        ROCm0 model buffer size =  3000.00 MiB\n"+
+		"llama_context: constructing llama_context\n"+
+		"llama_kv_cache:        ROCm0 KV buffer size =   200.00 MiB\n"+
+		"sched_reserve:        ROCm0 compute buffer size =   100.00 MiB\n"+
+		"common_init_from_params: warming up the model with an empty run - please wait ... (--no-warmup to disable)\n"+
+		"common_memory_breakdown_print: | memory breakdown [MiB] | total    free    self   model   context   compute    unaccounted |\n"+
+		"common_memory_breakdown_print: |   - ROCm0 (8060S)      | 98304 = 91700 + (3300 =  3000 +     200 +     100) +        3304 |\n")
+	require.Contains(t, r.Flags, FlagFitProbe)
+	require.Equal(t, StatusOK, checkNamed(t, r, "breakdown_model").Status)
+	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "model 3000 MiB", "the exit table, not the probe's 2900")
 }

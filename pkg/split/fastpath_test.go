@@ -494,6 +494,9 @@ func parseMarkerPlain(r Record, s []byte) (Record, bool) {
 			r.Kind, r.Text = KindFitBracket, "end"
 			return r, true
 		}
+	case bytes.Contains(s, aFitProjected):
+		r.Kind, r.Text = KindFitBracket, "projected"
+		return r, true
 	case bytes.Contains(s, aWarmup):
 		// At the default verbosity the bracket's end line is not printed;
 		// the warm-up runs after the real load and context, so it ends an

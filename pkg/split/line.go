@@ -31,7 +31,7 @@ const (
 	KindRole       // "loading draft model '<file>'": the next load's role (Text), Name the file
 	KindRouter     // router: "spawning server instance with name=N on port P" (Text spawn, Int P), "stopping model instance name=N" (stop), "instance name=N exited" (exit)
 	KindClip       // mmproj/CLIP: "CLIP using <dev> backend" (Text backend, Name dev), "model size: N MiB" (Text size, MiB)
-	KindFitBracket // "fitting params to device memory" (Text start), "fitting params to free memory took" (Text end)
+	KindFitBracket // "fitting params to device memory" (Text start), "fitting params to free memory took" (Text end), "_fit_impl: projected to use" (Text projected)
 )
 
 // Record is one parsed relevant line. Fields are set according to Kind.
@@ -143,8 +143,12 @@ var (
 	aWarmup    = []byte("warming up the model")
 	aModelSize = []byte("model size:")
 	aFit       = []byte("fitting params")
-	aVRAMUsed  = []byte("VRAM used")
-	aMemReq    = []byte("mem required")
+	// "<...>_fit_impl: projected to use N MiB of device memory vs. M MiB
+	// of free device memory": the fit's dry runs are over (a MiB line,
+	// found by the MiB anchor).
+	aFitProjected = []byte("_fit_impl: projected to use")
+	aVRAMUsed     = []byte("VRAM used")
+	aMemReq       = []byte("mem required")
 )
 
 // debugMarkers are substrings of lines llama.cpp prints only at DEBUG level,
@@ -957,6 +961,11 @@ func parseMarker(r Record, s []byte, m litMask) (Record, bool) {
 			r.Kind, r.Text = KindFitBracket, "end"
 			return r, true
 		}
+	case m.has(litFitProjected):
+		// The fit's projection follows its dry runs; where no bracket
+		// start was printed, it closes one around them (loads.go).
+		r.Kind, r.Text = KindFitBracket, "projected"
+		return r, true
 	case m.has(litWarmup):
 		// At the default verbosity the bracket's end line is not printed;
 		// the warm-up runs after the real load and context, so it ends an

@@ -32,6 +32,7 @@ const (
 	litKVSelf
 	litCells
 	litSizeEq
+	litFitProjected
 	litDebug // the first of debugMarkers, in their order
 )
 
@@ -58,6 +59,7 @@ var lits = append([][]byte{
 	litKVSelf:       []byte("KV self size"),
 	litCells:        []byte(" cells"),
 	litSizeEq:       []byte("size = "),
+	litFitProjected: aFitProjected,
 }, debugMarkers...)
 
 // litMask has bit i set when a message holds lits[i].
@@ -76,7 +78,7 @@ var litPair = map[string]string{
 	"breakdown_print": "kd", "loaded meta data": "da", "constructing llama_context": "uc",
 	"output_reserve: reallocating output buffer": "oc", "draft model": "af", "spawning server": "aw",
 	"instance name=": "nc", "CLIP using": "IP", "fallback to CPU backend": "lb", "model size:": "e:",
-	"fitting params": "ms", "warming up the model": "mi", "build": "ui", "version: ": "n:",
+	"fitting params": "ms", "_fit_impl: projected to use": "je", "warming up the model": "mi", "build": "ui", "version: ": "n:",
 	"verbosity = ": "rb", "mem required": "ir", "VRAM used": "VR", "compute buffer total size": "ot",
 	"KV self size": "lf", " cells": "ls", "size = ": "ze",
 	"create_tensor: loading tensor": "cr", "assigned to device": "gn", "for async uploads": "yn",

@@ -274,8 +274,44 @@ func (c *computation) logRows(recs []*keyedRecord) {
 				delete(pseudo, p)
 			}
 		case KindFitBracket:
-			if r.Text == "start" {
-				brackets = append(brackets, bracket{port: r.Port, start: r.Seq})
+			// The port's latest bracket, and whether it is open.
+			last := -1
+			for j := len(brackets) - 1; j >= 0; j-- {
+				if brackets[j].port == r.Port {
+					last = j
+					break
+				}
+			}
+			open := last >= 0 && brackets[last].end == 0
+			switch r.Text {
+			case "start":
+				// A second start inside an open bracket is the same fit.
+				if !open {
+					brackets = append(brackets, bracket{port: r.Port, start: r.Seq})
+				}
+				continue
+			case "projected":
+				// The fit's projection with no bracket open (a build or a
+				// verbosity that prints no start line): the dry runs were
+				// the lines since the last table before it, which is the
+				// probe's. Without such a table there is nothing to set
+				// apart (a -v probe is told by its 0.00 MiB load).
+				if open {
+					continue
+				}
+				from := uint64(0)
+				if last >= 0 {
+					from = brackets[last].end
+				}
+				if l := cur[r.Port]; l != nil && l.seq > from {
+					from = l.seq
+				}
+				for j := len(tables) - 1; j >= 0; j-- {
+					if t := tables[j]; t.port == r.Port && t.seq > from {
+						brackets = append(brackets, bracket{port: r.Port, start: t.seq, end: r.Seq})
+						break
+					}
+				}
 				continue
 			}
 			for j := len(brackets) - 1; j >= 0; j-- {

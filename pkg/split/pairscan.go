@@ -100,7 +100,7 @@ var anchorPair = map[string]struct {
 	"n_embd_k_gqa =":      {"gq", 5},
 	"assigned to device":  {"gn", 6}, "cannot be used with preferred buffer type": {"nn", 6},
 	"graph_reserve: reserving a graph": {"ap", 7},
-	"max_nodes = ":                     {"x_", 4},
+	"max_nodes = ":                     {"ax", 4},
 }
 
 // newPairSet builds the scan of anchors. An anchor without a listed pair
