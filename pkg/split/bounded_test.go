@@ -272,3 +272,17 @@ func TestKeptTickHoldsNoSampleText(t *testing.T) {
 		}
 	}
 }
+
+// A served run's kept records grow by a quarter, not by append's doubling:
+// the 4B run keeps 34 records, one past a 33-record block, and append held
+// room for 67 (5.4 KiB more an open run).
+func TestServedRecordsGrowByAQuarter(t *testing.T) {
+	t.Parallel()
+	f := NewFold(Options{})
+	for i := range 300 {
+		f.AddLine(Line{Stream: "stderr", Seq: uint64(i + 1), Text: fmt.Sprintf("load_tensors:        ROCm0 model buffer size = %d.00 MiB", i)})
+		n, c := len(f.st.records), cap(f.st.records)
+		require.Equal(t, i+1, n)
+		require.LessOrEqual(t, c, n+max(n/4, 8), "records %d, room for %d", n, c)
+	}
+}
