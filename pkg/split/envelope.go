@@ -120,6 +120,13 @@ func stripLostCSI(b []byte) []byte {
 // at the start of a raw line (after colour codes and blanks), or 0. A
 // bracketed number of more than 5 digits is the legacy unix-seconds time
 // stamp, not a port.
+//
+// A log kept by a supervisor has the supervisor's prefix in front of the
+// router's: journald's "Mar 12 07:01:05 host llama-server[4337]: ",
+// docker compose's "llama-server-1  | ", a container runtime's time stamp.
+// So a "[port] " within the line's first wrapperSpan bytes counts too when
+// it follows a blank and what precedes it is such a prefix (isWrapper); a
+// "[port]" after a function name is not a router's.
 func RouterPort(line []byte) int {
 	i := 0
 	for i < len(line) {
@@ -140,6 +147,87 @@ func RouterPort(line []byte) int {
 		}
 		break
 	}
+	switch {
+	case i >= len(line):
+		return 0
+	case line[i] == '[':
+		return portAt(line, i)
+	case line[i] == '.' || isDigit(line[i]) && i+1 < len(line) && line[i+1] == '.':
+		return 0 // llama.cpp's own time stamp or progress dots: no prefix before them
+	}
+	return wrappedPort(line, i)
+}
+
+// wrappedPort is RouterPort behind a supervisor's prefix starting at
+// line[i].
+func wrappedPort(line []byte, i int) int {
+	// A ']' is rare in a line where no port is, and no colour code holds
+	// one: look for it rather than for each '['.
+	end := min(len(line), wrapperSpan)
+	for m := i; m < end; m++ {
+		n := bytes.IndexByte(line[m:end], ']')
+		if n < 0 {
+			return 0
+		}
+		m += n
+		if m < i+2 {
+			continue // no "[d" before it
+		}
+		k := m - 1
+		for k > i && isDigit(line[k]) {
+			k--
+		}
+		for k > i && line[k] == ' ' {
+			k--
+		}
+		if line[k] != '[' {
+			continue
+		}
+		// The prefix ends at a blank, and only blanks and colour codes
+		// (a reset can start a line) lie between it and the port: the
+		// first such blank.
+		pre := -1
+		for w := k - 1; w > i; w-- {
+			if (line[w] == ' ' || line[w] == '\t') && skipColour(line, w) == k {
+				pre = w
+			}
+		}
+		if pre > 0 && isWrapper(bytes.TrimRight(line[i:pre], " \t")) {
+			return portAt(line, k)
+		}
+	}
+	return 0
+}
+
+// wrapperSpan is how far into a line a supervisor's prefix can reach.
+const wrapperSpan = 128
+
+// skipColour returns the index of the first byte at or after i that is not
+// a blank or part of a colour code (RouterPort's first loop).
+func skipColour(line []byte, i int) int {
+	for i < len(line) {
+		switch {
+		case line[i] == ' ' || line[i] == '\t':
+			i++
+			continue
+		case line[i] == 0x1b && i+1 < len(line) && line[i+1] == '[':
+			j := i + 2
+			for j < len(line) && (line[j] < 0x40 || line[j] > 0x7e) {
+				j++
+			}
+			i = j + 1
+			continue
+		case lostCSILen(line[i:]) > 0:
+			i += lostCSILen(line[i:])
+			continue
+		}
+		break
+	}
+	return i
+}
+
+// portAt returns the port of a "[port] " at line[i:], or 0.
+func portAt(line []byte, i int) int {
 	if i >= len(line) || line[i] != '[' {
 		return 0
 	}
@@ -157,6 +245,34 @@ func RouterPort(line []byte) int {
 		return 0
 	}
 	return p
+}
+
+// isWrapper reports whether pre (blanks after it trimmed) is a
+// supervisor's prefix: docker compose's "name  |", syslog's and journald's
+// "Mar 12 07:01:05 host ident[pid]:" (a time of day, then a colon at the
+// end), or one word that is not a function name (a time stamp).
+func isWrapper(pre []byte) bool {
+	switch {
+	case len(pre) == 0:
+		return false
+	case pre[len(pre)-1] == '|':
+		return true
+	case pre[len(pre)-1] == ':':
+		return hasTimeOfDay(pre)
+	}
+	return bytes.IndexByte(pre, ' ') < 0
+}
+
+// hasTimeOfDay reports whether b holds "hh:mm:ss" between blanks.
+func hasTimeOfDay(b []byte) bool {
+	for j := 0; j+8 <= len(b); j++ {
+		w := b[j : j+8]
+		if (j == 0 || b[j-1] == ' ') && (j+8 == len(b) || b[j+8] == ' ') &&
+			w[2] == ':' && w[5] == ':' && isDigit(w[0]) && isDigit(w[1]) && isDigit(w[3]) && isDigit(w[4]) && isDigit(w[6]) && isDigit(w[7]) {
+			return true
+		}
+	}
+	return false
 }
 
 // trimBOM removes a byte order mark (U+FEFF), which an editor or a

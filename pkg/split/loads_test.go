@@ -290,6 +290,15 @@ func TestRouterPort(t *testing.T) {
 		"[1700000000] llm_load_tensors: x":          0, // legacy unix-seconds time stamp
 		"load_tensors: [47161] x":                   0,
 		"[0m[47161] 0.00.483.095 I load_tensors: x": 47161,
+		// Behind a supervisor's prefix.
+		"Mar 12 07:01:05 strix1 llama-server[433748]: [47161] 0.00.483.095 I load_tensors: x": 47161,
+		"Mar 12 07:01:05 strix1 llama-server: [ 8080] load_tensors: x":                        8080,
+		"llama-server-1  | [47161] 0.00.483.095 I load_tensors: x":                            47161,
+		"2026-03-12T07:01:05.123456789Z [47161] load_tensors: x":                              47161,
+		"llama-server-1  | load_tensors: [47161] x":                                           0,
+		"Mar 12 07:01:05 strix1 llama-server[4337]: load_tensors: x":                          0,
+		"srv  load_model: [47161] x":                                                          0,
+		"2026-03-12T07:01:05Z [1700000000] llm_load_tensors: x":                               0,
 	} {
 		require.Equal(t, want, RouterPort([]byte(in)), in)
 	}
