@@ -128,25 +128,7 @@ func stripLostCSI(b []byte) []byte {
 // it follows a blank and what precedes it is such a prefix (isWrapper); a
 // "[port]" after a function name is not a router's.
 func RouterPort(line []byte) int {
-	i := 0
-	for i < len(line) {
-		switch {
-		case line[i] == ' ' || line[i] == '\t':
-			i++
-			continue
-		case line[i] == 0x1b && i+1 < len(line) && line[i+1] == '[':
-			j := i + 2
-			for j < len(line) && (line[j] < 0x40 || line[j] > 0x7e) {
-				j++
-			}
-			i = j + 1
-			continue
-		case lostCSILen(line[i:]) > 0:
-			i += lostCSILen(line[i:])
-			continue
-		}
-		break
-	}
+	i := skipColour(line, 0)
 	switch {
 	case i >= len(line):
 		return 0
@@ -203,7 +185,7 @@ func wrappedPort(line []byte, i int) int {
 const wrapperSpan = 128
 
 // skipColour returns the index of the first byte at or after i that is not
-// a blank or part of a colour code (RouterPort's first loop).
+// a blank or part of a colour code.
 func skipColour(line []byte, i int) int {
 	for i < len(line) {
 		switch {
