@@ -22,6 +22,15 @@ func checkNamed(t *testing.T, r Report, name string) Check {
 	return Check{}
 }
 
+// requireBreakdownOK requires the three breakdown-table checks made, and ok.
+func requireBreakdownOK(t *testing.T, r Report) {
+	t.Helper()
+	for _, name := range []string{"breakdown_model", "breakdown_context", "breakdown_compute"} {
+		c := checkNamed(t, r, name)
+		require.Equal(t, StatusOK, c.Status, "%s: %s", name, c.Detail)
+	}
+}
+
 // llama.cpp's memory breakdown folds every host buffer type, the pinned
 // ones (ROCm_Host, CUDA_Host) included, into its Host row: a device row
 // compared with buffer lines that count pinned memory in the model and
@@ -44,10 +53,7 @@ func TestBreakdownLeavesPinnedHostBuffersToTheHostRow(t *testing.T) {
 	// The rows still count the pinned buffers: they are GTT.
 	require.InDelta(t, 1020, val(r.ModelGTTMiB), 1e-9)
 	require.InDelta(t, 45.5, val(r.ComputeMiB), 1e-9)
-	for _, name := range []string{"breakdown_model", "breakdown_context", "breakdown_compute"} {
-		c := checkNamed(t, r, name)
-		require.Equal(t, StatusOK, c.Status, "%s: %s", name, c.Detail)
-	}
+	requireBreakdownOK(t, r)
 	require.Contains(t, checkNamed(t, r, "breakdown_compute").Detail, "20.00 MiB", "naive: 45.00 MiB against the device row's 20")
 	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "1000.00 MiB", "naive: 1020.00 MiB")
 }
@@ -280,10 +286,7 @@ func TestBreakdownWithALiveMmprojIsTheMainModels(t *testing.T) {
 		"common_memory_breakdown_print: |   - Host               |                    817 =   787 +       0 +      29                |\n")
 	require.InDelta(t, 7287.97, val(r.ModelGTTMiB), 1e-9, "the mmproj weights count in the row")
 	require.Contains(t, r.Flags, FlagMmproj)
-	for _, name := range []string{"breakdown_model", "breakdown_context", "breakdown_compute"} {
-		c := checkNamed(t, r, name)
-		require.Equal(t, StatusOK, c.Status, "%s: %s", name, c.Detail)
-	}
+	requireBreakdownOK(t, r)
 	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "6476.18 MiB", "naive: 7287.97 MiB, with the mmproj's weights")
 	require.Contains(t, checkNamed(t, r, "breakdown_compute").Detail, "519.62 MiB", "naive: 632.12 MiB, with the mmproj's compute")
 }
