@@ -123,7 +123,8 @@ func stripLostCSI(b []byte) []byte {
 //
 // A log kept by a supervisor has the supervisor's prefix in front of the
 // router's: journald's "Mar 12 07:01:05 host llama-server[4337]: ",
-// docker compose's "llama-server-1  | ", a container runtime's time stamp.
+// docker compose's "llama-server-1  | ", kubectl's "[pod/name/container] ",
+// a container runtime's time stamp.
 // So a "[port] " within the line's first wrapperSpan bytes counts too when
 // it follows a blank and what precedes it is such a prefix (isWrapper); a
 // "[port]" after a function name is not a router's.
@@ -133,7 +134,11 @@ func RouterPort(line []byte) int {
 	case i >= len(line):
 		return 0
 	case line[i] == '[':
-		return portAt(line, i)
+		if p := portAt(line, i); p > 0 {
+			return p
+		}
+		// kubectl's "[pod/name/container] " prefix, or the legacy time
+		// stamp.
 	case line[i] == '.' || isDigit(line[i]) && i+1 < len(line) && line[i+1] == '.':
 		return 0 // llama.cpp's own time stamp or progress dots: no prefix before them
 	}
@@ -232,7 +237,8 @@ func portAt(line []byte, i int) int {
 // isWrapper reports whether pre (blanks after it trimmed) is a
 // supervisor's prefix: docker compose's "name  |", syslog's and journald's
 // "Mar 12 07:01:05 host ident[pid]:" (a time of day, then a colon at the
-// end), or one word that is not a function name (a time stamp).
+// end), or one word that is not a function name (a time stamp, kubectl's
+// "[pod/name/container]").
 func isWrapper(pre []byte) bool {
 	switch {
 	case len(pre) == 0:

@@ -295,6 +295,7 @@ func TestRouterPort(t *testing.T) {
 		"Mar 12 07:01:05 strix1 llama-server: [ 8080] load_tensors: x":                        8080,
 		"llama-server-1  | [47161] 0.00.483.095 I load_tensors: x":                            47161,
 		"2026-03-12T07:01:05.123456789Z [47161] load_tensors: x":                              47161,
+		"[pod/llama-server-0/server] [47161] load_tensors: x":                                 47161,
 		"llama-server-1  | load_tensors: [47161] x":                                           0,
 		"Mar 12 07:01:05 strix1 llama-server[4337]: load_tensors: x":                          0,
 		"srv  load_model: [47161] x":                                                          0,

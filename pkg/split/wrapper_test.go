@@ -16,7 +16,8 @@ import (
 var wrappers = map[string]string{
 	"journald": "Mar 12 07:01:05 strix1 llama-server[433748]: ",
 	"compose":  "llama-server-1  | ",
-	"kubectl":  "2026-03-12T07:01:05.123456789Z ",
+	"runtime":  "2026-03-12T07:01:05.123456789Z ",
+	"kubectl":  "[pod/llama-server-0/server] ",
 }
 
 // wrapLog puts prefix in front of every line of b.
