@@ -85,7 +85,7 @@ var litPair = map[string]string{
 	"using async uploads for device": "yn", "does not support async": "oe", "n_embd_k_gqa =": "gq",
 	"enumerating backends": "um", "graph_reserve: reserving a graph": "gr", ": dev = ": "ev",
 	"does not have KV cache": "av", "cannot be used with preferred buffer type": "nn",
-	"backend_ptrs.size()": "()", "max_nodes = ": "x_",
+	"backend_ptrs.size()": "()", "max_nodes = ": "ax",
 }
 
 // litAt is a literal, its id and the offset of its pair in it.
