@@ -17,8 +17,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// readyTimeout bounds the wait for a started server to accept clients.
-const readyTimeout = 10 * time.Second
+// readyTimeout bounds the wait for a started server to accept clients;
+// clusterReadyTimeout the same for a cluster's server, which also waits
+// for its routes and its share of JetStream (CI, running the packages'
+// tests side by side under -race, once took more than 10 s).
+const (
+	readyTimeout        = 10 * time.Second
+	clusterReadyTimeout = 30 * time.Second
+)
 
 // Options returns the server options NewServer uses: JetStream with its
 // store under storeDir, listening on 127.0.0.1:port (port <= 0 picks a free
@@ -140,8 +146,8 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range c.Servers {
-		if !s.ReadyForConnections(readyTimeout) {
-			t.Fatalf("natstest: cluster server %s not ready", s.Name())
+		if !s.ReadyForConnections(clusterReadyTimeout) {
+			t.Fatalf("natstest: cluster server %s not ready within %s", s.Name(), clusterReadyTimeout)
 		}
 	}
 	for time.Now().Before(deadline) {
