@@ -70,9 +70,11 @@ in its turn): none is lost while serve runs.
 HTTP on --http: the live page at / (the runs, newest first, filterable and
 updated live; /run/{id} with the split at peak and final and the GTT
 timeline; /compare?a=ID&b=ID), /healthz, /readyz, /metrics (Prometheus),
-/runs, /runs/{id} (JSON). The page needs no login on a loopback address;
-on any other it asks for http.token (GTTSPLIT_HTTP_TOKEN: open it once with
-?token=TOKEN), and without one it is refused there.
+/runs, /runs/{id} (JSON). On a loopback address nothing needs a login; on
+any other every path but /healthz and /readyz needs http.token
+(GTTSPLIT_HTTP_TOKEN: send Authorization: Bearer TOKEN, or open the page
+once with ?token=TOKEN), and without one they are refused there
+(http.metrics_public leaves /metrics open).
 Memory: every open run is held in memory (about 11 KiB each for a run like
 the 4B example's); memory_limit_mib (224) is a soft limit: near it the
 garbage collector runs more often rather than let the heap grow to twice

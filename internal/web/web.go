@@ -7,15 +7,13 @@
 // script beyond a few lines of EventSource, so it works offline.
 //
 // On a loopback listener there is no login. On any other address the pages
-// need the token of http.token, given once as ?token= (then kept in a
-// cookie) or as "Authorization: Bearer <token>"; with no token configured
-// they are refused.
+// need the token of http.token (see Guard); with no token configured they
+// are refused.
 package web
 
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"embed"
 	"fmt"
 	"html/template"
@@ -120,49 +118,14 @@ func (h *Handler) Register(mux *http.ServeMux) {
 // Close ends the live streams (call it when the server shuts down).
 func (h *Handler) Close() { h.doneOnce.Do(func() { close(h.done) }) }
 
-const cookieName = "gttsplit_token"
-
 func (h *Handler) auth(next func(http.ResponseWriter, *http.Request)) http.Handler {
+	g := Guard{Token: h.opt.Token, Loopback: h.opt.Loopback}.Wrap(http.HandlerFunc(next))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-		if h.opt.Loopback {
-			next(w, r)
-			return
-		}
-		if h.opt.Token == "" {
-			http.Error(w, "the live page is served on a non-loopback address only with http.token set (GTTSPLIT_HTTP_TOKEN)", http.StatusForbidden)
-			return
-		}
-		if q := r.URL.Query().Get("token"); q != "" {
-			if !h.tokenOK(q) {
-				http.Error(w, "wrong token", http.StatusUnauthorized)
-				return
-			}
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: q, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-			u := *r.URL
-			v := u.Query()
-			v.Del("token")
-			u.RawQuery = v.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
-			return
-		}
-		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && h.tokenOK(bearer) {
-			next(w, r)
-			return
-		}
-		if c, err := r.Cookie(cookieName); err == nil && h.tokenOK(c.Value) {
-			next(w, r)
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="gttsplit"`)
-		http.Error(w, "this page needs the token of http.token: open it once with ?token=TOKEN", http.StatusUnauthorized)
+		g.ServeHTTP(w, r)
 	})
-}
-
-func (h *Handler) tokenOK(s string) bool {
-	return subtle.ConstantTimeCompare([]byte(s), []byte(h.opt.Token)) == 1
 }
 
 // rows returns every run, newest first, refreshed at most once per poll.

@@ -333,7 +333,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	var srv *http.Server
 	if cfg.HTTP.Listen != "" {
 		var addr string
-		srv, addr, err = startHTTP(cfg.HTTP.Listen, cfg.HTTP.Token.Reveal(), svc, b, own, m, log)
+		srv, addr, err = startHTTP(cfg.HTTP, svc, b, own, m, log)
 		if err != nil {
 			own.abort()
 			hs.Close()
