@@ -67,9 +67,10 @@ slower than runs close keeps sinks.max_pending (1024) splits in memory and
 defers the others (their run ids kept, the split read back from the bucket
 in its turn): none is lost while serve runs.
 
-HTTP on --http: the live page at / (the runs, newest first, filterable and
-updated live; /run/{id} with the split at peak and final and the GTT
-timeline; /compare?a=ID&b=ID), /healthz, /readyz, /metrics (Prometheus),
+HTTP on --http: the live page at / (the runs, newest activity first, 100
+a page (?limit=, ?after=), filterable and updated live; /run/{id} with the
+split at peak and final and the GTT timeline, updated live;
+/compare?a=ID&b=ID), /healthz, /readyz, /metrics (Prometheus),
 /runs, /runs/{id} (JSON). On a loopback address nothing needs a login; on
 any other every path but /healthz and /readyz needs http.token
 (GTTSPLIT_HTTP_TOKEN: send Authorization: Bearer TOKEN, or open the page
