@@ -62,7 +62,10 @@ store.retention (30 days) deletes closed runs from the bucket.
 With --comment-api, each run's Markdown report is posted as a comment on
 the run's issue (collector run --issue, else --comment-issue), edited rather
 than duplicated when the run's report changes. The API token is read from
-the environment variable GTTSPLIT_COMMENT_TOKEN, never from a flag. A sink
+the environment variable GTTSPLIT_COMMENT_TOKEN, never from a flag. A 401
+from the tracker keeps the comment pending: it is retried with the sinks'
+backoff, and a split not posted when serve stops is posted by the next
+serve at its start. A sink
 slower than runs close keeps sinks.max_pending (1024) splits in memory and
 defers the others (their run ids kept, the split read back from the bucket
 in its turn): none is lost while serve runs.
