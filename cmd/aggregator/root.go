@@ -122,7 +122,9 @@ as 'collector run --out' records them and 'aggregator export' writes them) and
 prints the split of every run in them, ordered by run id. The splits are
 byte-identical to what 'aggregator serve' computes from the same events live.
 
-Lines that are not valid events are counted, skipped and reported on stderr.`,
+Lines that are not valid events are counted, skipped and reported on stderr.
+A file without a single event (a saved llama.cpp log: split it with
+'aggregator parse') exits 2, saying so.`,
 		Example: `  aggregator replay testdata/runs/4b/events.jsonl --format md
   aggregator replay a.jsonl b.jsonl --format json`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),
@@ -147,8 +149,15 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 			if st.Skipped+st.Invalid > 0 {
 				log.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be folded")
 			}
-			if len(runs.IDs()) == 0 {
+			switch {
+			case len(runs.IDs()) == 0 && len(st.NotStreams) > 0:
+				// The last line says what to run instead.
+				return cli.Usage(fmt.Errorf("no run to replay: %s", aggregator.NotAStreamHint(st.NotStreams[0])))
+			case len(runs.IDs()) == 0:
 				return fmt.Errorf("no run in %d events", st.Events)
+			}
+			for _, name := range st.NotStreams {
+				log.Warn().Str("file", name).Msg(aggregator.NotAStreamHint(name))
 			}
 			// A report a slow sink's full queue deferred is computed
 			// again in its turn (folds are not safe for concurrent use).
