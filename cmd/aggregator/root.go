@@ -214,7 +214,11 @@ func undelivered(counts map[string]sinks.SinkCounts) error {
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		c := counts[name]
 		if n := c.Failed + c.Dropped; n > 0 {
-			errs = append(errs, fmt.Errorf("sink %s: %d reports not delivered: %s", name, n, c.LastError))
+			what := "1 report"
+			if n > 1 {
+				what = fmt.Sprintf("%d reports", n)
+			}
+			errs = append(errs, fmt.Errorf("sinks: %s: %s not delivered: %s", name, what, c.LastError))
 		}
 	}
 	return errors.Join(errs...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -237,7 +238,7 @@ func TestFanoutFailingSinkDoesNotBlockOthers(t *testing.T) {
 	err := f.Close(ctx)
 	require.ErrorIs(t, err, sinks.ErrUndelivered)
 	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorContains(t, err, "sink stuck: 3 reports")
+	require.EqualError(t, err, "delivery cut short: context canceled\nstuck: 3 reports not delivered before close")
 	require.True(t, stuck.Closed())
 	require.True(t, good.Closed())
 	require.Equal(t, uint64(3), counts.Snapshot()["stuck"].Dropped)
@@ -278,10 +279,13 @@ func TestFanoutKeepsReportQueuedUntilClose(t *testing.T) {
 		require.LessOrEqual(t, d, time.Second, "backoff while draining is capped")
 	}
 	require.ErrorIs(t, err, sinks.ErrUndelivered)
-	require.ErrorContains(t, err, "sink m: 1 reports")
+	require.ErrorIs(t, err, sinktest.ErrInjected)
+	// The sink's last error ends the line, once, with no "sinks:" stutter.
+	require.EqualError(t, err, "m: 1 report not delivered before close: "+sinktest.ErrInjected.Error())
 	e := ev.next(t, "m", sinks.OutcomeDropped)
 	require.Equal(t, "run-1", e.RunID)
 	require.ErrorIs(t, e.Err, sinks.ErrUndelivered)
+	require.ErrorIs(t, e.Err, sinktest.ErrInjected)
 	require.Empty(t, m.Reports())
 }
 
@@ -672,4 +676,94 @@ func deferringFanout(t *testing.T) (*gated, *store, *events, *sinks.Fanout) {
 	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1, Reload: st.reload, Observer: ev},
 		sinks.Target{Name: "m", Sink: m})
 	return m, st, ev, f
+}
+
+// TestFanoutDrainHonoursRetryAfter: while Close drains, a wait the remote
+// end asked for (Retry-After) is kept when it ends before Close's
+// deadline, as before Close; before, the drain cut every wait to a second
+// (the retry came too soon and was refused again: replay and quickstart
+// ignored Retry-After, serve honoured it).
+func TestFanoutDrainHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	c := newClock(true)
+	m := &sinktest.Memory{}
+	limited := sinks.RetryAfter(errors.New("429 Too Many Requests"), 5*time.Second)
+	m.FailNext(limited, limited)
+	var counts sinks.Counters
+	f := newFanout(t, c, sinks.FanoutConfig{Observer: &counts}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	c.waitSleep(t) // the first refusal, before Close
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Close(ctx) }()
+	// Close cut the wait short: a second attempt, refused while draining.
+	c.waitSleep(t)
+	require.Equal(t, 2, m.Attempts())
+	require.Equal(t, []time.Duration{5 * time.Second, 5 * time.Second}, c.Slept(), "the wait the server asked for, while draining too")
+	c.release()
+	require.NoError(t, <-done)
+	require.Equal(t, uint64(1), counts.Snapshot()["m"].Delivered)
+}
+
+// TestFanoutDrainGivesUpPastDeadline: a wait the remote end asks for
+// that ends after Close's deadline is not waited for: the report is
+// undelivered at once, with the server's answer as the reason.
+func TestFanoutDrainGivesUpPastDeadline(t *testing.T) {
+	t.Parallel()
+	c := newClock(true)
+	m := &sinktest.Memory{}
+	refused := sinks.RetryAfter(errors.New("429 Too Many Requests"), time.Hour)
+	m.FailNext(refused, refused)
+	f := newFanout(t, c, sinks.FanoutConfig{}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	c.waitSleep(t) // the first refusal, before Close
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := f.Close(ctx) // cuts the wait short: refused again, an hour to wait
+	require.EqualError(t, err, "m: 1 report not delivered before close: 429 Too Many Requests")
+	require.ErrorIs(t, err, sinks.ErrUndelivered)
+	require.Equal(t, []time.Duration{time.Hour}, c.Slept(), "no wait past the deadline")
+	require.Equal(t, 2, m.Attempts())
+}
+
+// TestFanoutLogsRoundedDelay: the wait before a retry is logged rounded
+// (920ms, not 919.999999ms).
+func TestFanoutLogsRoundedDelay(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	m := &sinktest.Memory{}
+	m.FailNext(sinktest.ErrInjected)
+	set := sinks.Settings{Logger: zerolog.New(&buf), Sleep: newClock(false).Sleep}
+	f, err := sinks.NewFanout(set, sinks.FanoutConfig{Retry: sinks.DefaultRetryPolicy(), Rand: func() float64 { return 0.3 }}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, err)
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	require.NoError(t, f.Close(context.Background()))
+	require.Contains(t, buf.String(), `"retry_in":920,`, "1 s less 8 %% of jitter, to the millisecond: %s", buf.String())
+	for d, want := range map[time.Duration]time.Duration{
+		851254588 * time.Nanosecond:                           851 * time.Millisecond,
+		2345678901 * time.Nanosecond:                          2300 * time.Millisecond,
+		4*time.Minute + 48*time.Second + 400*time.Millisecond: 4*time.Minute + 48*time.Second,
+	} {
+		require.Equal(t, want, sinks.HumanDelay(d))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the workers' concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
