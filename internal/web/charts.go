@@ -52,19 +52,12 @@ type BarChart struct {
 	Legend        []Segment // one per part, with the peak's figures
 }
 
-// Charts are one chart in two layouts: Wide for a screen at least
-// NarrowBelow pixels wide, Narrow under it. Both draw their labels at
-// fontPx user units, so neither is scaled down to an unreadable font: the
-// wide one is shown where it fits at about its own size, the narrow one
-// (half as wide) on a phone.
+// Charts are one chart in two layouts: Wide for a screen at least 700 CSS
+// pixels wide, Narrow (half as wide) under it, as layout.html's media
+// query shows them. Both draw their labels at 12 user units (its svg
+// text), so neither is scaled down to an unreadable font: the wide one is
+// shown where it fits at about its own size, the narrow one on a phone.
 type Charts[T any] struct{ Wide, Narrow *T }
-
-// NarrowBelow is the screen width (CSS px) under which the narrow charts
-// and the stacked run list are shown (layout.html's media query).
-const NarrowBelow = 700
-
-// fontPx is the charts' label size in user units (layout.html's svg text).
-const fontPx = 12
 
 // barGeom is the layout of a bar chart.
 type barGeom struct {
