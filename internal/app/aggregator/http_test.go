@@ -21,7 +21,7 @@ func TestHTTPTokenOffLoopbackIntegration(t *testing.T) {
 	fx := loadFixture(t, fixture4B)
 	b := startBroker(t)
 	run := fx.origin.RunID
-	guarded := []string{"/", "/events", "/run/" + run, "/run/" + run + "/events", "/compare", "/runs", "/runs/" + run, "/metrics"}
+	guarded := []string{"/runs", "/runs/" + run, "/metrics", "/", "/events", "/run/" + run, "/run/" + run + "/events", "/compare"}
 	open := []string{"/healthz", "/readyz"}
 
 	serveOn := func(t *testing.T, mutate func(*config.Aggregator)) string {
