@@ -161,17 +161,7 @@ func TestEventsStreamChanges(t *testing.T) {
 	defer resp.Body.Close()
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 	rd := bufio.NewReader(resp.Body)
-	next := func() string {
-		var b strings.Builder
-		for {
-			line, err := rd.ReadString('\n')
-			require.NoError(t, err)
-			if line == "\n" {
-				return b.String()
-			}
-			b.WriteString(line)
-		}
-	}
+	next := sseReader(t, rd)
 	first := next()
 	require.Contains(t, first, "event: runs\n")
 	require.Contains(t, first, "strix01-20261107T140311-4b")
@@ -365,7 +355,7 @@ func TestRunPageLive(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	next := sseReader(t, resp.Body)
+	next := sseReader(t, bufio.NewReader(resp.Body))
 	first := next()
 	require.Contains(t, first, "event: run\n")
 	require.Contains(t, first, "in progress")
@@ -401,8 +391,8 @@ func partial(t *testing.T, path string, logEvents int) split.Report {
 	return fold.Report()
 }
 
-func sseReader(t *testing.T, body io.Reader) func() string {
-	rd := bufio.NewReader(body)
+// sseReader returns the next server-sent event of rd at each call.
+func sseReader(t *testing.T, rd *bufio.Reader) func() string {
 	return func() string {
 		var b strings.Builder
 		for {

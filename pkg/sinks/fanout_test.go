@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -732,7 +731,7 @@ func TestFanoutDrainGivesUpPastDeadline(t *testing.T) {
 // (920ms, not 919.999999ms).
 func TestFanoutLogsRoundedDelay(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf sinktest.Buffer
 	m := &sinktest.Memory{}
 	m.FailNext(sinktest.ErrInjected)
 	set := sinks.Settings{Logger: zerolog.New(&buf), Sleep: newClock(false).Sleep}
@@ -748,22 +747,4 @@ func TestFanoutLogsRoundedDelay(t *testing.T) {
 	} {
 		require.Equal(t, want, sinks.HumanDelay(d))
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the workers' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

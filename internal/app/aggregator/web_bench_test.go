@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
@@ -28,19 +26,7 @@ func BenchmarkLivePage(b *testing.B) {
 	bin := buildAggregator(b)
 	fx := loadFixture(b, fixture4B)
 	for i := 0; i < b.N; i++ {
-		opts := natstest.Options(b.TempDir(), -1)
-		opts.JetStreamMaxStore = max(opts.JetStreamMaxStore, int64(n)*1<<20)
-		srv, err := natstest.NewServerWithOptions(opts)
-		require.NoError(b, err)
-		b.Cleanup(func() { natstest.Shutdown(srv) })
-		br := startBrokerAt(b, srv)
-		logDir := b.TempDir()
-		startServeChild(b, bin, br.url, logDir, "serve", []string{"--log-level", "info"}, "GTTSPLIT_LOG_FORMAT=json")
-		addr := childHTTP(b, filepath.Join(logDir, "serve.stderr"))
-		eventually(b, "the child ready", func() bool {
-			code, _ := tryGet(addr, "/readyz")
-			return code == http.StatusOK
-		})
+		br, addr, _ := startBenchServe(b, bin, n)
 		var wires []events.Wire
 		for r := 0; r < n; r++ {
 			o := events.Origin{RunID: fmt.Sprintf("page-%05d-%d", r, i), Host: fx.origin.Host, Lane: fx.origin.Lane}

@@ -63,31 +63,13 @@ func (c *clock) Slept() []time.Duration {
 	return append([]time.Duration(nil), c.slept...)
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers (log output).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
 	srv   *githubtest.Server
 	cfg   *commentsink.Config
 	set   sinks.Settings
 	clock *clock
-	logs  *syncBuffer
-	out   *syncBuffer
+	logs  *sinktest.Buffer
+	out   *sinktest.Buffer
 }
 
 func newEnv(t *testing.T, opts ...githubtest.Option) *env {
@@ -98,7 +80,7 @@ func newEnv(t *testing.T, opts ...githubtest.Option) *env {
 	cfg.API = srv.URL
 	cfg.DefaultIssue = issue
 	cfg.Token = token
-	e := &env{srv: srv, cfg: cfg, clock: newClock(), logs: &syncBuffer{}, out: &syncBuffer{}}
+	e := &env{srv: srv, cfg: cfg, clock: newClock(), logs: &sinktest.Buffer{}, out: &sinktest.Buffer{}}
 	e.set = sinks.Settings{
 		Logger: zerolog.New(io.MultiWriter(e.logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel),
 		Now:    e.clock.Now,
