@@ -71,6 +71,12 @@ func (m *memSource) readCount() int {
 // replay folds a recorded stream of one run.
 func replay(t *testing.T, path string) split.Report {
 	t.Helper()
+	return foldStream(t, path, func(events.Decoded) bool { return true })
+}
+
+// foldStream folds the events of a recorded stream that keep keeps.
+func foldStream(t *testing.T, path string, keep func(events.Decoded) bool) split.Report {
+	t.Helper()
 	f, err := os.Open(filepath.Join("..", "..", path))
 	require.NoError(t, err)
 	defer f.Close()
@@ -79,7 +85,9 @@ func replay(t *testing.T, path string) split.Report {
 	for r.Next() {
 		d, err := events.Decode(r.Event())
 		require.NoError(t, err)
-		d.ApplyTo(fold)
+		if keep(d) {
+			d.ApplyTo(fold)
+		}
 	}
 	require.NoError(t, r.Err())
 	return fold.Report()
@@ -366,29 +374,22 @@ func TestRunPageLive(t *testing.T) {
 	require.Contains(t, second, "1909.5 MiB, 9.3 % of the peak")
 }
 
-// partial folds the first events of a recorded run and the log lines of
-// at most logEvents of its log events (an open run whose model load is
-// not folded yet).
+// partial folds a recorded run without its finish and with at most
+// logEvents of its log events (an open run whose model load is not
+// folded yet).
 func partial(t *testing.T, path string, logEvents int) split.Report {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", path))
-	require.NoError(t, err)
-	defer f.Close()
-	fold := split.NewFold(split.Options{})
-	r := events.NewReader(f)
 	n := 0
-	for r.Next() {
-		d, err := events.Decode(r.Event())
-		require.NoError(t, err)
-		if d.Type == events.TypeLogLines || d.Type == events.TypeRunFinished {
-			if n++; n > logEvents || d.Type == events.TypeRunFinished {
-				continue
-			}
+	return foldStream(t, path, func(d events.Decoded) bool {
+		switch d.Type {
+		case events.TypeRunFinished:
+			return false
+		case events.TypeLogLines:
+			n++
+			return n <= logEvents
 		}
-		d.ApplyTo(fold)
-	}
-	require.NoError(t, r.Err())
-	return fold.Report()
+		return true
+	})
 }
 
 // sseReader returns the next server-sent event of rd at each call.

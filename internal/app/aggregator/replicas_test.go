@@ -1,8 +1,6 @@
 package aggregator
 
 import (
-	"bytes"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,24 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // An operator's R3 state bucket stays R3 for an aggregator asking R1 (with
 // a warning naming nats.replicas); a missing one is created with the
@@ -40,7 +22,7 @@ func TestStateBucketNeverLowered(t *testing.T) {
 	kv, err := EnsureBucket(ctx, js, 3, zerolog.Nop())
 	require.NoError(t, err)
 	require.NotNil(t, kv)
-	var logs lockedBuf
+	var logs sinktest.Buffer
 	_, err = EnsureBucket(ctx, js, 1, zerolog.New(&logs))
 	require.NoError(t, err)
 	st, err := js.Stream(ctx, "KV_"+StateBucket)

@@ -19,6 +19,13 @@ func (s *Buffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+// Bytes returns a copy of what was written.
+func (s *Buffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}
+
 // String returns what was written.
 func (s *Buffer) String() string {
 	s.mu.Lock()
