@@ -286,9 +286,7 @@ func (f Filter) match(r Row) bool {
 // Empty says no filter is set.
 func (f Filter) Empty() bool { return f == Filter{} }
 
-// Query is the filter as a query string ("" when empty).
-func (f Filter) Query() string { return f.values().Encode() }
-
+// values is the filter as query parameters (the empty ones left out).
 func (f Filter) values() url.Values {
 	v := url.Values{}
 	for k, s := range map[string]string{"host": f.Host, "lane": f.Lane, "model": f.Model, "issue": f.Issue, "flag": f.Flag} {
@@ -571,6 +569,8 @@ type comparePage struct {
 	BarsA  Charts[BarChart]
 	BarsB  Charts[BarChart]
 	RA, RB split.Report
+	// Missing is a run the query names that does not exist (a 404).
+	Missing string
 }
 
 // compareChoices is how many of the newest runs the compare form offers.
@@ -597,10 +597,8 @@ func (h *Handler) compare(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return rep, false
 		case !ok:
-			h.renderStatus(w, http.StatusNotFound, "compare.html", struct {
-				comparePage
-				Missing string
-			}{p, id})
+			p.Missing = id
+			h.renderStatus(w, http.StatusNotFound, "compare.html", p)
 			return rep, false
 		}
 		return rep, true
@@ -633,10 +631,7 @@ func (h *Handler) compare(w http.ResponseWriter, r *http.Request) {
 		p.BarsA, p.BarsB = NewBarCharts(ra, rb)
 		p.Title = "gttsplit: compare " + p.A + " and " + p.B
 	}
-	h.render(w, "compare.html", struct {
-		comparePage
-		Missing string
-	}{p, ""})
+	h.render(w, "compare.html", p)
 }
 
 func (h *Handler) render(w http.ResponseWriter, name string, data any) {
