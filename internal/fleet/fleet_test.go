@@ -74,10 +74,7 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 }
 
 // handler is a member's Handler recording into the fleet.
-type handler struct {
-	f  *testFleet
-	id func() string
-}
+type handler struct{ f *testFleet }
 
 func (h handler) Acquired(_ context.Context, l *Lease) error {
 	h.f.mu.Lock()
@@ -85,8 +82,8 @@ func (h handler) Acquired(_ context.Context, l *Lease) error {
 	if h.f.owners[l.Partition] == nil {
 		h.f.owners[l.Partition] = map[string]bool{}
 	}
-	h.f.owners[l.Partition][h.id()] = true
-	h.f.events = append(h.f.events, fmt.Sprintf("%s +%d", h.id(), l.Partition))
+	h.f.owners[l.Partition][l.Member()] = true
+	h.f.events = append(h.f.events, fmt.Sprintf("%s +%d", l.Member(), l.Partition))
 	return nil
 }
 
@@ -96,8 +93,8 @@ func (h handler) Lost(l *Lease)                       { h.gone(l, "lost") }
 func (h handler) gone(l *Lease, how string) {
 	h.f.mu.Lock()
 	defer h.f.mu.Unlock()
-	delete(h.f.owners[l.Partition], h.id())
-	h.f.events = append(h.f.events, fmt.Sprintf("%s -%d (%s)", h.id(), l.Partition, how))
+	delete(h.f.owners[l.Partition], l.Member())
+	h.f.events = append(h.f.events, fmt.Sprintf("%s -%d (%s)", l.Member(), l.Partition, how))
 }
 
 type running struct {
@@ -119,9 +116,8 @@ func (f *testFleet) join(cfg Config) *running {
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 16
 	}
-	var m *Member
-	h := handler{f: f, id: func() string { return m.ID() }}
-	m, err = Join(context.Background(), js, cfg, h, zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel))
+	h := handler{f: f}
+	m, err := Join(context.Background(), js, cfg, h, zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel))
 	require.NoError(f.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{m: m, cancel: cancel, done: make(chan struct{})}
@@ -273,4 +269,24 @@ func TestLeaseExpiresAndFencesIntegration(t *testing.T) {
 	require.ErrorIs(t, a.renew(ctx), ErrLost)
 	// b's goes through.
 	require.NoError(t, b.Fenced(ctx, func(ctx context.Context, fc Fence) error { return w(fc)(ctx, fc) }))
+}
+
+// A server restart loses the members bucket (kept in memory): a member
+// creates it again and is ready again, its partitions still its own.
+func TestMemberSurvivesServerRestartIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	store := t.TempDir()
+	s := natstest.StartAt(t, store, -1)
+	port := natstest.Port(s)
+	f := newTestFleet(t, s.ClientURL())
+	r := f.join(Config{Heartbeat: 100 * time.Millisecond, LeaseTTL: 15 * time.Second})
+	eventually(t, "16 partitions", 10*time.Second, func() bool { return f.shares()[r.m.ID()] == 16 })
+	natstest.Shutdown(s)
+	natstest.StartAt(t, store, port)
+	eventually(t, "ready again", 20*time.Second, func() bool { ok, _ := r.m.Ready(); return ok })
+	require.Equal(t, 16, f.shares()[r.m.ID()], "kept its partitions")
+	ok, why := r.m.Ready()
+	require.True(t, ok, why)
 }

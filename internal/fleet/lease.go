@@ -80,6 +80,9 @@ type Lease struct {
 	why      atomic.Pointer[string]
 }
 
+// Member is the id of the member holding the lease.
+func (l *Lease) Member() string { return string(l.value) }
+
 // Key is the lease's key in the bucket.
 func (l *Lease) Key() string { return l.key }
 

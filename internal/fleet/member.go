@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -108,16 +109,17 @@ type Member struct {
 	held    map[int]*heldLease
 	members map[string]time.Duration // member -> mono() of its last update
 	holders []string                 // partition -> holder, from the lease watch
-	free    []int                    // partition -> heartbeats it has been seen free
+	free    []time.Duration          // partition -> mono() since it is seen free (0: held)
 	selfAt  time.Duration            // mono() our own key last came back
 	seen    bool                     // our own key came back at least once
 	leaseOK bool                     // the lease watch delivered its initial values
 
 	renewErr atomic.Pointer[error]
-	faults   map[string]int // condition -> heartbeats it lasted
+	faults   map[string]time.Duration // condition -> mono() since it holds
 	ready    atomic.Bool
 	why      atomic.Pointer[string]
 	wg       sync.WaitGroup
+	stopBg   context.CancelFunc
 }
 
 type heldLease struct {
@@ -129,13 +131,68 @@ type heldLease struct {
 	releasing bool
 }
 
-// Join announces a new member of cfg.Group and starts following the
-// members and the leases. Run makes it take partitions.
+// Join announces a new member of cfg.Group, starts following the members
+// and the leases, and takes its first partitions (a few at a time, the
+// members read again between). Run goes on following the assignment;
+// Abort leaves without running.
 func Join(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler, log zerolog.Logger) (*Member, error) {
 	cfg.defaults()
 	if cfg.Group == "" || cfg.Partitions <= 0 || cfg.KV == nil || cfg.Bucket == "" {
 		return nil, errors.New("fleet: group, partitions and bucket are required")
 	}
+	mkv, err := membersBucket(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	m := &Member{id: cfg.Group + "." + hex.EncodeToString(b[:]), cfg: cfg, js: js, mkv: mkv, h: h,
+		held: map[int]*heldLease{}, members: map[string]time.Duration{}, holders: make([]string, cfg.Partitions),
+		free: make([]time.Duration, cfg.Partitions), faults: map[string]time.Duration{}}
+	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
+	starting := "starting"
+	m.why.Store(&starting)
+	m.renewMember(ctx)
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	m.stopBg = stop
+	m.wg.Add(3)
+	go func() { defer m.wg.Done(); m.keepMember(bg) }()
+	go func() { defer m.wg.Done(); m.watchMembers(bg) }()
+	go func() { defer m.wg.Done(); m.watchLeases(bg) }()
+	// Wait until this member sees itself and the leases (a few
+	// heartbeats at most): members starting together see each other
+	// before any takes a partition.
+	deadline := time.Now().Add(memberBeats * cfg.Heartbeat)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		m.mu.Lock()
+		ok := m.seen && m.leaseOK
+		m.mu.Unlock()
+		if ok {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The first assignment, so the caller reports ready at once.
+	for m.tick(ctx) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return m, nil
+}
+
+// Abort hands over what Join took and leaves (a start that failed before
+// Run). Run's end does the same.
+func (m *Member) Abort() {
+	m.releaseAll(context.Background())
+	m.stopBg()
+	m.wg.Wait()
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = m.mkv.Delete(dctx, m.id)
+	cancel()
+}
+
+// membersBucket opens the members bucket, creating it when it is missing
+// (it is kept in memory: a server's restart loses it).
+func membersBucket(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
 	mkv, err := js.KeyValue(ctx, MembersBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		mkv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -149,46 +206,28 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler, lo
 	if err != nil {
 		return nil, fmt.Errorf("members bucket %s: %w", MembersBucket, err)
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	m := &Member{id: cfg.Group + "." + hex.EncodeToString(b[:]), cfg: cfg, js: js, mkv: mkv, h: h,
-		held: map[int]*heldLease{}, members: map[string]time.Duration{}, holders: make([]string, cfg.Partitions),
-		free: make([]int, cfg.Partitions), faults: map[string]int{}}
-	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
-	starting := "starting"
-	m.why.Store(&starting)
-	m.renewMember(ctx)
-	return m, nil
+	return mkv, nil
 }
 
 // ID is the member's id (<group>.<random>).
 func (m *Member) ID() string { return m.id }
 
-// Run follows the assignment every heartbeat until ctx ends; then it
-// hands every partition over (Handler.Release, then the lease is purged so
-// the next owner takes it at once) and leaves.
+// Run follows the assignment until ctx ends: at once, then every
+// heartbeat (sooner while it takes partitions: a few at a time, the
+// members read again between); then it hands every partition over
+// (Handler.Release, then the lease is purged so the next owner takes it at
+// once) and leaves.
 func (m *Member) Run(ctx context.Context) {
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	m.wg.Add(3)
-	go func() { defer m.wg.Done(); m.keepMember(bg) }()
-	go func() { defer m.wg.Done(); m.watchMembers(bg) }()
-	go func() { defer m.wg.Done(); m.watchLeases(bg) }()
-	defer func() {
-		m.releaseAll(context.WithoutCancel(ctx))
-		stop()
-		m.wg.Wait()
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = m.mkv.Delete(dctx, m.id)
-		cancel()
-	}()
-	t := time.NewTicker(m.cfg.Heartbeat)
-	defer t.Stop()
+	defer m.Abort()
 	for {
+		wait := m.cfg.Heartbeat
+		if m.tick(ctx) {
+			wait = min(wait, 100*time.Millisecond)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			m.tick(ctx)
+		case <-time.After(wait):
 		}
 	}
 }
@@ -211,6 +250,10 @@ func (m *Member) renewMember(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat*2)
 	defer cancel()
 	if _, err := m.mkv.PutString(rctx, m.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			// The bucket is gone (a restarted server loses it): again.
+			_, _ = membersBucket(rctx, m.js, m.cfg)
+		}
 		m.renewErr.Store(&err)
 		return
 	}
@@ -287,7 +330,8 @@ func watch(ctx context.Context, kv jetstream.KeyValue, filter string, log zerolo
 }
 
 // tick computes the assignment once and acts on it: one heartbeat's work.
-func (m *Member) tick(ctx context.Context) {
+// It reports whether it moved a partition (more may follow soon).
+func (m *Member) tick(ctx context.Context) bool {
 	faults := map[string]string{}
 	if err := m.renewErr.Load(); err != nil {
 		faults["members"] = fmt.Sprintf("members bucket: member key not renewed: %v", *err)
@@ -319,15 +363,19 @@ func (m *Member) tick(ctx context.Context) {
 		}
 	}
 	free := make([]bool, len(holders))
-	unowned := 0
+	grace := staleBeats * m.cfg.Heartbeat
+	var unowned []string
 	for p, h := range holders {
-		if h == "" {
-			m.free[p]++
-			unowned++
-		} else {
+		switch {
+		case h != "":
 			m.free[p] = 0
+		case m.free[p] == 0:
+			m.free[p] = now
 		}
-		free[p] = m.free[p] > staleBeats
+		free[p] = m.free[p] != 0 && now-m.free[p] > grace
+		if free[p] {
+			unowned = append(unowned, fmt.Sprint(p))
+		}
 	}
 	leaseOK := m.leaseOK
 	m.mu.Unlock()
@@ -337,40 +385,37 @@ func (m *Member) tick(ctx context.Context) {
 	if !leaseOK {
 		faults["leases"] = "leases: not read yet"
 	}
-	if unowned > 0 {
-		var ps []string
-		for p, n := range m.free {
-			if n > staleBeats {
-				ps = append(ps, fmt.Sprint(p))
-			}
-		}
-		if len(ps) > 0 {
-			faults["unowned"] = "partitions without an owner: " + strings.Join(ps, ", ")
-		}
+	if len(unowned) > 0 {
+		faults["unowned"] = "partitions without an owner: " + strings.Join(unowned, ", ")
 	}
 	m.report(faults)
 	if stale || !leaseOK {
-		return
+		return false
 	}
 	pl := decide(view{me: m.id, members: members, holders: holders, stale: free, step: m.cfg.Step})
 	if pl.release >= 0 {
 		m.releaseOne(ctx, pl.release)
 	}
+	took := false
 	for _, p := range pl.acquire {
 		if ctx.Err() != nil {
-			return
+			return false
 		}
-		m.take(ctx, p)
+		took = m.take(ctx, p) || took
 	}
+	return took || pl.release >= 0
 }
 
 // report updates readiness: a fault is reported once it lasted
 // missedBeats heartbeats (and logged once).
 func (m *Member) report(faults map[string]string) {
 	var why []string
+	now := mono()
 	for k, v := range faults {
-		m.faults[k]++
-		if m.faults[k] >= missedBeats {
+		if _, ok := m.faults[k]; !ok {
+			m.faults[k] = now
+		}
+		if now-m.faults[k] >= missedBeats*m.cfg.Heartbeat {
 			why = append(why, v)
 		}
 	}
@@ -409,17 +454,18 @@ func (m *Member) Ready() (bool, string) {
 // while its lease is renewed).
 const loadTimeout = 2 * time.Minute
 
-// take acquires partition p's lease and hands it to the Handler.
-func (m *Member) take(ctx context.Context, p int) {
+// take acquires partition p's lease and hands it to the Handler; it
+// reports whether the partition is this member's now.
+func (m *Member) take(ctx context.Context, p int) bool {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	l, err := acquire(cctx, m.js, m.cfg.KV, m.cfg.Bucket, m.cfg.Group, m.id, p, m.cfg.LeaseTTL, m.margin())
 	cancel()
 	if errors.Is(err, ErrTaken) {
-		return
+		return false
 	}
 	if err != nil {
 		m.log.Warn().Err(err).Int("partition", p).Msg("fleet: partition not taken")
-		return
+		return false
 	}
 	hl := m.hold(l)
 	actx, cancel := context.WithTimeout(ctx, loadTimeout)
@@ -430,9 +476,10 @@ func (m *Member) take(ctx context.Context, p int) {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = l.release(rctx)
 		rcancel()
-		return
+		return false
 	}
 	m.log.Info().Int("partition", p).Uint64("lease_revision", l.Revision()).Msg("fleet: partition taken")
+	return true
 }
 
 // margin is what a holder takes off a lease's validity: clocks that
