@@ -1,289 +1,195 @@
-package aggregator
+package runtable
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/fleet"
 )
 
-// Checkpoints: Flush takes the state of every run changed since the last
-// checkpoint under s.mu (its encoding), then writes them and acknowledges
-// their messages without it, so that events go on folding into the live
-// runs while a checkpoint is written. A message is acknowledged only once
-// the write of a state that holds it succeeded.
+// Checkpoints: a partition's checkpoint takes the state of every run
+// changed since the last one (its encoding) under part.mu, writes them
+// without it, one at a time, each fenced by the partition's lease, and
+// then acknowledges the messages those writes made durable, so that
+// events go on folding while a checkpoint is written. A message is
+// acknowledged only once a write of its run's state that holds it
+// succeeded. A write that fails (the bucket away, or full) leaves its run
+// changed and its messages waiting (their ack wait restarted before it
+// runs out, so they are not redelivered meanwhile); the next checkpoint
+// tries again, later each time. A write the server fences out means the
+// lease is lost: the partition is dropped (Table.Lost) and its messages go
+// to the next owner.
 
-// errRedeliver is a lost compare-and-set whose messages were not kept to
-// fold again (see pendingMax): the run is forgotten and they are
-// redelivered.
-var errRedeliver = errors.New("written by another aggregator meanwhile; its events are redelivered onto the stored state")
-
-// snapshot is a run's state as a checkpoint took it: its encoding and the
-// revision the write replaces.
+// snapshot is a run's state as a checkpoint took it.
 type snapshot struct {
-	r    *liveRun
-	head RunState // the state without its fold (what put reads)
-	b    []byte
-	err  error // encoding failed
-	rev  uint64
+	r     *liveRun
+	id    string
+	b     []byte
+	folds uint64
+	first bool // the run's first write: its summary too
+	err   error
 }
 
-// take encodes r's state for a write. s.mu is held.
-func (s *Service) take(r *liveRun) *snapshot {
-	sn := &snapshot{r: r, head: *r.st, rev: r.rev}
-	sn.head.Fold = nil
-	sn.b, sn.err = MarshalState(r.st)
+// take encodes r's state for a write. pt.mu is held.
+func (pt *part) take(id string, r *liveRun) snapshot {
+	b, err := MarshalState(r.st)
 	r.dirty = false
-	return sn
+	return snapshot{r: r, id: id, b: b, folds: r.folds, first: !r.stored, err: err}
 }
 
-// Flush writes the state of every changed run to the bucket (a
-// checkpoint), then acknowledges the messages folded into them, then
-// closes the runs that are finished or idle. Flushes run one at a time;
-// Handle goes on folding while one writes.
-func (s *Service) Flush(ctx context.Context) {
-	s.flushMu.Lock()
-	defer s.flushMu.Unlock()
-	s.mu.Lock()
-	taken := s.now()
-	batch := s.pending
-	s.pending = nil
-	clear(s.partPending)
-	var dirty []*liveRun
-	for _, r := range s.runs {
+// checkpoint writes the partition's changed runs and acknowledges what
+// the writes made durable; then (unless final: a release) it closes the
+// runs that are due.
+func (pt *part) checkpoint(ctx context.Context, final bool) {
+	pt.ckptMu.Lock()
+	defer pt.ckptMu.Unlock()
+	t := pt.t
+	taken := t.cfg.Now()
+	pt.mu.Lock()
+	batch := pt.pending
+	pt.pending = nil
+	var dirty []string
+	for id, r := range pt.runs {
 		if r.dirty {
-			dirty = append(dirty, r)
+			dirty = append(dirty, id)
 		}
 	}
-	s.mu.Unlock()
-	s.m.checkpoints.Inc()
+	pt.mu.Unlock()
+	t.m.checkpoints.Inc()
 
-	// The changed runs are encoded and written a chunk at a time, so that
-	// the encodings in memory stay bounded however many runs changed. A
-	// run folded into after the batch was taken is encoded with what it
-	// holds then: more than the batch needs (its later messages are
-	// acknowledged by the next checkpoint, which finds it written).
-	type failure struct {
-		sn  *snapshot
-		err error
-	}
-	var fails []failure
-	for len(dirty) > 0 {
+	var werr error
+	for len(dirty) > 0 && werr == nil {
 		chunk := dirty[:min(len(dirty), checkpointChunk)]
 		dirty = dirty[len(chunk):]
-		s.mu.Lock()
-		snaps := make([]*snapshot, len(chunk))
-		for i, r := range chunk {
-			snaps[i] = s.take(r)
+		pt.mu.Lock()
+		snaps := make([]snapshot, 0, len(chunk))
+		for _, id := range chunk {
+			if r := pt.runs[id]; r != nil && r.dirty {
+				snaps = append(snaps, pt.take(id, r))
+			}
 		}
-		s.mu.Unlock()
-		// Each run's write is its own compare-and-set: write them at once.
-		errs := make([]error, len(snaps))
-		inParallel(len(snaps), func(i int) { errs[i] = s.persist(ctx, snaps[i], batch) })
-		for i, err := range errs {
-			if err != nil {
-				snaps[i].b = nil
-				fails = append(fails, failure{snaps[i], err})
+		pt.mu.Unlock()
+		for i, sn := range snaps {
+			if werr = pt.write(ctx, sn); werr != nil {
+				// This run and the rest of the chunk stay changed.
+				pt.mu.Lock()
+				for _, s := range snaps[i:] {
+					s.r.dirty = true
+				}
+				pt.mu.Unlock()
+				break
 			}
 		}
 	}
+	if errors.Is(werr, fleet.ErrLost) {
+		return // fleet tells the table: the partition is dropped
+	}
+	pt.settleAcks(batch, final, werr != nil)
+	if werr != nil {
+		pt.fail(werr)
+	} else {
+		pt.mu.Lock()
+		pt.ckpt = taken
+		pt.mu.Unlock()
+		pt.recovered()
+	}
+	if !final || werr == nil {
+		pt.afterCheckpoint(ctx)
+	}
+}
 
-	s.mu.Lock()
-	for _, f := range fails {
-		sn, err := f.sn, f.err
-		id := sn.head.Origin.RunID
-		if errors.Is(err, errRedeliver) {
-			s.log.Info().Str("run_id", id).Msg("run state written by another aggregator meanwhile; the run is read again with its events' redelivery")
-		} else {
-			s.m.persistErrs.Inc()
-			s.log.Error().Err(err).Str("run_id", id).Msg("run state not written; its events will be redelivered")
-		}
-		// Forget the in-memory state: the redelivered events rebuild it
-		// from the last durable state.
-		sn.r.failed = true
-		if s.runs[id] == sn.r {
-			s.forget(id)
-		}
+// write stores one run's state under its open key (and its summary, the
+// first time).
+func (pt *part) write(ctx context.Context, sn snapshot) error {
+	if sn.err != nil {
+		pt.t.log.Error().Err(sn.err).Str("run_id", sn.id).Msg("run state not encoded")
+		return nil
 	}
-	// The messages folded into a run whose write failed (in this flush
-	// or an earlier one) are redelivered; the others are durable.
-	naks := make([]bool, len(batch))
-	failed := false
-	for i, p := range batch {
-		naks[i] = p.run.failed
-		failed = failed || p.run.failed
+	t := pt.t
+	if err := t.st.put(ctx, pt.lease, openKey(pt.p, sn.id), sn.b); err != nil {
+		t.m.persistErrs.Inc()
+		return err
 	}
-	s.mu.Unlock()
-	for i, p := range batch {
-		if naks[i] {
-			_ = p.ack.Nak()
+	t.m.stateWrites.Inc()
+	pt.mu.Lock()
+	sn.r.written = max(sn.r.written, sn.folds)
+	first := !sn.r.stored
+	sn.r.stored = true
+	st := *sn.r.st
+	pt.mu.Unlock()
+	if first {
+		pt.putSummary(ctx, &st, "open", time.Time{}, false)
+	}
+	return nil
+}
+
+// settleAcks acknowledges the messages of batch whose run's state was
+// written since they were folded; the others wait for the next checkpoint
+// (a release naks them: the next owner folds them). One that waited half
+// its ack wait gets a progress acknowledgement.
+func (pt *part) settleAcks(batch []pendingMsg, final, failed bool) {
+	t := pt.t
+	now := time.Now()
+	var keep []pendingMsg
+	pt.mu.Lock()
+	for _, pm := range batch {
+		if pm.gen <= pm.run.written {
+			_ = pm.ack.Ack()
 			continue
 		}
-		if err := p.ack.Ack(); err != nil {
-			s.log.Debug().Err(err).Msg("ack")
+		switch {
+		case final:
+			_ = pm.ack.Nak()
+		case now.Sub(pm.at) > t.cfg.AckWait/2:
+			_ = pm.ack.InProgress()
+			pm.at = now
+			t.m.progress.Inc()
+			keep = append(keep, pm)
+		default:
+			keep = append(keep, pm)
 		}
 	}
-	if !failed && len(fails) == 0 {
-		s.ckpt.Store(taken.UnixNano())
+	if len(keep) > 0 {
+		pt.pending = append(keep, pt.pending...)
 	}
-	s.m.ckptAge.Set(s.now().Sub(time.Unix(0, s.ckpt.Load())).Seconds())
-	s.closeDue(ctx)
+	pt.mu.Unlock()
+	_ = failed
 }
 
-// closeDue closes the runs that are finished or idle and records the
-// splits every sink settled. s.flushMu is held.
-func (s *Service) closeDue(ctx context.Context) {
-	s.mu.Lock()
-	s.closeRuns(ctx, false)
-	s.mu.Unlock()
-	s.settleDeliveries(ctx)
-	s.resendOverflow(ctx)
+// fail records a failed checkpoint: the next is tried later (doubling up
+// to maxBackoff), and a full store is said once and reported by Ready.
+func (pt *part) fail(err error) {
+	t := pt.t
+	pt.backoff = min(max(2*pt.backoff, t.cfg.CheckpointInterval), maxBackoff)
+	full := insufficient(err)
+	if full {
+		t.health.set("store", "the state bucket's store is full (insufficient resources): checkpoints wait and retry; events wait unacknowledged")
+	}
+	if !pt.failing {
+		pt.failing = true
+		ev := t.log.Error()
+		if full {
+			ev = t.log.Warn()
+		}
+		ev.Err(err).Int("partition", pt.p).Dur("retry_in", pt.backoff.Round(time.Millisecond)).
+			Msg("checkpoint failed: run states not written; their events wait unacknowledged and the checkpoint is tried again")
+	}
 }
 
-// persist writes a snapshot with compare-and-set. On a lost race it takes
-// the stored state, folds into it again the messages folded into the run
-// since its last write (those of batch, the checkpoint's, and those
-// folded since), and writes that; a key that vanished is written anew
-// from memory.
-func (s *Service) persist(ctx context.Context, sn *snapshot, batch []pendingMsg) error {
-	r := sn.r
-	key := stateKey(sn.head.Origin.RunID)
-	for attempt := 0; attempt < 5; attempt++ {
-		if sn.err != nil {
-			return sn.err
-		}
-		rev, err := s.put(ctx, &sn.head, sn.b, sn.rev)
-		if err == nil {
-			s.mu.Lock()
-			r.rev = rev
-			if sn.head.reopen {
-				r.st.reopen = false // the open marker is back
-			}
-			s.mu.Unlock()
-			return nil
-		}
-		if !isConflict(err) {
-			return err
-		}
-		// Another aggregator wrote this run: take its state and fold our
-		// events into it again.
-		s.m.conflicts.Inc()
-		e, gerr := s.kv.Get(ctx, key)
-		vanished := errors.Is(gerr, jetstream.ErrKeyNotFound)
-		if gerr != nil && !vanished {
-			return gerr
-		}
-		var st *RunState
-		if !vanished {
-			if st, err = UnmarshalState(e.Value(), s.opts); err != nil {
-				return err
-			}
-			if st.Compact() {
-				// Closed and compacted meanwhile: the redelivered messages
-				// meet Handle's late or duplicate branch.
-				return fmt.Errorf("run %q: closed and compacted meanwhile", sn.head.Origin.RunID)
-			}
-			st.reopen = st.Closed // a re-applied event re-opens it
-		}
-		s.mu.Lock()
-		if !vanished && !s.refold(st, r, batch) {
-			// The messages are not kept (partitions: see pendingMax):
-			// the run is forgotten and they come again, onto the
-			// stored state.
-			s.mu.Unlock()
-			return fmt.Errorf("run %q: %w", sn.head.Origin.RunID, errRedeliver)
-		}
-		if vanished {
-			// Deleted by hand, or lost: write the state in memory, which
-			// holds every event since, anew.
-			s.log.Warn().Str("run_id", sn.head.Origin.RunID).Msg("run state vanished from the state bucket; written anew from memory")
-			r.rev = 0
-		} else {
-			if r.st.LastEvent.After(st.LastEvent) {
-				st.LastEvent = r.st.LastEvent
-			}
-			st.FinishedSeq = max(st.FinishedSeq, r.st.FinishedSeq)
-			r.st, r.rev = st, e.Revision()
-		}
-		*sn = *s.take(r)
-		s.mu.Unlock()
+// recovered ends a failing episode.
+func (pt *part) recovered() {
+	if pt.failing {
+		pt.failing = false
+		pt.t.log.Info().Int("partition", pt.p).Msg("checkpoints written again")
 	}
-	return fmt.Errorf("run %q: state write kept conflicting", sn.head.Origin.RunID)
+	pt.backoff = 0
+	pt.t.health.clear("store")
 }
 
-// refold folds again into st, a state another aggregator wrote, the
-// messages folded into r since its last write (those of batch, the
-// checkpoint's, and those folded since). It reports false, folding
-// nothing, when those messages are not kept whole. s.mu is held.
-func (s *Service) refold(st *RunState, r *liveRun, batch []pendingMsg) bool {
-	var ms []*bus.Msg
-	for _, p := range slices.Concat(batch, s.pending) {
-		if p.run != r {
-			continue
-		}
-		if p.msg == nil {
-			return false
-		}
-		ms = append(ms, p.msg)
-	}
-	for _, m := range ms {
-		if d, err := m.Decode(); err == nil {
-			ApplyTo(st, d)
-		}
-	}
-	return true
-}
-
-// inParallel calls f(0), ..., f(n-1), persistParallel of them at a time
-// (each a round trip to the server), and returns when all returned.
-func inParallel(n int, f func(i int)) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, persistParallel)
-	for i := range n {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			f(i)
-		}()
-	}
-	wg.Wait()
-}
-
-// Loop flushes at the checkpoint interval, and when Handle asks (see
-// ServiceConfig.CheckpointInterval), until ctx ends. Between checkpoints
-// it closes the runs that are due and records the sinks' deliveries every
-// flushEvery, so that a split's delivery is soon confirmed in the bucket
-// (until then a partition's next owner would send it again).
-func (s *Service) Loop(ctx context.Context) {
-	t := time.NewTicker(min(s.every, flushEvery))
-	defer t.Stop()
-	last := time.Now()
-	for {
-		kicked := false
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-s.kick:
-			kicked = true
-		}
-		// A flush under way is not cut short by the stop: its writes
-		// and acks would fail, and the drain would nak what it holds.
-		fctx := context.WithoutCancel(ctx)
-		if kicked || time.Since(last) >= s.every {
-			s.Flush(fctx)
-			last = time.Now()
-			continue
-		}
-		s.flushMu.Lock()
-		s.closeDue(fctx)
-		s.flushMu.Unlock()
-	}
+// checkpointAge is the time since the runs in memory were last all written.
+func (pt *part) checkpointAge() time.Duration {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return pt.t.cfg.Now().Sub(pt.ckpt)
 }

@@ -1,425 +1,120 @@
-package aggregator
+package runtable
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
 )
 
-// MembersBucket is the key-value bucket where the aggregators of a durable
-// name announce themselves; a member whose key expired is gone.
-const MembersBucket = "GTTSPLIT_MEMBERS"
+// Consuming a partition: the owner creates (or updates) the partition's
+// durable consumer on the events stream, filtered on the partition's
+// subjects, with a pinned priority group, and unpins it so that its own
+// pulls are the ones served (a previous owner that was killed or paused
+// could hold the pin for pinnedTTL). Messages are handled one at a time,
+// in order, on the consumer's own goroutine; before each, the lease is
+// checked.
 
-// Ownership timing: a member renews its key every heartbeat; its key
-// expires after memberTTL without renewal; a partition's consumer moves
-// its pin to another puller after pinnedTTL without a pull.
 const (
-	heartbeat = 500 * time.Millisecond
-	memberTTL = 3 * time.Second
+	// ownerGroup is the priority group of every partition consumer.
+	ownerGroup = "owner"
+	// pinnedTTL: the server moves a pin after this long without a pull.
 	pinnedTTL = 5 * time.Second
-	// pullExpiry is the expiry of a pull request: a live owner renews
-	// well within pinnedTTL.
+	// pullExpiry is the expiry of a pull request (well within pinnedTTL).
 	pullExpiry = 4 * time.Second
 	// pullBatch bounds the messages buffered per partition.
 	pullBatch = 64
-	// ownerGroup is the priority group of every partition consumer.
-	ownerGroup = "owner"
-	// acquireTimeout bounds a partition's take-over (its consumer, its
-	// open runs): a broker that does not answer fails this heartbeat's
-	// take-over, tried again at the next, instead of holding the member.
-	acquireTimeout = 10 * time.Second
+	// stallAfter: a partition whose events wait in the stream but reach
+	// it neither as messages nor as the consumer's heartbeats for this
+	// long is stalled.
+	stallAfter = 5 * time.Second
+	// watchEvery is how often the table checks its consumers and the
+	// stream.
+	watchEvery = 2 * time.Second
 )
 
-// ownerConfig is what an owner needs.
-type ownerConfig struct {
-	Stream     string // events stream (the partitioned one is derived)
-	Partitions int
-	Durable    string
-	Lanes      []string
-	AckWait    time.Duration
-	MaxPending int
-	Replicas   int
+// partConsumer is one consumer of a partition: on the events stream, or
+// on the legacy stream.
+type partConsumer struct {
+	stream string
+	name   string
+	cons   jetstream.Consumer
+	stop   context.CancelFunc
+	done   chan struct{}
+	// last is when a message or a heartbeat last came (unix nanos).
+	last atomic.Int64
+	// pending is the consumer's pending count at the last watch.
+	pending atomic.Uint64
 }
 
-// owner consumes the partitions that the rendezvous hash of the live
-// members gives this aggregator: every member computes the same
-// assignment from the member list, so each partition has one owner; the
-// partition consumers' pinned priority group makes sure only one member
-// receives a partition's messages even while members disagree (a member
-// joined or left and not everyone saw it yet).
-type owner struct {
-	cfg  ownerConfig
-	js   jetstream.JetStream
-	mkv  jetstream.KeyValue
-	svc  *Service
-	h    bus.Handler
-	log  zerolog.Logger
-	id   string
-	m    *metrics
-	nak  time.Duration
-	mu   sync.Mutex
-	subs map[int]*partSub
-	// members is the member list of the last heartbeat (see unpinFor).
-	members []string
-	// ready is set while the stream, the consumers and the buckets
-	// answered at the last heartbeat; why says what failed otherwise.
-	ready atomic.Bool
-	why   atomic.Value
-	// renewErr is the error of the last renewal of the member key, nil
-	// once it succeeded (see renew); stopRenew ends the renewals.
-	renewErr  atomic.Pointer[error]
-	stopRenew func()
-	// reattached is when this member last re-attached the partitioned
-	// stream's stalled source (see watchSource).
-	reattached time.Time
-}
-
-type partSub struct {
-	cons jetstream.Consumer
-	stop context.CancelFunc
-	done chan struct{}
-}
-
-func newOwner(ctx context.Context, js jetstream.JetStream, cfg ownerConfig, svc *Service, h bus.Handler, nak time.Duration, m *metrics, log zerolog.Logger) (*owner, error) {
-	mkv, err := js.KeyValue(ctx, MembersBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		mkv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: MembersBucket, Description: "gttsplit: live aggregators", TTL: memberTTL,
-			Storage: jetstream.MemoryStorage, Replicas: max(cfg.Replicas, 1),
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			mkv, err = js.KeyValue(ctx, MembersBucket)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("members bucket %s: %w", MembersBucket, err)
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	o := &owner{cfg: cfg, js: js, mkv: mkv, svc: svc, h: h, nak: nak, m: m, subs: map[int]*partSub{},
-		id: cfg.Durable + "." + hex.EncodeToString(b[:]), log: log.With().Str("component", "owner").Logger()}
-	o.why.Store("starting")
-	return o, nil
-}
-
-// join announces this member (its key in the members bucket), starts
-// renewing the key every heartbeat, and waits one heartbeat before the
-// first assignment, so that aggregators started together see each other
-// and each creates only its own partitions' consumers (instead of every
-// one taking all of them and handing most back at once).
-func (o *owner) join(ctx context.Context) {
-	o.renewOnce(ctx)
-	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		o.renew(rctx)
-	}()
-	o.stopRenew = func() { stop(); <-done }
-	select {
-	case <-ctx.Done():
-	case <-time.After(heartbeat):
-	}
-}
-
-// run follows the assignment every heartbeat (after join and a first
-// tick) until ctx ends; then it releases every partition (writes, acks
-// and forgets its runs, and unpins, so the next owner takes over at once)
-// and leaves the members.
-func (o *owner) run(ctx context.Context) {
-	t := time.NewTicker(heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			o.mu.Lock()
-			ps := make([]int, 0, len(o.subs))
-			for p := range o.subs {
-				ps = append(ps, p)
-			}
-			o.mu.Unlock()
-			for _, p := range ps {
-				o.release(context.WithoutCancel(ctx), p)
-			}
-			o.leave(context.WithoutCancel(ctx))
-			return
-		case <-t.C:
-			o.tick(ctx)
-		}
-	}
-}
-
-// leave stops renewing the member key and deletes it.
-func (o *owner) leave(ctx context.Context) {
-	if o.stopRenew != nil {
-		o.stopRenew()
-		o.stopRenew = nil
-	}
-	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	_ = o.mkv.Delete(dctx, o.id)
-	cancel()
-}
-
-// renew renews the member key every heartbeat until ctx ends, on its own
-// goroutine: a slow take-over (a cluster settling) must not let the key
-// expire, or the other members would take this member's partitions while
-// it still holds them.
-func (o *owner) renew(ctx context.Context) {
-	t := time.NewTicker(heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			o.renewOnce(ctx)
-		}
-	}
-}
-
-func (o *owner) renewOnce(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if _, err := o.mkv.PutString(rctx, o.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
-		o.renewErr.Store(&err)
-		return
-	}
-	o.renewErr.Store(nil)
-}
-
-func (o *owner) notReady(why string, err error) {
-	msg := fmt.Sprintf("%s: %v", why, err)
-	// Said once a cause (not at every heartbeat): a member that cannot
-	// renew, list or take partitions shows why in its log as well as on
-	// /readyz.
-	if o.ready.Swap(false) || o.why.Load() != msg {
-		o.log.Warn().Err(err).Str("part", why).Msg("not ready: partitions are not followed this heartbeat")
-	}
-	o.why.Store(msg)
-}
-
-// Ready says whether the broker parts answered at the last heartbeat, and
-// what failed if not.
-func (o *owner) Ready() (bool, string) {
-	if o.ready.Load() {
-		return true, ""
-	}
-	return false, o.why.Load().(string)
-}
-
-func (o *owner) tick(ctx context.Context) {
-	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := o.renewErr.Load(); err != nil {
-		o.notReady("members bucket", *err)
-		return
-	}
-	lister, err := o.mkv.ListKeys(tctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		o.notReady("members bucket", err)
-		return
-	}
-	members := []string{o.id}
-	if lister != nil {
-		for k := range lister.Keys() {
-			if k != o.id && len(k) > len(o.cfg.Durable) && k[:len(o.cfg.Durable)+1] == o.cfg.Durable+"." {
-				members = append(members, k)
-			}
-		}
-	}
-	if err := tctx.Err(); err != nil {
-		// The listing stopped short (it says so only through the
-		// context): a partial member list would take others' partitions.
-		o.notReady("members bucket", fmt.Errorf("member list cut short: %w", err))
-		return
-	}
-	sort.Strings(members)
-	o.mu.Lock()
-	prev := o.members
-	o.members = members
-	o.mu.Unlock()
-	want := map[int]bool{}
-	for p := 0; p < o.cfg.Partitions; p++ {
-		if rendezvous(p, members) == o.id {
-			want[p] = true
-		}
-	}
-	o.mu.Lock()
-	var lose, gain []int
-	for p := range o.subs {
-		if !want[p] {
-			lose = append(lose, p)
-		}
-	}
-	for p := range want {
-		if o.subs[p] == nil {
-			gain = append(gain, p)
-		}
-	}
-	o.mu.Unlock()
-	sort.Ints(gain)
-	// First: while the node that went is missed, take-overs and the
-	// readiness checks may fail, and the source must not wait for them.
-	o.watchSource(ctx)
-	for _, p := range lose {
-		o.release(ctx, p)
-	}
-	for _, p := range gain {
-		if err := o.acquire(ctx, p, o.unpinFor(p, prev, members)); err != nil {
-			o.notReady(fmt.Sprintf("partition %d", p), err)
-			return
-		}
-	}
-	// Lag, and whether the partitions' consumers answer.
-	var lag uint64
-	o.mu.Lock()
-	subs := make([]*partSub, 0, len(o.subs))
-	for _, s := range o.subs {
-		subs = append(subs, s)
-	}
-	o.mu.Unlock()
-	for _, s := range subs {
-		ci, err := s.cons.Info(tctx)
-		if err != nil {
-			o.notReady("consumer "+s.cons.CachedInfo().Name, err)
-			return
-		}
-		lag += ci.NumPending
-	}
-	if _, err := o.svc.kv.Status(tctx); err != nil {
-		o.notReady("state bucket", err)
-		return
-	}
-	o.m.lag.Set(float64(lag))
-	o.m.owned.Set(float64(len(subs)))
-	o.m.ckptAge.Set(o.svc.CheckpointAge().Seconds())
-	if !o.ready.Swap(true) && o.why.Load() != "starting" {
-		o.log.Info().Int("partitions", len(subs)).Msg("ready again")
-	}
-}
-
-// sourceCooldown is the least time between two re-attachments of the
-// partitioned stream's source: a new leader needs a moment to set it up.
-const sourceCooldown = 10 * time.Second
-
-// watchSource: the owner of partition 0 (one member at a time) checks at
-// every heartbeat that the partitioned stream still hears from its source
-// and re-attaches it when not (bus.ReattachStalledSource): without this,
-// losing the node that leads the events stream stops every partition for
-// 10–20 s.
-func (o *owner) watchSource(ctx context.Context) {
-	o.mu.Lock()
-	mine := o.subs[0] != nil
-	o.mu.Unlock()
-	if !mine || time.Since(o.reattached) < sourceCooldown {
-		return
-	}
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	did, err := bus.ReattachStalledSource(wctx, o.js, o.cfg.Stream, bus.SourceStall)
-	if err != nil {
-		o.log.Debug().Err(err).Msg("checking the partitioned stream's source")
-		return
-	}
-	if did != "" {
-		o.reattached = time.Now()
-		o.m.reattached.Inc()
-		o.log.Warn().Msg("partitioned stream's source re-attached: " + did)
-	}
-}
-
-// rendezvous returns the member with the highest hash of (member,
-// partition): every member computes the same owner from the same list, and
-// a member leaving moves only its own partitions.
-func rendezvous(p int, members []string) string {
-	best, bestH := "", uint64(0)
-	for _, m := range members {
-		h := fnv.New64a()
-		_, _ = fmt.Fprintf(h, "%s/%d", m, p)
-		// FNV-1a alone orders members nearly the same for every
-		// partition (the partition's bytes come last and barely move the
-		// high bits), so one member would win almost all of them: mix
-		// every bit into every other (murmur3's finalizer) first.
-		if v := mix64(h.Sum64()); best == "" || v > bestH {
-			best, bestH = m, v
-		}
-	}
-	return best
-}
-
-// mix64 is murmur3's 64-bit finalizer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb3fe1a85ec53
-	x ^= x >> 33
-	return x
-}
-
-// unpinFor says whether partition p, taken now, comes from an owner that
-// is gone: one whose member key expired (killed, or cut off from the
-// broker) and who no longer pulls, so its pin is dropped at once instead
-// of after pinnedTTL. A partition that moves from a live member (a member
-// joined) waits for that member's release, which unpins it. At the first
-// heartbeat the last owner is the one among the other members, or unknown
-// (an earlier instance, gone) when there are none.
-func (o *owner) unpinFor(p int, prev, members []string) bool {
-	was := prev
-	if len(was) == 0 {
-		was = slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == o.id })
-	}
-	if len(was) == 0 {
-		return true
-	}
-	last := rendezvous(p, was)
-	return last != o.id && !slices.Contains(members, last)
-}
-
-// consumerName is the durable consumer of partition p.
-func (o *owner) consumerName(p int) string { return fmt.Sprintf("%s-p%02d", o.cfg.Durable, p) }
-
-// acquire loads partition p's open runs and starts consuming it; unpin
-// drops the pin of its last owner first (see unpinFor).
-func (o *owner) acquire(ctx context.Context, p int, unpin bool) error {
-	ctx, cancel := context.WithTimeout(ctx, acquireTimeout)
-	defer cancel()
+// startConsumers creates the partition's consumers and starts consuming.
+func (pt *part) startConsumers(ctx context.Context) error {
+	t := pt.t
 	var filters []string
-	if len(o.cfg.Lanes) == 0 {
-		filters = []string{bus.PartitionFilter(p, "")}
+	if len(t.cfg.Lanes) == 0 {
+		filters = bus.PartitionFilters(pt.p, "")
 	}
-	for _, l := range o.cfg.Lanes {
-		filters = append(filters, bus.PartitionFilter(p, l))
+	for _, l := range t.cfg.Lanes {
+		filters = append(filters, bus.PartitionFilters(pt.p, l)...)
 	}
-	replicas := o.cfg.Replicas
+	c, err := pt.consumer(ctx, t.cfg.Stream, filters)
+	if err != nil {
+		return err
+	}
+	pt.cons = append(pt.cons, c)
+	if t.legacy.Load() {
+		var lf []string
+		if len(t.cfg.Lanes) == 0 {
+			lf = []string{bus.LegacyFilter(pt.p, "")}
+		}
+		for _, l := range t.cfg.Lanes {
+			lf = append(lf, bus.LegacyFilter(pt.p, l))
+		}
+		lc, err := pt.consumer(ctx, bus.LegacyStream(t.cfg.Stream), lf)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.legacy.Store(false) // retired meanwhile
+		} else if err != nil {
+			pt.stopConsumers()
+			return err
+		} else {
+			pt.cons = append(pt.cons, lc)
+		}
+	}
+	for _, c := range pt.cons {
+		pt.consume(c)
+	}
+	return nil
+}
+
+// consumer creates or updates the partition's durable consumer on stream
+// and unpins it.
+func (pt *part) consumer(ctx context.Context, stream string, filters []string) (*partConsumer, error) {
+	t := pt.t
+	name := bus.ConsumerName(t.cfg.Group, pt.p)
+	replicas := t.cfg.Replicas
 	if replicas <= 1 {
-		replicas = 0
+		replicas = 0 // the stream's
 	}
-	name := o.consumerName(p)
-	if cur, err := o.js.Consumer(ctx, bus.PartitionStream(o.cfg.Stream), name); err == nil {
+	if cur, err := t.js.Consumer(ctx, stream, name); err == nil {
 		replicas = max(replicas, cur.CachedInfo().Config.Replicas)
 	}
-	cons, err := o.js.CreateOrUpdateConsumer(ctx, bus.PartitionStream(o.cfg.Stream), jetstream.ConsumerConfig{
+	cons, err := t.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:        name,
-		Description:    fmt.Sprintf("gttsplit aggregator, partition %d", p),
+		Description:    fmt.Sprintf("gttsplit aggregator, partition %d", pt.p),
 		FilterSubjects: filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        o.cfg.AckWait,
+		AckWait:        t.cfg.AckWait,
 		MaxDeliver:     -1,
-		MaxAckPending:  o.cfg.MaxPending,
+		MaxAckPending:  t.cfg.MaxAckPending,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		PriorityPolicy: jetstream.PriorityPolicyPinned,
 		PriorityGroups: []string{ownerGroup},
@@ -427,121 +122,224 @@ func (o *owner) acquire(ctx context.Context, p int, unpin bool) error {
 		Replicas:       replicas,
 	})
 	if err != nil {
-		return fmt.Errorf("consumer %s: %w", name, err)
+		return nil, fmt.Errorf("consumer %s of %s: %w", name, stream, err)
 	}
-	if unpin {
-		// Before this member pulls: it must not unpin itself. (A killed
-		// owner's pulls went with its connection, so the next pull that
-		// comes is this member's.)
-		if st, err := o.js.Stream(ctx, bus.PartitionStream(o.cfg.Stream)); err == nil {
-			_ = st.UnpinConsumer(ctx, name, ownerGroup) // (none pinned: nothing to do)
-		}
+	// This member holds the lease: any pin left is a previous owner's.
+	if st, err := t.js.Stream(ctx, stream); err == nil {
+		_ = st.UnpinConsumer(ctx, name, ownerGroup) // (none pinned: nothing to do)
 	}
-	if err := o.svc.Acquire(ctx, p); err != nil {
-		return err
-	}
-	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s := &partSub{cons: cons, stop: stop, done: make(chan struct{})}
-	o.mu.Lock()
-	o.subs[p] = s
-	o.mu.Unlock()
+	c := &partConsumer{stream: stream, name: name, cons: cons}
+	c.last.Store(time.Now().UnixNano())
+	return c, nil
+}
+
+// consume consumes c until stopped: it pulls as the pinned member of the
+// priority group and hands each message to handle, one at a time. It uses
+// the callback form of the pull consumer: the iterator form buffers in a
+// channel as long as a pull, which a leadership change or a missed
+// heartbeat can overrun, and a message that does not fit is dropped by the
+// client, to come back only after the ack wait.
+func (pt *part) consume(c *partConsumer) {
+	ctx, stop := context.WithCancel(context.Background())
+	c.stop, c.done = stop, make(chan struct{})
+	t := pt.t
 	go func() {
-		defer close(s.done)
-		o.consume(pctx, p, cons)
-	}()
-	o.log.Info().Int("partition", p).Msg("partition taken over")
-	return nil
-}
-
-// consume pulls partition p's messages (as the pinned member of its
-// priority group) and hands them to the handler, one at a time, until ctx
-// ends. It uses the callback form of the pull consumer: the iterator form
-// buffers in a channel as long as a pull, which a leadership change or a
-// missed heartbeat can overrun (a new pull is sent while the old one still
-// delivers), and a message that does not fit is dropped by the client, to
-// come back only after consumer.ack_wait.
-func (o *owner) consume(ctx context.Context, p int, cons jetstream.Consumer) {
-	// mu is held while a message is handled; once stopped, a message still
-	// delivered is handed back (nak) for the next owner at once.
-	var mu sync.Mutex
-	stopped := false
-	handle := func(jm jetstream.Msg) {
+		defer close(c.done)
+		// mu is held while a message is handled; once stopped, a message
+		// still delivered is handed back for the next owner at once.
+		var mu sync.Mutex
+		stopped := false
+		handle := func(jm jetstream.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			c.last.Store(time.Now().UnixNano())
+			if stopped || !pt.lease.Valid() {
+				_ = jm.Nak()
+				return
+			}
+			m, err := bus.WrapMsg(jm, t.js.Conn())
+			if err != nil {
+				_ = jm.Term()
+				return
+			}
+			if err := pt.handle(ctx, m); err != nil {
+				if !errors.Is(err, errNotOwned) {
+					t.log.Debug().Err(err).Int("partition", pt.p).Str("subject", jm.Subject()).Msg("event not folded; redelivered in a second")
+				}
+				_ = jm.NakWithDelay(time.Second)
+			}
+		}
+		errs := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			t.log.Debug().Err(err).Int("partition", pt.p).Str("stream", c.stream).Msg("next message")
+		})
+		for ctx.Err() == nil {
+			cc, err := c.cons.Consume(handle, jetstream.PullMaxMessages(min(t.cfg.MaxAckPending, pullBatch)),
+				jetstream.PullPriorityGroup(ownerGroup), jetstream.PullExpiry(pullExpiry), errs)
+			if err == nil {
+				select {
+				case <-ctx.Done():
+					cc.Stop()
+				case <-cc.Closed():
+					err = errors.New("consumer closed")
+				}
+			}
+			if err != nil && ctx.Err() == nil {
+				t.log.Debug().Err(err).Int("partition", pt.p).Str("stream", c.stream).Msg("partition consumer not ready")
+				select {
+				case <-ctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}
 		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			_ = jm.Nak()
-			return
-		}
-		m, err := bus.WrapMsg(jm, o.js.Conn())
-		if err != nil {
-			_ = jm.Term()
-			return
-		}
-		if err := o.h(ctx, m); err != nil {
-			_ = jm.NakWithDelay(o.nak)
-		}
-	}
-	errs := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		o.log.Debug().Err(err).Int("partition", p).Msg("next message")
-	})
-	for ctx.Err() == nil {
-		cc, err := cons.Consume(handle, jetstream.PullMaxMessages(min(o.cfg.MaxPending, pullBatch)),
-			jetstream.PullPriorityGroup(ownerGroup), jetstream.PullExpiry(pullExpiry), errs)
-		if err == nil {
-			select {
-			case <-ctx.Done():
-				cc.Stop()
-			case <-cc.Closed():
-				// A terminal error (the consumer deleted): consume again.
-				err = errors.New("consumer closed")
-			}
-		}
-		if err != nil && ctx.Err() == nil {
-			o.log.Debug().Err(err).Int("partition", p).Msg("partition consumer not ready")
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}
-	// Wait for the message being handled, if any; none after it.
-	mu.Lock()
-	stopped = true
-	mu.Unlock()
+		stopped = true
+		mu.Unlock()
+	}()
 }
 
-// abort stops consuming every partition at once, without writing or
-// handing over (a start that failed; nothing was folded yet).
-func (o *owner) abort() {
-	defer o.leave(context.Background())
-	o.mu.Lock()
-	subs := o.subs
-	o.subs = map[int]*partSub{}
-	o.mu.Unlock()
-	for _, s := range subs {
-		s.stop()
-		<-s.done
+// stopConsumers stops consuming the partition; the message being handled,
+// if any, is handled first.
+func (pt *part) stopConsumers() {
+	for _, c := range pt.cons {
+		if c.stop != nil {
+			c.stop()
+			<-c.done
+		}
 	}
 }
 
-// release stops consuming partition p, writes and acknowledges what its
-// runs hold, forgets them and unpins the consumer, so that its next owner
-// is pinned at once.
-func (o *owner) release(ctx context.Context, p int) {
-	o.mu.Lock()
-	s := o.subs[p]
-	delete(o.subs, p)
-	o.mu.Unlock()
-	if s == nil {
-		return
-	}
-	s.stop()
-	<-s.done
-	o.svc.Release(ctx, p)
+// unpin drops this member's pin on the partition's consumers, so that its
+// next owner is served at once.
+func (pt *part) unpin(ctx context.Context) {
 	uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if st, err := o.js.Stream(uctx, bus.PartitionStream(o.cfg.Stream)); err == nil {
-		_ = st.UnpinConsumer(uctx, o.consumerName(p), ownerGroup)
+	defer cancel()
+	for _, c := range pt.cons {
+		if st, err := pt.t.js.Stream(uctx, c.stream); err == nil {
+			_ = st.UnpinConsumer(uctx, c.name, ownerGroup)
+		}
 	}
-	cancel()
-	o.log.Info().Int("partition", p).Msg("partition handed over")
+}
+
+// health is what Ready reports: conditions by name, each reported once it
+// lasted missedWatches checks (one slow answer is not a fault).
+type health struct {
+	mu    sync.Mutex
+	conds map[string]string
+	seen  map[string]int
+}
+
+const missedWatches = 2
+
+func (h *health) set(name, why string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conds == nil {
+		h.conds, h.seen = map[string]string{}, map[string]int{}
+	}
+	h.conds[name] = why
+}
+
+func (h *health) clear(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.conds, name)
+	delete(h.seen, name)
+}
+
+// tick counts one more check for every condition set.
+func (h *health) tick() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name := range h.conds {
+		h.seen[name]++
+	}
+}
+
+func (h *health) report() (bool, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var why []string
+	for name, w := range h.conds {
+		if h.seen[name] >= missedWatches || name == "store" {
+			why = append(why, w)
+		}
+	}
+	if len(why) == 0 {
+		return true, ""
+	}
+	sort.Strings(why)
+	return false, strings.Join(why, "; ")
+}
+
+// Ready says whether the run table's partitions get their events and its
+// checkpoints are written, and why not.
+func (t *Table) Ready() (bool, string) { return t.health.report() }
+
+// watch checks, every watchEvery, the owned partitions' consumers (their
+// lag, whether events still reach them) and the events stream (whether it
+// has a leader), sets the metrics and readiness, and retires the legacy
+// stream once it is drained.
+func (t *Table) watch(ctx context.Context) {
+	tk := time.NewTicker(watchEvery)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		t.watchOnce(ctx)
+	}
+}
+
+func (t *Table) watchOnce(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(ctx, watchEvery)
+	defer cancel()
+	var lag uint64
+	var stalled []string
+	var oldest time.Duration
+	for _, pt := range t.parts() {
+		oldest = max(oldest, pt.checkpointAge())
+		for _, c := range pt.cons {
+			ci, err := c.cons.Info(wctx)
+			idle := time.Since(time.Unix(0, c.last.Load()))
+			switch {
+			case err != nil && idle > stallAfter:
+				stalled = append(stalled, fmt.Sprintf("%d (consumer %s: %v)", pt.p, c.name, err))
+			case err == nil:
+				c.pending.Store(ci.NumPending)
+				lag += ci.NumPending
+				if ci.NumPending > 0 && idle > stallAfter {
+					stalled = append(stalled, fmt.Sprintf("%d (%d events wait, none delivered for %s)", pt.p, ci.NumPending, idle.Round(time.Second)))
+				} else if ci.NumPending == 0 && ci.NumAckPending == 0 {
+					c.last.Store(time.Now().UnixNano()) // nothing to deliver: not stalled
+				}
+			}
+		}
+	}
+	t.m.lag.Set(float64(lag))
+	t.m.ckptAge.Set(oldest.Seconds())
+	t.m.stalled.Set(float64(len(stalled)))
+	if len(stalled) > 0 {
+		slices.Sort(stalled)
+		t.health.set("stalled", "events do not reach partition "+strings.Join(stalled, ", "))
+	} else {
+		t.health.clear("stalled")
+	}
+	// The events stream: without a leader, no event is stored at all.
+	if st, err := t.js.Stream(wctx, t.cfg.Stream); err != nil {
+		t.health.set("stream", fmt.Sprintf("events stream %s does not answer: %v (events do not reach the partitions)", t.cfg.Stream, err))
+	} else if ci := st.CachedInfo().Cluster; ci != nil && ci.Leader == "" && st.CachedInfo().Config.Replicas > 1 {
+		t.health.set("stream", fmt.Sprintf("events stream %s has no leader (events do not reach the partitions)", t.cfg.Stream))
+	} else {
+		t.health.clear("stream")
+	}
+	t.health.tick()
+	if t.legacy.Load() && t.part(0) != nil {
+		if gone, err := bus.RetireLegacy(wctx, t.js, t.cfg.Stream, t.cfg.Group, t.cfg.Partitions); err == nil && gone {
+			t.legacy.Store(false)
+			t.m.legacy.Set(0)
+			t.log.Info().Str("stream", bus.LegacyStream(t.cfg.Stream)).Msg("the earlier versions' partitioned stream is drained and deleted")
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package aggregator
+package runtable
 
 import (
 	"errors"
@@ -8,12 +8,12 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 )
 
-// deliveries tracks which written splits every sink has settled (delivered,
-// or failed for good), so a run's state can stop asking for a re-send: a
-// closed run keeps SinksPending until then, and an aggregator that restarts
-// (or takes the run's partition over) before it was settled writes the split
-// to the sinks again (they are idempotent).
-type deliveries struct {
+// Deliveries tracks which written splits every sink has settled
+// (delivered, or failed for good), so a run's state can stop asking for a
+// re-send: a closed run stays under its partition's open key, SinksPending,
+// until then, and the partition's next owner (or this aggregator after a
+// restart) writes the split to the sinks again (they are idempotent).
+type Deliveries struct {
 	mu    sync.Mutex
 	sinks int
 	// runs: run -> what each sink did with its latest split: settled
@@ -21,18 +21,21 @@ type deliveries struct {
 	// queue or at close, or withdrawn because the run re-opened or its
 	// partition moved; the split stays pending in the state bucket).
 	runs map[string]map[string]bool
-	done []string
+	// done are the runs every sink settled, by partition (of parts).
+	done  map[int][]string
+	parts int
 	// overflow is set when a sink dropped a split at a full queue (past
-	// its deferred ids' cap): see Service.resendOverflow.
+	// its deferred ids' cap): see part.resendOverflow.
 	overflow atomic.Bool
 }
 
-func newDeliveries(nSinks int) *deliveries {
-	return &deliveries{sinks: nSinks, runs: map[string]map[string]bool{}}
+// NewDeliveries tracks the outcomes of nSinks sinks.
+func NewDeliveries(nSinks int) *Deliveries {
+	return &Deliveries{sinks: nSinks, runs: map[string]map[string]bool{}, done: map[int][]string{}}
 }
 
 // Observe is the Fanout's observer.
-func (d *deliveries) Observe(e sinks.Event) {
+func (d *Deliveries) Observe(e sinks.Event) {
 	var settled bool
 	switch e.Outcome {
 	case sinks.OutcomeDelivered, sinks.OutcomeFailed:
@@ -61,34 +64,51 @@ func (d *deliveries) Observe(e sinks.Event) {
 			return // not settled everywhere: stays SinksPending
 		}
 	}
-	d.done = append(d.done, e.RunID)
+	p := partitionOf(e.RunID, d.parts)
+	d.done[p] = append(d.done[p], e.RunID)
+}
+
+// setPartitions sets the partition count the settled runs are sorted by.
+func (d *Deliveries) setPartitions(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.parts = n
 }
 
 // queued starts counting for a split of run handed to the sinks.
-func (d *deliveries) queued(run string) {
+func (d *Deliveries) queued(run string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.runs[run] = map[string]bool{}
 }
 
-// take returns the runs whose split every sink settled since the last call.
-func (d *deliveries) take() []string {
+// take returns the runs of partition p whose split every sink settled
+// since the last call.
+func (d *Deliveries) take(p int) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := d.done
-	d.done = nil
+	out := d.done[p]
+	delete(d.done, p)
 	return out
 }
 
-// pending says whether a split handed to the sinks for a run that match
-// selects is not settled (or given up) by every sink yet.
-func (d *deliveries) pending(match func(run string) bool) bool {
+// pending says whether a split handed to the sinks for a run of partition
+// p is not settled (or given up) by every sink yet.
+func (d *Deliveries) pending(p int) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for run := range d.runs {
-		if match(run) {
+		if partitionOf(run, d.parts) == p {
 			return true
 		}
 	}
 	return false
+}
+
+// requeue puts a settled run back for the next take (its state could not
+// be read this time).
+func (d *Deliveries) requeue(p int, run string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.done[p] = append(d.done[p], run)
 }

@@ -1,9 +1,8 @@
-package aggregator
+package runtable
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -12,11 +11,12 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// The run index: every run has a small summary key (sum.<key>) in the
-// state bucket, written when the run is first stored and when it closes.
-// Every aggregator watches those keys into memory, so /runs pages through
-// any number of runs without reading their states, and the retention
-// janitor finds the closed runs to drop.
+// The run index: every run has a small summary key (sum.<skey>) in the
+// state bucket, written when the run is first stored, when it closes and
+// when it is compacted. Every aggregator watches those keys into memory,
+// so /runs pages through any number of runs without reading their
+// states, a partition's new owner finds the closed runs to compact, and
+// the retention janitor the closed runs to drop.
 
 // indexPrefix starts the summary keys.
 const indexPrefix = "sum."
@@ -24,19 +24,48 @@ const indexPrefix = "sum."
 // summaryKey is the summary key of a run.
 func summaryKey(runID string) string { return indexPrefix + stateKey(runID) }
 
-// runIndex is the in-memory copy of the summary keys, sorted by run id.
-type runIndex struct {
+// Index is the in-memory copy of the summary keys, sorted by run id.
+type Index struct {
 	mu   sync.RWMutex
 	m    map[string]RunSummary
 	ids  []string          // sorted
 	keys map[string]string // summary key -> run id
+
+	stopWatch func()
 }
 
-func newRunIndex() *runIndex {
-	return &runIndex{m: map[string]RunSummary{}, keys: map[string]string{}}
+func newIndex() *Index {
+	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}}
 }
 
-func (ix *runIndex) put(key string, s RunSummary) {
+// start follows the summary keys of kv; it returns once the keys present
+// at the start were read (or after 10 s, with a warning: /runs fills in as
+// they are read).
+func (ix *Index) start(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger) error {
+	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); ix.watch(ictx, kv, log, ready) }()
+	ix.stopWatch = func() { cancel(); <-done }
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		log.Warn().Msg("run index: not read within 10s; /runs fills in as it is read")
+	case <-ctx.Done():
+		ix.stop()
+		return ctx.Err()
+	}
+	return nil
+}
+
+// stop stops following the keys (idempotent).
+func (ix *Index) stop() {
+	if ix.stopWatch != nil {
+		ix.stopWatch()
+		ix.stopWatch = nil
+	}
+}
+
+func (ix *Index) put(key string, s RunSummary) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if _, ok := ix.m[s.ID]; !ok {
@@ -49,7 +78,7 @@ func (ix *runIndex) put(key string, s RunSummary) {
 	ix.keys[key] = s.ID
 }
 
-func (ix *runIndex) del(key string) {
+func (ix *Index) del(key string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	id, ok := ix.keys[key]
@@ -65,7 +94,7 @@ func (ix *runIndex) del(key string) {
 
 // page returns up to limit summaries with ids after after, sorted, and
 // whether more follow.
-func (ix *runIndex) page(after string, limit int) ([]RunSummary, bool) {
+func (ix *Index) page(after string, limit int) ([]RunSummary, bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	i := sort.SearchStrings(ix.ids, after)
@@ -80,20 +109,37 @@ func (ix *runIndex) page(after string, limit int) ([]RunSummary, bool) {
 	return out, end < len(ix.ids)
 }
 
-// expired returns the ids of the runs closed before cutoff.
-func (ix *runIndex) expired(cutoff time.Time) []string {
+// expired returns the ids of partition p's runs (of n) closed before
+// cutoff.
+func (ix *Index) expired(p, n int, cutoff time.Time) []string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var out []string
 	for id, s := range ix.m {
-		if s.State == "closed" && !s.ClosedAt.IsZero() && s.ClosedAt.Before(cutoff) {
+		if s.State == "closed" && !s.ClosedAt.IsZero() && s.ClosedAt.Before(cutoff) && partitionOf(id, n) == p {
 			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// closedFull returns partition p's runs (of n) that are closed and not
+// compacted.
+func (ix *Index) closedFull(p, n int) []RunSummary {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	var out []RunSummary
+	for id, s := range ix.m {
+		if s.State == "closed" && !s.Compact && partitionOf(id, n) == p {
+			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func (ix *runIndex) len() int {
+// Len is the number of runs in the index.
+func (ix *Index) Len() int {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	return len(ix.ids)
@@ -101,7 +147,7 @@ func (ix *runIndex) len() int {
 
 // watch follows the summary keys of kv into ix until ctx ends; ready is
 // closed once the keys present at the start were read.
-func (ix *runIndex) watch(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger, ready chan<- struct{}) {
+func (ix *Index) watch(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger, ready chan<- struct{}) {
 	once := sync.Once{}
 	done := func() { once.Do(func() { close(ready) }) }
 	defer done()
@@ -135,17 +181,9 @@ func (ix *runIndex) watch(ctx context.Context, kv jetstream.KeyValue, log zerolo
 	}
 }
 
-// closeIndex stops the index watch (idempotent).
-func (s *Service) closeIndex() {
-	if s.stopIndex != nil {
-		s.stopIndex()
-		s.stopIndex = nil
-	}
-}
-
 // janitor deletes the closed runs past retention a minute after the start
 // and then every hour, until ctx ends.
-func (s *Service) janitor(ctx context.Context, retention time.Duration) {
+func (t *Table) janitor(ctx context.Context, retention time.Duration) {
 	if retention <= 0 {
 		return
 	}
@@ -156,102 +194,44 @@ func (s *Service) janitor(ctx context.Context, retention time.Duration) {
 			return
 		case <-time.After(wait):
 		}
-		s.Expire(ctx, retention)
+		t.Expire(ctx, retention)
 		wait = time.Hour
 	}
 }
 
-// putSummary writes a run's summary key.
-func (s *Service) putSummary(ctx context.Context, st *RunState, state string, closedAt time.Time) {
-	b, err := json.Marshal(RunSummary{ID: st.Origin.RunID, Host: st.Origin.Host, Lane: st.Origin.Lane, State: state,
-		LastEvent: st.LastEvent, ClosedAt: closedAt})
-	if err != nil {
-		return
-	}
-	if _, err := s.kv.Put(ctx, summaryKey(st.Origin.RunID), b); err != nil {
-		s.log.Debug().Err(err).Str("run_id", st.Origin.RunID).Msg("run summary not written")
-	}
-}
-
-// Expire deletes the closed runs whose split was written more than
-// retention ago (their state, open marker and summary keys), and returns
-// how many. The state and marker keys are purged with no delete marker
-// left; the summary key's delete marker (which tells every aggregator's
-// index) is purged at the next call, so an expired run leaves nothing in
-// the bucket.
-func (s *Service) Expire(ctx context.Context, retention time.Duration) int {
-	if retention <= 0 || s.index == nil {
+// Expire deletes the closed runs of the partitions owned whose split was
+// written more than retention ago (their closed, open and summary keys,
+// purged: the markers go by themselves), and returns how many.
+func (t *Table) Expire(ctx context.Context, retention time.Duration) int {
+	if retention <= 0 {
 		return 0
 	}
-	s.mu.Lock()
-	marked := s.expired
-	s.expired = nil
-	s.mu.Unlock()
-	for _, k := range marked {
-		if _, err := s.kv.Get(ctx, k); errors.Is(err, jetstream.ErrKeyNotFound) {
-			s.purgeKeys(ctx, k) // still deleted: not a run of the same id since
-		}
-	}
 	n := 0
-	var purged []string
-	for _, id := range s.index.expired(s.now().Add(-retention)) {
-		s.mu.Lock()
-		live := s.runs[id] != nil
-		s.mu.Unlock()
-		if live {
-			continue // re-opened by a late event
+	cutoff := t.cfg.Now().Add(-retention)
+	for _, pt := range t.parts() {
+		for _, id := range t.index.expired(pt.p, t.cfg.Partitions, cutoff) {
+			pt.mu.Lock()
+			live := pt.runs[id] != nil
+			pt.mu.Unlock()
+			if live {
+				continue // re-opened by a late event
+			}
+			var err error
+			for _, k := range []string{stateKey(id), openKey(pt.p, id), summaryKey(id)} {
+				if err = t.st.purge(ctx, pt.lease, k); err != nil {
+					break
+				}
+			}
+			if err != nil {
+				t.log.Warn().Err(err).Str("run_id", id).Msg("expired run not deleted")
+				break
+			}
+			t.index.del(summaryKey(id))
+			n++
 		}
-		if err := s.purgeKey(ctx, stateKey(id)); err != nil {
-			s.log.Warn().Err(err).Str("run_id", id).Msg("expired run not deleted")
-			continue
-		}
-		s.purgeKeys(ctx, openKey(s.partOf(id), id))
-		if err := s.kv.Purge(ctx, summaryKey(id)); err == nil {
-			purged = append(purged, summaryKey(id))
-		}
-		s.index.del(summaryKey(id))
-		n++
 	}
-	s.mu.Lock()
-	s.expired = append(s.expired, purged...)
-	s.mu.Unlock()
 	if n > 0 {
-		s.log.Info().Int("runs", n).Dur("retention", retention).Msg("closed runs past store.retention deleted")
+		t.log.Info().Int("runs", n).Dur("retention", retention).Msg("closed runs past store.retention deleted")
 	}
 	return n
-}
-
-// listPage is List for one page: the runs after after, sorted by id, up
-// to limit, with this aggregator's open runs as they are in memory; more
-// says another page follows.
-func (s *Service) listPage(after string, limit int) (out []RunSummary, more bool) {
-	out, more = s.index.page(after, limit)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seen := make(map[string]bool, len(out))
-	for i, r := range out {
-		seen[r.ID] = true
-		if lr := s.runs[r.ID]; lr != nil {
-			out[i].State, out[i].LastEvent = liveState(lr), lr.st.LastEvent
-		}
-	}
-	// Runs in memory whose summary is not written (or not seen) yet.
-	for id, lr := range s.runs {
-		if id > after && !seen[id] && (!more || len(out) == 0 || id < out[len(out)-1].ID) {
-			o := lr.st.Origin
-			out = append(out, RunSummary{ID: id, Host: o.Host, Lane: o.Lane, State: liveState(lr), LastEvent: lr.st.LastEvent})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	if len(out) > limit {
-		out, more = out[:limit], true
-	}
-	return out, more
-}
-
-func liveState(lr *liveRun) string {
-	if lr.st.Finished {
-		return "finished"
-	}
-	return "open"
 }
