@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gttsplit/gttsplit/internal/jsonesc"
+	"github.com/gttsplit/gttsplit/pkg/internal/jsonesc"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
