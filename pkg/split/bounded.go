@@ -185,8 +185,6 @@ func (s *hashSet) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-func (s hashSet) isZero() bool { return len(s.h) == 0 && !s.full }
-
 // keep routes one parsed relevant line (applied for the first time) into
 // the bounded state.
 func (st *state) keep(k lineKey, r Record) {
