@@ -26,9 +26,9 @@ func decodeOnePass(b []byte) (Decoded, bool) { return decodeOnePassKeep(b, nil) 
 
 // decodeOnePassKeep is decodeOnePass; with keep, a log-lines event keeps
 // only the lines whose text keep accepts as the JSON string holds it (see
-// DecodeBytesFiltered). The others are checked as much (their time, the
+// DecodeFiltered). The others are checked as much (their time, the
 // escapes of their text) but not unescaped or kept.
-func decodeOnePassKeep(b []byte, keep func(seg []byte) bool) (Decoded, bool) {
+func decodeOnePassKeep(b []byte, keep LineFilter) (Decoded, bool) {
 	p := onePass{b: b, keep: keep}
 	var (
 		env    envelope
@@ -123,7 +123,7 @@ type onePass struct {
 	buf []byte // unescaping
 	// keep, if set, picks the lines whose text is kept (see
 	// decodeOnePassKeep); skipped says line dropped the last one.
-	keep    func(seg []byte) bool
+	keep    LineFilter
 	skipped bool
 	// texts holds the text of every line read so far, one after the
 	// other, and ends where each ends: the lines share one string.
@@ -270,7 +270,7 @@ func (p *onePass) lineText() bool {
 	if !ok {
 		return false
 	}
-	if !p.keep(seg) {
+	if !p.keep.Keep(seg) {
 		p.skipped = true
 		return !esc || validEscapes(seg)
 	}
@@ -461,7 +461,7 @@ func (p *onePass) line(l *split.Line) bool {
 	}
 	for first := true; ; first = false {
 		if first && p.next('}') {
-			p.skipped = p.keep != nil && !p.keep(nil)
+			p.skipped = p.keep != nil && !p.keep.Keep(nil)
 			return true
 		}
 		key, ok := p.key()
@@ -492,7 +492,7 @@ func (p *onePass) line(l *split.Line) bool {
 			continue
 		}
 		if !haveTxt && p.keep != nil {
-			p.skipped = !p.keep(nil)
+			p.skipped = !p.keep.Keep(nil)
 		}
 		return p.next('}')
 	}

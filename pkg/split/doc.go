@@ -9,7 +9,7 @@
 // samples applied, whatever their order and however often each came.
 //
 //	f := split.NewFold(split.Options{})
-//	f.ReadLog(logFile, "log") // or AddLine, one line of an event at a time
+//	f.ReadLog(logFile, "log") // a saved log, or Apply one event's Input at a time
 //	f.AddSample(s)
 //	out, err := split.JSON(f.Report())
 //
