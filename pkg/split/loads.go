@@ -71,6 +71,10 @@ type figures struct {
 	haveCtx                     bool
 	lines                       []BufferLine
 	remote                      []BufferLine
+	// buffersLost and reservationLost say the fold's cap may have dropped
+	// a context's KV, recurrent-state or output lines, or its last
+	// reservation: the figures they feed are unknown.
+	buffersLost, reservationLost bool
 }
 
 func (f *figures) add(g figures) {
@@ -90,6 +94,8 @@ func (f *figures) add(g figures) {
 	f.haveCtx = f.haveCtx || g.haveCtx
 	f.lines = append(f.lines, g.lines...)
 	f.remote = append(f.remote, g.remote...)
+	f.buffersLost = f.buffersLost || g.buffersLost
+	f.reservationLost = f.reservationLost || g.reservationLost
 }
 
 func bufLine(r Record, row string) BufferLine {
@@ -137,6 +143,8 @@ func loadFigures(l *loadAcc) figures {
 	}
 	for _, x := range l.ctxs {
 		g.haveCtx = true
+		g.buffersLost = g.buffersLost || x.buffersLost
+		g.reservationLost = g.reservationLost || x.reservationLost
 		if !l.mmproj {
 			g.ctxs++
 		}
@@ -183,6 +191,27 @@ func (rd *logReader) endReloaded() {
 				break
 			}
 		}
+	}
+}
+
+// markLost marks the contexts the fold's cap may have taken lines from
+// (see capFrontier): a context that starts before the kept KV, recurrent-
+// state and output lines may miss some of them; one that starts before
+// the kept reservations and holds fewer than two may miss its last one. A
+// context that holds two reservations holds its last one whole: the
+// dropped lines are all before the kept ones.
+func (rd *logReader) markLost(fr *capFrontier) {
+	mark := func(l *loadAcc) {
+		for _, x := range l.ctxs {
+			x.buffersLost = !l.mmproj && fr.beforeSeq(1, x.seq)
+			x.reservationLost = fr.beforeSeq(0, x.seq) && x.nReservations() < 2
+		}
+	}
+	for _, l := range rd.loads {
+		mark(l)
+	}
+	for _, l := range rd.pseudo {
+		mark(l)
 	}
 }
 

@@ -103,14 +103,14 @@ func (rd *logReader) ctxOwner(port int) *loadAcc {
 	return rd.pseudo[port]
 }
 
-// ctxOf is the port's current context (opened when there is none); a
-// context line closes the current load's model lines.
-func (rd *logReader) ctxOf(port int) *ctxAcc {
-	l := rd.ctxOwner(port)
+// ctxOf is the current context of r's port (r opens one when there is
+// none); a context's line closes the current load's model lines.
+func (rd *logReader) ctxOf(r *Record) *ctxAcc {
+	l := rd.ctxOwner(r.Port)
 	if len(l.ctxs) == 0 {
-		l.ctxs = append(l.ctxs, &ctxAcc{})
+		l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
 	}
-	if cl := rd.cur[port]; cl != nil {
+	if cl := rd.cur[r.Port]; cl != nil {
 		cl.modelClosed = true
 	}
 	return l.ctxs[len(l.ctxs)-1]
@@ -272,7 +272,7 @@ func (rd *logReader) buffer(r *Record) {
 	case "kv", "rs", "state":
 		rd.cacheBuffer(r, kind)
 	case "compute":
-		rd.ctxOf(r.Port).compute(*r)
+		rd.ctxOf(r).compute(*r)
 	case "output":
 		rd.outputBuffer(r)
 	case "mmproj":
@@ -303,7 +303,7 @@ func (rd *logReader) cacheBuffer(r *Record, kind string) {
 	if l := rd.ctxOwner(r.Port); len(l.ctxs) > 0 && l.ctxs[len(l.ctxs)-1].nReservations() > 0 {
 		l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
 	}
-	x := rd.ctxOf(r.Port)
+	x := rd.ctxOf(r)
 	bl := bufLine(*r, "")
 	switch {
 	case IsRemoteBuffer(r.Name):
@@ -328,7 +328,7 @@ func (rd *logReader) cacheBuffer(r *Record, kind string) {
 // outputBuffer reads an output (or input) buffer line of the port's
 // current context.
 func (rd *logReader) outputBuffer(r *Record) {
-	x := rd.ctxOf(r.Port)
+	x := rd.ctxOf(r)
 	bl := bufLine(*r, "")
 	switch {
 	case IsRemoteBuffer(r.Name):

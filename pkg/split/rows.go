@@ -12,17 +12,25 @@ import (
 // the lines, and the checks against the teardown echoes and llama.cpp's
 // memory breakdown (docs/accounting.md rules 2 to 7, 11 and 12).
 func (c *computation) logRows(recs []*keyedRecord) {
+	fr := c.st.frontier()
 	rd := newLogReader()
 	for _, kr := range recs {
-		rd.read(&kr.Record)
+		if !fr.orphan(kr) {
+			rd.read(&kr.Record)
+		}
 	}
+	rd.markLost(&fr)
 	c.warn = append(c.warn, rd.warn...)
 	c.formatFlags(rd)
 
 	// Which loads are live (rule 3).
 	rd.endReloaded()
-	if c.st.droppedRecords() > 0 {
+	if fr[2].dropped {
+		// The cap dropped model-load lines: the first kept load of a
+		// process may have lost its marker, and lines before a port's
+		// first kept load belong to a load that is gone.
 		rd.endUnmarkedFirst()
+		clear(rd.pseudo)
 	}
 	rd.passProbeRoles()
 
@@ -127,6 +135,7 @@ func (c *computation) modelLoads(rd *logReader) (sum figures, live []*loadAcc, l
 		live = append(live, l)
 		sum.add(g)
 		c.liveLoadFlags(l, g)
+		c.lostWarnings(l, g)
 	}
 	if ended > 3 {
 		c.warn = append(c.warn, fmt.Sprintf("%d more loads are not counted (see models)", ended-3))
@@ -149,11 +158,26 @@ func modelLoad(l *loadAcc, g figures) ModelLoad {
 	if g.haveHost {
 		ml.ModelHostMiB = mib(g.host)
 	}
-	if g.haveCtx {
+	if g.haveCtx && !g.buffersLost {
 		ml.StateMiB = mib(g.kv + g.rs + g.other)
+	}
+	if g.haveCtx && !g.buffersLost && !g.reservationLost {
 		ml.ComputeMiB = mib(g.comp + g.output)
 	}
 	return ml
+}
+
+// lostWarnings says which rows of a live load are unknown because the
+// fold's cap dropped some of its lines.
+func (c *computation) lostWarnings(l *loadAcc, g figures) {
+	for _, row := range []struct {
+		lost bool
+		name string
+	}{{g.buffersLost, "KV + state"}, {g.buffersLost || g.reservationLost, "compute + output"}} {
+		if row.lost {
+			c.warn = append(c.warn, fmt.Sprintf("line %d: %s is unknown for the %s load of %s, not 0: the fold's cap (state_capped) dropped some of its buffer lines", l.seq, row.name, l.role, orUnknown(l.file)))
+		}
+	}
 }
 
 // liveLoadFlags flags what a live load is: an mmproj, or a llama model
@@ -209,21 +233,32 @@ func (c *computation) contextRows(sum figures) {
 	d.Reservations = sum.reservations
 	d.HostKVMiB = MiB(sum.hostKV)
 	d.Buffers = sum.lines
-	if sum.haveCtx {
-		d.HostComputeMiB = MiB(sum.hostComp)
-		d.KVMiB, d.RSMiB, d.ComputeOnlyMiB, d.OutputMiB = mib(sum.kv), mib(sum.rs), mib(sum.comp), mib(sum.output)
-		if sum.other != 0 {
-			d.OtherStateMiB = mib(sum.other)
-		}
-		s, co := sum.kv+sum.rs+sum.other, sum.comp+sum.output
-		c.stateMiB, c.compute = &s, &co
-		c.r.StateMiB, c.r.ComputeMiB = mib(s), mib(co)
-	}
 	sort.SliceStable(d.Buffers, func(i, j int) bool { return d.Buffers[i].Line < d.Buffers[j].Line })
 	d.Remote = sum.remote
 	sort.SliceStable(d.Remote, func(i, j int) bool { return d.Remote[i].Line < d.Remote[j].Line })
 	if len(d.Remote) > 0 {
 		c.flag(FlagRemoteBuffers)
+	}
+	if !sum.haveCtx {
+		return
+	}
+	d.HostComputeMiB = MiB(sum.hostComp)
+	// A figure whose lines the fold's cap may have dropped is unknown.
+	c.rowsLost = sum.buffersLost || sum.reservationLost
+	if !sum.buffersLost {
+		d.KVMiB, d.RSMiB, d.OutputMiB = mib(sum.kv), mib(sum.rs), mib(sum.output)
+		if sum.other != 0 {
+			d.OtherStateMiB = mib(sum.other)
+		}
+		s := sum.kv + sum.rs + sum.other
+		c.stateMiB, c.r.StateMiB = &s, mib(s)
+	}
+	if !sum.reservationLost {
+		d.ComputeOnlyMiB = mib(sum.comp)
+	}
+	if !c.rowsLost {
+		co := sum.comp + sum.output
+		c.compute, c.r.ComputeMiB = &co, mib(co)
 	}
 }
 
