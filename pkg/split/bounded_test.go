@@ -133,18 +133,24 @@ func TestBoundedStateIsOrderFree(t *testing.T) {
 	}
 }
 
-// At the cap, superseded lines go first: a long server that re-reserves
-// compute buffers and prints memory tables for ever keeps its model load,
-// its KV buffers and its last reservation.
-func TestCapDropsSupersededFirst(t *testing.T) {
-	t.Parallel()
-	lines := []string{
+// oneLoad is a -v log's load of 2375.90 MiB with one context and its KV
+// buffer of 36 MiB, line by line.
+func oneLoad() []string {
+	return []string{
 		strings.TrimSuffix(verbose, "\n"),
 		strings.TrimSuffix(load, "\n"),
 		"load_tensors:         HRX0 model buffer size =  2375.90 MiB",
 		"llama_context: constructing llama_context",
 		"llama_kv_cache:       HRX0 KV buffer size =    36.00 MiB",
 	}
+}
+
+// At the cap, superseded lines go first: a long server that re-reserves
+// compute buffers and prints memory tables for ever keeps its model load,
+// its KV buffers and its last reservation.
+func TestCapDropsSupersededFirst(t *testing.T) {
+	t.Parallel()
+	lines := oneLoad()
 	for i := 0; i < 3*MaxRecords; i++ {
 		lines = append(lines, fmt.Sprintf("sched_reserve:       HRX0 compute buffer size =    %d.00 MiB", 10+i%7))
 	}
@@ -353,14 +359,7 @@ func shiftLines(bs []BufferLine, d uint64) []BufferLine {
 // unknown, never 0; the rows the kept lines feed stay known.
 func TestCappedRowIsUnknownNotZero(t *testing.T) {
 	t.Parallel()
-	lines := []string{
-		strings.TrimSuffix(verbose, "\n"),
-		strings.TrimSuffix(load, "\n"),
-		"load_tensors:         HRX0 model buffer size =  2375.90 MiB",
-		"llama_context: constructing llama_context",
-		"llama_kv_cache:       HRX0 KV buffer size =    36.00 MiB",
-		"sched_reserve:       HRX0 compute buffer size =    43.00 MiB",
-	}
+	lines := append(oneLoad(), "sched_reserve:       HRX0 compute buffer size =    43.00 MiB")
 	for i := 0; i < 2*MaxRecords; i++ {
 		// A buffer kind gttsplit does not know, again and again.
 		lines = append(lines, fmt.Sprintf("llama_adapter_lora_init:       HRX0 LoRA buffer size =    %d.00 MiB", 1+i%5))

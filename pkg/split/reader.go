@@ -304,23 +304,18 @@ func (rd *logReader) cacheBuffer(r *Record, kind string) {
 		l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
 	}
 	x := rd.ctxOf(r)
-	bl := bufLine(*r, "")
-	switch {
-	case IsRemoteBuffer(r.Name):
-		bl.Row = "remote"
-	case IsHostBuffer(r.Name):
-		x.hostKV += r.MiB
-		bl.Row = "host"
-	case kind == "kv":
-		x.kv += r.MiB
+	bl := bufLine(*r, offGTT(r, &x.hostKV))
+	if bl.Row == "" {
 		bl.Row = "state"
-	case kind == "rs":
-		x.rs += r.MiB
-		bl.Row = "state"
-	default:
-		x.other += r.MiB
-		bl.Row = "state"
-		rd.warn = append(rd.warn, fmt.Sprintf("line %d: %s %s buffer (%.2f MiB) counted in KV + state as a cache kind outside the KV/RS rule (detail.other_state_mib)", r.Seq, r.Name, r.BufKind, r.MiB))
+		switch kind {
+		case "kv":
+			x.kv += r.MiB
+		case "rs":
+			x.rs += r.MiB
+		default:
+			x.other += r.MiB
+			rd.warn = append(rd.warn, fmt.Sprintf("line %d: %s %s buffer (%.2f MiB) counted in KV + state as a cache kind outside the KV/RS rule (detail.other_state_mib)", r.Seq, r.Name, r.BufKind, r.MiB))
+		}
 	}
 	x.lines = append(x.lines, bl)
 }
@@ -329,18 +324,26 @@ func (rd *logReader) cacheBuffer(r *Record, kind string) {
 // current context.
 func (rd *logReader) outputBuffer(r *Record) {
 	x := rd.ctxOf(r)
-	bl := bufLine(*r, "")
-	switch {
-	case IsRemoteBuffer(r.Name):
-		bl.Row = "remote"
-	case IsHostBuffer(r.Name):
-		x.hostOutput += r.MiB
-		bl.Row = "host"
-	default:
+	bl := bufLine(*r, offGTT(r, &x.hostOutput))
+	if bl.Row == "" {
 		x.output += r.MiB
 		bl.Row = "compute"
 	}
 	x.lines = append(x.lines, bl)
+}
+
+// offGTT is the row of a context's buffer line that is not this host's
+// GTT: "remote" for a remote device's (in no row), "host" for host
+// memory's (added to *host); "" for GTT.
+func offGTT(r *Record, host *float64) string {
+	switch {
+	case IsRemoteBuffer(r.Name):
+		return "remote"
+	case IsHostBuffer(r.Name):
+		*host += r.MiB
+		return "host"
+	}
+	return ""
 }
 
 // mmprojCompute reads a compute buffer line of the mmproj/CLIP model

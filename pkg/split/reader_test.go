@@ -29,6 +29,7 @@ const (
 	rdCtx     = "llama_context: constructing llama_context"
 	rdKV      = "llama_kv_cache:      ROCm0 KV buffer size =    64.00 MiB"
 	rdCompute = "llama_context:      ROCm0 compute buffer size =    20.00 MiB"
+	rdHead    = "llama_memory_breakdown_print: | memory breakdown [MiB] | total   free    self   model   context   compute    unaccounted |"
 )
 
 func TestReaderLoadTakesTheAnnouncedRole(t *testing.T) {
@@ -130,16 +131,15 @@ func TestReaderFitBrackets(t *testing.T) {
 	const (
 		start     = "common_fit_params: fitting params to device memory, for bugs during this step try to reproduce them with -fit off"
 		end       = "common_fit_params: fitting params to free memory took 0.52 seconds"
-		head      = "llama_memory_breakdown_print: | memory breakdown [MiB] | total   free    self   model   context   compute    unaccounted |"
 		projected = "llama_params_fit_impl: projected to use 5000 MiB of device memory vs. 20000 MiB of free device memory"
 	)
 	rd := readLines(t, start, start, end)
 	require.Equal(t, []bracket{{start: 1, end: 3}}, rd.brackets, "a second start inside an open bracket is the same fit")
 
-	rd = readLines(t, rdLoad, head, projected)
+	rd = readLines(t, rdLoad, rdHead, projected)
 	require.Equal(t, []bracket{{start: 2, end: 3}}, rd.brackets, "a projection closes a bracket from the table before it")
 
-	rd = readLines(t, head, rdLoad, projected)
+	rd = readLines(t, rdHead, rdLoad, projected)
 	require.Empty(t, rd.brackets, "no table since the current load: nothing to set apart")
 }
 
@@ -164,11 +164,8 @@ func TestReaderClipLines(t *testing.T) {
 
 func TestReaderTableRowsFollowTheirHead(t *testing.T) {
 	t.Parallel()
-	const (
-		head = "llama_memory_breakdown_print: | memory breakdown [MiB] | total   free    self   model   context   compute    unaccounted |"
-		row  = "llama_memory_breakdown_print: |   - ROCm0 (7900 XTX)   | 24560 = 20000 + (1084 =  1000 +      64 +      20) +        3476 |"
-	)
-	rd := readLines(t, head, row, row, rdLoad, row)
+	const row = "llama_memory_breakdown_print: |   - ROCm0 (7900 XTX)   | 24560 = 20000 + (1084 =  1000 +      64 +      20) +        3476 |"
+	rd := readLines(t, rdHead, row, row, rdLoad, row)
 	require.Len(t, rd.tables, 1)
 	require.Len(t, rd.tables[0].rows, 2, "a row not next to its table is stray")
 }
