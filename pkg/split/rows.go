@@ -10,7 +10,7 @@ import (
 // log-derived part: the model, KV + state, compute and packed rows, the
 // models list, the detail's buffers, the format's flags, the warnings of
 // the lines, and the checks against the teardown echoes and llama.cpp's
-// memory breakdown (docs/accounting.md rules 2 to 7, 11 and 12).
+// memory breakdown (docs/accounting.md rules 2 to 7, 11, 12 and 15).
 func (c *computation) logRows(recs []*keyedRecord) {
 	fr := c.st.frontier()
 	rd := newLogReader()
