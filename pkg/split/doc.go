@@ -47,7 +47,9 @@
 //	line.go                Parser: the grammar of llama.cpp and trace lines, Kind, Record
 //	decimal.go, intern.go  number parsing and string reuse for the parser
 //	fold.go                Fold: applying lines and samples, the state, persistence
+//	input.go               Input and Fold.Apply: what one decoded event brings
 //	bounded.go             the bounds of the state: the trace fold, which records are kept
+//	                       (and, past the cap, which figures are unknown)
 //	series.go, seqset.go   the GTT timeline; sets of sequence numbers
 //	complete.go            whether the fold holds all the collector sent
 //	reader.go              logReader: one method per record kind
