@@ -16,6 +16,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/offline"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -138,7 +139,7 @@ A file without a single event (a saved llama.cpp log: split it with
 			if err != nil {
 				return cli.Usage(err)
 			}
-			runs := aggregator.NewRuns(opts)
+			runs := runtable.NewRuns(opts)
 			st, err := aggregator.ReplayFiles(runs, args, log)
 			if err != nil {
 				if errors.Is(err, aggregator.ErrInput) {
@@ -165,7 +166,7 @@ A file without a single event (a saved llama.cpp log: split it with
 			report := func(id string) split.Report {
 				foldMu.Lock()
 				defer foldMu.Unlock()
-				return aggregator.Report(runs.Get(id))
+				return runtable.Report(runs.Get(id))
 			}
 			reload := func(_ context.Context, _, id string) (split.Report, bool, error) {
 				if runs.Get(id) == nil {

@@ -74,8 +74,8 @@ HTTP on --http: the live page at / (the runs, newest activity first, 100
 a page (?limit=, ?after=), filterable and updated live; /run/{id} with the
 split at peak and final and the GTT timeline, updated live;
 /compare?a=ID&b=ID), /healthz, /readyz, /metrics (Prometheus),
-/runs, /runs/{id} (JSON). On a loopback address nothing needs a login; on
-any other every path but /healthz and /readyz needs http.token
+/partitions, /runs, /runs/{id} (JSON). On a loopback address nothing needs
+a login; on any other every path but /healthz and /readyz needs http.token
 (GTTSPLIT_HTTP_TOKEN: send Authorization: Bearer TOKEN, or open the page
 once with ?token=TOKEN), and without one they are refused there
 (http.metrics_public leaves /metrics open).

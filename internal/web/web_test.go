@@ -86,7 +86,7 @@ func foldStream(t *testing.T, path string, keep func(events.Decoded) bool) split
 		d, err := events.Decode(r.Event())
 		require.NoError(t, err)
 		if keep(d) {
-			d.ApplyTo(fold)
+			fold.Apply(d.Input())
 		}
 	}
 	require.NoError(t, r.Err())

@@ -8,20 +8,57 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/internal/web"
 )
 
-// startHTTP serves /healthz, /readyz, /metrics, /runs, /runs/{id} and the
-// live page on cfg.Listen. On a loopback address every path is open; on
-// any other, every path but /healthz and /readyz needs cfg.Token (see
-// web.Guard), and /metrics too unless cfg.MetricsPublic.
-func startHTTP(cfg config.HTTP, svc *Service, b *broker, own *owner, m *metrics, log zerolog.Logger) (*http.Server, string, error) {
+// endpoints are what the HTTP endpoints read.
+type endpoints struct {
+	tbl    *runtable.Table
+	member *fleet.Member
+	nc     *nats.Conn
+	m      *runtable.Metrics
+}
+
+// ready says whether the aggregator does its work: connected, following
+// the fleet, its partitions getting their events and its checkpoints
+// written.
+func (e endpoints) ready() (bool, string) {
+	if !e.nc.IsConnected() {
+		return false, "nats not connected"
+	}
+	var why []string
+	if ok, w := e.member.Ready(); !ok {
+		why = append(why, w)
+	}
+	if ok, w := e.tbl.Ready(); !ok {
+		why = append(why, w)
+	}
+	return len(why) == 0, strings.Join(why, "; ")
+}
+
+// partitionsView is /partitions: every partition's owner as this
+// aggregator sees it, and the live members.
+type partitionsView struct {
+	Member     string                `json:"member"`
+	Members    []string              `json:"members"`
+	Partitions []fleet.PartitionView `json:"partitions"`
+}
+
+// startHTTP serves /healthz, /readyz, /metrics, /partitions, /runs,
+// /runs/{id} and the live page on cfg.Listen. On a loopback address every
+// path is open; on any other, every path but /healthz and /readyz needs
+// cfg.Token (see web.Guard), and /metrics too unless cfg.MetricsPublic.
+func startHTTP(cfg config.HTTP, e endpoints, log zerolog.Logger) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, "", fmt.Errorf("http.listen: %w", err)
@@ -32,49 +69,41 @@ func startHTTP(cfg config.HTTP, svc *Service, b *broker, own *owner, m *metrics,
 	}
 	token := cfg.Token.Reveal()
 	guard := web.Guard{Token: token, Loopback: loop}
+	svc := e.tbl
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !b.nc.IsConnected() {
-			http.Error(w, "nats not connected", http.StatusServiceUnavailable)
-			return
-		}
-		if ok, why := own.Ready(); !ok {
+		if ok, why := e.ready(); !ok {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	metricsHandler := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	metricsHandler := promhttp.HandlerFor(e.m.Registry, promhttp.HandlerOpts{})
 	if !cfg.MetricsPublic {
 		metricsHandler = guard.Wrap(metricsHandler)
 	}
 	mux.Handle("GET /metrics", metricsHandler)
+	mux.Handle("GET /partitions", guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		view, members := e.member.View()
+		writeJSON(w, partitionsView{Member: e.member.ID(), Members: members, Partitions: view})
+	})))
 	mux.Handle("GET /runs", guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if svc.index != nil {
-			limit := 1000
-			if v := r.URL.Query().Get("limit"); v != "" {
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 1 || n > 10000 {
-					http.Error(w, "limit: a number from 1 to 10000", http.StatusBadRequest)
-					return
-				}
-				limit = n
+		limit := 1000
+		if v := r.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 10000 {
+				http.Error(w, "limit: a number from 1 to 10000", http.StatusBadRequest)
+				return
 			}
-			list, more := svc.listPage(r.URL.Query().Get("after"), limit)
-			if more && len(list) > 0 {
-				w.Header().Set("X-Next-After", list[len(list)-1].ID)
-			}
-			writeJSON(w, list)
-			return
+			limit = n
 		}
-		list, err := svc.List(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
+		list, more := svc.ListPage(r.URL.Query().Get("after"), limit)
+		if more && len(list) > 0 {
+			w.Header().Set("X-Next-After", list[len(list)-1].ID)
 		}
 		if list == nil {
-			list = []RunSummary{}
+			list = []runtable.RunSummary{}
 		}
 		writeJSON(w, list)
 	})))
@@ -96,13 +125,13 @@ func startHTTP(cfg config.HTTP, svc *Service, b *broker, own *owner, m *metrics,
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
-	log.Info().Str("listen", ln.Addr().String()).Msg("http: / (the live page) /healthz /readyz /metrics /runs /runs/{id}")
+	log.Info().Str("listen", ln.Addr().String()).Msg("http: / (the live page) /healthz /readyz /metrics /partitions /runs /runs/{id}")
 	switch {
 	case loop:
 	case token == "" && cfg.MetricsPublic:
-		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) only /healthz, /readyz and /metrics (http.metrics_public) are served; the page, /runs and /runs/{id} are refused")
+		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) only /healthz, /readyz and /metrics (http.metrics_public) are served; the page, /partitions, /runs and /runs/{id} are refused")
 	case token == "":
-		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) only /healthz and /readyz are served; the page, /runs, /runs/{id} and /metrics are refused")
+		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) only /healthz and /readyz are served; the page, /partitions, /runs, /runs/{id} and /metrics are refused")
 	}
 	return srv, ln.Addr().String(), nil
 }

@@ -20,8 +20,8 @@ func TestHTTPTokenOffLoopbackIntegration(t *testing.T) {
 	skipShort(t)
 	fx := loadFixture(t, fixture4B)
 	b := startBroker(t)
-	run := fx.origin.RunID
-	guarded := []string{"/runs", "/runs/" + run, "/metrics", "/", "/events", "/run/" + run, "/run/" + run + "/events", "/compare"}
+	run := fx.Origin.RunID
+	guarded := []string{"/runs", "/runs/" + run, "/metrics", "/partitions", "/", "/events", "/run/" + run, "/run/" + run + "/events", "/compare"}
 	open := []string{"/healthz", "/readyz"}
 
 	serveOn := func(t *testing.T, mutate func(*config.Aggregator)) string {
@@ -53,7 +53,7 @@ func TestHTTPTokenOffLoopbackIntegration(t *testing.T) {
 
 	t.Run("token", func(t *testing.T) {
 		addr := serveOn(t, func(c *config.Aggregator) { c.HTTP.Token = "s3cret" })
-		b.publish(t, fx.wires...)
+		b.publish(t, fx.Wires...)
 		eventually(t, "the run is listed", func() bool { return status(t, addr, "/runs/"+run, "s3cret") == http.StatusOK })
 		for _, p := range open {
 			require.Equal(t, http.StatusOK, status(t, addr, p, ""), p)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
@@ -33,7 +34,7 @@ func NotAStreamHint(name string) string {
 // same fold `serve` does live. Bad lines and bad events are counted, logged
 // at debug and skipped; the rest is folded. A file with lines and no event
 // is listed in NotStreams (see NotAStreamHint).
-func ReplayFiles(runs *Runs, files []string, log zerolog.Logger) (ReplayStats, error) {
+func ReplayFiles(runs *runtable.Runs, files []string, log zerolog.Logger) (ReplayStats, error) {
 	var st ReplayStats
 	for _, name := range files {
 		f, err := os.Open(name)

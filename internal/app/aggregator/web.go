@@ -6,13 +6,14 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/internal/web"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
-// webSource reads the live page's runs from the service: the summaries
+// webSource reads the live page's runs from the run table: the summaries
 // from its run index (memory), a report only for a run a page shows.
-type webSource struct{ svc *Service }
+type webSource struct{ svc *runtable.Table }
 
 func (s webSource) Summaries(ctx context.Context) ([]web.Summary, error) {
 	list, err := s.svc.List(ctx)
@@ -33,7 +34,7 @@ func (s webSource) Report(ctx context.Context, id string) (split.Report, bool, e
 // mountWeb adds the live page (internal/web) to mux: on a loopback
 // listener there is no login, elsewhere the pages need token. It returns
 // the function that ends the live streams.
-func mountWeb(mux *http.ServeMux, svc *Service, loopback bool, token string, log zerolog.Logger) func() {
+func mountWeb(mux *http.ServeMux, svc *runtable.Table, loopback bool, token string, log zerolog.Logger) func() {
 	h := web.New(webSource{svc}, web.Options{Token: token, Loopback: loopback}, log.With().Str("component", "web").Logger())
 	h.Register(mux)
 	return h.Close

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/runtable"
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
@@ -29,9 +31,9 @@ func BenchmarkLivePage(b *testing.B) {
 		br, addr, _ := startBenchServe(b, bin, n)
 		var wires []events.Wire
 		for r := 0; r < n; r++ {
-			o := events.Origin{RunID: fmt.Sprintf("page-%05d-%d", r, i), Host: fx.origin.Host, Lane: fx.origin.Lane}
-			for _, d := range fx.decoded {
-				w, err := rewrite(d, o)
+			o := events.Origin{RunID: fmt.Sprintf("page-%05d-%d", r, i), Host: fx.Origin.Host, Lane: fx.Origin.Lane}
+			for _, d := range fx.Decoded {
+				w, err := rt.Rewrite(d, o)
 				require.NoError(b, err)
 				wires = append(wires, w)
 			}
@@ -42,7 +44,7 @@ func BenchmarkLivePage(b *testing.B) {
 		}
 		waitProgress(b, "every run closed and listed", func() (float64, bool) {
 			_, page := tryGet(addr, "/runs?limit=10000")
-			var list []RunSummary
+			var list []runtable.RunSummary
 			_ = json.Unmarshal([]byte(page), &list)
 			closed := 0
 			for _, s := range list {

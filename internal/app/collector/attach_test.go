@@ -164,7 +164,7 @@ func TestAttachIntegration(t *testing.T) {
 	require.Positive(t, last.Finished.Detail.Duration)
 	f := split.NewFold(split.Options{})
 	for _, d := range evs {
-		d.ApplyTo(f)
+		f.Apply(d.Input())
 	}
 	require.Empty(t, f.Missing(), "the stream is complete by content")
 	_, err = os.Stat(filepath.Join(cfg.Attach.StateDir, sentLogName(runID)))

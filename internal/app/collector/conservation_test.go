@@ -431,7 +431,7 @@ func checkConservation(t *testing.T, b *conservationBroker, fs *fakeServer, row 
 	fold := func(order []events.Decoded) (*split.Fold, []byte) {
 		f := split.NewFold(split.Options{})
 		for _, d := range order {
-			d.ApplyTo(f)
+			f.Apply(d.Input())
 		}
 		j, err := split.JSON(f.Report())
 		require.NoError(t, err)
