@@ -638,3 +638,32 @@ func TestResendsWhatASinkDroppedIntegration(t *testing.T) {
 		require.Equal(t, string(want), string(got), "run %s", r.Origin.RunID)
 	}
 }
+
+// A table cut off from the broker (its connection frozen, its leases
+// still valid) while events wait for its partitions says so: readiness
+// names the partitions the events do not reach, and the stalled gauge
+// counts them.
+func TestStalledPartitionsReportedIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	srv := natstest.Start(t)
+	b := rt.BrokerAt(t, srv)
+	proxy := natstest.StartProxy(t, srv.Addr().String())
+	a := startTable(t, proxy.URL(), "stall", runtable.Config{IdleTimeout: time.Hour}, time.Minute)
+	a.waitOwns(a.parts)
+	b.Publish(t, fx.Wires[:3]...)
+	b.WaitAcked(t, "stall")
+	ok, why := a.tbl.Ready()
+	require.True(t, ok, why)
+	proxy.Freeze()
+	b.Publish(t, fx.Wires[3:]...)
+	rt.Eventually(t, "not ready", func() bool {
+		ok, why := a.tbl.Ready()
+		return !ok && strings.Contains(why, "events do not reach partition")
+	})
+	require.Positive(t, counter(t, a.m, "gttsplit_partitions_stalled"))
+	proxy.Thaw()
+	rt.Eventually(t, "ready again", func() bool { ok, _ := a.tbl.Ready(); return ok })
+	rt.Eventually(t, "the split", func() bool { n, _ := a.closes.count(); return n == 1 })
+	require.Zero(t, counter(t, a.m, "gttsplit_partitions_stalled"))
+}
