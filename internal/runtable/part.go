@@ -255,8 +255,13 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 		if r, err = pt.run(ctx, d.Origin); err != nil {
 			return err // the bucket is not reachable: redelivered later
 		}
+		pt.mu.Lock()
+		if pt.runs[id] != r {
+			pt.mu.Unlock() // closed and forgotten meanwhile: again
+			continue
+		}
 		if r.closing == nil {
-			break
+			break // pt.mu held
 		}
 		// Its closed state is being written: the event meets the
 		// closed run (a late event re-opens it).
@@ -323,22 +328,22 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 
 // run returns the live run of o, reading it from the bucket (without
 // pt.mu) when it is not in memory: a run of an owned partition that is not
-// in memory is new, or closed (its closed key). It returns with pt.mu
-// held, unless it fails.
+// in memory is new, or closed (its closed key).
 func (pt *part) run(ctx context.Context, o events.Origin) (*liveRun, error) {
 	pt.mu.Lock()
-	if r := pt.runs[o.RunID]; r != nil {
+	r := pt.runs[o.RunID]
+	pt.mu.Unlock()
+	if r != nil {
 		return r, nil
 	}
-	pt.mu.Unlock()
 	r, err := pt.readClosed(ctx, o)
-	pt.mu.Lock()
-	if cur := pt.runs[o.RunID]; cur != nil {
-		return cur, nil
-	}
 	if err != nil {
-		pt.mu.Unlock()
 		return nil, err
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if cur := pt.runs[o.RunID]; cur != nil {
+		return cur, nil // read meanwhile by another handler
 	}
 	pt.runs[o.RunID] = r
 	pt.t.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
