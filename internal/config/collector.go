@@ -1,7 +1,7 @@
 package config
 
 import (
-	"github.com/gttsplit/gttsplit/internal/redact"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 	"time"
 
 	"github.com/spf13/pflag"

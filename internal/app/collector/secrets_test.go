@@ -8,8 +8,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gttsplit/gttsplit/internal/redact"
 	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 )
 
 // TestRunRedactsSecretsIntegration wraps a child given secrets in its
