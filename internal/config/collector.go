@@ -65,7 +65,7 @@ type Wrap struct {
 	SetTraceEnv bool          `mapstructure:"set_trace_env" desc:"set GGML_HRX_HOST_WEIGHT_TRACE=1 for the child unless it is set"`
 	AddVerbose  bool          `mapstructure:"add_verbose" desc:"append -v to the child's arguments unless a verbosity flag is there"`
 	KillGrace   time.Duration `mapstructure:"kill_grace" desc:"time the child gets after a forwarded signal before it is killed"`
-	RedactFlags string        `mapstructure:"redact_flags" desc:"regexp on flag names (without dashes) whose values are masked in the recorded command (--name VALUE and --name=VALUE); URL credentials are always masked"`
+	RedactFlags string        `mapstructure:"redact_flags" desc:"regexp on the names of flags (without dashes) and of NAME=VALUE arguments whose values are masked in the recorded command (--name VALUE, --name=VALUE, name=VALUE); Authorization credentials (Bearer, Basic) and URL credentials are always masked"`
 }
 
 // Batch is how log lines are grouped into events.

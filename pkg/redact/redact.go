@@ -1,9 +1,13 @@
 // Package redact masks secrets before they leave a process: the values of
-// secret-looking flags in a command line, and the credentials inside URLs.
+// secret-looking flags and NAME=VALUE arguments in a command line, the
+// credentials of HTTP Authorization values, and the credentials inside
+// URLs. It is a leaf package (the standard library only), so any package
+// of the module, pkg/ included, may use it.
 package redact
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -15,14 +19,15 @@ const Mask = "***"
 // password, and llama.cpp's -hft (--hf-token).
 const DefaultFlagPattern = `(?i)(token|key|secret|passw(or)?d|^hft$)`
 
-// Redactor masks the values of the flags its pattern names, and URL
-// credentials.
+// Redactor masks the values of the flags and NAME=VALUE arguments its
+// pattern names, Authorization credentials, and URL credentials.
 type Redactor struct {
 	flag *regexp.Regexp
 }
 
-// New returns a Redactor for flags whose name matches pattern (a regular
-// expression; empty masks no flag, only URL credentials).
+// New returns a Redactor for flags and NAME=VALUE arguments whose name
+// matches pattern (a regular expression; empty masks no name, only
+// Authorization and URL credentials).
 func New(pattern string) (*Redactor, error) {
 	r := &Redactor{}
 	if pattern != "" {
@@ -35,9 +40,20 @@ func New(pattern string) (*Redactor, error) {
 	return r, nil
 }
 
-// Args returns a copy of argv (argv[0] is the program) with the value of
-// every secret flag masked, in both forms, --name VALUE and --name=VALUE,
-// and the credentials of every URL masked (URL).
+// modelFlags are llama.cpp's flags whose value is NAME=VALUE over a
+// model's metadata keys or tensor names (--override-kv
+// tokenizer.ggml.add_bos_token=bool:false, -ot token_embd.weight=CPU):
+// names such as "token_embd" are no secrets, and the values say what was
+// measured.
+var modelFlags = []string{"--override-kv", "-ot", "--override-tensor", "-otd", "--override-tensor-draft"}
+
+// Args returns a copy of argv (argv[0] is the program) with the secrets
+// masked: the value of every secret flag, in both forms, --name VALUE and
+// --name=VALUE; the value of a NAME=VALUE argument whose name is secret
+// (token=VALUE, also as a flag's value: --env=API_KEY=VALUE); the
+// credential of an Authorization header or a lone Bearer or Basic value
+// (-H 'Authorization: Bearer VALUE'); and the credentials of every URL
+// (URL).
 func (r *Redactor) Args(argv []string) []string {
 	out := make([]string, len(argv))
 	maskNext := false
@@ -45,31 +61,102 @@ func (r *Redactor) Args(argv []string) []string {
 		switch {
 		case maskNext:
 			out[i], maskNext = Mask, false
-			continue
-		case i > 0 && r.isSecretFlag(a):
+		case i == 0:
+			out[i] = URL(a)
+		case r.isSecretFlag(a):
 			if name, _, ok := strings.Cut(a, "="); ok {
 				out[i] = name + "=" + Mask
 			} else {
 				out[i], maskNext = a, true
 			}
-			continue
+		case isFlag(a):
+			name, v, ok := strings.Cut(a, "=")
+			if !ok {
+				out[i] = URL(a)
+				continue
+			}
+			out[i] = name + "=" + r.value(v, slices.Contains(modelFlags, name))
+		default:
+			out[i] = r.value(a, slices.Contains(modelFlags, argv[i-1]))
 		}
-		out[i] = URL(a)
 	}
 	return out
 }
 
-// isSecretFlag reports an argument -name, --name or --name=value whose
-// name the pattern matches.
-func (r *Redactor) isSecretFlag(a string) bool {
-	if r.flag == nil || len(a) < 2 || a[0] != '-' || a == "--" {
+// value masks the secrets of an argument that is not a flag, or of a
+// flag's value; model is set for the value of one of modelFlags, whose
+// NAME=VALUE pairs are kept.
+func (r *Redactor) value(v string, model bool) string {
+	if m := authHeader.FindStringSubmatchIndex(v); m != nil {
+		// "Authorization: Bearer X" keeps its scheme, "Authorization: X"
+		// has none to keep.
+		cred := v[m[2]:]
+		if s := authScheme.FindStringSubmatch(cred); s != nil {
+			return v[:m[2]] + s[1] + Mask
+		}
+		return v[:m[2]] + Mask
+	}
+	if s := loneScheme.FindStringSubmatch(v); s != nil {
+		return s[1] + Mask
+	}
+	if m := namedHeader.FindStringSubmatch(v); m != nil && r.flag != nil && r.flag.MatchString(m[2]) {
+		// A header named like a secret: X-Api-Key: VALUE.
+		return m[1] + Mask
+	}
+	if name, _, ok := strings.Cut(v, "="); ok && !model && isName(name) && r.flag != nil && r.flag.MatchString(name) {
+		return name + "=" + Mask
+	}
+	return URL(v)
+}
+
+// authHeader finds an Authorization (or Proxy-Authorization) header at the
+// start of a value; its submatch starts the credential.
+var authHeader = regexp.MustCompile(`^\s*(?i:proxy-)?(?i:authorization)\s*:\s*(\S)`)
+
+// authScheme matches the scheme of an Authorization credential, which is
+// kept with its space.
+var authScheme = regexp.MustCompile(`^((?i:bearer|basic|token|digest)\s+)\S`)
+
+// loneScheme matches a whole value that is a Bearer or Basic credential
+// (one token68 of RFC 6750 after the scheme).
+var loneScheme = regexp.MustCompile(`^((?i:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+$`)
+
+// namedHeader matches a header "Name: value"; its first submatch is what
+// is kept, its second the name.
+var namedHeader = regexp.MustCompile(`^(\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*:\s*)\S`)
+
+// isName reports a name of an environment variable, a key or a header
+// (letters, digits, '_', '.', '-', starting with a letter or '_').
+func isName(s string) bool {
+	if s == "" || !(s[0] == '_' || s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c == '.' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// isFlag reports an argument -name or --name[=value] (not "--", "-" or a
+// negative number).
+func isFlag(a string) bool {
+	if len(a) < 2 || a[0] != '-' || a == "--" {
 		return false
 	}
 	name := strings.TrimLeft(a, "-")
-	name, _, _ = strings.Cut(name, "=")
-	if name == "" || (name[0] >= '0' && name[0] <= '9') {
-		return false // a negative number
+	return name != "" && !(name[0] >= '0' && name[0] <= '9')
+}
+
+// isSecretFlag reports a flag -name, --name or --name=value whose name the
+// pattern matches.
+func (r *Redactor) isSecretFlag(a string) bool {
+	if r.flag == nil || !isFlag(a) {
+		return false
 	}
+	name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 	return r.flag.MatchString(name)
 }
 
