@@ -179,3 +179,21 @@ func URL(s string) string {
 		return scheme + Mask + "@"
 	})
 }
+
+// URLList masks the credentials of a comma-separated list of URLs, as a
+// NATS server list is given, like URL; an entry without a scheme
+// (TOKEN@host:4222, user:password@host) is masked the same way.
+func URLList(list string) string {
+	if !strings.Contains(list, "@") {
+		return list
+	}
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		if at := strings.LastIndexByte(p, '@'); at >= 0 && !strings.Contains(p[:at], "://") {
+			parts[i] = URL("x://"+p)[len("x://"):]
+			continue
+		}
+		parts[i] = URL(p)
+	}
+	return strings.Join(parts, ",")
+}

@@ -71,3 +71,14 @@ func TestURL(t *testing.T) {
 		require.Equal(t, want, URL(in), in)
 	}
 }
+
+func TestURLList(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://TOKEN@h1:4222, nats://u:p@h2:4222": "nats://" + Mask + "@h1:4222, nats://u:" + Mask + "@h2:4222",
+		"TOKEN@h1:4222,u:p@h2":                     Mask + "@h1:4222,u:" + Mask + "@h2",
+		"nats://h1:4222,h2":                        "nats://h1:4222,h2",
+		"":                                         "",
+	} {
+		require.Equal(t, want, URLList(in), in)
+	}
+}

@@ -202,12 +202,15 @@ func cutEnv(kv string) (k, v string, ok bool) {
 // GTTSPLIT_SINKS_ISSUE_COMMENT_TOKEN, ...): never passed to the child.
 var secretEnv = regexp.MustCompile(`^GTTSPLIT_.*(TOKEN|PASSWORD|CREDS|NKEY|SEED|SECRET)`)
 
-// childEnv returns env without the collector's secrets.
+// childEnv returns env without the collector's secrets: the variables
+// secretEnv names, and every GTTSPLIT_* variable whose value holds URL
+// credentials (GTTSPLIT_NATS_URL=nats://TOKEN@host, a comment API URL
+// with a user and password).
 func childEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if secretEnv.MatchString(k) {
+		k, v, _ := strings.Cut(kv, "=")
+		if secretEnv.MatchString(k) || strings.HasPrefix(k, config.EnvPrefix+"_") && redact.URLList(v) != v {
 			continue
 		}
 		out = append(out, kv)

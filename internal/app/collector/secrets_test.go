@@ -22,7 +22,10 @@ func TestRunRedactsSecretsIntegration(t *testing.T) {
 	t.Setenv("GTTSPLIT_NATS_PASSWORD", "nats-secret-2")
 	t.Setenv("GTTSPLIT_COMMENT_TOKEN", "comment-secret-3")
 	t.Setenv("GTTSPLIT_SINKS_ISSUE_COMMENT_TOKEN", "comment-secret-4")
+	t.Setenv("GTTSPLIT_NATS_URL", "nats://nats-token-5@127.0.0.1:1")
+	t.Setenv("GTTSPLIT_SINKS_ISSUE_COMMENT_API", "https://bot:comment-pass-6@tracker.example/api/v1")
 	t.Setenv("GTTSPLIT_LANE_NOTE", "kept")
+	t.Setenv("GTTSPLIT_SPOOL_DIR", "/var/spool/gttsplit")
 	rec := filepath.Join(t.TempDir(), "record.json")
 	secrets := []string{"sk-arg-1", "sk-arg-2", "hf_arg_3", "pw-arg-4", "url-pass-5", "url-token-6", "kv-tok-7", "bearer-8", "basic-9"}
 	argv := childArgv(t, "record="+rec, "--api-key", "sk-arg-1", "--api-key=sk-arg-2", "--hf-token", "hf_arg_3",
@@ -43,13 +46,16 @@ func TestRunRedactsSecretsIntegration(t *testing.T) {
 
 	r := readRecord(t, rec)
 	require.Equal(t, argv[1:], r.Args, "the child gets its arguments unchanged")
-	for _, k := range []string{"GTTSPLIT_NATS_TOKEN", "GTTSPLIT_NATS_PASSWORD", "GTTSPLIT_COMMENT_TOKEN", "GTTSPLIT_SINKS_ISSUE_COMMENT_TOKEN"} {
+	for _, k := range []string{"GTTSPLIT_NATS_TOKEN", "GTTSPLIT_NATS_PASSWORD", "GTTSPLIT_COMMENT_TOKEN", "GTTSPLIT_SINKS_ISSUE_COMMENT_TOKEN",
+		"GTTSPLIT_NATS_URL", "GTTSPLIT_SINKS_ISSUE_COMMENT_API"} {
 		_, ok := r.Lookup(k)
 		require.False(t, ok, "%s reached the child", k)
 	}
 	v, ok := r.Lookup("GTTSPLIT_LANE_NOTE")
 	require.True(t, ok)
 	require.Equal(t, "kept", v)
+	v, _ = r.Lookup("GTTSPLIT_SPOOL_DIR")
+	require.Equal(t, "/var/spool/gttsplit", v, "a setting without credentials is kept")
 
 	st := byType(evs, events.TypeRunStarted)
 	require.Len(t, st, 1)
