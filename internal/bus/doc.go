@@ -55,7 +55,10 @@
 // way, and so is a spooled event the server answered with another error
 // five times in a row; either is set aside, with the reason, as a JSON file
 // in the spool's rejected/ directory (RejectedDir), and the events after it
-// go on: it is never retried ahead of them.
+// go on: it is never retried ahead of them. A broker whose store is full
+// (503 "insufficient resources", err_code 10023, or the account's or a
+// discard-new stream's limit) is unavailable, not refusing: the events are
+// spooled and tried again for as long as it lasts, and none is set aside.
 //
 // # Lifecycle
 //

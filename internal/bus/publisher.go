@@ -689,7 +689,9 @@ func (p *Publisher) headFailed(st *pump, err error) {
 		return
 	}
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
+	if errors.As(err, &apiErr) && !storeFull(err) {
+		// A full store is the broker being unavailable for a while: it is
+		// tried again for as long as it lasts, never set aside.
 		st.headErrs++
 		if st.headErrs >= maxHeadAttempts {
 			st.headErrs = 0
@@ -990,11 +992,44 @@ func dirBytes(dir string) int64 {
 
 // permanent reports errors that re-sending cannot fix: the event is over
 // the broker's max_payload, or the broker answered 400 (a bad request:
-// e.g. headers over 64 KB from a huge Nats-Msg-Id).
+// e.g. headers over 64 KB from a huge Nats-Msg-Id), but not that its
+// store is full (storeFull), which passes.
 func permanent(err error) bool {
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return true
 	}
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || apiErr.Code == 400)
+	return errors.As(err, &apiErr) && !storeFull(err) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || apiErr.Code == 400)
+}
+
+// JetStream error codes of a broker whose store (or the account's share of
+// it) is full.
+const (
+	errCodeAccountResourcesExceeded jetstream.ErrorCode = 10002 // 400 resource limits exceeded for account
+	errCodeInsufficientResources    jetstream.ErrorCode = 10023 // 503 insufficient resources
+	errCodeMemoryResourcesExceeded  jetstream.ErrorCode = 10028 // 500 insufficient memory resources available
+	errCodeStorageResourcesExceeded jetstream.ErrorCode = 10047 // 500 insufficient storage resources available
+	errCodeStreamStoreFailed        jetstream.ErrorCode = 10077 // 503 the stream's store failed: "maximum bytes exceeded" with discard new, ...
+)
+
+// storeFull reports the answer of a broker that is there but cannot store
+// the event now: the server's or the account's JetStream store is full
+// (503 "insufficient resources", err_code 10023, is what a full server
+// store answers), or a stream that discards new events reached its
+// maximum messages or bytes. Room comes back (a purge, a raised limit, max
+// age), so the event is spooled and tried again, like one sent while the
+// broker is away.
+func storeFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case errCodeAccountResourcesExceeded, errCodeInsufficientResources, errCodeMemoryResourcesExceeded, errCodeStorageResourcesExceeded:
+		return true
+	case errCodeStreamStoreFailed:
+		return strings.Contains(apiErr.Description, "exceeded") // not "message too large"
+	}
+	return false
 }
