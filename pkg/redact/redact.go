@@ -190,7 +190,7 @@ func URLList(list string) string {
 	parts := strings.Split(list, ",")
 	for i, p := range parts {
 		if at := strings.LastIndexByte(p, '@'); at >= 0 && !strings.Contains(p[:at], "://") {
-			parts[i] = URL("x://"+p)[len("x://"):]
+			parts[i] = URL("x://" + p)[len("x://"):]
 			continue
 		}
 		parts[i] = URL(p)
