@@ -66,7 +66,11 @@ func newRun(io collector.IO) *cobra.Command {
     the child itself); a child still running wrap.kill_grace after a
     SIGTERM or SIGINT is killed (SIGKILL);
   - it exits with the child's exit code (128+N when a signal N killed it,
-    127 when it could not be started).
+    127 when it could not be started), except when the child exited 0 but
+    the run's events did not all reach the broker: 75 when they wait in the
+    spool (the next collector of the lane delivers them), 1 when some were
+    dropped (a full spool or spool disk, refused by the broker) and none
+    wait, or when the run's start or finish was lost.
 
 Events go to NATS (--nats-url), and to DIR with --out: split.log (the child's
 output), gtt.txt (the samples), events.jsonl (every event), split.md and

@@ -41,6 +41,15 @@
 // events after a crash can duplicate them in the stream only if more than
 // the duplicate window passed; consumers de-duplicate by event id anyway.
 //
+// When the spool's disk is full (ENOSPC, EDQUOT), new events are dropped
+// and counted as below, said once per episode; a run event frees what it
+// needs from the spool's reserve file (1 MiB allocated on the disk when the
+// spool opens, and again when it is empty) and is written. Should the
+// reserve be used up, the run event is held in memory, in order, and tried
+// again: on the spool, or directly once the broker is connected and the
+// spool empty. Flush does not wait for held events. At Close, those still
+// held are dropped and said with their run (RunLost reports it).
+//
 // The spool is bounded by spool.max_bytes, beyond which only run events
 // (gttsplit.run.…: one start and one finish per run) may use a reserve of
 // 1 MiB, so that a run's finish, with its drop count, is kept. When it is

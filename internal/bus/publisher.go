@@ -135,7 +135,7 @@ type Publisher struct {
 	dropLog                                                 LogLimit
 	left                                                    Leftover // set by Close, under mu
 	dropMu                                                  sync.Mutex
-	dropRuns                                                map[string]uint64 // by run token
+	dropRuns                                                map[string]runDrops // by run token
 }
 
 // entry is one event (or a Flush barrier) on its way.
@@ -427,8 +427,14 @@ type pump struct {
 	headErrs   int  // server errors in a row for the spool's first record
 	fullStreak bool // the spool was full and has not accepted since
 	fullDrops  uint64
-	acks       []func() // ack callbacks and barrier releases due, called by run outside sm, in order
-	spareAcks  []func() // the pump's other acks buffer (not under sm)
+	// held are run events (start, finish) that a full disk kept out of
+	// the spool even with its reserve: kept in memory, in order, and
+	// tried again (the spool first, the broker directly once the spool
+	// is empty) until they are durable or the publisher closes.
+	held      []*entry
+	heldTry   time.Time // when the spool was last tried for them
+	acks      []func()  // ack callbacks and barrier releases due, called by run outside sm, in order
+	spareAcks []func()  // the pump's other acks buffer (not under sm)
 }
 
 func (p *Publisher) run() {
@@ -443,13 +449,18 @@ func (p *Publisher) run() {
 			p.fill(st)
 			p.resolveMarkers(st)
 		}
+		if len(st.held) > 0 && time.Since(st.heldTry) >= p.cfg.RetryInterval {
+			p.toSpool(st, nil) // room on the disk again?
+		}
 		if st.aborted {
 			p.abandon(st)
+			p.loseHeld(st)
 			p.unlockPump(st)
 			return
 		}
 		if st.inClosed && len(st.inflight) == 0 &&
-			(!st.spooling || p.sp.empty() || !p.nc.IsConnected()) {
+			(!st.spooling || (p.sp.empty() && len(st.held) == 0) || !p.nc.IsConnected()) {
+			p.loseHeld(st)
 			p.unlockPump(st)
 			return
 		}
@@ -703,9 +714,27 @@ func (p *Publisher) headFailed(st *pump, err error) {
 	p.stopDrain(st, err)
 }
 
-// fill sends spooled events while the broker is connected.
+// fill sends spooled events while the broker is connected, and the held
+// run events once the spool is empty.
 func (p *Publisher) fill(st *pump) {
 	if st.aborted || time.Now().Before(st.nextTry) || !p.nc.IsConnected() {
+		return
+	}
+	if len(st.held) > 0 && p.sp.empty() && len(st.inflight) == 0 {
+		// The disk is still full, the broker is there: send them
+		// directly (a failure puts them back).
+		held := st.held
+		st.held = nil
+		for i, e := range held {
+			fut, err := p.send(e.w)
+			if err != nil {
+				st.held = append(st.held, held[i:]...)
+				st.nextTry = time.Now().Add(st.backoff)
+				return
+			}
+			e.fut = fut
+			st.inflight = append(st.inflight, e)
+		}
 		return
 	}
 	for len(st.inflight) < st.window {
@@ -725,7 +754,7 @@ func (p *Publisher) fill(st *pump) {
 			return
 		}
 	}
-	if p.sp.empty() && len(st.inflight) == 0 {
+	if p.sp.empty() && len(st.inflight) == 0 && len(st.held) == 0 {
 		p.backToDirect(st)
 	}
 }
@@ -747,7 +776,7 @@ func (p *Publisher) commit(st *pump, pos spoolPos) {
 		p.log.Error().Err(err).Msg("spool bookkeeping failed")
 	}
 	p.spoolBytes.Store(p.sp.bytes())
-	if st.spooling && p.sp.empty() && len(st.inflight) == 0 {
+	if st.spooling && p.sp.empty() && len(st.inflight) == 0 && len(st.held) == 0 {
 		p.backToDirect(st)
 	}
 }
@@ -776,15 +805,23 @@ func (p *Publisher) failoverAll(st *pump, entries []*entry, err error) {
 	p.toSpool(st, entries)
 }
 
-// toSpool appends entries to the spool, syncs once, then acks them and
-// releases the barriers among them, in order.
+// toSpool appends entries to the spool, after the held run events, syncs
+// once, then acks them and releases the barriers among them, in order. A
+// run event a full disk keeps out is held (see pump.held); a barrier is
+// released all the same.
 func (p *Publisher) toSpool(st *pump, entries []*entry) {
+	if len(st.held) > 0 {
+		entries = append(st.held[:len(st.held):len(st.held)], entries...)
+		st.held = nil
+		st.heldTry = time.Now()
+	}
 	written := make([]bool, len(entries))
 	for i, e := range entries {
 		if e.barrier != nil {
 			continue
 		}
-		err := p.sp.append(e.w, isRunEvent(e.w))
+		run := isRunEvent(e.w)
+		err := p.sp.append(e.w, run)
 		switch {
 		case err == nil:
 			written[i] = true
@@ -792,15 +829,12 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 				st.fullStreak = false
 				p.log.Info().Uint64("dropped", st.fullDrops).Msg("spool accepts events again")
 			}
-		case errors.Is(err, errSpoolFull):
+		case errors.Is(err, errDiskFull) && run:
+			st.held = append(st.held, e)
+			p.spoolRefused(st, err, false)
+		case errors.Is(err, errSpoolFull), errors.Is(err, errDiskFull):
 			p.countDrop(e.w)
-			st.fullDrops++
-			if !st.fullStreak {
-				st.fullStreak = true
-				st.fullDrops = 1
-				p.log.Warn().Int64("max_bytes", p.cfg.Spool.MaxBytes).
-					Msg("spool full, dropping new events until the broker drains it")
-			}
+			p.spoolRefused(st, err, true)
 		default:
 			p.countDrop(e.w)
 			p.log.Error().Err(err).Str("id", Clip(e.w.ID, 256)).Msg("cannot spool event, dropped")
@@ -808,12 +842,16 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 	}
 	if err := p.sp.sync(); err != nil {
 		// Not durable after all: do not ack (the source keeps its
-		// position), count them as dropped.
+		// position); a run event is held, the others are dropped.
 		p.log.Error().Err(err).Msg("cannot sync spool")
 		for i := range written {
 			if written[i] {
 				written[i] = false
-				p.countDrop(entries[i].w)
+				if isRunEvent(entries[i].w) {
+					st.held = append(st.held, entries[i])
+				} else {
+					p.countDrop(entries[i].w)
+				}
 			}
 		}
 	}
@@ -829,6 +867,46 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 			}
 		}
 	}
+}
+
+// spoolRefused counts an event the spool did not take (dropped, or a run
+// event held) and says so once per episode: until the spool takes an
+// event again.
+func (p *Publisher) spoolRefused(st *pump, err error, dropped bool) {
+	if dropped {
+		st.fullDrops++
+	}
+	if st.fullStreak {
+		return
+	}
+	st.fullStreak = true
+	st.fullDrops = 0
+	if dropped {
+		st.fullDrops = 1
+	}
+	if errors.Is(err, errDiskFull) {
+		p.log.Warn().Err(err).Str("spool", p.cfg.Spool.Dir).
+			Msg("spool disk full, dropping new events until there is room or the broker is back; run starts and finishes go to the spool's reserve, else are kept in memory")
+		return
+	}
+	p.log.Warn().Int64("max_bytes", p.cfg.Spool.MaxBytes).
+		Msg("spool full, dropping new events until the broker drains it")
+}
+
+// loseHeld runs when the pump returns: the held run events are tried on
+// the spool a last time; those still held are lost, counted as dropped and
+// said, each with its run.
+func (p *Publisher) loseHeld(st *pump) {
+	if len(st.held) == 0 {
+		return
+	}
+	p.toSpool(st, nil)
+	for _, e := range st.held {
+		p.countDrop(e.w)
+		p.log.Error().Str("run_id", runOf(e.w)).Str("id", Clip(e.w.ID, 256)).
+			Msg("a run's start or finish was neither delivered nor spooled (the spool's disk is full): that run is lost")
+	}
+	st.held = nil
 }
 
 // abandon runs when Close's ctx ended: direct entries still in flight, and
@@ -896,16 +974,30 @@ func (p *Publisher) Leftover() Leftover {
 	return p.left
 }
 
+// runOf returns the run token of an event's subject.
+func runOf(w events.Wire) string { return w.Subject[strings.LastIndexByte(w.Subject, '.')+1:] }
+
 // countDrop counts a dropped event, in all and for its run.
 func (p *Publisher) countDrop(w events.Wire) {
 	p.dropped.Add(1)
-	run := w.Subject[strings.LastIndexByte(w.Subject, '.')+1:]
+	run := runOf(w)
 	p.dropMu.Lock()
 	if p.dropRuns == nil {
-		p.dropRuns = map[string]uint64{}
+		p.dropRuns = map[string]runDrops{}
 	}
-	p.dropRuns[run]++
+	d := p.dropRuns[run]
+	d.events++
+	if isRunEvent(w) {
+		d.runEvents++
+	}
+	p.dropRuns[run] = d
 	p.dropMu.Unlock()
+}
+
+// runDrops counts the dropped events of a run.
+type runDrops struct {
+	events    uint64 // all of them
+	runEvents uint64 // its run-started and run-finished events
 }
 
 // DroppedOf returns how many events of the run runID were dropped (see
@@ -914,7 +1006,15 @@ func (p *Publisher) countDrop(w events.Wire) {
 func (p *Publisher) DroppedOf(runID string) uint64 {
 	p.dropMu.Lock()
 	defer p.dropMu.Unlock()
-	return p.dropRuns[events.Token(runID)]
+	return p.dropRuns[events.Token(runID)].events
+}
+
+// RunLost reports whether the run-started or run-finished event of runID
+// was dropped: then no consumer can ever close that run as it was.
+func (p *Publisher) RunLost(runID string) bool {
+	p.dropMu.Lock()
+	defer p.dropMu.Unlock()
+	return p.dropRuns[events.Token(runID)].runEvents > 0
 }
 
 // RejectedDir is the directory, inside the spool directory, where events

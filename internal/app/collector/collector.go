@@ -205,7 +205,14 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 			errs = append(errs, fmt.Errorf("close publisher: %w", err))
 		}
 		dropped = s.pipe.pub.Dropped()
-		s.warnLeftover(s.pipe.pub.Leftover())
+		left := s.pipe.pub.Leftover()
+		s.warnLeftover(left)
+		if left.Events == 0 && filepath.Base(left.Dir) != s.spoolLane() {
+			// This process's own spool (the lane's was in use), empty.
+			if err := bus.RemoveSpool(left.Dir); err != nil {
+				s.log.Debug().Err(err).Str("spool", left.Dir).Msg("could not remove this process's empty spool")
+			}
+		}
 	}
 	if s.pipe.out != nil && s.noSplit {
 		// Nothing ran: a split would describe no run at all.
@@ -222,6 +229,38 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 		}
 	}
 	return dropped, errors.Join(errs...)
+}
+
+// deliveryCode says at exit what became of this run's events when they
+// did not all reach the broker, and returns the exit code that says it:
+// 1 when the run's start or finish was lost (no consumer will ever see
+// the run), else 75 (cli.ExitTempFail) when events wait in the spool (a
+// later collector of the lane delivers them), else 1 when some were
+// dropped (the split is flagged events_dropped); 0 when every event was
+// delivered. Offline (no broker) it is 0.
+func (s *session) deliveryCode() int {
+	pub := s.pipe.pub
+	if pub == nil {
+		return 0
+	}
+	run := s.origin.RunID
+	dropped, left := pub.DroppedOf(run), pub.Leftover()
+	switch {
+	case pub.RunLost(run):
+		s.log.Warn().Uint64("dropped", dropped).
+			Msg("this run is lost: its start or finish could be neither delivered nor spooled (the spool's disk was full and the broker away)")
+		return cli.ExitFailure
+	case dropped > 0:
+		s.log.Warn().Uint64("dropped", dropped).Int("waiting_in_spool", left.Events).
+			Msg("events of this run were dropped (the spool was full, its disk was full, or the broker refused them): its split will be flagged events_dropped")
+		if left.Events > 0 {
+			return cli.ExitTempFail
+		}
+		return cli.ExitFailure
+	case left.Events > 0:
+		return cli.ExitTempFail
+	}
+	return 0
 }
 
 // warnLeftover says at exit what waits in the spool and what delivers it.

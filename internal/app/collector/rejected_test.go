@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
@@ -69,9 +70,10 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 
 // TestRunFullSpoolFlaggedIntegration runs with the broker away and a spool
 // that holds a fraction of the run: the rest is dropped, the run's finish
-// still goes to the spool (its reserve), the exit warns what waits where,
-// and once a broker is there the split folded from the stream, like the
-// local --out split, is flagged events_dropped.
+// still goes to the spool (its reserve), the exit warns what waits where
+// and that events of the run were dropped, and exits 75 (events wait);
+// once a broker is there the split folded from the stream, like the local
+// --out split, is flagged events_dropped.
 func TestRunFullSpoolFlaggedIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
@@ -90,8 +92,9 @@ func TestRunFullSpoolFlaggedIntegration(t *testing.T) {
 	argv := childArgv(t, "src="+absPath(t, fixture4B), "print=0:", "exit=0")
 	code, err := Run(testCtx(t), cfg, argv, newTestIO().io(), zerolog.New(&logs))
 	require.NoError(t, err)
-	require.Equal(t, 0, code)
+	require.Equal(t, cli.ExitTempFail, code, "the child exited 0, events wait in the spool")
 	require.Contains(t, logs.String(), `"message":"events left undelivered in the spool"`)
+	require.Contains(t, logs.String(), "events of this run were dropped")
 
 	local, err := os.ReadFile(filepath.Join(cfg.Out, "split.json"))
 	require.NoError(t, err)

@@ -28,7 +28,8 @@ const ExitCannotRun = procwrap.ExitCannotRun
 // Run is `collector run -- CMD ARGS...`: it runs the command, passes its
 // output through unchanged, samples its process tree's fdinfo, publishes
 // both, and returns the child's exit code (128+N for a signal, 127 when it
-// could not start).
+// could not start); a child's 0 gives way to the session's deliveryCode
+// (75 or 1) when the run's events did not all reach the broker.
 func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log zerolog.Logger) (int, error) {
 	s, err := newSession(ctx, cfg, cfg.RunID, false, log)
 	if err != nil {
@@ -183,6 +184,11 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	}
 	if err != nil {
 		s.log.Error().Err(err).Msg("the run was measured with errors")
+	}
+	// A child that succeeded gives way to what became of the run's
+	// events (a failed child's own code is kept: it says more).
+	if dc := s.deliveryCode(); code == 0 {
+		code = dc
 	}
 	return code, nil
 }
