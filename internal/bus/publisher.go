@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,10 @@ const maxHeadAttempts = 5
 // maxRetryInterval caps the backoff between drain attempts.
 const maxRetryInterval = 10 * time.Second
 
+// maxPatience caps how often a slow broker doubles the ack timeout (to
+// 8 × AckTimeout).
+const maxPatience = 3
+
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
 	// MaxInFlight bounds the events awaiting the broker's ack (default 256).
@@ -40,6 +45,15 @@ type PublisherConfig struct {
 	// events are spooled; after failed attempts it backs off up to 10s
 	// (default 500ms).
 	RetryInterval time.Duration `mapstructure:"retry_interval"`
+	// BackPressure, when positive, makes an ack timeout while the
+	// connection is up what it is, a slow broker, for that long: the
+	// events in flight are sent again (same ids, so a copy the broker
+	// already stored is dropped as a duplicate) and waited for longer,
+	// and Publish blocks meanwhile, instead of going to the spool. A
+	// replay, which has no source to hold up, sets it to its shutdown
+	// timeout. Zero spools them at once (run and attach: a child's or a
+	// log's output is never held up).
+	BackPressure time.Duration `mapstructure:"-"`
 	// Spool is the disk spool for when the broker is away.
 	Spool SpoolConfig `mapstructure:"spool"`
 }
@@ -105,11 +119,15 @@ type PublisherStats struct {
 // for when the broker is away (see the package documentation). Publish,
 // Flush, Dropped, Stats and Close are safe for concurrent use.
 type Publisher struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	cfg PublisherConfig
-	log zerolog.Logger
-	sp  *spool
+	nc *nats.Conn
+	js jetstream.JetStream
+	// slow are JetStream contexts with longer ack timeouts (AckTimeout
+	// doubled once, twice, ...), made when a slow broker needs them; under
+	// sm.
+	slow [maxPatience]jetstream.JetStream
+	cfg  PublisherConfig
+	log  zerolog.Logger
+	sp   *spool
 
 	mu      sync.RWMutex // held for reading while an entry is handed over
 	closed  bool
@@ -133,9 +151,11 @@ type Publisher struct {
 	published, spooled, drained, dropped, corrupt, rejected atomic.Uint64
 	spoolBytes, rejectedBytes                               atomic.Int64
 	dropLog                                                 LogLimit
+	slowLog                                                 LogLimit // the slow broker's warning (Every: a minute)
 	left                                                    Leftover // set by Close, under mu
 	dropMu                                                  sync.Mutex
 	dropRuns                                                map[string]runDrops // by run token
+	drainedRuns                                             map[string]int      // by run token, under dropMu
 }
 
 // entry is one event (or a Flush barrier) on its way.
@@ -196,6 +216,7 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, log zerolog.Logger) (*Publ
 		done:    make(chan struct{}),
 	}
 	p.st = &pump{spooling: !sp.empty(), backoff: cfg.RetryInterval, window: 1}
+	p.slowLog.Every = time.Minute
 	p.corrupt.Store(uint64(sp.corrupt))
 	p.spoolBytes.Store(sp.bytes())
 	p.rejectedBytes.Store(dirBytes(filepath.Join(cfg.Spool.Dir, RejectedDir)))
@@ -419,12 +440,18 @@ type pump struct {
 	// failure, max_in_flight after. A failure that hits one event but not
 	// the next (no responders while the stream is being created or
 	// recovered) would otherwise let a later event overtake it.
-	window     int
-	inClosed   bool
-	aborted    bool
-	nextTry    time.Time
-	backoff    time.Duration
-	headErrs   int  // server errors in a row for the spool's first record
+	window   int
+	inClosed bool
+	aborted  bool
+	nextTry  time.Time
+	backoff  time.Duration
+	headErrs int // server errors in a row for the spool's first record
+	// patience is how often the ack timeout was doubled for a broker that
+	// answered late while connected (0: AckTimeout); it stays raised.
+	patience int
+	// slowSince is when the acks of a slow broker began to time out (zero
+	// while they come in time): BackPressure counts from it.
+	slowSince  time.Time
 	fullStreak bool // the spool was full and has not accepted since
 	fullDrops  uint64
 	// held are run events (start, finish) that a full disk kept out of
@@ -643,7 +670,8 @@ func (p *Publisher) accept(st *pump, e *entry) {
 	}
 }
 
-// send publishes one event asynchronously.
+// send publishes one event asynchronously, waiting for its ack as long as
+// the broker's patience level says; under sm.
 func (p *Publisher) send(w events.Wire) (jetstream.PubAckFuture, error) {
 	// The header as Header.Set and WithMsgID write it (the keys are in
 	// canonical form), in one map.
@@ -651,7 +679,20 @@ func (p *Publisher) send(w events.Wire) (jetstream.PubAckFuture, error) {
 		"Content-Type":        structuredContentType,
 		jetstream.MsgIDHeader: {w.ID},
 	}}
-	return p.js.PublishMsgAsync(msg, noRetries)
+	js := p.js
+	if k := p.st.patience; k > 0 {
+		if p.slow[k-1] == nil {
+			var err error
+			p.slow[k-1], err = jetstream.New(p.nc,
+				jetstream.WithPublishAsyncTimeout(p.cfg.AckTimeout<<k),
+				jetstream.WithPublishAsyncMaxPending(4*p.cfg.MaxInFlight+64))
+			if err != nil {
+				return nil, err
+			}
+		}
+		js = p.slow[k-1]
+	}
+	return js.PublishMsgAsync(msg, noRetries)
 }
 
 // structuredContentType is the Content-Type header's value (shared: a
@@ -668,10 +709,17 @@ func (p *Publisher) headAcked(st *pump) {
 	e := st.inflight[0]
 	st.inflight = st.inflight[1:]
 	st.backoff = p.cfg.RetryInterval
-	st.window = p.cfg.MaxInFlight
+	st.slowSince = time.Time{}
+	if st.patience > 0 {
+		// A broker that was slow gets its room back one event at a time.
+		st.window = min(st.window+1, p.cfg.MaxInFlight)
+	} else {
+		st.window = p.cfg.MaxInFlight
+	}
 	if e.fromSp {
 		st.headErrs = 0
 		p.drained.Add(1)
+		p.noteDrained(e.w)
 		p.commit(st, e.pos)
 		return
 	}
@@ -684,6 +732,15 @@ func (p *Publisher) headAcked(st *pump) {
 // headFailed handles a failed publish of the first entry in flight.
 func (p *Publisher) headFailed(st *pump, err error) {
 	e := st.inflight[0]
+	slow := errors.Is(err, jetstream.ErrAsyncPublishTimeout) && p.nc.IsConnected()
+	if slow && st.patience < maxPatience {
+		// Connected, and the ack is late: the broker is slow, not away.
+		// Later sends (the spool's drain included) wait longer.
+		st.patience++
+	}
+	if slow && p.waitSlow(st, err) {
+		return
+	}
 	if permanent(err) {
 		st.inflight = st.inflight[1:]
 		p.drop(e.w, err)
@@ -712,6 +769,40 @@ func (p *Publisher) headFailed(st *pump, err error) {
 		}
 	}
 	p.stopDrain(st, err)
+}
+
+// waitSlow takes a late ack of a connected broker as back-pressure when
+// BackPressure allows (for that long since acks began to be late): every
+// event in flight is sent again (the broker drops a copy it has as a
+// duplicate) and waited for at the raised patience, and the window shrinks
+// so that Publish waits. It reports whether it did; else the head fails
+// as before (to the spool).
+func (p *Publisher) waitSlow(st *pump, err error) bool {
+	if p.cfg.BackPressure <= 0 {
+		return false
+	}
+	now := time.Now()
+	if st.slowSince.IsZero() {
+		st.slowSince = now
+		if ev := p.slowLog.Event(p.log.Warn); ev != nil {
+			ev.Err(err).Int("in_flight", len(st.inflight)).Dur("ack_timeout", p.cfg.AckTimeout<<st.patience).
+				Msg("the broker is slow (acks late while connected): sending again and waiting for it rather than spooling")
+		}
+	} else if now.Sub(st.slowSince) > p.cfg.BackPressure {
+		return false
+	}
+	for _, e := range st.inflight {
+		if e.fut == nil {
+			continue // a barrier or an entry resolved as dropped
+		}
+		fut, serr := p.send(e.w)
+		if serr != nil {
+			return false
+		}
+		e.fut, e.okc, e.errc = fut, nil, nil
+	}
+	st.window = max(1, len(st.inflight)/2)
+	return true
 }
 
 // fill sends spooled events while the broker is connected, and the held
@@ -992,6 +1083,25 @@ func (p *Publisher) countDrop(w events.Wire) {
 	}
 	p.dropRuns[run] = d
 	p.dropMu.Unlock()
+}
+
+// noteDrained counts a spooled event the broker acknowledged, for its run.
+func (p *Publisher) noteDrained(w events.Wire) {
+	p.dropMu.Lock()
+	if p.drainedRuns == nil {
+		p.drainedRuns = map[string]int{}
+	}
+	p.drainedRuns[runOf(w)]++
+	p.dropMu.Unlock()
+}
+
+// DrainedRuns returns, by run (as its subject token, the run id of every
+// valid run), how many spooled events the broker acknowledged: what a
+// spool left by an earlier collector delivered.
+func (p *Publisher) DrainedRuns() map[string]int {
+	p.dropMu.Lock()
+	defer p.dropMu.Unlock()
+	return maps.Clone(p.drainedRuns)
 }
 
 // runDrops counts the dropped events of a run.
