@@ -65,6 +65,9 @@ type session struct {
 	pipe   *pipeline
 	// noSplit: the command could not be started; --out gets no split.
 	noSplit bool
+	// backPressure is the publisher's BackPressure: replay waits for a
+	// slow broker, run and attach spool.
+	backPressure time.Duration
 }
 
 // newSession sets up a run's pipeline. resume is set by attach: a restarted
@@ -168,7 +171,8 @@ func (s *session) connect(ctx context.Context) (*bus.Publisher, error) {
 		}
 	}
 	pc := bus.DefaultPublisherConfig()
-	pc.MaxInFlight = n.MaxInFlight
+	pc.MaxInFlight, pc.AckTimeout = n.MaxInFlight, n.AckTimeout
+	pc.BackPressure = s.backPressure
 	pc.Spool.MaxBytes = s.cfg.Spool.MaxBytes
 	base := s.cfg.Spool.Dir
 	if base == "" {
@@ -273,7 +277,7 @@ func (s *session) warnLeftover(left bus.Leftover) {
 	if name != s.spoolLane() {
 		// A second concurrent collector's own spool: only a collector
 		// naming it as its lane opens it again.
-		how = fmt.Sprintf("this spool is this process's own (the lane's was in use): a collector with --lane %s and --spool-dir %s delivers them, e.g. collector replay --lane %s --spool-dir %s --nats-url URL FILE", name, base, name, base)
+		how = fmt.Sprintf("this spool is this process's own (the lane's was in use): a collector with --lane %s and --spool-dir %s delivers them, e.g. collector replay --lane %s --spool-dir %s --nats-url URL", name, base, name, base)
 	}
 	s.log.Warn().Int("events", left.Events).Int64("bytes", left.Bytes).Str("spool", left.Dir).Str("delivered_by", how).
 		Msg("events left undelivered in the spool")
