@@ -68,6 +68,16 @@ type session struct {
 	// backPressure is the publisher's BackPressure: replay waits for a
 	// slow broker, run and attach spool.
 	backPressure time.Duration
+	// note, when set, logs what provenance found once the run started.
+	note func()
+}
+
+// started says, once, what is worth saying only about a run that started.
+func (s *session) started() {
+	if s.note != nil {
+		s.note()
+		s.note = nil
+	}
 }
 
 // newSession sets up a run's pipeline. resume is set by attach: a restarted
@@ -134,7 +144,11 @@ func (s *session) provenance(ctx context.Context) {
 			}
 			return
 		}
-		s.log.Info().Str("source_dir", dir).Msg("the working directory is not a git checkout: the split's source tree is unknown (set --source-dir)")
+		// Said once the run started (note): a command that cannot start
+		// has nothing to say about it.
+		s.note = func() {
+			s.log.Info().Str("source_dir", dir).Msg("the working directory is not a git checkout: the split's source tree is unknown (set --source-dir)")
+		}
 		return
 	}
 	s.info.SourceCommit, s.info.SourceDirty = t.Commit, t.Dirty
@@ -223,7 +237,7 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 		if err := s.pipe.out.abandon(); err != nil {
 			errs = append(errs, err)
 		}
-		s.log.Warn().Str("out", s.cfg.Out).Msg("no split written: the command could not be started")
+		s.log.Warn().Str("out", s.cfg.Out).Msg("nothing written under --out: the command could not be started")
 	} else if s.pipe.out != nil {
 		r := s.pipe.fold.Report()
 		if err := s.pipe.out.finish(r); err != nil {

@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 			s.pipe.mu.Lock()
 			s.pipe.detail.PID = pw.PID()
 			s.pipe.mu.Unlock()
+			s.started()
 		}
 		if r.Finished != nil {
 			mu.Lock()
