@@ -857,7 +857,7 @@ func (p *Publisher) stopDrain(st *pump, err error) {
 	st.window = 1
 	p.sp.rewind()
 	st.nextTry = time.Now().Add(st.backoff)
-	p.log.Debug().Err(err).Dur("retry_in", st.backoff).Msg("spool drain interrupted")
+	p.log.Debug().Err(err).Dur("retry_in", st.backoff.Round(time.Millisecond)).Msg("spool drain interrupted")
 	st.backoff = min(2*st.backoff, maxRetryInterval)
 }
 
