@@ -26,11 +26,24 @@
 // written and synced to the spool. It must not block. It is never called for
 // a dropped event. A source calls its Record.Ack from there.
 //
+// # A slow broker
+//
+// An ack that times out while the connection is up comes from a broker
+// that is slow (under load), not away: from then on the ack timeout is
+// doubled for every send (up to 8 × AckTimeout), so the spool's drain
+// succeeds where the first sends timed out. With BackPressure set (replay)
+// the timed-out events are not spooled at all: every event in flight is
+// sent again (the same ids: a copy the broker stored is dropped as a
+// duplicate) and waited for, the window shrinks so that Publish blocks,
+// and it grows back one event per ack; after BackPressure of late acks
+// they go to the spool after all.
+//
 // # Spool
 //
 // When the broker cannot be reached, or an event in flight fails (timeout,
-// disconnection, no stream), that event, every event after it that is still
-// in flight, and every new event go to the spool, an append-only directory
+// disconnection, no stream, a full store), that event, every event after it
+// that is still in flight, and every new event go to the spool, an
+// append-only directory
 // of segment files with checksummed records; they count as durable once
 // written. While the spool is not empty all new events go to it, so order is
 // kept. When the connection is back the spool is drained, oldest first, with

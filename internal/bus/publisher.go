@@ -823,7 +823,7 @@ func (p *Publisher) fill(st *pump) {
 				st.nextTry = time.Now().Add(st.backoff)
 				return
 			}
-			e.fut = fut
+			e.fut, e.okc, e.errc = fut, nil, nil
 			st.inflight = append(st.inflight, e)
 		}
 		return

@@ -214,6 +214,29 @@ func attachCfg(t *testing.T, b *conservationBroker, fs *fakeServer) config.Colle
 	return cfg
 }
 
+// brokerAwayToExit attaches with cfg, stops the broker at a random line,
+// lets the process write the rest and exit (its last events wait in the
+// spool), then, after beforeRestart, starts the broker again and delivers
+// the spool with a replay of no file, as the next collector start on the
+// host does.
+func brokerAwayToExit(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte, cfg config.Collector, beforeRestart func()) {
+	t.Helper()
+	done := attachAsync(testCtx(t), t, cfg)
+	k := 1 + rng.IntN(len(lines)-1)
+	fs.writeLines(lines[:k])
+	waitLines(t, fs, k)
+	b.stop()
+	fs.writeLines(lines[k:])
+	fs.exit()
+	require.NoError(t, waitErr(t, done, "attach"))
+	require.Positive(t, segmentBytes(cfg.Spool.Dir), "the run's last events wait in the spool")
+	beforeRestart()
+	b.start()
+	st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	require.NoError(t, err)
+	require.Zero(t, st.Left)
+}
+
 // attachAsync runs Attach in this process.
 func attachAsync(ctx context.Context, t *testing.T, cfg config.Collector) <-chan error {
 	ch := make(chan error, 1)
@@ -372,21 +395,7 @@ func TestCollectorConservationIntegration(t *testing.T) {
 		{name: "broker down at the process's exit (spooled, delivered by the next collector start)", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
 			cfg := attachCfg(t, b, fs)
 			cfg.ShutdownTimeout = 2 * time.Second
-			done := attachAsync(testCtx(t), t, cfg)
-			k := 1 + rng.IntN(len(lines)-1)
-			fs.writeLines(lines[:k])
-			waitLines(t, fs, k)
-			b.stop()
-			fs.writeLines(lines[k:])
-			fs.exit()
-			require.NoError(t, waitErr(t, done, "attach"))
-			require.Positive(t, segmentBytes(cfg.Spool.Dir), "the run's last events wait in the spool")
-			b.start()
-			// The next collector start on the host (here a replay of no
-			// file) delivers the spool first.
-			st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
-			require.NoError(t, err)
-			require.Zero(t, st.Left)
+			brokerAwayToExit(t, rng, b, fs, lines, cfg, func() {})
 		}},
 		{name: "spool disk full (a real ENOSPC) while the broker is away, from a random line to the process's exit", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
 			// The spool's disk is a tmpfs of the test (it needs root),
@@ -396,25 +405,13 @@ func TestCollectorConservationIntegration(t *testing.T) {
 			cfg := attachCfg(t, b, fs)
 			cfg.Spool.Dir = filepath.Join(disk, "spool")
 			cfg.ShutdownTimeout = 2 * time.Second
-			warn := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-			_, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), warn)
+			_, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 			require.NoError(t, err)
 			filler := disktest.Fill(t, disk, "filler")
-			done := attachAsync(testCtx(t), t, cfg)
-			k := 1 + rng.IntN(len(lines)-1)
-			fs.writeLines(lines[:k])
-			waitLines(t, fs, k)
-			b.stop()
-			fs.writeLines(lines[k:])
-			fs.exit()
-			require.NoError(t, waitErr(t, done, "attach"))
-			// Room and a broker again: the next collector of the lane
-			// delivers the run's finish, which counts what was dropped.
-			require.NoError(t, os.Remove(filler))
-			b.start()
-			st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), warn)
-			require.NoError(t, err)
-			require.Zero(t, st.Left)
+			// Room again when the broker is back: the next collector of
+			// the lane delivers the run's finish, which counts what was
+			// dropped.
+			brokerAwayToExit(t, rng, b, fs, lines, cfg, func() { require.NoError(t, os.Remove(filler)) })
 		}},
 		{name: "broker store full (503 insufficient resources) from a random line for 0.2–1.5 s, under attach", maxStore: 8 << 20, drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
 			cfg := attachCfg(t, b, fs)
@@ -438,7 +435,7 @@ func TestCollectorConservationIntegration(t *testing.T) {
 			require.Empty(t, set, "an event set aside while the store was full")
 		}},
 		{name: "slow broker (every answer 250 ms late, nats.ack_timeout 100 ms), under attach", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
-			proxy := natstest.StartSlowProxy(t, b.srv.Addr().String(), 250*time.Millisecond)
+			proxy := natstest.StartProxy(t, b.srv.Addr().String(), 250*time.Millisecond)
 			cfg := attachCfg(t, b, fs)
 			cfg.NATS.URL = proxy.URL()
 			cfg.NATS.AckTimeout = 100 * time.Millisecond

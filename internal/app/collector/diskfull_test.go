@@ -24,10 +24,7 @@ import (
 func diskFullConfig(t *testing.T, runID string) (config.Collector, string, int) {
 	t.Helper()
 	fs := disktest.Tmpfs(t, 4<<20)
-	dead, err := natstest.NewServer(t.TempDir(), 0)
-	require.NoError(t, err)
-	url, port := dead.ClientURL(), natstest.Port(dead)
-	natstest.Shutdown(dead)
+	url, port := deadBroker(t)
 	cfg := testConfig(t)
 	cfg.NATS.URL = url
 	cfg.RunID = runID

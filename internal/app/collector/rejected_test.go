@@ -29,10 +29,7 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 	cfg := testConfig(t)
 
 	// The poison, spooled in the lane's spool with no broker.
-	dead, err := natstest.NewServer(t.TempDir(), 0)
-	require.NoError(t, err)
-	deadURL := dead.ClientURL()
-	natstest.Shutdown(dead)
+	deadURL, _ := deadBroker(t)
 	cc := bus.DefaultConnConfig()
 	cc.URL = deadURL
 	nc, err := bus.Connect(testCtx(t), cc, testLogger(t))
@@ -77,10 +74,7 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 func TestRunFullSpoolFlaggedIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
-	dead, err := natstest.NewServer(t.TempDir(), 0)
-	require.NoError(t, err)
-	url, port := dead.ClientURL(), natstest.Port(dead)
-	natstest.Shutdown(dead)
+	url, port := deadBroker(t)
 
 	cfg := testConfig(t)
 	cfg.NATS.URL = url

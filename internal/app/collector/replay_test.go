@@ -133,10 +133,7 @@ func TestReplaySpoolIntegration(t *testing.T) {
 	recorded := readJSONL(t, file)
 	empty := filepath.Join(t.TempDir(), "empty.jsonl")
 	require.NoError(t, os.WriteFile(empty, nil, 0o644))
-	dead, err := natstest.NewServer(t.TempDir(), 0)
-	require.NoError(t, err)
-	url, port := dead.ClientURL(), natstest.Port(dead)
-	natstest.Shutdown(dead)
+	url, port := deadBroker(t)
 	cfg := testConfig(t)
 	cfg.NATS.URL = url
 	cfg.ShutdownTimeout = 2 * time.Second
@@ -180,10 +177,7 @@ func TestReplayNoBrokerIntegration(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
 	recorded := readJSONL(t, file)
-	dead, err := natstest.NewServer(t.TempDir(), 0)
-	require.NoError(t, err)
-	url, port := dead.ClientURL(), natstest.Port(dead)
-	natstest.Shutdown(dead)
+	url, port := deadBroker(t)
 
 	cfg := testConfig(t)
 	cfg.NATS.URL = url
@@ -220,7 +214,7 @@ func TestReplaySlowBrokerIntegration(t *testing.T) {
 	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
 	recorded := readJSONL(t, file)
 	srv := natstest.Start(t)
-	proxy := natstest.StartSlowProxy(t, srv.Addr().String(), 300*time.Millisecond)
+	proxy := natstest.StartProxy(t, srv.Addr().String(), 300*time.Millisecond)
 	cfg := testConfig(t)
 	cfg.NATS.URL = proxy.URL()
 	cfg.NATS.AckTimeout = 100 * time.Millisecond
