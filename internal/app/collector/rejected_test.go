@@ -50,7 +50,10 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 	cfg.NATS.URL = srv.ClientURL()
 	cfg.RunID = "after-poison-1"
 	cfg.Out = t.TempDir()
-	argv := childArgv(t, "src="+absPath(t, fixture4B), "print=0:40", "exit=0")
+	// 2 ms a line: the child outlives the sampler's first sample even on
+	// a loaded machine (a child gone before it leaves the run without
+	// one, which the check below refuses).
+	argv := childArgv(t, "src="+absPath(t, fixture4B), "delay=2ms", "print=0:40", "exit=0")
 	code, err := Run(testCtx(t), cfg, argv, newTestIO().io(), testLogger(t))
 	require.NoError(t, err)
 	require.Equal(t, 0, code)
