@@ -2,6 +2,7 @@ package collector
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
@@ -226,4 +228,42 @@ func TestReplaySlowBrokerIntegration(t *testing.T) {
 	require.Contains(t, logs.String(), "the broker is slow")
 	require.NotContains(t, logs.String(), "spooling events")
 	require.Len(t, streamOf(t, jsConn(t, srv.ClientURL()), recorded[0].Origin.RunID), len(recorded))
+}
+
+// TestReplayOwnSpoolRemovedIntegration: while another collector of the
+// lane holds the lane's spool, a replay gets a spool of its own
+// (<lane>-<pid>); once it delivered everything that spool is removed, so
+// concurrent collectors leave no directories (with their reserve files)
+// behind. One that is left events keeps it and says what delivers them.
+func TestReplayOwnSpoolRemovedIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
+	srv := natstest.Start(t)
+	cfg := testConfig(t)
+	cfg.NATS.URL = srv.ClientURL()
+	cfg.ShutdownTimeout = 2 * time.Second
+	cc := bus.DefaultConnConfig()
+	cc.URL = srv.ClientURL()
+	nc, err := bus.Connect(testCtx(t), cc, testLogger(t))
+	require.NoError(t, err)
+	pc := bus.DefaultPublisherConfig()
+	pc.Spool.Dir = filepath.Join(cfg.Spool.Dir, cfg.Lane)
+	other, err := bus.NewPublisher(nc, pc, testLogger(t)) // holds the lane's spool
+	require.NoError(t, err)
+	defer other.Close(testCtx(t))
+
+	own := filepath.Join(cfg.Spool.Dir, fmt.Sprintf("%s-%d", cfg.Lane, os.Getpid()))
+	_, err = Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), testLogger(t))
+	require.NoError(t, err)
+	_, err = os.Stat(own)
+	require.ErrorIs(t, err, os.ErrNotExist, "the replay's own spool is gone once empty")
+
+	url, _ := deadBroker(t)
+	cfg.NATS.URL = url
+	var logs syncBuffer
+	_, err = Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), zerolog.New(&logs))
+	require.Equal(t, cli.ExitTempFail, cli.Code(err))
+	require.Positive(t, segmentBytes(own), "a spool with events is kept")
+	require.Contains(t, logs.String(), "collector replay --lane "+filepath.Base(own))
 }
