@@ -16,6 +16,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/offline"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -136,7 +137,7 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 			if err != nil {
 				return cli.Usage(err)
 			}
-			runs := aggregator.NewRuns(opts)
+			runs := runtable.NewRuns(opts)
 			st, err := aggregator.ReplayFiles(runs, args, log)
 			if err != nil {
 				if errors.Is(err, aggregator.ErrInput) {
@@ -156,7 +157,7 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 			report := func(id string) split.Report {
 				foldMu.Lock()
 				defer foldMu.Unlock()
-				return aggregator.Report(runs.Get(id))
+				return runtable.Report(runs.Get(id))
 			}
 			reload := func(_ context.Context, _, id string) (split.Report, bool, error) {
 				if runs.Get(id) == nil {

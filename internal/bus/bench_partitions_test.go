@@ -46,10 +46,11 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 	js, err := jetstream.New(nc)
 	require.NoError(b, err)
 	ctx := context.Background()
-	_, err = bus.EnsureStream(ctx, js, bus.DefaultStreamConfig(), zerolog.Nop())
+	sc := bus.DefaultStreamConfig()
+	sc.Partitions = benchPartitions()
+	_, err = bus.EnsureStream(ctx, js, sc, zerolog.Nop())
 	require.NoError(b, err)
-	parts, err := bus.EnsurePartitions(ctx, js, bus.PartitionConfig{Stream: bus.DefaultStream, Partitions: benchPartitions()}, zerolog.Nop())
-	require.NoError(b, err)
+	parts := sc.Partitions
 	payloads := recordedEvents(b)
 	for i := 0; i < n; i++ {
 		_, err := js.PublishAsync(fmt.Sprintf("gttsplit.log.h.l.run%03d", i%400), payloads[i%len(payloads)])
@@ -59,21 +60,11 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 		}
 	}
 	<-js.PublishAsyncComplete()
-	ps, err := js.Stream(ctx, bus.PartitionStream(bus.DefaultStream))
+	ps, err := js.Stream(ctx, bus.DefaultStream)
 	require.NoError(b, err)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		si, err := ps.Info(ctx)
-		require.NoError(b, err)
-		if si.State.Msgs == n {
-			break
-		}
-		require.True(b, time.Now().Before(deadline), "sourcing")
-		time.Sleep(20 * time.Millisecond)
-	}
 	round := 0
 	var cpuPart, cpuOne time.Duration
-	consume := func(filters []string) time.Duration {
+	consume := func(filters [][]string) time.Duration {
 		round++
 		t0, c0 := time.Now(), perftest.ProcessCPU(b)
 		defer func() {
@@ -86,7 +77,7 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 		var wg sync.WaitGroup
 		for i, f := range filters {
 			c, err := ps.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: fmt.Sprintf("r%d-%d", round, i),
-				FilterSubject: f, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024})
+				FilterSubjects: f, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024})
 			require.NoError(b, err)
 			wg.Add(1)
 			go func() {
@@ -110,10 +101,10 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 		wg.Wait()
 		return time.Since(t0)
 	}
-	var one, part []string
-	one = append(one, bus.PartitionPrefix+".>")
+	one := [][]string{nil}
+	var part [][]string
 	for p := 0; p < parts; p++ {
-		part = append(part, bus.PartitionFilter(p, ""))
+		part = append(part, bus.PartitionFilters(p, ""))
 	}
 	var pairs perftest.Pairs
 	b.ResetTimer()

@@ -2,7 +2,6 @@ package bus_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -38,179 +37,72 @@ func startWithEvents(t *testing.T, runs ...string) (jetstream.JetStream, map[str
 	return js, byRun
 }
 
-// collect consumes until want messages were acked, then cancels.
-type collector struct {
-	mu     sync.Mutex
-	seen   map[string][]uint64 // id -> delivery counts seen
-	acked  []string
-	cancel context.CancelFunc
-	want   int
-}
-
-func (c *collector) handle(_ context.Context, m bus.Msg) error {
-	d, err := m.Decode()
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seen[d.ID] = append(c.seen[d.ID], m.Metadata().NumDelivered)
-	if d.Type == events.TypeLogLines && d.Lines[0].Seq == 4 && m.Metadata().NumDelivered == 1 {
-		// The first delivery of one event is refused.
-		return m.Nak()
-	}
-	if err := m.AckSync(context.Background()); err != nil {
-		return err
-	}
-	c.acked = append(c.acked, d.ID)
-	if len(c.acked) == c.want {
-		c.cancel()
-	}
-	return nil
-}
-
-// TestConsumerRedeliveryIntegration naks one message on its first
-// delivery: it comes again with NumDelivered 2, every other message comes
-// once, and after the acks nothing is redelivered.
-func TestConsumerRedeliveryIntegration(t *testing.T) {
-	skipShort(t)
-	js, byRun := startWithEvents(t, "run-x")
-	cfg := bus.DefaultConsumerConfig()
-	cfg.AckWait = 5 * time.Second
-	cons, err := bus.NewConsumer(testCtx(t), js, cfg, testLogger(t))
-	require.NoError(t, err)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c := &collector{seen: map[string][]uint64{}, cancel: cancel, want: len(byRun["run-x"])}
-	require.NoError(t, cons.Consume(ctx, c.handle))
-	require.NotErrorIs(t, ctx.Err(), context.DeadlineExceeded, "not every message was acked")
-
-	require.ElementsMatch(t, byRun["run-x"], c.acked)
-	naked := "run-x/stdout/4-6"
-	require.Equal(t, []uint64{1, 2}, c.seen[naked])
-	for id, d := range c.seen {
-		if id != naked {
-			require.Equal(t, []uint64{1}, d, id)
-		}
-	}
-	info, err := js.Consumer(testCtx(t), bus.DefaultStream, cfg.Durable)
-	require.NoError(t, err)
-	ci, err := info.Info(testCtx(t))
-	require.NoError(t, err)
-	require.Zero(t, ci.NumAckPending)
-	require.Zero(t, ci.NumPending)
-}
-
 // TestAckRefIntegration settles messages through their AckRef after the
-// handler returned (as the aggregator does after a checkpoint): a nak'ed
-// one comes again, every acked one is settled, and the consumer ends with
+// handler returned (as the run table does after a checkpoint): a nak'ed
+// one comes again, one kept in progress past its ack wait is not
+// redelivered, every acked one is settled, and the consumer ends with
 // nothing pending.
 func TestAckRefIntegration(t *testing.T) {
 	skipShort(t)
 	js, byRun := startWithEvents(t, "run-r")
-	cfg := bus.DefaultConsumerConfig()
-	cfg.Durable = "refs"
-	cons, err := bus.NewConsumer(testCtx(t), js, cfg, testLogger(t))
+	ctx := testCtx(t)
+	const ackWait = time.Second
+	c, err := js.CreateOrUpdateConsumer(ctx, bus.DefaultStream, jetstream.ConsumerConfig{Durable: "refs",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	want := len(byRun["run-r"])
+	var mu sync.Mutex
 	var refs []bus.AckRef
 	seen := map[uint64]int{}
-	acked := 0
-	err = cons.Consume(ctx, func(_ context.Context, m bus.Msg) error {
-		seen[m.Metadata().StreamSeq]++
+	done := make(chan struct{})
+	var once sync.Once
+	var held bus.AckRef
+	cc, err := c.Consume(func(jm jetstream.Msg) {
+		m, err := bus.WrapMsg(jm, js.Conn())
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		seq := m.Metadata().StreamSeq
+		seen[seq]++
 		ref := m.AckRef()
-		if m.Metadata().StreamSeq == 2 && m.Metadata().NumDelivered == 1 {
-			return ref.Nak()
+		switch {
+		case seq == 2 && m.Metadata().NumDelivered == 1:
+			require.NoError(t, ref.Nak())
+			return
+		case seq == 3:
+			held = ref // settled later, after two ack waits, kept in progress
+			return
 		}
 		refs = append(refs, ref)
-		if len(refs) == 3 || acked+len(refs) == want {
+		if len(refs) == want-1 {
 			for _, r := range refs {
 				require.NoError(t, r.Ack())
 			}
-			acked += len(refs)
-			refs = nil
+			once.Do(func() { close(done) })
 		}
-		if acked == want {
-			cancel()
-		}
-		return nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, want, acked)
+	defer cc.Stop()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not every message came")
+	}
+	for range 4 {
+		time.Sleep(ackWait / 2)
+		mu.Lock()
+		require.NoError(t, held.InProgress())
+		mu.Unlock()
+	}
+	mu.Lock()
+	require.NoError(t, held.Ack())
 	require.Equal(t, 2, seen[2], "the nak'ed message came again")
-	c, err := js.Consumer(testCtx(t), bus.DefaultStream, cfg.Durable)
-	require.NoError(t, err)
+	require.Equal(t, 1, seen[3], "the one in progress did not")
+	mu.Unlock()
 	require.Eventually(t, func() bool {
 		ci, err := c.Info(testCtx(t))
 		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
 	}, 10*time.Second, 20*time.Millisecond)
-}
-
-// TestConsumerHandlerErrorIntegration returns an error for a message: it is
-// redelivered after the nak delay.
-func TestConsumerHandlerErrorIntegration(t *testing.T) {
-	skipShort(t)
-	js, byRun := startWithEvents(t, "run-y")
-	cfg := bus.DefaultConsumerConfig()
-	cfg.Durable = "errs"
-	cfg.NakDelay = 10 * time.Millisecond
-	cons, err := bus.NewConsumer(testCtx(t), js, cfg, testLogger(t))
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	deliveries := map[string]int{}
-	acked := 0
-	err = cons.Consume(ctx, func(_ context.Context, m bus.Msg) error {
-		d, err := m.Decode()
-		require.NoError(t, err)
-		deliveries[d.ID]++
-		if d.Type == events.TypeRunStarted && m.Metadata().NumDelivered < 3 {
-			return errors.New("not yet")
-		}
-		acked++
-		if acked == len(byRun["run-y"]) {
-			cancel()
-		}
-		return m.Ack()
-	})
-	require.NoError(t, err)
-	require.Equal(t, 3, deliveries["run-y/started/0"])
-}
-
-// TestConsumerFiltersIntegration consumes one lane's log lines of one host
-// with a filter built by events.Filter.
-func TestConsumerFiltersIntegration(t *testing.T) {
-	skipShort(t)
-	js, byRun := startWithEvents(t, "run-1", "run-2")
-	cfg := bus.DefaultConsumerConfig()
-	cfg.Durable = "logs"
-	cfg.FilterSubjects = []string{events.Filter(events.KindLog, "host1", "gpu0", ""), events.Filter(events.KindRun, "", "", "run-2")}
-	cons, err := bus.NewConsumer(testCtx(t), js, cfg, testLogger(t))
-	require.NoError(t, err)
-	var want []string
-	for _, r := range []string{"run-1", "run-2"} {
-		for _, id := range byRun[r] {
-			if containsAny(id, "/stderr/", "/stdout/") || (r == "run-2" && containsAny(id, "/started/", "/finished/")) {
-				want = append(want, id)
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var got []string
-	require.NoError(t, cons.Consume(ctx, func(_ context.Context, m bus.Msg) error {
-		d, err := m.Decode()
-		require.NoError(t, err)
-		got = append(got, d.ID)
-		if len(got) == len(want) {
-			cancel()
-		}
-		return m.Ack()
-	}))
-	require.ElementsMatch(t, want, got)
 }
 
 func containsAny(s string, subs ...string) bool {
@@ -250,26 +142,13 @@ func TestExportIntegration(t *testing.T) {
 			samples = append(samples, id)
 		}
 	}
-	require.Equal(t, samples, exportAll(t, js, bus.Range{Subjects: []string{events.Filter(events.KindFDInfo, "", "", "run-late")}}).ids)
-	require.Empty(t, exportAll(t, js, bus.Range{Subjects: []string{events.Filter(events.KindSplit, "", "", "")}}).ids)
+	require.Equal(t, samples, exportAll(t, js, bus.Range{Subjects: bus.StoredFilters(events.KindFDInfo, "", "", "run-late")}).ids)
+	require.Empty(t, exportAll(t, js, bus.Range{Subjects: bus.StoredFilters(events.KindSplit, "", "", "")}).ids)
 
 	// fn's error stops the export.
 	n, err := bus.Export(testCtx(t), js, bus.DefaultStream, bus.Range{}, func(bus.Msg) error { return errors.New("stop") })
 	require.EqualError(t, err, "stop")
 	require.Zero(t, n)
-}
-
-func TestConsumerConfigValidate(t *testing.T) {
-	t.Parallel()
-	require.NoError(t, bus.DefaultConsumerConfig().Validate())
-	err := bus.ConsumerConfig{MaxDeliver: 0}.Validate()
-	for _, key := range []string{"stream", "durable", "filter_subjects", "ack_wait", "max_deliver", "max_ack_pending"} {
-		require.ErrorContains(t, err, key+":")
-	}
-	require.NoError(t, bus.DefaultStreamConfig().Validate())
-	sc := bus.DefaultStreamConfig()
-	sc.DuplicateWindow = time.Minute
-	require.ErrorContains(t, sc.Validate(), "duplicate_window:")
 }
 
 // TestEnsureStreamIntegration creates the stream.
@@ -373,16 +252,6 @@ func TestEnsureStreamReplicasOnCluster(t *testing.T) {
 	require.Contains(t, logs.String(), `"setting":"nats.replicas"`)
 	require.Equal(t, 1, strings.Count(logs.String(), `"level":"warn"`), logs.String())
 
-	// The consumer of a client asking R1 takes the stream's replicas.
-	cc := bus.DefaultConsumerConfig()
-	cc.Replicas = 1
-	_, err = bus.NewConsumer(ctx, js, cc, zerolog.Nop())
-	require.NoError(t, err)
-	ci, err := js.Consumer(ctx, bus.DefaultStream, cc.Durable)
-	require.NoError(t, err)
-	require.Contains(t, []int{0, 3}, ci.CachedInfo().Config.Replicas)
-	require.Len(t, ci.CachedInfo().Cluster.Replicas, 2, "a leader and two replicas")
-
 	// Fewer replicas are raised.
 	require.NoError(t, js.DeleteStream(ctx, bus.DefaultStream))
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}, Duplicates: 2 * time.Minute})
@@ -395,44 +264,129 @@ func TestEnsureStreamReplicasOnCluster(t *testing.T) {
 	require.Equal(t, 3, info.Config.Replicas)
 }
 
-// The partitioned stream puts every event of a run in the partition
-// PartitionOf computes, as the server maps it.
+// The events stream stores every event of a run under the partition
+// PartitionOf computes, as the server's transform maps it (the run's
+// subject token hashed: ids too long or odd for a token are hashed too);
+// PublishedSubject gives the published subject back; StoredFilters find
+// the run's events.
 func TestPartitionsMatchTheServer(t *testing.T) {
 	skipShort(t)
 	s := natstest.Start(t)
-	js := jsFor(t, s)
+	js := bareJS(t, s)
 	ctx := testCtx(t)
-	n, err := bus.EnsurePartitions(ctx, js, bus.PartitionConfig{Stream: bus.DefaultStream, Partitions: 7}, zerolog.Nop())
+	cfg := bus.DefaultStreamConfig()
+	cfg.Partitions = 7
+	_, err := bus.EnsureStream(ctx, js, cfg, zerolog.Nop())
 	require.NoError(t, err)
-	require.Equal(t, 7, n)
 	var logs syncBuf
-	n, err = bus.EnsurePartitions(ctx, js, bus.PartitionConfig{Stream: bus.DefaultStream, Partitions: 16}, zerolog.New(&logs))
+	lay, err := bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 16, 1, zerolog.New(&logs))
 	require.NoError(t, err)
-	require.Equal(t, 7, n, "an existing partitioned stream keeps its count")
+	require.Equal(t, bus.Layout{Partitions: 7}, lay, "an existing stream keeps its count")
 	require.Contains(t, logs.String(), `"setting":"consumer.partitions"`)
-	var want []string
+	ids := []string{"run-a", "x.y z", strings.Repeat("long", 30)}
 	for i := 0; i < 50; i++ {
-		subj := events.Subject(events.KindLog, "h", "lane-a", fmt.Sprintf("run-%d", i))
-		_, err := js.Publish(ctx, subj, []byte("x"))
-		require.NoError(t, err)
-		want = append(want, bus.PartitionSubject(subj, 7))
+		ids = append(ids, fmt.Sprintf("run-%d", i))
 	}
-	_, err = js.Publish(ctx, events.Subject(events.KindSplit, "h", "l", "r"), []byte("x"))
-	require.NoError(t, err)
-	ps, err := js.Stream(ctx, bus.PartitionStream(bus.DefaultStream))
-	require.NoError(t, err)
-	var got []string
-	deadline := time.Now().Add(10 * time.Second)
-	for len(got) < len(want) && time.Now().Before(deadline) {
-		got = got[:0]
-		info, err := ps.Info(ctx)
+	var published []string
+	for _, id := range ids {
+		subj := events.Subject(events.KindLog, "h", "lane-a", id)
+		_, err := js.Publish(ctx, subj, []byte(id))
 		require.NoError(t, err)
-		for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
-			m, err := ps.GetMsg(ctx, seq)
+		published = append(published, subj)
+	}
+	st, err := js.Stream(ctx, bus.DefaultStream)
+	require.NoError(t, err)
+	for i, id := range ids {
+		m, err := st.GetMsg(ctx, uint64(i+1))
+		require.NoError(t, err)
+		toks := strings.Split(m.Subject, ".")
+		require.Len(t, toks, 6, m.Subject)
+		require.Equal(t, fmt.Sprint(bus.PartitionOf(id, 7)), toks[2], "run %q", id)
+		require.Equal(t, published[i], bus.PublishedSubject(m.Subject))
+		p := bus.PartitionOf(id, 7)
+		c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: bus.PartitionFilters(p, "lane-a")})
+		require.NoError(t, err)
+		info, err := c.Info(ctx)
+		require.NoError(t, err)
+		require.NotZero(t, info.NumPending, "partition %d's filter", p)
+		c, err = st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: bus.StoredFilters(events.KindLog, "", "", id)})
+		require.NoError(t, err)
+		info, err = c.Info(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, info.NumPending, "run %q's filter", id)
+	}
+}
+
+// A stream made by an earlier version (no transform, events stored under
+// five-token subjects, none consumed) is partitioned at ingest from now
+// on: its earlier events go to the legacy partitioned stream, which the
+// partitions' consumers drain; RetireLegacy deletes it only once they did.
+func TestEnsurePartitionedMigratesIntegration(t *testing.T) {
+	skipShort(t)
+	s := natstest.Start(t)
+	js := bareJS(t, s)
+	ctx := testCtx(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}})
+	require.NoError(t, err)
+	for i := 0; i < 10; i++ {
+		_, err := js.Publish(ctx, events.Subject(events.KindRun, "h", "l", fmt.Sprintf("old-%d", i)), []byte("old"))
+		require.NoError(t, err)
+	}
+	lay, err := bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 4, 1, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, bus.Layout{Partitions: 4, Legacy: true}, lay)
+	_, err = js.Publish(ctx, events.Subject(events.KindRun, "h", "l", "new-0"), []byte("new"))
+	require.NoError(t, err)
+	st, err := js.Stream(ctx, bus.DefaultStream)
+	require.NoError(t, err)
+	m, err := st.GetMsg(ctx, 11)
+	require.NoError(t, err)
+	require.Len(t, strings.Split(m.Subject, "."), 6, "partitioned from now on")
+	lay, err = bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 16, 1, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, bus.Layout{Partitions: 4, Legacy: true}, lay, "again: nothing changes")
+
+	ls, err := js.Stream(ctx, bus.LegacyStream(bus.DefaultStream))
+	require.NoError(t, err)
+	waitUntil(t, "the old events sourced", func() bool {
+		info, err := ls.Info(ctx)
+		return err == nil && info.State.Msgs == 10
+	})
+	gone, err := bus.RetireLegacy(ctx, js, bus.DefaultStream, "g", 4)
+	require.NoError(t, err)
+	require.False(t, gone, "not consumed yet")
+	for p := 0; p < 4; p++ {
+		c, err := ls.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: bus.ConsumerName("g", p),
+			FilterSubject: bus.LegacyFilter(p, ""), AckPolicy: jetstream.AckExplicitPolicy})
+		require.NoError(t, err)
+		for {
+			batch, err := c.FetchNoWait(100)
 			require.NoError(t, err)
-			got = append(got, m.Subject)
+			n := 0
+			for m := range batch.Messages() {
+				require.NoError(t, m.DoubleAck(ctx))
+				n++
+			}
+			if n == 0 {
+				break
+			}
+		}
+	}
+	gone, err = bus.RetireLegacy(ctx, js, bus.DefaultStream, "g", 4)
+	require.NoError(t, err)
+	require.True(t, gone)
+	_, err = js.Stream(ctx, bus.LegacyStream(bus.DefaultStream))
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+}
+
+// waitUntil polls cond until it holds, for at most 30 s.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	require.Equal(t, want, got, "splits are not sourced")
 }

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -17,190 +16,334 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
-// PartitionPrefix starts the subjects of the partitioned stream:
-// gttsplitp.<partition>.<kind>.<host>.<lane>.<run>.
-const PartitionPrefix = "gttsplitp"
+// The events stream is partitioned at ingest: the stream's own subject
+// transform stores an event published on
+//
+//	gttsplit.<kind>.<host>.<lane>.<run>
+//
+// as
+//
+//	gttsplit.<kind>.<partition>.<host>.<lane>.<run>
+//
+// where the partition is the server's partition() of the run token (FNV-1a
+// of the token, modulo the partition count). Every event is stored once;
+// an aggregator consumes a partition through a consumer filtered on it.
+// Publishers keep publishing the five-token subjects: the transform is the
+// server's.
 
-// DefaultPartitions is the number of partitions of a new partitioned
-// stream.
+// DefaultPartitions is the partition count of a new events stream.
 const DefaultPartitions = 16
 
-// PartitionStream is the name of the partitioned stream of stream.
-func PartitionStream(stream string) string { return stream + "_PARTS" }
+// partitionRE reads the partition count back from a transform.
+var partitionRE = regexp.MustCompile(`\{\{\s*partition\(\s*([0-9]+)\s*,`)
 
-// PartitionOf returns the partition of a run id among n, as the server's
-// partition() subject mapping computes it (FNV-1a 32 of the run token).
+// partitionTransform is the events stream's subject transform for n
+// partitions.
+func partitionTransform(n int) *jetstream.SubjectTransformConfig {
+	return &jetstream.SubjectTransformConfig{
+		Source:      events.SubjectRoot + ".*.*.*.*",
+		Destination: fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,4)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}", events.SubjectRoot, n),
+	}
+}
+
+// transformPartitions returns the partition count of a stream's
+// transform, and whether it has one.
+func transformPartitions(cfg jetstream.StreamConfig) (int, bool) {
+	if cfg.SubjectTransform == nil {
+		return 0, false
+	}
+	m := partitionRE.FindStringSubmatch(cfg.SubjectTransform.Destination)
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(m[1])
+	return n, err == nil && n > 0
+}
+
+// PartitionOf returns the partition of a run among n, as the server's
+// partition() computes it from the run's subject token.
 func PartitionOf(runID string, n int) int {
 	if n <= 0 {
 		return 0
 	}
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(runID))
+	_, _ = h.Write([]byte(events.Token(runID)))
 	return int(h.Sum32() % uint32(n))
 }
 
-// PartitionFilter is the subject of one partition's events of a lane
-// ("" for every lane).
-func PartitionFilter(p int, lane string) string {
+// folded are the kinds an aggregator folds.
+var folded = []events.Kind{events.KindRun, events.KindLog, events.KindFDInfo}
+
+// PartitionFilters are the subject filters of partition p's events of a
+// lane ("" for every lane): run, log and fdinfo events, six tokens exactly
+// (an event stored before the stream was partitioned has five).
+func PartitionFilters(p int, lane string) []string {
 	if lane == "" {
 		lane = "*"
+	} else {
+		lane = events.Token(lane)
 	}
-	return fmt.Sprintf("%s.%d.*.*.%s.*", PartitionPrefix, p, lane)
+	out := make([]string, 0, len(folded))
+	for _, k := range folded {
+		out = append(out, fmt.Sprintf("%s.%s.%d.*.%s.*", events.SubjectRoot, k, p, lane))
+	}
+	return out
 }
 
-// PartitionSubject is the subject an event published on subject (
-// gttsplit.<kind>.<host>.<lane>.<run>) has in the partitioned stream of n
-// partitions.
-func PartitionSubject(subject string, n int) string {
-	toks := strings.Split(subject, ".")
-	if len(toks) != 5 {
-		return ""
+// StoredFilters are the subject filters of the stored events of a kind,
+// host, lane and run ("" for any): the partitioned form and, for events
+// stored before the stream was partitioned, the five-token form (the two
+// never overlap).
+func StoredFilters(kind events.Kind, host, lane, runID string) []string {
+	k := "*"
+	if kind != "" {
+		k = string(kind)
 	}
-	return fmt.Sprintf("%s.%d.%s.%s.%s.%s", PartitionPrefix, PartitionOf(toks[4], n), toks[1], toks[2], toks[3], toks[4])
+	if host == "" && lane == "" && runID == "" {
+		return []string{events.SubjectRoot + "." + k + ".>"}
+	}
+	tok := func(v string) string {
+		if v == "" {
+			return "*"
+		}
+		return events.Token(v)
+	}
+	h, l, r := tok(host), tok(lane), tok(runID)
+	return []string{
+		strings.Join([]string{events.SubjectRoot, k, "*", h, l, r}, "."),
+		strings.Join([]string{events.SubjectRoot, k, h, l, r}, "."),
+	}
 }
 
-// PartitionConfig describes the partitioned stream.
-type PartitionConfig struct {
-	// Stream is the events stream it sources from.
-	Stream string
-	// Partitions of a new partitioned stream; an existing one keeps its
-	// own count.
+// PublishedSubject returns the subject an event was published on, from the
+// subject it is stored under (the partition token dropped); other subjects
+// are returned as they are.
+func PublishedSubject(stored string) string {
+	toks := strings.Split(stored, ".")
+	switch {
+	case len(toks) == 6 && toks[0] == events.SubjectRoot:
+		return strings.Join(append(toks[:2:2], toks[3:]...), ".")
+	case len(toks) == 6 && toks[0] == legacyPrefix:
+		return events.SubjectRoot + "." + strings.Join(toks[2:], ".")
+	}
+	return stored
+}
+
+// The partitioned stream of earlier versions (<stream>_PARTS, subjects
+// gttsplitp.<partition>.<kind>.<host>.<lane>.<run>), a sourced copy of the
+// events stream. An aggregator finding it drains it (each partition's
+// owner consumes both) and deletes it once nothing is left in it.
+const legacyPrefix = "gttsplitp"
+
+// LegacyStream is the name of the earlier versions' partitioned stream.
+func LegacyStream(stream string) string { return stream + "_PARTS" }
+
+// LegacyFilter is the filter of partition p's events of a lane in the
+// legacy stream.
+func LegacyFilter(p int, lane string) string {
+	if lane == "" {
+		lane = "*"
+	} else {
+		lane = events.Token(lane)
+	}
+	return fmt.Sprintf("%s.%d.*.*.%s.*", legacyPrefix, p, lane)
+}
+
+// Layout is how an aggregator found the events stream.
+type Layout struct {
+	// Partitions is the stream's partition count.
 	Partitions int
-	Replicas   int
-	MaxAge     time.Duration
-	MaxBytes   int64
+	// Legacy says the earlier versions' partitioned stream is still there
+	// to drain.
+	Legacy bool
 }
 
-var partitionsRE = regexp.MustCompile(`\{\{\s*partition\(\s*([0-9]+)\s*,`)
+// EnsurePartitioned makes sure the events stream stores its events by
+// partition (see above) and returns its layout. A stream created before
+// partitioning at ingest gets the transform now (with the legacy
+// stream's partition count, if there is one, else partitions): events
+// stored before keep their subjects and are folded through the legacy
+// stream, which is created for them if it is missing (as earlier versions
+// did) and deleted once drained (RetireLegacy).
+func EnsurePartitioned(ctx context.Context, js jetstream.JetStream, stream string, partitions, replicas int, log zerolog.Logger) (Layout, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return Layout{}, fmt.Errorf("events stream %s: %w", stream, err)
+	}
+	cfg := s.CachedInfo().Config
+	if n, ok := transformPartitions(cfg); ok {
+		Drift(log.With().Str("stream", stream).Logger(), "consumer.partitions", "events stream", n, partitionsOr(partitions))
+		legacy, err := legacyExists(ctx, js, stream)
+		return Layout{Partitions: n, Legacy: legacy}, err
+	}
+	if cfg.SubjectTransform != nil {
+		return Layout{}, fmt.Errorf("events stream %s has a subject transform of its own (%s → %s); gttsplit partitions it with one: remove it",
+			stream, cfg.SubjectTransform.Source, cfg.SubjectTransform.Destination)
+	}
+	n := partitionsOr(partitions)
+	legacy := false
+	if ls, err := js.Stream(ctx, LegacyStream(stream)); err == nil {
+		legacy = true
+		if ln, ok := legacyPartitions(ls.CachedInfo().Config); ok {
+			n = ln
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return Layout{}, fmt.Errorf("stream %s: %w", LegacyStream(stream), err)
+	} else if old, err := unpartitioned(ctx, s); err != nil {
+		return Layout{}, err
+	} else if old > 0 {
+		// Events stored before partitioning that nothing consumed yet
+		// (published by collectors before any aggregator ran): the
+		// legacy stream sources them, by partition.
+		if err := createLegacy(ctx, js, stream, n, cfg.Replicas, cfg.MaxAge, cfg.MaxBytes); err != nil {
+			return Layout{}, err
+		}
+		legacy = true
+	}
+	cfg.SubjectTransform = partitionTransform(n)
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return Layout{}, fmt.Errorf("events stream %s: partition at ingest: %w", stream, err)
+	}
+	log.Info().Str("stream", stream).Int("partitions", n).Bool("legacy", legacy).
+		Msg("events stream now partitions its events at ingest; earlier events are folded through the earlier partitioned stream until it is drained")
+	return Layout{Partitions: n, Legacy: legacy}, nil
+}
 
-// EnsurePartitions makes sure the partitioned stream of cfg.Stream exists:
-// it sources the run, log and fdinfo events of the events stream, with the
-// server's partition() mapping putting every event of a run in the same
-// partition (gttsplitp.<P>.<kind>.<host>.<lane>.<run>). It returns the
-// stream's partition count: an existing stream keeps its count (a
-// different configured count is a warning) and is never lowered.
-func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg PartitionConfig, log zerolog.Logger) (int, error) {
-	name := PartitionStream(cfg.Stream)
-	n := cfg.Partitions
-	if n <= 0 {
-		n = DefaultPartitions
+// StreamPartitions returns the partition count of the events stream
+// (DefaultPartitions for one not partitioned yet).
+func StreamPartitions(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("events stream %s: %w", stream, err)
 	}
-	var tr []jetstream.SubjectTransformConfig
-	for _, k := range []events.Kind{events.KindRun, events.KindLog, events.KindFDInfo} {
-		tr = append(tr, jetstream.SubjectTransformConfig{
-			Source:      fmt.Sprintf("gttsplit.%s.*.*.*", k),
-			Destination: fmt.Sprintf("%s.{{partition(%d,3)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", PartitionPrefix, n, k),
-		})
+	if n, ok := transformPartitions(s.CachedInfo().Config); ok {
+		return n, nil
 	}
-	maxBytes := cfg.MaxBytes
-	if maxBytes == 0 {
-		maxBytes = -1
-	}
-	want := jetstream.StreamConfig{
-		Name:        name,
-		Description: "gttsplit: the run, log and fdinfo events of " + cfg.Stream + ", partitioned by run",
-		Sources:     []*jetstream.StreamSource{{Name: cfg.Stream, SubjectTransforms: tr}},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		MaxAge:      cfg.MaxAge,
-		MaxBytes:    maxBytes,
-		Replicas:    max(cfg.Replicas, 1),
-	}
-	log = log.With().Str("stream", name).Logger()
-	s, err := js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		s, err = js.CreateStream(ctx, want)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			s, err = js.Stream(ctx, name)
-		} else if err == nil {
+	if ls, err := js.Stream(ctx, LegacyStream(stream)); err == nil {
+		if n, ok := legacyPartitions(ls.CachedInfo().Config); ok {
 			return n, nil
 		}
 	}
-	if err != nil {
-		return 0, fmt.Errorf("partitioned stream %s: %w", name, err)
+	return DefaultPartitions, nil
+}
+
+func partitionsOr(n int) int {
+	if n <= 0 {
+		return DefaultPartitions
 	}
-	cur := s.CachedInfo().Config
-	have := 0
-	for _, src := range cur.Sources {
+	return n
+}
+
+// unpartitioned counts the events of the stream stored before
+// partitioning (five-token subjects of the folded kinds).
+func unpartitioned(ctx context.Context, s jetstream.Stream) (uint64, error) {
+	var fs []string
+	for _, k := range folded {
+		fs = append(fs, fmt.Sprintf("%s.%s.*.*.*", events.SubjectRoot, k))
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: fs, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return 0, fmt.Errorf("events stream: count unpartitioned events: %w", err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("events stream: count unpartitioned events: %w", err)
+	}
+	return info.NumPending, nil
+}
+
+func legacyExists(ctx context.Context, js jetstream.JetStream, stream string) (bool, error) {
+	_, err := js.Stream(ctx, LegacyStream(stream))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("stream %s: %w", LegacyStream(stream), err)
+}
+
+func legacyPartitions(cfg jetstream.StreamConfig) (int, bool) {
+	for _, src := range cfg.Sources {
 		for _, t := range src.SubjectTransforms {
-			if m := partitionsRE.FindStringSubmatch(t.Destination); m != nil {
-				have, _ = strconv.Atoi(m[1])
+			if m := partitionRE.FindStringSubmatch(t.Destination); m != nil {
+				n, err := strconv.Atoi(m[1])
+				return n, err == nil && n > 0
 			}
 		}
 	}
-	if have == 0 {
-		return 0, fmt.Errorf("partitioned stream %s exists but has no partition() mapping", name)
-	}
-	Drift(log, "consumer.partitions", "partitioned stream", have, cfg.Partitions)
-	Drift(log, "nats.replicas", "partitioned stream", cur.Replicas, want.Replicas)
-	if want.Replicas > cur.Replicas {
-		upd := cur
-		upd.Replicas = want.Replicas
-		if _, err := js.UpdateStream(ctx, upd); err != nil {
-			return 0, fmt.Errorf("partitioned stream %s: raise replicas: %w", name, err)
-		}
-	}
-	return have, nil
+	return 0, false
 }
 
-// SourceStall is how long the partitioned stream may go without hearing
-// from its source (the source sends a heartbeat every second, data or
-// not) before ReattachStalledSource steps in.
-const SourceStall = 3 * time.Second
-
-// ReattachStalledSource re-attaches the partitioned stream's source when
-// it stalled. When the node leading the events stream goes away, the
-// consumer that feeds the partitioned stream often goes with it (when it
-// lived there), and the server notices only after 10–20 s without
-// contact: no event reaches any partition meanwhile. When the source has been silent for longer than
-// stall and the events stream has a leader again, this asks the
-// partitioned stream's leader to step down; the next leader sets its
-// source up at once, from the message after the last one it holds. It
-// returns what it did ("" when nothing was needed). A partitioned stream
-// with one replica cannot step down; it is left to the server.
-func ReattachStalledSource(ctx context.Context, js jetstream.JetStream, stream string, stall time.Duration) (string, error) {
-	name := PartitionStream(stream)
-	ps, err := js.Stream(ctx, name)
-	if err != nil {
-		return "", fmt.Errorf("partitioned stream %s: %w", name, err)
+// createLegacy creates the legacy stream sourcing the unpartitioned events.
+func createLegacy(ctx context.Context, js jetstream.JetStream, stream string, n, replicas int, maxAge time.Duration, maxBytes int64) error {
+	var tr []jetstream.SubjectTransformConfig
+	for _, k := range folded {
+		tr = append(tr, jetstream.SubjectTransformConfig{
+			Source:      fmt.Sprintf("%s.%s.*.*.*", events.SubjectRoot, k),
+			Destination: fmt.Sprintf("%s.{{partition(%d,3)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", legacyPrefix, n, k),
+		})
 	}
-	info := ps.CachedInfo()
-	var silent time.Duration
-	for _, s := range info.Sources {
-		if s.Name == stream && s.Active > stall {
-			silent = s.Active
-		}
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        LegacyStream(stream),
+		Description: "gttsplit: events of " + stream + " stored before it was partitioned at ingest; deleted once drained",
+		Sources:     []*jetstream.StreamSource{{Name: stream, SubjectTransforms: tr}},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      maxAge,
+		MaxBytes:    maxBytes,
+		Replicas:    max(replicas, 1),
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("stream %s: %w", LegacyStream(stream), err)
 	}
-	if silent == 0 || info.Config.Replicas <= 1 || info.Cluster == nil || info.Cluster.Leader == "" {
-		return "", nil
-	}
-	es, err := js.Stream(ctx, stream)
-	if err != nil {
-		return "", fmt.Errorf("events stream %s: %w", stream, err)
-	}
-	if ci := es.CachedInfo().Cluster; ci == nil || ci.Leader == "" {
-		return "", nil // no leader to source from yet
-	}
-	resp, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, nil)
-	if err != nil {
-		return "", fmt.Errorf("partitioned stream %s: step down: %w", name, err)
-	}
-	var r struct {
-		Success bool `json:"success"`
-		Error   *struct {
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return "", fmt.Errorf("partitioned stream %s: step down: %w", name, err)
-	}
-	if r.Error != nil || !r.Success {
-		d := "no success"
-		if r.Error != nil {
-			d = r.Error.Description
-		}
-		return "", fmt.Errorf("partitioned stream %s: step down: %s", name, d)
-	}
-	return fmt.Sprintf("source %s silent for %s: leader %s of %s stepped down", stream, silent.Round(100*time.Millisecond), info.Cluster.Leader, name), nil
+	return nil
 }
+
+// RetireLegacy deletes the legacy stream once it has sourced everything
+// there is and every partition's consumer of group has acknowledged all
+// of it; it reports whether the stream is gone.
+func RetireLegacy(ctx context.Context, js jetstream.JetStream, stream, group string, n int) (bool, error) {
+	ls, err := js.Stream(ctx, LegacyStream(stream))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	info, err := ls.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, src := range info.Sources {
+		if src.Lag > 0 || src.Error != nil {
+			return false, nil
+		}
+	}
+	for p := 0; p < n; p++ {
+		c, err := ls.Consumer(ctx, ConsumerName(group, p))
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if info.State.Msgs == 0 {
+				continue
+			}
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return false, err
+		}
+		if ci.NumPending > 0 || ci.NumAckPending > 0 {
+			return false, nil
+		}
+	}
+	if err := js.DeleteStream(ctx, LegacyStream(stream)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, err
+	}
+	return true, nil
+}
+
+// ConsumerName is the durable consumer of partition p of group.
+func ConsumerName(group string, p int) string { return fmt.Sprintf("%s-p%02d", group, p) }

@@ -44,7 +44,7 @@ func TestPublishIntegration(t *testing.T) {
 	for i, ev := range evs {
 		subj, err := events.SubjectOf(ev)
 		require.NoError(t, err)
-		require.Equal(t, subj, got.subjects[i])
+		require.Equal(t, subj, bus.PublishedSubject(got.subjects[i]), "stored under its partition: %s", got.subjects[i])
 	}
 
 	require.ErrorIs(t, p.Publish(testCtx(t), evs[0], nil), bus.ErrClosed)

@@ -28,7 +28,8 @@ func TestPublishSlowBrokerIntegration(t *testing.T) {
 			t.Parallel()
 			s := natstest.Start(t)
 			js := jsFor(t, s)
-			proxy := natstest.StartProxy(t, s.Addr().String(), 300*time.Millisecond)
+			proxy := natstest.StartProxy(t, s.Addr().String())
+			proxy.SetLatency(300 * time.Millisecond)
 			cfg := pubConfig(t)
 			cfg.AckTimeout = 100 * time.Millisecond
 			cfg.BackPressure = tc.backPressure

@@ -34,6 +34,10 @@ type StreamConfig struct {
 	MaxBytes int64 `mapstructure:"max_bytes"`
 	// Replicas in a cluster (default 1).
 	Replicas int `mapstructure:"replicas"`
+	// Partitions of a new stream (default DefaultPartitions): the
+	// stream stores every event under its run's partition (see
+	// partition.go). An existing stream keeps its count.
+	Partitions int `mapstructure:"partitions"`
 }
 
 // DefaultStreamConfig returns the defaults.
@@ -73,7 +77,8 @@ func (c StreamConfig) Validate() error {
 }
 
 // EnsureStream creates the stream when it is missing (file storage, limits
-// retention, cfg's limits and replicas). An existing stream is never
+// retention, cfg's limits and replicas, partitioned at ingest: see
+// partition.go). An existing stream is never
 // lowered: its replicas are raised to cfg.Replicas when fewer, and every
 // other difference (fewer replicas asked, another max age, max bytes or
 // duplicate window) is logged as a warning naming the setting, keeping the
@@ -97,6 +102,8 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig,
 		MaxAge:      cfg.MaxAge,
 		MaxBytes:    maxBytes,
 		Replicas:    cfg.Replicas,
+		// Every event stored under its run's partition.
+		SubjectTransform: partitionTransform(partitionsOr(cfg.Partitions)),
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := js.Stream(ctx, cfg.Name)

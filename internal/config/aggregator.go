@@ -50,13 +50,14 @@ type Embedded struct {
 
 // Consumer is the durable JetStream consumer the aggregators share.
 type Consumer struct {
-	Durable       string        `mapstructure:"durable" desc:"durable consumer name; aggregators with the same name share the work"`
+	Durable       string        `mapstructure:"durable" desc:"name of the aggregators' group: aggregators with the same name share the partitions (consumers <durable>-pNN, leases lease.<durable>.N)"`
 	AckWait       time.Duration `mapstructure:"ack_wait" desc:"time after which an unacknowledged message is redelivered"`
 	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages delivered and not yet acknowledged"`
 	// CheckpointInterval is how often the changed runs' states are written
 	// (and their messages acknowledged).
 	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often the changed runs' states are written to the state bucket and their messages acknowledged (also when a run is complete, or half of max_ack_pending messages of a partition wait); at most half of ack_wait"`
-	Partitions         int           `mapstructure:"partitions" desc:"partitions of the runs when the partitioned stream is created (an existing one keeps its count); each is owned by one aggregator"`
+	Partitions         int           `mapstructure:"partitions" desc:"partitions of the runs when the events stream is created or first partitioned (an existing one keeps its count); each is owned by one aggregator at a time"`
+	LeaseTTL           time.Duration `mapstructure:"lease_ttl" desc:"time to live of a partition's lease: a killed or cut-off aggregator's partitions are taken over this long after its last renewal (a stopping one hands them over at once); it must outlast a cluster electing a new leader (about 10 s)"`
 	Lanes              string        `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`
 }
 
@@ -148,7 +149,7 @@ func DefaultAggregator() Aggregator {
 		Log:         Log{Level: "info", Format: "console"},
 		NATS:        AggregatorNATS{Stream: "GTTSPLIT", ConnectTimeout: 5 * time.Second, Replicas: 1, DuplicateWindow: 2 * time.Minute},
 		Embedded:    Embedded{Listen: "127.0.0.1:4222", Store: "./data"},
-		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 10 * time.Second, MaxAckPending: 1024, Partitions: 16, CheckpointInterval: 500 * time.Millisecond},
+		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 10 * time.Second, MaxAckPending: 1024, Partitions: 16, CheckpointInterval: 500 * time.Millisecond, LeaseTTL: 15 * time.Second},
 		IdleTimeout: 10 * time.Minute,
 		HTTP:        HTTP{Listen: "127.0.0.1:8080"},
 		Store:       Store{Retention: 30 * 24 * time.Hour, CompactAfter: time.Hour},
@@ -223,6 +224,9 @@ func (a Aggregator) problems() []*FieldError {
 		}
 	}
 	p.atLeast("consumer.max_ack_pending", int64(a.Consumer.MaxAckPending), 1)
+	if l := a.Consumer.LeaseTTL; l < 3*time.Second {
+		p.add("consumer.lease_ttl", "must be at least 3s, got %s", l)
+	}
 	p.positive("idle_timeout", a.IdleTimeout)
 	p.atLeast("memory_limit_mib", int64(a.MemoryLimitMiB), 0)
 	if a.Store.Retention < 0 {

@@ -8,73 +8,110 @@ import (
 	"time"
 )
 
-// Proxy is a TCP proxy between clients and a real server that can make
-// the server late: every byte the server sends (its acks among them)
-// reaches the client a fixed latency after it was sent, without limiting
-// the throughput, as from a broker that is healthy but under load; and
-// Hold keeps them back altogether (acks that do not come) until Release,
-// while the clients' bytes still get through. Its URL is what clients
-// dial.
+// Proxy is a TCP proxy in front of a server, for tests that make the
+// network misbehave between a client and a real server:
+//
+//   - Freeze cuts a client off without closing its connection: nothing is
+//     forwarded in either direction (what the client sends meanwhile waits
+//     in the proxy and the kernel's buffers, and arrives, late, once it
+//     thaws), as a network partition or a paused peer would.
+//   - HoldServer keeps only what the server sends (its acks among them)
+//     from reaching the clients, while their bytes still get through:
+//     acks that do not come.
+//   - SetLatency delays every byte the server sends by a fixed time,
+//     without limiting the throughput: a broker that is healthy but slow
+//     to answer, as one under load is.
 type Proxy struct {
-	ln    net.Listener
-	delay time.Duration
+	ln     net.Listener
+	target string
 
-	mu    sync.Mutex
-	open  chan struct{} // closed while the server's bytes flow
-	conns []net.Conn
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	frozen  bool
+	held    bool
+	latency time.Duration
+	thawed  *sync.Cond // signalled when frozen or held ends
+	conns   []net.Conn
+	wg      sync.WaitGroup
 }
 
-// StartProxy listens on a free loopback port and forwards to target
-// (host:port), delaying what the server sends by delay (0: none); it stops
-// when the test ends.
-func StartProxy(t testing.TB, target string, delay time.Duration) *Proxy {
+// StartProxy listens on a free local port and forwards to target
+// (host:port) until the test ends.
+func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{ln: ln, delay: delay, open: make(chan struct{})}
-	close(p.open)
+	p := &Proxy{ln: ln, target: target}
+	p.thawed = sync.NewCond(&p.mu)
 	p.wg.Add(1)
-	go p.accept(target)
+	go p.accept()
 	t.Cleanup(p.Close)
 	return p
 }
 
-// URL is the proxy's nats:// URL.
+// URL is the nats:// URL of the proxy.
 func (p *Proxy) URL() string { return "nats://" + p.ln.Addr().String() }
 
-// Hold keeps what the server sends from reaching the clients.
-func (p *Proxy) Hold() {
+// Freeze stops forwarding.
+func (p *Proxy) Freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.open:
-		p.open = make(chan struct{})
-	default:
-	}
+	p.frozen = true
 }
 
-// Release lets it through again.
-func (p *Proxy) Release() {
+// Thaw forwards again, what waited first.
+func (p *Proxy) Thaw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.open:
-	default:
-		close(p.open)
-	}
+	p.frozen = false
+	p.thawed.Broadcast()
 }
 
-func (p *Proxy) accept(target string) {
+// HoldServer keeps what the server sends from reaching the clients.
+func (p *Proxy) HoldServer() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = true
+}
+
+// ReleaseServer lets it through again, what waited first.
+func (p *Proxy) ReleaseServer() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = false
+	p.thawed.Broadcast()
+}
+
+// SetLatency makes every byte the server sends from now on reach its
+// client d after it was sent (0: at once).
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = d
+}
+
+// Close stops the proxy and closes every connection through it.
+func (p *Proxy) Close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.frozen, p.held = false, false
+	p.thawed.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		s, err := net.Dial("tcp", target)
+		s, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = c.Close()
 			continue
@@ -83,41 +120,39 @@ func (p *Proxy) accept(target string) {
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go func() {
-			defer p.wg.Done()
-			_, _ = io.Copy(s, c)
-			_ = s.Close()
-			_ = c.Close()
-		}()
-		go func() {
-			defer p.wg.Done()
-			p.late(c, s)
-		}()
+		go p.pipe(s, c, false)
+		go p.pipe(c, s, true)
 	}
 }
 
-// late copies from src to dst, each chunk delay after it was read and
-// while the proxy does not hold.
-func (p *Proxy) late(dst, src net.Conn) {
+// pipe copies from src to dst; fromServer chunks are delayed by the
+// latency (a writer of their own keeps reading at full speed) and held
+// while the server is held.
+func (p *Proxy) pipe(dst, src net.Conn, fromServer bool) {
+	defer p.wg.Done()
+	defer dst.Close()
 	type chunk struct {
 		b  []byte
 		at time.Time
 	}
 	q := make(chan chunk, 4096)
-	done := make(chan struct{})
+	wrote := make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(wrote)
+		failed := false
 		for c := range q {
+			if failed {
+				continue // let the reader finish
+			}
 			time.Sleep(time.Until(c.at))
 			p.mu.Lock()
-			open := p.open
+			for p.frozen || fromServer && p.held {
+				p.thawed.Wait()
+			}
 			p.mu.Unlock()
-			<-open
 			if _, err := dst.Write(c.b); err != nil {
+				failed = true
 				_ = src.Close()
-				for range q { // let the reader finish
-				}
-				return
 			}
 		}
 	}()
@@ -125,26 +160,21 @@ func (p *Proxy) late(dst, src net.Conn) {
 		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		if n > 0 {
-			q <- chunk{b: buf[:n], at: time.Now().Add(p.delay)}
+			at := time.Now()
+			if fromServer {
+				p.mu.Lock()
+				at = at.Add(p.latency)
+				p.mu.Unlock()
+			}
+			q <- chunk{b: buf[:n], at: at}
 		}
 		if err != nil {
+			if err != io.EOF {
+				_ = src.Close()
+			}
 			break
 		}
 	}
 	close(q)
-	<-done
-	_ = dst.Close()
-}
-
-// Close stops the proxy (letting what it held go) and closes its
-// connections.
-func (p *Proxy) Close() {
-	p.Release()
-	_ = p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
+	<-wrote
 }

@@ -62,7 +62,7 @@ func replay(t *testing.T, path string) split.Report {
 	for r.Next() {
 		d, err := events.Decode(r.Event())
 		require.NoError(t, err)
-		d.ApplyTo(fold)
+		fold.Apply(d.Input())
 	}
 	require.NoError(t, r.Err())
 	return fold.Report()

@@ -105,21 +105,47 @@ func Unmarshal(b []byte) (ev event.Event, err error) {
 	return ev, nil
 }
 
-// DecodeBytesFiltered is DecodeBytes for a consumer that applies the
-// lines to a fold and needs only some of them: a log-lines event keeps in
-// Lines only the lines whose text keep accepts, given as the event's JSON
-// string holds it (between the quotes, escapes and all; see
-// split.Parser.MayBeRelevantJSON), and sets Span to the lines it held;
-// ApplyTo then counts the others as read. The other lines are checked as
-// DecodeBytes checks them but not unescaped or kept, so an event is
-// accepted or refused alike. An event the one-pass decoder does not take
-// is decoded whole (Span nil).
-func DecodeBytesFiltered(b []byte, keep func(seg []byte) bool) (Decoded, error) {
-	if d, ok := decodeOnePassKeep(b, keep); ok {
+// LineFilter chooses, of the lines of a log-lines event, those a consumer
+// needs, before their text is unescaped: DecodeFiltered unescapes and keeps
+// only those. *split.LineFilter is the fold's (the lines no rule can read
+// are counted, not kept).
+type LineFilter interface {
+	// Keep reports whether the consumer needs a line, given its text as
+	// the event's JSON string holds it: the bytes between the quotes,
+	// escapes and all. A filter serves one event; Keep is called once per
+	// line, in order, from one goroutine.
+	Keep(seg []byte) bool
+}
+
+var _ LineFilter = (*split.LineFilter)(nil)
+
+// DecodeFiltered is DecodeBytes for a consumer that applies the lines to
+// a fold and needs only some of them: a log-lines event keeps in Lines only
+// the lines f keeps, and sets Span to the lines it held; the fold counts
+// the others as read (Input). The other lines are checked as DecodeBytes
+// checks them but not unescaped or kept, so an event is accepted or
+// refused alike. An event the one-pass decoder does not take is decoded
+// whole (Span nil).
+func DecodeFiltered(b []byte, f LineFilter) (Decoded, error) {
+	if d, ok := decodeOnePassKeep(b, f); ok {
 		return d, nil
 	}
 	return DecodeBytes(b)
 }
+
+// DecodeBytesFiltered is DecodeFiltered with the filter's Keep given as a
+// function (nil: keep every line).
+func DecodeBytesFiltered(b []byte, keep func(seg []byte) bool) (Decoded, error) {
+	if keep == nil {
+		return DecodeFiltered(b, nil)
+	}
+	return DecodeFiltered(b, keepFunc(keep))
+}
+
+// keepFunc is a LineFilter of a function.
+type keepFunc func(seg []byte) bool
+
+func (k keepFunc) Keep(seg []byte) bool { return k(seg) }
 
 // DecodeBytes is Unmarshal followed by Decode.
 func DecodeBytes(b []byte) (Decoded, error) {
@@ -176,7 +202,7 @@ func Decode(ev event.Event) (Decoded, error) {
 		wantID, err = d.decodeStarted(ev.DataEncoded)
 	case TypeLogLines:
 		var data LogLinesData
-		if err = dataJSON.Unmarshal(ev.DataEncoded, &data); err == nil {
+		if data, err = decodeLogLinesData(ev.DataEncoded); err == nil {
 			wantID, err = d.fromLines(data)
 		}
 	case TypeFDInfoSample:
@@ -257,8 +283,12 @@ func decodeFast(b []byte) (Decoded, bool) {
 					ok = false
 					return false
 				}
-				lines = new(LogLinesData)
-				it.ReadVal(lines)
+				data, err := decodeLogLinesData(it.SkipAndReturnBytes())
+				if err != nil {
+					ok = false
+					return false
+				}
+				lines = &data
 			case TypeFDInfoSample:
 				if sample != nil {
 					ok = false
@@ -525,7 +555,7 @@ func (d *Decoded) takeSomeLines(stream string, firstSeq uint64, lines []split.Li
 		lines[i].Stream, lines[i].Seq = stream, firstSeq+lines[i].Seq
 	}
 	d.Lines = lines
-	d.Span = &LineSpan{Stream: stream, First: firstSeq, Last: last}
+	d.Span = &split.LineSpan{Stream: stream, First: firstSeq, Last: last}
 	return LinesID(d.Origin.RunID, stream, firstSeq, last), nil
 }
 

@@ -47,6 +47,14 @@
 // Events travel on gttsplit.<kind>.<host>.<lane>.<runid>, kind being run, log,
 // fdinfo, split or dlq; see Subject, SubjectOf, Filter and Token.
 //
+// # Decoding, not folding
+//
+// This package turns bytes into values and values into bytes; it never
+// folds. Decoded.Input is what an event brings to its run's fold, and
+// split.Fold.Apply folds it. A consumer that folds log lines can decode
+// them through a LineFilter (DecodeFiltered): the lines no rule reads are
+// counted, not unescaped.
+//
 // # Errors
 //
 // Constructors and Decode never panic. A malformed or inconsistent event

@@ -39,20 +39,14 @@ type Decoded struct {
 	Started *Started
 	Lines   []split.Line
 	// Span, when set, is the lines a log-lines event decoded with
-	// DecodeBytesFiltered held: Lines then holds only those the filter
-	// kept, and ApplyTo counts the others as read.
-	Span     *LineSpan
+	// DecodeFiltered held: Lines then holds only those the filter kept,
+	// and the fold counts the others as read (see Input).
+	Span     *split.LineSpan
 	Sample   *split.Sample
 	Finished *Finished
 	Split    *split.Report
 	// SplitN is the n of a split event's id <runid>/split/<n>.
 	SplitN int
-}
-
-// LineSpan is lines First..Last of a log stream.
-type LineSpan struct {
-	Stream      string
-	First, Last uint64
 }
 
 // Source returns the CloudEvents source of events produced on host.
@@ -295,30 +289,23 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// ApplyTo folds d into f: the run's start, lines, sample or finish (with
-// the collector's drop count). It reports whether d brought anything new; a
-// split event is not folded and reports false.
-func (d Decoded) ApplyTo(f *split.Fold) (fresh bool) {
+// Input is what d brings to its run's fold (split.Fold.Apply): the run's
+// start, its lines, a sample, or its finish with the collector's drop
+// count. A split event brings nothing.
+func (d Decoded) Input() split.Input {
 	switch {
 	case d.Started != nil:
-		fresh = f.SetRun(d.Started.Info)
+		return split.Input{Run: &d.Started.Info}
 	case d.Lines != nil || d.Span != nil:
-		for _, l := range d.Lines {
-			if f.AddLine(l) {
-				fresh = true
-			}
-		}
-		if d.Span != nil && f.MarkLines(d.Span.Stream, d.Span.First, d.Span.Last) {
-			fresh = true
-		}
+		return split.Input{Lines: d.Lines, Span: d.Span}
 	case d.Sample != nil:
-		fresh = f.AddSample(*d.Sample)
+		return split.Input{Sample: d.Sample}
 	case d.Finished != nil:
 		fi := d.Finished.Info
 		fi.DroppedEvents = d.Finished.Detail.DroppedEvents
-		fresh = f.Finish(fi)
+		return split.Input{Finish: &fi}
 	}
-	return fresh
+	return split.Input{}
 }
 
 // check rejects an announcement the contract does not allow: a stream name

@@ -68,6 +68,14 @@ func FuzzDecodeFastMatchesDecode(f *testing.F) {
 	}
 	f.Add([]byte(`{"specversion":"1.0","id":"r/fdinfo/1","source":"urn:gttsplit:collector:h","type":"io.gttsplit.fdinfo.sample.v1","subject":"r","datacontenttype":"application/json","runid":"r","host":"h","lane":"l","data":{"seq":1,"procs":[],"cards":[]}}`))
 	f.Add([]byte(`{"specversion":"1.0","id":"r/fdinfo/1","source":"urn:gttsplit:collector:h","type":"io.gttsplit.fdinfo.sample.v1","subject":"r","datacontenttype":"application/json","runid":"r","host":"h","lane":"l","data":{"seq":1,"procs":[],"cards":[]},"data":{"seq":2}}`))
+	for _, d := range []string{
+		`{"stream":"stderr","first_seq":"1","lines":[{"text":"a"},{"text":"b"}]}`,
+		`{"stream":"stderr","first_seq":1,"lines":[{"text":null},{"TEXT":"b"}]}`,
+		`{"stream":"stderr","first_seq":1,"lines":[null,{}]}`,
+		`{"stream":"stderr","lines":[{"t":null,"text":"a"},{"text":"b"}]}`,
+	} {
+		f.Add(logLinesEvent(1, 2, d))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if !json.Valid(b) {
 			return

@@ -28,7 +28,7 @@ func requireFilteredMatches(t *testing.T, b []byte, keep func([]byte) bool) (Dec
 	}
 	require.Equal(t, TypeLogLines, got.Type)
 	require.NotEmpty(t, want.Lines)
-	require.Equal(t, LineSpan{Stream: want.Lines[0].Stream, First: want.Lines[0].Seq, Last: want.Lines[len(want.Lines)-1].Seq}, *got.Span)
+	require.Equal(t, split.LineSpan{Stream: want.Lines[0].Stream, First: want.Lines[0].Seq, Last: want.Lines[len(want.Lines)-1].Seq}, *got.Span)
 	i := 0
 	for _, l := range got.Lines {
 		for i < len(want.Lines) && want.Lines[i].Seq != l.Seq {
@@ -67,8 +67,8 @@ func foldOf(t *testing.T, p *split.Parser, evs ...[]byte) string {
 		if err != nil {
 			continue
 		}
-		fresh = append(fresh, d.ApplyTo(f))
-		fresh = append(fresh, d.ApplyTo(f))
+		fresh = append(fresh, f.Apply(d.Input()))
+		fresh = append(fresh, f.Apply(d.Input()))
 	}
 	st, err := json.Marshal(f)
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func TestDecodeFilteredFoldsTheSame(t *testing.T) {
 	for _, b := range evs {
 		d, err := DecodeBytesFiltered(b, func([]byte) bool { return false })
 		require.NoError(t, err)
-		d.ApplyTo(f)
+		f.Apply(d.Input())
 	}
 	require.Nil(t, f.Report().ModelGTTMiB, "a filter that keeps nothing loses the split")
 }
@@ -146,7 +146,7 @@ func FuzzDecodeFilteredMatches(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	if fold := split.NewFold(split.Options{}); d.ApplyTo(fold) && fold.WantsDebug() {
+	if fold := split.NewFold(split.Options{}); fold.Apply(d.Input()) && fold.WantsDebug() {
 		f.Fatal("the -v event leaves the fold looking for a -v marker")
 	}
 	f.Fuzz(func(t *testing.T, b []byte, mask uint8) {

@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gttsplit/gttsplit/internal/jsonesc"
+	"github.com/gttsplit/gttsplit/pkg/internal/jsonesc"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -16,19 +16,19 @@ import (
 // JSON grammar as it reads the attributes and the data (no validity scan
 // first, no reflection). It takes only the plain shape: string attributes,
 // the type before the data, the data members of the type (log lines:
-// stream, first_seq and lines of t and text; samples: seq, t, procs of pid
-// and fds of fd, link and text, cards of card, gtt_used_bytes and
-// gtt_total_bytes), integers in canonical form, strings of valid UTF-8
-// whose escapes are not surrogates, no duplicate or unknown member, no
-// null. Anything else returns false and takes the general path, which
-// decides; FuzzDecodeOnePassMatchesDecode holds it to that path.
+// stream, first_seq and lines of text and t, all but t present; samples:
+// seq, t, procs of pid and fds of fd, link and text, cards of card,
+// gtt_used_bytes and gtt_total_bytes), integers in canonical form, strings
+// of valid UTF-8 whose escapes are not surrogates, no duplicate or unknown
+// member, no null. Anything else returns false and takes the general path,
+// which decides; FuzzDecodeOnePassMatchesDecode holds it to that path.
 func decodeOnePass(b []byte) (Decoded, bool) { return decodeOnePassKeep(b, nil) }
 
 // decodeOnePassKeep is decodeOnePass; with keep, a log-lines event keeps
 // only the lines whose text keep accepts as the JSON string holds it (see
-// DecodeBytesFiltered). The others are checked as much (their time, the
+// DecodeFiltered). The others are checked as much (their time, the
 // escapes of their text) but not unescaped or kept.
-func decodeOnePassKeep(b []byte, keep func(seg []byte) bool) (Decoded, bool) {
+func decodeOnePassKeep(b []byte, keep LineFilter) (Decoded, bool) {
 	p := onePass{b: b, keep: keep}
 	var (
 		env    envelope
@@ -123,7 +123,7 @@ type onePass struct {
 	buf []byte // unescaping
 	// keep, if set, picks the lines whose text is kept (see
 	// decodeOnePassKeep); skipped says line dropped the last one.
-	keep    func(seg []byte) bool
+	keep    LineFilter
 	skipped bool
 	// texts holds the text of every line read so far, one after the
 	// other, and ends where each ends: the lines share one string.
@@ -270,7 +270,7 @@ func (p *onePass) lineText() bool {
 	if !ok {
 		return false
 	}
-	if !p.keep(seg) {
+	if !p.keep.Keep(seg) {
 		p.skipped = true
 		return !esc || validEscapes(seg)
 	}
@@ -355,16 +355,14 @@ func (p *onePass) uint() (uint64, bool) {
 	return v, n > 0
 }
 
-// logLines reads the data of a log-lines event into d.
+// logLines reads the data of a log-lines event into d: stream, first_seq
+// and lines, each once (the general path decides about anything else).
 func (p *onePass) logLines(d *onePassLines) bool {
 	var haveStream, haveSeq, haveLines bool
 	if !p.next('{') {
 		return false
 	}
-	for first := true; ; first = false {
-		if first && p.next('}') {
-			return true
-		}
+	for {
 		key, ok := p.key()
 		if !ok || !p.next(':') {
 			return false
@@ -400,7 +398,7 @@ func (p *onePass) logLines(d *onePassLines) bool {
 		if p.next(',') {
 			continue
 		}
-		return p.next('}')
+		return haveStream && haveSeq && haveLines && p.next('}')
 	}
 }
 
@@ -451,19 +449,16 @@ func (p *onePass) lines() ([]split.Line, int, bool) {
 	return out, n + 1, true
 }
 
-// line reads one line object: its t into l, its text onto p.texts (with
-// keep, only when keep takes it: skipped says it did not).
+// line reads one line object, its text once and its t at most once: its
+// t into l, its text onto p.texts (with keep, only when keep takes it:
+// skipped says it did not).
 func (p *onePass) line(l *split.Line) bool {
 	var haveT, haveTxt bool
 	p.skipped = false
 	if !p.next('{') {
 		return false
 	}
-	for first := true; ; first = false {
-		if first && p.next('}') {
-			p.skipped = p.keep != nil && !p.keep(nil)
-			return true
-		}
+	for {
 		key, ok := p.key()
 		if !ok || !p.next(':') {
 			return false
@@ -491,10 +486,7 @@ func (p *onePass) line(l *split.Line) bool {
 		if p.next(',') {
 			continue
 		}
-		if !haveTxt && p.keep != nil {
-			p.skipped = !p.keep(nil)
-		}
-		return p.next('}')
+		return haveTxt && p.next('}')
 	}
 }
 

@@ -34,7 +34,7 @@ func liveFold(t *testing.T, log []byte) split.Report {
 		if err != nil {
 			t.Fatalf("DecodeBytes: %v", err)
 		}
-		d.ApplyTo(f)
+		f.Apply(d.Input())
 		lines = lines[:0]
 	}
 	rest := log

@@ -25,7 +25,7 @@ func TestRunFinishedBeforeSentDecodes(t *testing.T) {
 	require.NotNil(t, d.Finished)
 	require.Nil(t, d.Finished.Info.Sent)
 	f := split.NewFold(split.Options{})
-	d.ApplyTo(f)
+	f.Apply(d.Input())
 	require.Equal(t, []string{"the run-started event"}, f.Missing(), "only the start is missing")
 }
 
@@ -56,4 +56,22 @@ func TestRunFinishedSent(t *testing.T) {
 	require.NotEqual(t, string(b), twice)
 	_, err = events.DecodeBytes([]byte(twice))
 	require.ErrorIs(t, err, events.ErrInvalid)
+}
+
+// A run-finished event's Input carries the collector's drop count into the
+// fold's FinishInfo; a split event brings nothing.
+func TestInputOfEachEvent(t *testing.T) {
+	t.Parallel()
+	o := events.Origin{RunID: "r1", Host: "h"}
+	ev, err := events.NewRunFinished(o, split.FinishInfo{}, events.FinishDetail{DroppedEvents: 3})
+	require.NoError(t, err)
+	b, err := events.Marshal(ev)
+	require.NoError(t, err)
+	d, err := events.DecodeBytes(b)
+	require.NoError(t, err)
+	in := d.Input()
+	require.NotNil(t, in.Finish)
+	require.Equal(t, uint64(3), in.Finish.DroppedEvents)
+	require.Zero(t, d.Finished.Info.DroppedEvents, "the decoded event is not changed")
+	require.Equal(t, split.Input{}, events.Decoded{Type: events.TypeSplit, Split: &split.Report{}}.Input())
 }

@@ -16,12 +16,12 @@ import (
 // are folded into traceAcc (never stored one by one), malformed lines are
 // counted, the first build, verbosity and legacy lines are kept on their
 // own, and the other relevant lines are kept up to MaxRecords (see
-// evictLess for which go first). Every part is a function of the set of
+// keepRecord for which go first). Every part is a function of the set of
 // lines applied, so the fold stays order- and duplicate-free.
 const (
 	// MaxRecords bounds the relevant lines (other than trace lines) a fold
-	// keeps. A run that has more drops the lines evictLess orders first
-	// and is flagged state_capped.
+	// keeps. A run that has more drops the earliest lines of the kinds
+	// that have the most (see keepRecord) and is flagged state_capped.
 	MaxRecords = 2048
 	// MaxTraceNames bounds the tensor-name hashes the trace keeps: up to
 	// that many distinct names the count is exact; beyond, it is estimated
@@ -185,8 +185,6 @@ func (s *hashSet) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-func (s hashSet) isZero() bool { return len(s.h) == 0 && !s.full }
-
 // keep routes one parsed relevant line (applied for the first time) into
 // the bounded state.
 func (st *state) keep(k lineKey, r Record) {
@@ -211,12 +209,21 @@ func (st *state) keep(k lineKey, r Record) {
 	}
 }
 
-// keepRecord adds a record to st.records, keeping at most limit of them:
-// the limit last in evictLess's order. Below the limit it appends; at the
-// limit the first in that order (see evictQueue, built then) goes, unless
-// it is this one, and the new record takes its slot: no allocation, and
-// for lines applied in order no search. FuzzKeepRecordMatchesSort holds
-// the kept set equal to sorting every record and keeping the last limit.
+// keepRecord adds a record to st.records, keeping at most limit of them.
+// When the room is full a record goes (maybe the new one): the first in
+// evictLess's order, the earliest of the lowest class of evictClass (the
+// superseded kinds first, the model-load lines last), except that the
+// latest limit/4 of each of the classes 0 and 1 always stay. So a log with
+// more model loads than the room holds keeps the last loads' buffer lines
+// and reservations, which are the live load's, and as many model-load
+// lines as the rest of the room holds. Each class that gave up a record is
+// marked in st.Dropped.
+//
+// The kept set is a function of the set of records applied, whatever the
+// order: FuzzKeepRecordMatchesSort holds it equal to sharing the room out
+// from every record at once. Below the limit a record is appended; at the
+// limit it takes the slot of the one that goes (see evictQueue, built
+// then): no allocation, and for lines applied in order no search.
 func (st *state) keepRecord(k lineKey, r Record, limit int) {
 	e := evictKey{seq: k.seq, stream: k.stream, class: evictClass(r), kind: r.Kind}
 	if n := len(st.records); n < limit {
@@ -231,12 +238,14 @@ func (st *state) keepRecord(k lineKey, r Record, limit int) {
 		return
 	}
 	q := st.evictOrder()
-	first := q.first()
-	if e.less(first) {
+	c := q.victim(e.class, limit/4)
+	st.Dropped |= 1 << c
+	if c == e.class && (q.cls[c].empty() || e.less(q.cls[c].first())) {
 		return // the first to go is this one
 	}
+	first := q.cls[c].first()
 	e.slot = first.slot
-	q.dropFirst()
+	q.cls[c].dropFirst()
 	st.records[e.slot] = keyedRecord{Stream: k.stream, Record: r}
 	q.insert(e)
 }
@@ -272,12 +281,13 @@ func (st *state) growRecords(n int) {
 }
 
 // evictClass orders the kinds of kept lines by what the rules lose when
-// one goes: 0 for lines a later one of their kind supersedes (compute
-// reservations, which are redone for every batch shape, the memory
-// breakdown tables, the echoes and output reallocations), 1 for the rest,
-// 2 for the model-load lines (load, model buffer and context lines, and
-// the markers of which loads are live: draft, router, mmproj, --fit), which
-// go only when more than MaxRecords of them are there.
+// one goes (see keepRecord): 0 for lines a later one of their kind
+// supersedes (compute reservations, which are redone for every batch
+// shape, the memory breakdown tables, the echoes and output
+// reallocations), 1 for the rest (KV, recurrent-state, output and unknown
+// buffers), 2 for the model-load lines (load, model buffer and context
+// lines, and the markers of which loads are live: draft, router, mmproj,
+// --fit).
 func evictClass(r Record) int8 {
 	switch r.Kind {
 	case KindLoad, KindContext, KindRole, KindRouter, KindClip, KindFitBracket:
@@ -296,10 +306,11 @@ func evictClass(r Record) int8 {
 	return 1
 }
 
-// evictLess is the order in which kept records are dropped: by class (see
-// evictClass), then earliest by position first (a later reservation, table
-// or load supersedes an earlier one). It is a fixed total order, so the
-// kept records are the MaxRecords greatest whatever the order of arrival.
+// evictLess is the order in which kept records are dropped (but for the
+// floors of keepRecord): by class (see evictClass), then earliest by
+// position first (a later reservation, table or load supersedes an
+// earlier one). It is a fixed total order, so the records a class keeps
+// are its greatest whatever the order of arrival.
 func evictLess(ak lineKey, a Record, bk lineKey, b Record) bool {
 	x := evictKey{seq: ak.seq, stream: ak.stream, class: evictClass(a), kind: a.Kind}
 	y := evictKey{seq: bk.seq, stream: bk.stream, class: evictClass(b), kind: b.Kind}
@@ -359,7 +370,7 @@ func (st *state) evictOrder() *evictQueue {
 }
 
 // evictQueue holds the kept records' keys in evictLess's order: per class,
-// sorted, the first to go at the head of the lowest class that has any.
+// sorted, the first to go at the head.
 // Lines mostly arrive in position order, so a key is appended to its class
 // and the first dropped from a head; only a line older than its class's
 // last is inserted in place.
@@ -376,33 +387,40 @@ type keyQueue struct {
 func (q *evictQueue) len() int {
 	n := 0
 	for c := range q.cls {
-		n += len(q.cls[c].keys) - q.cls[c].head
+		n += q.cls[c].len()
 	}
 	return n
 }
 
-// first returns the first key to go (the queue is not empty).
-func (q *evictQueue) first() *evictKey {
-	for c := range q.cls {
-		if k := &q.cls[c]; k.head < len(k.keys) {
-			return &k.keys[k.head]
+// victim returns the class that gives up a record when one of class
+// added comes: the lowest class that holds more than floor records (added
+// counted); the model-load lines (class 2) have no floor.
+func (q *evictQueue) victim(added int8, floor int) int8 {
+	for c := int8(0); c < 2; c++ {
+		n := q.cls[c].len()
+		if c == added {
+			n++
+		}
+		if n > floor {
+			return c
 		}
 	}
-	panic("split: evict queue empty")
+	return 2
 }
 
+func (k *keyQueue) len() int    { return len(k.keys) - k.head }
+func (k *keyQueue) empty() bool { return k.head == len(k.keys) }
+
+// first returns the class's first key to go (the queue is not empty).
+func (k *keyQueue) first() *evictKey { return &k.keys[k.head] }
+
 // dropFirst removes the key first returned.
-func (q *evictQueue) dropFirst() {
-	for c := range q.cls {
-		if k := &q.cls[c]; k.head < len(k.keys) {
-			k.head++
-			if k.head > 64 && 2*k.head > len(k.keys) {
-				// Reuse the dropped room.
-				k.keys = k.keys[:copy(k.keys, k.keys[k.head:])]
-				k.head = 0
-			}
-			return
-		}
+func (k *keyQueue) dropFirst() {
+	k.head++
+	if k.head > 64 && 2*k.head > len(k.keys) {
+		// Reuse the dropped room.
+		k.keys = k.keys[:copy(k.keys, k.keys[k.head:])]
+		k.head = 0
 	}
 }
 
@@ -429,6 +447,57 @@ func (q *evictQueue) insert(e evictKey) {
 
 // droppedRecords is how many relevant lines the cap left out.
 func (st *state) droppedRecords() int { return st.Capped - len(st.records) }
+
+// capFrontier says, per eviction class, where the class's kept records
+// start when the cap dropped some of it: every dropped line of the class
+// lies before that position (keepRecord drops a class's earliest first),
+// and every line of the class at it or after it is kept.
+type capFrontier [3]struct {
+	dropped bool
+	seq     uint64
+	stream  string
+}
+
+// frontier returns the state's capFrontier. A class that lost lines and
+// kept none has its frontier past every position.
+func (st *state) frontier() capFrontier {
+	var f capFrontier
+	for c := range f {
+		if st.Dropped&(1<<c) == 0 {
+			continue
+		}
+		f[c].dropped, f[c].seq = true, math.MaxUint64
+		for _, r := range st.records {
+			if evictClass(r.Record) == int8(c) && posLess(r.Seq, r.Stream, f[c].seq, f[c].stream) {
+				f[c].seq, f[c].stream = r.Seq, r.Stream
+			}
+		}
+	}
+	return f
+}
+
+// before reports whether a line of class c at (seq, stream) lies where the
+// cap dropped lines of class c: the class's lines there may be missing.
+func (f *capFrontier) before(c int8, seq uint64, stream string) bool {
+	return f[c].dropped && posLess(seq, stream, f[c].seq, f[c].stream)
+}
+
+// beforeSeq is before for a position known by its seq only (seq is one
+// counter over a run's streams): at the frontier's seq counts as before.
+func (f *capFrontier) beforeSeq(c int8, seq uint64) bool {
+	return f[c].dropped && seq <= f[c].seq
+}
+
+// orphan reports whether a kept record lies before every kept model-load
+// line of a state whose cap dropped some: a buffer line, reservation or
+// table of a load whose own lines are gone, which cannot be placed.
+func (f *capFrontier) orphan(kr *keyedRecord) bool {
+	switch kr.Kind {
+	case KindBuild, KindVerbosity, KindLegacy:
+		return false // the first of each, kept apart
+	}
+	return evictClass(kr.Record) < 2 && f.before(2, kr.Seq, kr.Stream)
+}
 
 // keyedRecord is a Record with its stream (a persisted record).
 type keyedRecord struct {
@@ -463,7 +532,7 @@ func (st *state) sortedRecords() []*keyedRecord {
 func (st *state) capWarnings() []string {
 	var w []string
 	if n := st.droppedRecords(); n > 0 {
-		w = append(w, fmt.Sprintf("the run has %d relevant log lines; the fold keeps %d (the %d earliest superseded reservations, tables and other lines are not used; model-load lines go last)", st.Capped, MaxRecords, n))
+		w = append(w, fmt.Sprintf("the run has %d relevant log lines; the fold keeps %d (the %d earliest superseded reservations, tables and other lines are not used; model-load lines go last, and the latest %d reservation and %d other buffer lines stay)", st.Capped, MaxRecords, n, MaxRecords/4, MaxRecords/4))
 	}
 	if n, est := st.Trace.names(); est {
 		w = append(w, fmt.Sprintf("more than %d distinct packed tensor names: their count (%d) is an estimate", MaxTraceNames, n))

@@ -1,6 +1,7 @@
 package split
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -132,18 +133,24 @@ func TestBoundedStateIsOrderFree(t *testing.T) {
 	}
 }
 
-// At the cap, superseded lines go first: a long server that re-reserves
-// compute buffers and prints memory tables for ever keeps its model load,
-// its KV buffers and its last reservation.
-func TestCapDropsSupersededFirst(t *testing.T) {
-	t.Parallel()
-	lines := []string{
+// oneLoad is a -v log's load of 2375.90 MiB with one context and its KV
+// buffer of 36 MiB, line by line.
+func oneLoad() []string {
+	return []string{
 		strings.TrimSuffix(verbose, "\n"),
 		strings.TrimSuffix(load, "\n"),
 		"load_tensors:         HRX0 model buffer size =  2375.90 MiB",
 		"llama_context: constructing llama_context",
 		"llama_kv_cache:       HRX0 KV buffer size =    36.00 MiB",
 	}
+}
+
+// At the cap, superseded lines go first: a long server that re-reserves
+// compute buffers and prints memory tables for ever keeps its model load,
+// its KV buffers and its last reservation.
+func TestCapDropsSupersededFirst(t *testing.T) {
+	t.Parallel()
+	lines := oneLoad()
 	for i := 0; i < 3*MaxRecords; i++ {
 		lines = append(lines, fmt.Sprintf("sched_reserve:       HRX0 compute buffer size =    %d.00 MiB", 10+i%7))
 	}
@@ -284,5 +291,97 @@ func TestServedRecordsGrowByAQuarter(t *testing.T) {
 		n, c := len(f.st.records), cap(f.st.records)
 		require.Equal(t, i+1, n)
 		require.LessOrEqual(t, c, n+max(n/4, 8), "records %d, room for %d", n, c)
+	}
+}
+
+// reloadLog is the 4B run's log without its host-weight trace lines (which
+// the fold never keeps one by one), n times over: a server that reloads
+// its model n times. 3,197 times is the 5,000,000-line log of the 4B run
+// repeated.
+func reloadLog(t *testing.T, n int) []byte {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "..", "testdata", "runs", "4b", "split.log"))
+	require.NoError(t, err)
+	var once bytes.Buffer
+	for _, l := range bytes.SplitAfter(src, []byte("\n")) {
+		if !bytes.Contains(l, []byte("resident=")) {
+			once.Write(l)
+		}
+	}
+	return bytes.Repeat(once.Bytes(), n)
+}
+
+// A run capped by state_capped keeps its live load's lines: a server that
+// reloaded its model 3,197 times has the KV + state and compute rows of
+// its last load, not 0 (the cap once dropped every buffer line but the
+// model-load ones, the live load's with them).
+func TestCappedReloadsKeepTheLiveLoad(t *testing.T) {
+	t.Parallel()
+	one := NewFold(Options{})
+	_, err := one.ReadLog(bytes.NewReader(reloadLog(t, 1)), "log")
+	require.NoError(t, err)
+	want := one.Report()
+	require.NotContains(t, want.Flags, FlagStateCapped)
+
+	f := NewFold(Options{})
+	_, err = f.ReadLog(bytes.NewReader(reloadLog(t, 3197)), "log")
+	require.NoError(t, err)
+	st, err := json.Marshal(f)
+	require.NoError(t, err)
+	require.Less(t, len(st), maxStateBytes)
+	r := f.Report()
+	require.Contains(t, r.Flags, FlagStateCapped)
+	require.Equal(t, val(want.ModelGTTMiB), val(r.ModelGTTMiB))
+	require.NotNil(t, r.StateMiB)
+	require.NotNil(t, r.ComputeMiB)
+	require.Equal(t, val(want.StateMiB), val(r.StateMiB), "the live load's KV buffers are kept")
+	require.Equal(t, val(want.ComputeMiB), val(r.ComputeMiB), "the live load's last reservation is kept")
+	require.Equal(t, want.Detail.Buffers, shiftLines(r.Detail.Buffers, r.Models[len(r.Models)-1].Line-want.Models[len(want.Models)-1].Line))
+	last := r.Models[len(r.Models)-1]
+	require.True(t, last.Live)
+	require.Equal(t, val(want.StateMiB), val(last.StateMiB))
+	for _, m := range r.Models[:len(r.Models)-1] {
+		require.False(t, m.Live, "line %d: an earlier load is replaced", m.Line)
+	}
+}
+
+// shiftLines moves buffer lines back by d lines.
+func shiftLines(bs []BufferLine, d uint64) []BufferLine {
+	out := slices.Clone(bs)
+	for i := range out {
+		out[i].Line -= d
+	}
+	return out
+}
+
+// When the cap does drop a live load's buffer lines (a log that prints
+// more buffer lines of one kind than the fold keeps), the row they fed is
+// unknown, never 0; the rows the kept lines feed stay known.
+func TestCappedRowIsUnknownNotZero(t *testing.T) {
+	t.Parallel()
+	lines := append(oneLoad(), "sched_reserve:       HRX0 compute buffer size =    43.00 MiB")
+	for i := 0; i < 2*MaxRecords; i++ {
+		// A buffer kind gttsplit does not know, again and again.
+		lines = append(lines, fmt.Sprintf("llama_adapter_lora_init:       HRX0 LoRA buffer size =    %d.00 MiB", 1+i%5))
+	}
+	f, _ := stateOf(t, lines)
+	r := f.Report()
+	require.Contains(t, r.Flags, FlagStateCapped)
+	require.Equal(t, 2375.9, val(r.ModelGTTMiB))
+	require.Nil(t, r.StateMiB, "its KV line was dropped: unknown, not 0")
+	require.Nil(t, r.Detail.KVMiB)
+	require.Nil(t, r.ComputeMiB, "an output buffer line may have gone with it")
+	require.Equal(t, 43.0, val(r.Detail.ComputeOnlyMiB), "the reservation is kept")
+	require.Len(t, r.Models, 1)
+	require.Nil(t, r.Models[0].StateMiB)
+	require.Contains(t, strings.Join(r.Detail.Warnings, "\n"), "KV + state is unknown")
+}
+
+// Every flag a report can carry says in words what it means (state_capped
+// once rendered as a bare name).
+func TestEveryFlagSaysWhatItMeans(t *testing.T) {
+	t.Parallel()
+	for _, f := range flagOrder {
+		require.NotEmpty(t, FlagText[f], f)
 	}
 }

@@ -75,15 +75,19 @@ func pinnedMiB(lines []BufferLine) (model, compute float64) {
 }
 
 type ctxAcc struct {
-	seq          uint64
-	kv, rs       float64
-	other        float64 // state buffers outside the KV/RS rule
-	hostKV       float64
-	reservations [][]Record
-	cur          []Record
-	output       float64
-	hostOutput   float64
-	lines        []BufferLine
+	seq uint64 // the line that opened it
+	// buffersLost says the fold's cap may have dropped some of its KV,
+	// recurrent-state or output lines, reservationLost its last
+	// reservation (see markLost).
+	buffersLost, reservationLost bool
+	kv, rs                       float64
+	other                        float64 // state buffers outside the KV/RS rule
+	hostKV                       float64
+	reservations                 [][]Record
+	cur                          []Record
+	output                       float64
+	hostOutput                   float64
+	lines                        []BufferLine
 }
 
 func (c *ctxAcc) compute(r Record) {
@@ -154,6 +158,7 @@ type computation struct {
 	warn      []string
 
 	model, packed, stateMiB, compute *float64
+	rowsLost                         bool // the cap left KV + state or compute unknown
 	peak, final                      *float64
 	peakTick                         *tick
 }
@@ -251,6 +256,12 @@ func (c *computation) breakdownChecks(t *table, main *figures) {
 		if near(*mm, model) {
 			s := main.kv + main.rs + main.other
 			ours = [3]*float64{mm, &s, mc}
+			if main.buffersLost {
+				ours[1] = nil
+			}
+			if main.reservationLost {
+				ours[2] = nil
+			}
 			pm, pc = mpm, mpc
 			scope = "the table covers the main model's context; compared with the main load"
 		}
@@ -427,6 +438,9 @@ func (c *computation) finish() {
 		}
 		if c.packed == nil {
 			detail += "; the packed copy is unknown (no trace), so any duplicate is inside the unattributed rest"
+		}
+		if c.rowsLost {
+			detail += "; a row is unknown (state_capped), so its bytes are inside the unattributed rest"
 		}
 		r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: st, Detail: detail})
 		c.steadyCheck()

@@ -194,10 +194,12 @@ func TestParseScratchSameRecords(t *testing.T) {
 	}
 }
 
-// FuzzKeepRecordMatchesSort holds the bounded record store (a heap whose
-// root is replaced in place) to its plain form: every record applied,
-// sorted in evictLess's order, the last limit kept. The input is a stream
-// of records (kind, stream, position) in any order, each position once.
+// FuzzKeepRecordMatchesSort holds the bounded record store (sorted queues
+// whose heads are replaced in place) to its plain form: every record
+// applied, each class's sorted in evictLess's order; classes 0 and 1 get
+// up to limit/4 each, class 2 as many of the rest as it has, then class 1,
+// then class 0; each class keeps its last. The input is a stream of
+// records (kind, stream, position) in any order, each position once.
 func FuzzKeepRecordMatchesSort(f *testing.F) {
 	f.Add(uint8(3), []byte{1, 0, 1, 2, 0, 2, 3, 1, 3, 9, 0, 4, 1, 1, 5, 2, 0, 6})
 	f.Add(uint8(1), []byte{10, 0, 9, 10, 0, 8, 10, 1, 8, 3, 0, 1})
@@ -235,9 +237,26 @@ func FuzzKeepRecordMatchesSort(f *testing.F) {
 			}
 			return 1
 		})
+		var class [3][]kr
+		for _, x := range all {
+			c := evictClass(x.r)
+			class[c] = append(class[c], x)
+		}
+		var share [3]int
+		lim, floor := int(limit), int(limit)/4
+		share[0], share[1] = min(len(class[0]), floor), min(len(class[1]), floor)
+		share[2] = min(len(class[2]), lim-share[0]-share[1])
+		share[1] = min(len(class[1]), lim-share[2]-share[0])
+		share[0] = min(len(class[0]), lim-share[2]-share[1])
 		want := map[lineKey]Record{}
-		for _, x := range all[max(0, len(all)-int(limit)):] {
-			want[x.k] = x.r
+		var dropped uint8
+		for c, xs := range class {
+			for _, x := range xs[len(xs)-share[c]:] {
+				want[x.k] = x.r
+			}
+			if share[c] < len(xs) {
+				dropped |= 1 << c
+			}
 		}
 		got := map[lineKey]Record{}
 		for _, x := range st.records {
@@ -245,6 +264,9 @@ func FuzzKeepRecordMatchesSort(f *testing.F) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("limit %d: kept %v, want %v", limit, got, want)
+		}
+		if st.Dropped != dropped {
+			t.Fatalf("limit %d: dropped classes %03b, want %03b", limit, st.Dropped, dropped)
 		}
 	})
 }

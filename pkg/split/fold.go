@@ -59,6 +59,10 @@ type state struct {
 	firsts map[Kind]keyedRecord
 	// Capped counts the distinct lines that went to records (kept or not).
 	Capped int `json:"capped,omitempty"`
+	// Dropped has bit c set when the cap left out lines of eviction class
+	// c (evictClass): they all lie before the class's kept records (see
+	// frontier).
+	Dropped uint8 `json:"dropped,omitempty"`
 	// Trace is the fold of the host-weight trace lines.
 	Trace traceAcc `json:"trace"`
 	// Malformed counts the lines that looked relevant and did not parse.
@@ -532,6 +536,16 @@ func (f *Fold) UnmarshalJSON(b []byte) error {
 		capped = len(st.records)
 	}
 	st.Capped = capped
+	if st.droppedRecords() > 0 && st.Dropped == 0 {
+		// Capped when the classes did not share the room: the lines
+		// dropped were every line of the classes below the lowest kept
+		// one, and the earliest of that class.
+		low := int8(len(capFrontier{}) - 1)
+		for _, r := range st.records {
+			low = min(low, evictClass(r.Record))
+		}
+		st.Dropped = 1<<(low+1) - 1
+	}
 	for _, n := range st.Ticks.LegacySkipped {
 		st.Ticks.FDsSkipped += n
 	}

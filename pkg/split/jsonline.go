@@ -3,7 +3,7 @@ package split
 import (
 	"bytes"
 
-	"github.com/gttsplit/gttsplit/internal/jsonesc"
+	"github.com/gttsplit/gttsplit/pkg/internal/jsonesc"
 )
 
 // LineFilter picks, from the lines of one log batch, those that may be

@@ -25,7 +25,7 @@ func jsonForms(t *testing.T, text string) [][]byte {
 	}
 	var all bytes.Buffer
 	all.WriteByte('"')
-	for _, r := range []rune(string(bytes.ToValidUTF8([]byte(text), []byte("\uFFFD")))) {
+	for _, r := range string(bytes.ToValidUTF8([]byte(text), []byte("\uFFFD"))) {
 		if r > 0xFFFF {
 			a, b := utf16.EncodeRune(r)
 			fmt.Fprintf(&all, `\u%04x\u%04X`, a, b)

@@ -50,6 +50,7 @@ var FlagText = map[string]string{
 	FlagSourceUnknown:    "the measured source tree's commit is unknown",
 	FlagIncomplete:       "the run did not finish (no run-finished event): a partial split",
 	FlagEventsDropped:    "the collector dropped events of this run: the split misses data",
+	FlagStateCapped:      "a very long run outgrew the fold's memory: its earliest lines were left out (never the live load's); a figure whose lines were left out is unknown",
 }
 
 type row struct {

@@ -15,8 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/offline"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -24,11 +26,12 @@ import (
 // state bucket), a split.json file, a recorded stream (events.jsonl), a
 // saved log (with samples), or a `collector run --out` directory.
 type Reports struct {
-	cfg  config.Aggregator
-	log  zerolog.Logger
-	opts split.Options
-	b    *broker
-	kv   jetstream.KeyValue
+	cfg   config.Aggregator
+	log   zerolog.Logger
+	opts  split.Options
+	b     *broker
+	kv    jetstream.KeyValue
+	parts int // the events stream's partition count
 }
 
 // NewReports returns a finder; Close releases the broker it may open.
@@ -120,7 +123,7 @@ func readSplitJSON(path string) (split.Report, error) {
 }
 
 func (f *Reports) stream(path string) (split.Report, error) {
-	runs := NewRuns(f.opts)
+	runs := runtable.NewRuns(f.opts)
 	if _, err := ReplayFiles(runs, []string{path}, f.log); err != nil {
 		return split.Report{}, err
 	}
@@ -128,7 +131,7 @@ func (f *Reports) stream(path string) (split.Report, error) {
 	if len(ids) != 1 {
 		return split.Report{}, fmt.Errorf("%w: %s holds %d runs; give a stream of one run (aggregator export --run ID)", ErrInput, path, len(ids))
 	}
-	return Report(runs.Get(ids[0])), nil
+	return runtable.Report(runs.Get(ids[0])), nil
 }
 
 func (f *Reports) parse(log string, samples []string) (split.Report, error) {
@@ -162,27 +165,26 @@ func (f *Reports) run(ctx context.Context, id string) (split.Report, error) {
 			return split.Report{}, err
 		}
 		f.b = b
-		kv, err := b.js.KeyValue(ctx, StateBucket)
+		kv, err := b.js.KeyValue(ctx, runtable.Bucket)
 		if err != nil {
 			if errors.Is(err, jetstream.ErrBucketNotFound) {
 				return split.Report{}, fmt.Errorf("%w: run %s: the store has no runs yet", ErrInput, id)
 			}
-			return split.Report{}, fmt.Errorf("state bucket %s: %w", StateBucket, err)
+			return split.Report{}, fmt.Errorf("state bucket %s: %w", runtable.Bucket, err)
+		}
+		if f.parts, err = bus.StreamPartitions(ctx, b.js, c.NATS.Stream); err != nil {
+			return split.Report{}, err
 		}
 		f.kv = kv
 	}
-	e, err := f.kv.Get(ctx, stateKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	st, err := runtable.ReadState(ctx, f.b.js, f.kv, f.parts, id, f.opts)
+	if errors.Is(err, runtable.ErrNoRun) {
 		return split.Report{}, fmt.Errorf("%w: no run %s in the store (and no such file)", ErrInput, id)
 	}
 	if err != nil {
 		return split.Report{}, fmt.Errorf("run %s: %w", id, err)
 	}
-	st, err := UnmarshalState(e.Value(), f.opts)
-	if err != nil {
-		return split.Report{}, err
-	}
-	return Report(st), nil
+	return runtable.Report(st), nil
 }
 
 // WriteComparison writes a comparison as text, md or json.

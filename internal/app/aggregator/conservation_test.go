@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/config"
@@ -114,8 +116,8 @@ func TestConservationIntegration(t *testing.T) {
 		{name: "broker restart", drive: func(t *testing.T, h *harness, runs [][]events.Wire) {
 			half := len(runs) / 2
 			seqPublish(t, h, runs[:half])
-			port := natstest.Port(h.b.srv)
-			natstest.Shutdown(h.b.srv)
+			port := natstest.Port(h.b.Srv)
+			natstest.Shutdown(h.b.Srv)
 			h.b = startBrokerAt(t, natstest.StartAt(t, h.cfg.store, port))
 			seqPublish(t, h, runs[half:])
 		}},
@@ -145,7 +147,7 @@ func TestConservationIntegration(t *testing.T) {
 					d, err := events.DecodeBytes(w.Data)
 					require.NoError(t, err)
 					d.Finished.Detail.DroppedEvents = uint64(dropped)
-					nw, err := rewrite(d, d.Origin)
+					nw, err := rt.Rewrite(d, d.Origin)
 					require.NoError(t, err)
 					out[i] = nw
 				}
@@ -164,7 +166,7 @@ func TestConservationIntegration(t *testing.T) {
 			gen := genRuns(t, n, fx)
 			var runs [][]events.Wire
 			for _, g := range gen {
-				ws := g.wires
+				ws := g.Wires
 				if f.edit != nil {
 					ws = f.edit(t, rng, ws)
 				}
@@ -173,10 +175,10 @@ func TestConservationIntegration(t *testing.T) {
 			f.drive(t, h, runs)
 			// Live afterwards: a fresh run folds too.
 			canary := genRuns(t, n+1, fx)[n]
-			canary.o.RunID += "-canary"
+			canary.Origin.RunID += "-canary"
 			var cws []events.Wire
-			for _, d := range canary.fx.decoded {
-				w, err := rewrite(d, events.Origin{RunID: canary.o.RunID, Host: "canary", Lane: "c"})
+			for _, d := range canary.Fx.Decoded {
+				w, err := rt.Rewrite(d, events.Origin{RunID: canary.Origin.RunID, Host: "canary", Lane: "c"})
 				require.NoError(t, err)
 				cws = append(cws, w)
 			}
@@ -195,7 +197,7 @@ func TestConservationIntegration(t *testing.T) {
 					uniq[w.ID] = true
 				}
 				row.Sent += len(uniq)
-				got, ok := docs[g.o.RunID]
+				got, ok := docs[g.Origin.RunID]
 				want := replayJSON(t, runs[i])
 				switch {
 				case !ok:
@@ -204,7 +206,7 @@ func TestConservationIntegration(t *testing.T) {
 					row.Folded += len(uniq)
 				default:
 					row.Lost++ // differs: counted, and the test fails below
-					t.Errorf("run %s: the split differs from the replay of its events", g.o.RunID)
+					t.Errorf("run %s: the split differs from the replay of its events", g.Origin.RunID)
 				}
 				var r split.Report
 				if ok && json.Unmarshal(got, &r) == nil && !r.Run.Complete {
@@ -212,7 +214,7 @@ func TestConservationIntegration(t *testing.T) {
 					require.Contains(t, r.Flags, split.FlagEventsDropped, "an incomplete run says why")
 				}
 			}
-			require.Contains(t, docs, canary.o.RunID, "the pipeline is live afterwards")
+			require.Contains(t, docs, canary.Origin.RunID, "the pipeline is live afterwards")
 			require.Zero(t, row.Lost)
 			rows = append(rows, row)
 		})

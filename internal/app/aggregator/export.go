@@ -38,7 +38,9 @@ func Export(ctx context.Context, cfg config.Aggregator, sel ExportSelect, w io.W
 	r := bus.Range{Start: sel.Since, End: sel.Until}
 	kinds := []events.Kind{events.KindRun, events.KindLog, events.KindFDInfo}
 	for _, k := range kinds {
-		r.Subjects = append(r.Subjects, events.Filter(k, "", "", sel.RunID))
+		// Both the partitioned subjects and those of events stored
+		// before the stream was partitioned.
+		r.Subjects = append(r.Subjects, bus.StoredFilters(k, "", "", sel.RunID)...)
 	}
 	jw := events.NewWriter(w)
 	n, err := bus.Export(ctx, b.js, c.NATS.Stream, r, func(m bus.Msg) error {

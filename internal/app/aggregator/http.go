@@ -8,54 +8,84 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 )
 
-// startHTTP serves /healthz, /readyz, /metrics, /runs, /runs/{id} and the
-// live page on listen.
-func startHTTP(listen, token string, svc *Service, b *broker, own *owner, m *metrics, log zerolog.Logger) (*http.Server, string, error) {
+// endpoints are what the HTTP endpoints read.
+type endpoints struct {
+	tbl    *runtable.Table
+	member *fleet.Member
+	nc     *nats.Conn
+	m      *runtable.Metrics
+}
+
+// ready says whether the aggregator does its work: connected, following
+// the fleet, its partitions getting their events and its checkpoints
+// written.
+func (e endpoints) ready() (bool, string) {
+	if !e.nc.IsConnected() {
+		return false, "nats not connected"
+	}
+	var why []string
+	if ok, w := e.member.Ready(); !ok {
+		why = append(why, w)
+	}
+	if ok, w := e.tbl.Ready(); !ok {
+		why = append(why, w)
+	}
+	return len(why) == 0, strings.Join(why, "; ")
+}
+
+// partitionsView is /partitions: every partition's owner as this
+// aggregator sees it, and the live members.
+type partitionsView struct {
+	Member     string                `json:"member"`
+	Members    []string              `json:"members"`
+	Partitions []fleet.PartitionView `json:"partitions"`
+}
+
+// startHTTP serves /healthz, /readyz, /metrics, /partitions, /runs,
+// /runs/{id} and the live page on listen.
+func startHTTP(listen, token string, e endpoints, log zerolog.Logger) (*http.Server, string, error) {
+	svc := e.tbl
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !b.nc.IsConnected() {
-			http.Error(w, "nats not connected", http.StatusServiceUnavailable)
-			return
-		}
-		if ok, why := own.Ready(); !ok {
+		if ok, why := e.ready(); !ok {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(e.m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /partitions", func(w http.ResponseWriter, _ *http.Request) {
+		view, members := e.member.View()
+		writeJSON(w, partitionsView{Member: e.member.ID(), Members: members, Partitions: view})
+	})
 	mux.HandleFunc("GET /runs", func(w http.ResponseWriter, r *http.Request) {
-		if svc.index != nil {
-			limit := 1000
-			if v := r.URL.Query().Get("limit"); v != "" {
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 1 || n > 10000 {
-					http.Error(w, "limit: a number from 1 to 10000", http.StatusBadRequest)
-					return
-				}
-				limit = n
+		limit := 1000
+		if v := r.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 10000 {
+				http.Error(w, "limit: a number from 1 to 10000", http.StatusBadRequest)
+				return
 			}
-			list, more := svc.listPage(r.URL.Query().Get("after"), limit)
-			if more && len(list) > 0 {
-				w.Header().Set("X-Next-After", list[len(list)-1].ID)
-			}
-			writeJSON(w, list)
-			return
+			limit = n
 		}
-		list, err := svc.List(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
+		list, more := svc.ListPage(r.URL.Query().Get("after"), limit)
+		if more && len(list) > 0 {
+			w.Header().Set("X-Next-After", list[len(list)-1].ID)
 		}
 		if list == nil {
-			list = []RunSummary{}
+			list = []runtable.RunSummary{}
 		}
 		writeJSON(w, list)
 	})
@@ -81,7 +111,7 @@ func startHTTP(listen, token string, svc *Service, b *broker, own *owner, m *met
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
-	log.Info().Str("listen", ln.Addr().String()).Msg("http: / (the live page) /healthz /readyz /metrics /runs /runs/{id}")
+	log.Info().Str("listen", ln.Addr().String()).Msg("http: / (the live page) /healthz /readyz /metrics /partitions /runs /runs/{id}")
 	return srv, ln.Addr().String(), nil
 }
 

@@ -101,22 +101,22 @@ func TestServeKill9Integration(t *testing.T) {
 	bin := buildAggregator(t)
 	fx := loadFixture(t, fixture4B)
 	// The split the tests compare with is what the command prints.
-	out, err := exec.Command(bin, "replay", "--format", "json", fx.path).Output()
+	out, err := exec.Command(bin, "replay", "--format", "json", fx.Path).Output()
 	require.NoError(t, err)
-	require.Equal(t, string(compact(t, fx.want))+"\n", string(out), "aggregator replay --format json: one JSON line")
+	require.Equal(t, string(compact(t, fx.Want))+"\n", string(out), "aggregator replay --format json: one JSON line")
 	b := startBroker(t)
 	durable := config.DefaultAggregator().Consumer.Durable
 	jsonDir, logDir := t.TempDir(), t.TempDir()
-	third := len(fx.wires) / 3
+	third := len(fx.Wires) / 3
 
 	first := startChild(t, bin, b.url, jsonDir, logDir, "first")
 	eventually(t, "the first aggregator's consumer", func() bool {
 		_, err := b.consumerInfo(durable)
 		return err == nil
 	})
-	b.publish(t, fx.wires[:third]...)
+	b.publish(t, fx.Wires[:third]...)
 	b.waitAcked(t, durable)
-	b.publish(t, fx.wires[third:2*third]...)
+	b.publish(t, fx.Wires[third:2*third]...)
 	eventually(t, "the second third delivered", func() bool {
 		ci, err := b.consumerInfo(durable)
 		return err == nil && ci.Delivered.Stream >= uint64(2*third)
@@ -131,7 +131,7 @@ func TestServeKill9Integration(t *testing.T) {
 	t.Logf("killed with %d messages unacknowledged", ci.NumAckPending)
 
 	second := startChild(t, bin, b.url, jsonDir, logDir, "second")
-	b.publish(t, fx.wires[2*third:]...)
+	b.publish(t, fx.Wires[2*third:]...)
 	eventually(t, "the split", func() bool {
 		_, err := os.Stat(filepath.Join(jsonDir, "splits.jsonl"))
 		return err == nil && len(sinkLines(t, jsonDir)) > 0
@@ -142,14 +142,14 @@ func TestServeKill9Integration(t *testing.T) {
 
 	docs := sinkDocs(t, jsonDir)
 	require.Len(t, docs, 1)
-	require.Equal(t, string(fx.want), string(docs[fx.origin.RunID]))
+	require.Equal(t, string(fx.Want), string(docs[fx.Origin.RunID]))
 	lines := sinkLines(t, jsonDir)
 	require.Len(t, lines, 1, "one split, not an early one and a late one")
-	require.Equal(t, string(compact(t, fx.want)), string(lines[0].raw))
-	st := b.state(t, fx.origin.RunID)
+	require.Equal(t, string(compact(t, fx.Want)), string(lines[0].raw))
+	st := b.state(t, fx.Origin.RunID)
 	require.True(t, st.Closed)
 	require.Equal(t, 1, st.Splits)
 	printed, err := os.ReadFile(filepath.Join(logDir, "second.stdout"))
 	require.NoError(t, err)
-	require.Equal(t, string(compact(t, fx.want))+"\n", string(printed))
+	require.Equal(t, string(compact(t, fx.Want))+"\n", string(printed))
 }

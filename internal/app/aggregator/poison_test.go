@@ -44,9 +44,9 @@ func TestServePoisonFloodIntegration(t *testing.T) {
 	s := startServe(t, cfg, ServeOptions{})
 
 	var logWire events.Wire
-	for i, d := range fx.decoded {
+	for i, d := range fx.Decoded {
 		if d.Lines != nil {
-			logWire = fx.wires[i]
+			logWire = fx.Wires[i]
 			break
 		}
 	}
@@ -71,15 +71,15 @@ func TestServePoisonFloodIntegration(t *testing.T) {
 	t.Logf("published %d poison events in %s", flood, time.Since(start).Round(time.Millisecond))
 	// One more that fits the broker's max_payload only without the dead
 	// letter's headers: it goes to the dead-letter subject truncated.
-	maxPayload := int(b.nc.MaxPayload())
+	maxPayload := int(b.NC.MaxPayload())
 	big := append([]byte(`{"specversion":"1.0","id":"`), bytes.Repeat([]byte("z"), maxPayload-120)...)
 	b.publishRaw(t, logWire.Subject, big)
 
 	start = time.Now()
-	b.publish(t, fx.wires...)
+	b.publish(t, fx.Wires...)
 	eventually(t, "the ordinary run's split", func() bool { n, _ := s.closes.count(); return n >= 1 })
 	t.Logf("ordinary run (%d events) folded %s after its publication, behind %d poison events",
-		len(fx.wires), time.Since(start).Round(time.Millisecond), flood)
+		len(fx.Wires), time.Since(start).Round(time.Millisecond), flood)
 
 	b.waitAcked(t, cfg.Consumer.Durable)
 	t.Logf("every message settled %s after the ordinary run's publication", time.Since(start).Round(time.Millisecond))
@@ -105,5 +105,5 @@ func TestServePoisonFloodIntegration(t *testing.T) {
 	metrics := httpGet(t, s.http, "/metrics", http.StatusOK)
 	require.Contains(t, metrics, fmt.Sprintf(`gttsplit_events_dead_lettered_total{reason="invalid"} %d`, flood+1))
 	require.NoError(t, s.stop(t))
-	require.Equal(t, string(fx.want), string(sinkDocs(t, cfg.Sinks.JSON.Dir)[fx.origin.RunID]))
+	require.Equal(t, string(fx.Want), string(sinkDocs(t, cfg.Sinks.JSON.Dir)[fx.Origin.RunID]))
 }

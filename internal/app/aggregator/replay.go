@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
@@ -24,7 +25,7 @@ type ReplayStats struct {
 // ReplayFiles folds recorded streams (events.jsonl files) into runs, the
 // same fold `serve` does live. Bad lines and bad events are counted, logged
 // at debug and skipped; the rest is folded.
-func ReplayFiles(runs *Runs, files []string, log zerolog.Logger) (ReplayStats, error) {
+func ReplayFiles(runs *runtable.Runs, files []string, log zerolog.Logger) (ReplayStats, error) {
 	var st ReplayStats
 	for _, name := range files {
 		f, err := os.Open(name)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -50,7 +51,7 @@ func BenchmarkOpenRuns(b *testing.B) {
 	var heap, perRun float64
 	for i := 0; i < b.N; i++ {
 		before := liveHeap()
-		rs := NewRuns(split.Options{})
+		rs := runtable.NewRuns(split.Options{})
 		now := time.Now()
 		for r := 0; r < n; r++ {
 			id := fmt.Sprintf("run-%05d-%d", r, i)

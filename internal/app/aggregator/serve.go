@@ -20,6 +20,8 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/dirlock"
+	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -177,6 +179,7 @@ func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) 
 	sc := bus.DefaultStreamConfig()
 	sc.Name = n.Stream
 	sc.Replicas, sc.MaxAge, sc.MaxBytes, sc.DuplicateWindow = n.Replicas, n.StreamMaxAge, n.StreamMaxBytes, n.DuplicateWindow
+	sc.Partitions = cfg.Consumer.Partitions
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
@@ -234,36 +237,41 @@ type ServeOptions struct {
 	HTTPReady func(addr string)
 }
 
-// Serve is `aggregator serve`: it consumes the events of every run, folds
-// them, and writes each run's split to the sinks when the run finishes (or
-// after the idle timeout, as incomplete), until ctx is cancelled; then it
-// drains: stops consuming, folds and acknowledges what is in hand, flushes
+// Serve is `aggregator serve`: it joins the aggregators of its group,
+// folds the events of the runs of the partitions it owns, and writes each
+// run's split to the sinks when the run finishes (or after the idle
+// timeout, as incomplete), until ctx is cancelled; then it hands its
+// partitions over (each written, acknowledged and given back) and flushes
 // the sinks.
+//
+//	sinks ◀── run table (internal/runtable) ◀── partition consumers ◀── events stream
+//	               ▲ fleet.Handler: Acquired / Release / Lost
+//	          fleet member (internal/fleet): members, leases, assignment
 func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zerolog.Logger) error {
 	foldOpts, err := FoldOptions(cfg)
 	if err != nil {
 		return err
 	}
-	m := newMetrics()
-	deliv := newDeliveries(cfg.Sinks.Count())
+	m := runtable.NewMetrics()
+	deliv := runtable.NewDeliveries(cfg.Sinks.Count())
 	obs := sinks.ObserverFunc(func(e sinks.Event) {
-		m.observeSink(e)
+		m.ObserveSink(e)
 		deliv.Observe(e)
 	})
-	// Downstream first: the sinks, then the broker, then the consumer.
-	// The comment sink looks up the run a control names in the service.
-	var svcRef atomic.Pointer[Service]
+	// Downstream first: the sinks, then the broker, then the table and
+	// the fleet. The comment sink looks up the run a control names in the
+	// table; a split a sink's full queue deferred is read back from the
+	// state bucket in its turn.
+	var tref atomic.Pointer[runtable.Table]
 	lookup := func(ctx context.Context, id string) (split.Report, bool, error) {
-		if s := svcRef.Load(); s != nil {
-			return s.Snapshot(ctx, id)
+		if t := tref.Load(); t != nil {
+			return t.Snapshot(ctx, id)
 		}
 		return split.Report{}, false, nil
 	}
-	// A split a sink's full queue deferred is read back from the state
-	// bucket in its turn (see Service.reloadSplit).
 	reload := func(ctx context.Context, sink, id string) (split.Report, bool, error) {
-		if s := svcRef.Load(); s != nil {
-			return s.reloadSplit(ctx, sink, id)
+		if t := tref.Load(); t != nil {
+			return t.Reload(ctx, sink, id)
 		}
 		return split.Report{}, false, nil
 	}
@@ -287,90 +295,90 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		closeSinks()
 		return err
 	}
-	sc := ServiceConfig{Fold: foldOpts, IdleTimeout: cfg.IdleTimeout, Sinks: fan, OnClose: opt.OnClose, Deliveries: deliv, Replicas: cfg.NATS.Replicas,
-		CompactAfter: cfg.Store.CompactAfter, CheckpointInterval: cfg.Consumer.CheckpointInterval, MaxAckPending: cfg.Consumer.MaxAckPending}
-	if opt.Stdout != nil {
-		sc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
-	}
 	n := cfg.NATS
-	var parts int
-	err = settle(ctx, log, "partitioned stream", func(ctx context.Context) (err error) {
-		parts, err = bus.EnsurePartitions(ctx, b.js, bus.PartitionConfig{Stream: n.Stream, Partitions: cfg.Consumer.Partitions,
-			Replicas: n.Replicas, MaxAge: n.StreamMaxAge, MaxBytes: n.StreamMaxBytes}, log)
+	var layout bus.Layout
+	err = settle(ctx, log, "events stream", func(ctx context.Context) (err error) {
+		layout, err = bus.EnsurePartitioned(ctx, b.js, n.Stream, cfg.Consumer.Partitions, n.Replicas, log)
 		return err
 	})
 	if err != nil {
 		return fail(err)
 	}
-	sc.Partitions = parts
-	var svc *Service
+	var kv jetstream.KeyValue
 	err = settle(ctx, log, "state bucket", func(ctx context.Context) (err error) {
-		svc, err = NewService(ctx, b.js, sc, m, log)
+		kv, err = runtable.EnsureBucket(ctx, b.js, n.Replicas, log)
 		return err
 	})
 	if err != nil {
 		return fail(err)
 	}
-	svcRef.Store(svc)
-	hs := StartHandlers(ctx, DefaultHandlers(), svc.Handle, time.Second, log)
-	var own *owner
+	tc := runtable.Config{Fold: foldOpts, Stream: n.Stream, Group: cfg.Consumer.Durable, Partitions: layout.Partitions,
+		Lanes: cfg.Consumer.LaneList(), Legacy: layout.Legacy, Replicas: n.Replicas, IdleTimeout: cfg.IdleTimeout,
+		CompactAfter: cfg.Store.CompactAfter, Retention: cfg.Store.Retention, CheckpointInterval: cfg.Consumer.CheckpointInterval,
+		AckWait: cfg.Consumer.AckWait, MaxAckPending: cfg.Consumer.MaxAckPending,
+		Sinks: fan, Deliveries: deliv, OnClose: opt.OnClose, Metrics: m}
+	if opt.Stdout != nil {
+		tc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
+	}
+	tbl, err := runtable.New(ctx, b.js, kv, tc, log)
+	if err != nil {
+		return fail(err)
+	}
+	tref.Store(tbl)
+	var member *fleet.Member
 	err = settle(ctx, log, "members bucket", func(ctx context.Context) (err error) {
-		own, err = newOwner(ctx, b.js, ownerConfig{Stream: n.Stream, Partitions: parts, Durable: cfg.Consumer.Durable,
-			Lanes: cfg.Consumer.LaneList(), AckWait: cfg.Consumer.AckWait, MaxPending: cfg.Consumer.MaxAckPending,
-			Replicas: n.Replicas}, svc, hs.Handle, time.Second, m, log)
+		member, err = fleet.Join(ctx, b.js, fleet.Config{Group: cfg.Consumer.Durable, Partitions: layout.Partitions,
+			Bucket: runtable.Bucket, KV: kv, Replicas: n.Replicas, LeaseTTL: cfg.Consumer.LeaseTTL}, tbl, log)
 		return err
 	})
 	if err != nil {
-		hs.Close()
-		svc.closeIndex()
+		tbl.Close()
 		return fail(err)
 	}
-	// Join (announce, then wait a heartbeat so that aggregators started
-	// together see each other), then take the partitions due, so /readyz
-	// answers at once.
-	own.join(ctx)
-	own.tick(ctx)
 	var srv *http.Server
 	if cfg.HTTP.Listen != "" {
 		var addr string
-		srv, addr, err = startHTTP(cfg.HTTP.Listen, cfg.HTTP.Token.Reveal(), svc, b, own, m, log)
+		srv, addr, err = startHTTP(cfg.HTTP.Listen, cfg.HTTP.Token.Reveal(), endpoints{tbl: tbl, member: member, nc: b.nc, m: m}, log)
 		if err != nil {
-			own.abort()
-			hs.Close()
-			svc.closeIndex()
+			member.Abort()
+			tbl.Close()
 			return fail(err)
 		}
 		if opt.HTTPReady != nil {
 			opt.HTTPReady(addr)
 		}
 	}
-	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
-	loopDone := make(chan struct{})
-	go func() { defer close(loopDone); svc.Loop(loopCtx) }()
-	janDone := make(chan struct{})
-	go func() { defer close(janDone); svc.janitor(loopCtx, cfg.Store.Retention) }()
-	log.Info().Str("durable", cfg.Consumer.Durable).Str("stream", bus.PartitionStream(n.Stream)).Int("partitions", parts).Msg("aggregator consuming")
+	log.Info().Str("group", cfg.Consumer.Durable).Str("member", member.ID()).Str("stream", n.Stream).Int("partitions", layout.Partitions).
+		Bool("legacy_stream", layout.Legacy).Msg("aggregator consuming")
 	if opt.Ready != nil {
 		opt.Ready(b.nc.ConnectedUrl())
 	}
-	// The owner consumes the partitions it is given until ctx ends, then
-	// hands them over (writes, acks and forgets their runs, unpins).
-	own.run(ctx)
-	hs.Close()
-	var consumeErr error
-
-	// Drain: what the consumer handed over is folded; write it and ack it,
-	// then flush the sinks, within the shutdown deadline.
+	// The fleet's view goes to the metrics every second.
+	mctx, stopMetrics := context.WithCancel(context.WithoutCancel(ctx))
+	mdone := make(chan struct{})
+	go func() {
+		defer close(mdone)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			view, members := member.View()
+			m.ObserveFleet(view, members)
+			select {
+			case <-mctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	// The member takes and gives back partitions until ctx ends, then
+	// hands every one over (written, acknowledged, given back).
+	member.Run(ctx)
+	stopMetrics()
+	<-mdone
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
-	stopLoop()
-	<-loopDone
-	<-janDone
-	svc.Drain(sctx)
+	tbl.Close()
 	var errs []error
-	if consumeErr != nil {
-		errs = append(errs, consumeErr)
-	}
 	if fan != nil {
 		if err := fan.Close(sctx); err != nil {
 			errs = append(errs, fmt.Errorf("sinks: %w", err))
@@ -380,20 +388,8 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		_ = srv.Shutdown(sctx)
 	}
 	b.close()
-	log.Info().Int64("splits", svc.Closed()).Msg("aggregator stopped")
+	log.Info().Int64("splits", tbl.Closed()).Msg("aggregator stopped")
 	return errors.Join(errs...)
-}
-
-// ConsumerAckFloor returns the ServiceConfig.AckFloor of a service that
-// consumes cc: it asks the server for the consumer's ack floor.
-func ConsumerAckFloor(js jetstream.JetStream, cc bus.ConsumerConfig) func(context.Context) (uint64, error) {
-	return func(ctx context.Context) (uint64, error) {
-		c, err := js.Consumer(ctx, cc.Stream, cc.Durable)
-		if err != nil {
-			return 0, fmt.Errorf("consumer %s: %w", cc.Durable, err)
-		}
-		return c.CachedInfo().AckFloor.Stream, nil
-	}
 }
 
 // FoldOptions builds the fold's options from the config.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/natstest"
@@ -37,8 +39,8 @@ func BenchmarkServeMemory(b *testing.B) {
 	n := benchRuns(b)
 	bin := buildAggregator(b)
 	fx := loadFixture(b, fixture4B)
-	fin := fx.finishedIndex(b)
-	perRun := len(fx.decoded) - 1
+	fin := fx.FinishedIndex(b)
+	perRun := len(fx.Decoded) - 1
 	for i := 0; i < b.N; i++ {
 		// The runs' events (315 KB a run) are stored twice: in the
 		// stream and in the partitioned stream that sources it.
@@ -63,12 +65,12 @@ func BenchmarkServeMemory(b *testing.B) {
 		const chunk = 20 // runs a publish waits for
 		var wires []events.Wire
 		for r := 0; r < n; r++ {
-			o := events.Origin{RunID: fmt.Sprintf("open-%05d-%d", r, i), Host: fx.origin.Host, Lane: fx.origin.Lane}
-			for j, d := range fx.decoded {
+			o := events.Origin{RunID: fmt.Sprintf("open-%05d-%d", r, i), Host: fx.Origin.Host, Lane: fx.Origin.Lane}
+			for j, d := range fx.Decoded {
 				if j == fin {
 					continue
 				}
-				w, err := rewrite(d, o)
+				w, err := rt.Rewrite(d, o)
 				require.NoError(b, err)
 				wires = append(wires, w)
 			}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -49,14 +51,14 @@ func TestServeShuffledDuplicatesIntegration(t *testing.T) {
 
 	var ws []events.Wire
 	var ids []string
-	for i, k := range shuffled(t, len(fx.wires)) {
-		w := fx.wires[k]
+	for i, k := range shuffled(t, len(fx.Wires)) {
+		w := fx.Wires[k]
 		ws, ids = append(ws, w), append(ids, "")
 		if i%3 == 0 {
 			ws, ids = append(ws, w), append(ids, w.ID+"#again")
 		}
 	}
-	dups := len(ws) - len(fx.wires)
+	dups := len(ws) - len(fx.Wires)
 	require.Positive(t, dups)
 	b.publishIDs(t, ws, ids)
 	// JetStream kept every copy: the aggregator is handed real duplicates.
@@ -73,16 +75,16 @@ func TestServeShuffledDuplicatesIntegration(t *testing.T) {
 
 	docs := sinkDocs(t, cfg.Sinks.JSON.Dir)
 	require.Len(t, docs, 1)
-	require.Equal(t, string(fx.want), string(docs[fx.origin.RunID]))
-	got := s.closes.of(fx.origin.RunID)
+	require.Equal(t, string(fx.Want), string(docs[fx.Origin.RunID]))
+	got := s.closes.of(fx.Origin.RunID)
 	require.NotEmpty(t, got)
 	last, err := split.JSON(got[len(got)-1])
 	require.NoError(t, err)
-	require.Equal(t, string(fx.want), string(last))
+	require.Equal(t, string(fx.Want), string(last))
 	// The durable state says the same.
-	st := b.state(t, fx.origin.RunID)
+	st := b.state(t, fx.Origin.RunID)
 	require.True(t, st.Closed)
-	require.Equal(t, string(fx.want), st.Reported)
+	require.Equal(t, string(fx.Want), st.Reported)
 }
 
 // TestServeLiveEqualsReplayIntegration publishes both recorded runs in
@@ -98,7 +100,7 @@ func TestServeLiveEqualsReplayIntegration(t *testing.T) {
 	var out syncBuffer
 	s := startServe(t, cfg, ServeOptions{Stdout: &out})
 	for _, fx := range fxs {
-		b.publish(t, fx.wires...)
+		b.publish(t, fx.Wires...)
 	}
 	eventually(t, "both splits", func() bool { n, _ := s.closes.count(); return n >= len(fxs) })
 	b.waitAcked(t, cfg.Consumer.Durable)
@@ -110,18 +112,18 @@ func TestServeLiveEqualsReplayIntegration(t *testing.T) {
 	require.Len(t, lines, len(fxs), "one split per run")
 	printed := out.Bytes()
 	for _, fx := range fxs {
-		require.Equal(t, string(fx.want), string(docs[fx.origin.RunID]), fx.path)
-		require.Len(t, s.closes.of(fx.origin.RunID), 1, "%s: one split", fx.path)
+		require.Equal(t, string(fx.Want), string(docs[fx.Origin.RunID]), fx.Path)
+		require.Len(t, s.closes.of(fx.Origin.RunID), 1, "%s: one split", fx.Path)
 		var line []byte
 		for _, l := range lines {
-			if l.id == fx.origin.RunID {
+			if l.id == fx.Origin.RunID {
 				line = l.raw
 			}
 		}
-		require.Equal(t, string(compact(t, fx.want)), string(line), fx.path)
-		require.Equal(t, 1, bytes.Count(printed, append(compact(t, fx.want), '\n')), "%s: serve printed the split once, as a JSON line", fx.path)
+		require.Equal(t, string(compact(t, fx.Want)), string(line), fx.Path)
+		require.Equal(t, 1, bytes.Count(printed, append(compact(t, fx.Want), '\n')), "%s: serve printed the split once, as a JSON line", fx.Path)
 	}
-	require.Len(t, printed, len(compact(t, fxs[0].want))+len(compact(t, fxs[1].want))+2)
+	require.Len(t, printed, len(compact(t, fxs[0].Want))+len(compact(t, fxs[1].Want))+2)
 }
 
 // TestServeManyRunsIntegration folds 52 runs from three hosts and four
@@ -155,19 +157,19 @@ func TestServeManyRunsIntegration(t *testing.T) {
 	require.Len(t, sinkLines(t, cfg.Sinks.JSON.Dir), n)
 	hosts, lanes := map[string]bool{}, map[string]bool{}
 	for _, g := range runs {
-		doc, ok := docs[g.o.RunID]
-		require.True(t, ok, "no split of %s", g.o.RunID)
+		doc, ok := docs[g.Origin.RunID]
+		require.True(t, ok, "no split of %s", g.Origin.RunID)
 		var r split.Report
 		require.NoError(t, json.Unmarshal(doc, &r))
-		require.Equal(t, g.o.RunID, r.Run.ID)
-		require.Equal(t, g.o.Host, r.Run.Host)
-		require.Equal(t, g.o.Lane, r.Run.Lane)
+		require.Equal(t, g.Origin.RunID, r.Run.ID)
+		require.Equal(t, g.Origin.Host, r.Run.Host)
+		require.Equal(t, g.Origin.Lane, r.Run.Lane)
 		hosts[r.Run.Host], lanes[r.Run.Lane] = true, true
 		// Everything else is the recorded run's split, byte for byte.
-		r.Run.ID, r.Run.Host, r.Run.Lane = g.fx.origin.RunID, g.fx.origin.Host, g.fx.origin.Lane
+		r.Run.ID, r.Run.Host, r.Run.Lane = g.Fx.Origin.RunID, g.Fx.Origin.Host, g.Fx.Origin.Lane
 		got, err := split.JSON(r)
 		require.NoError(t, err)
-		require.Equal(t, string(g.fx.want), string(got), g.o.RunID)
+		require.Equal(t, string(g.Fx.Want), string(got), g.Origin.RunID)
 	}
 	require.Len(t, hosts, 3)
 	require.Len(t, lanes, 4)
@@ -190,9 +192,9 @@ func TestServePoisonIntegration(t *testing.T) {
 	// not know: still a valid CloudEvent.
 	var v9 map[string]any
 	var logWire events.Wire
-	for i, d := range fx.decoded {
+	for i, d := range fx.Decoded {
 		if d.Lines != nil {
-			logWire = fx.wires[i]
+			logWire = fx.Wires[i]
 			break
 		}
 	}
@@ -205,22 +207,22 @@ func TestServePoisonIntegration(t *testing.T) {
 	require.NoError(t, err, "the v9 event is a valid CloudEvent")
 	notJSON := []byte(`{"specversion":"1.0","id":`)
 
-	half := len(fx.wires) / 2
-	b.publish(t, fx.wires[:half]...)
+	half := len(fx.Wires) / 2
+	b.publish(t, fx.Wires[:half]...)
 	b.publishRaw(t, logWire.Subject, notJSON)
 	b.publishRaw(t, logWire.Subject, unknown)
-	b.publish(t, fx.wires[half:]...)
+	b.publish(t, fx.Wires[half:]...)
 
 	eventually(t, "the run's split", func() bool { n, _ := s.closes.count(); return n >= 1 })
 	b.waitAcked(t, cfg.Consumer.Durable)
 
-	dlq := events.Subject(events.KindDLQ, fx.origin.Host, fx.origin.Lane, fx.origin.RunID)
-	require.Equal(t, "gttsplit.dlq.strix01.gpu0."+fx.origin.RunID, dlq)
+	dlq := events.Subject(events.KindDLQ, fx.Origin.Host, fx.Origin.Lane, fx.Origin.RunID)
+	require.Equal(t, "gttsplit.dlq.strix01.gpu0."+fx.Origin.RunID, dlq)
 	eventually(t, "two dead letters", func() bool { return len(b.streamMsgs(t, "gttsplit.dlq.>")) >= 2 })
 	msgs := b.streamMsgs(t, "gttsplit.dlq.>")
 	require.Len(t, msgs, 2)
 	for _, m := range msgs {
-		require.Equal(t, dlq, m.Subject())
+		require.Equal(t, dlq, bus.PublishedSubject(m.Subject()), "stored under its partition: %s", m.Subject())
 		require.Equal(t, logWire.Subject, m.Headers().Get("Gttsplit-Original-Subject"))
 		require.NotEmpty(t, m.Headers().Get("Gttsplit-Stream-Seq"))
 	}
@@ -237,11 +239,11 @@ func TestServePoisonIntegration(t *testing.T) {
 	metrics := httpGet(t, s.http, "/metrics", http.StatusOK)
 	require.Contains(t, metrics, `gttsplit_events_dead_lettered_total{reason="invalid"} 1`)
 	require.Contains(t, metrics, `gttsplit_events_dead_lettered_total{reason="unknown_type"} 1`)
-	require.Contains(t, metrics, fmt.Sprintf("gttsplit_events_folded_total %d", len(fx.wires)))
+	require.Contains(t, metrics, fmt.Sprintf("gttsplit_events_folded_total %d", len(fx.Wires)))
 	require.Contains(t, metrics, `gttsplit_runs_completed_total{status="complete"} 1`)
 
 	require.NoError(t, s.stop(t))
-	require.Equal(t, string(fx.want), string(sinkDocs(t, cfg.Sinks.JSON.Dir)[fx.origin.RunID]))
+	require.Equal(t, string(fx.Want), string(sinkDocs(t, cfg.Sinks.JSON.Dir)[fx.Origin.RunID]))
 }
 
 // httpGet fetches path from the test's HTTP endpoint (no keep-alive, so no
@@ -290,8 +292,8 @@ func TestServeHTTPIntegration(t *testing.T) {
 	require.Equal(t, "[]\n", httpGet(t, s.http, "/runs", http.StatusOK))
 	httpGet(t, s.http, "/runs/no-such-run", http.StatusNotFound)
 
-	fin := fx.finishedIndex(t)
-	open := fx.without(fin)
+	fin := fx.FinishedIndex(t)
+	open := fx.Without(fin)
 	b.publish(t, open...)
 	// The partitioned stream sources the events a moment after they are
 	// stored: wait for the fold, then for the acknowledgements.
@@ -304,7 +306,7 @@ func TestServeHTTPIntegration(t *testing.T) {
 	require.Equal(t, fmt.Sprint(len(open)), metricValue(m, "gttsplit_events_folded_total"))
 	require.Equal(t, "1", metricValue(m, "gttsplit_runs_open"))
 	require.Equal(t, "0", metricValue(m, "gttsplit_events_redelivered_total"))
-	for _, name := range []string{"gttsplit_state_conflicts_total", "gttsplit_state_persist_errors_total", "gttsplit_fold_seconds_count", "go_goroutines"} {
+	for _, name := range []string{"gttsplit_partitions_owned", "gttsplit_fleet_members", "gttsplit_partitions_unowned", "gttsplit_state_persist_errors_total", "gttsplit_fold_seconds_count", "go_goroutines"} {
 		require.NotEmpty(t, metricValue(m, name), name)
 	}
 	// The acknowledgements came after a checkpoint that wrote the run.
@@ -314,25 +316,25 @@ func TestServeHTTPIntegration(t *testing.T) {
 		require.Positive(t, n, name)
 	}
 
-	var list []RunSummary
+	var list []runtable.RunSummary
 	require.NoError(t, json.Unmarshal([]byte(httpGet(t, s.http, "/runs", http.StatusOK)), &list))
 	require.Len(t, list, 1)
-	require.Equal(t, RunSummary{ID: fx.origin.RunID, Host: fx.origin.Host, Lane: fx.origin.Lane, State: "open", LastEvent: list[0].LastEvent}, list[0])
+	require.Equal(t, runtable.RunSummary{ID: fx.Origin.RunID, Host: fx.Origin.Host, Lane: fx.Origin.Lane, State: "open", LastEvent: list[0].LastEvent}, list[0])
 	require.False(t, list[0].LastEvent.IsZero())
 
 	wantOpen := replayJSON(t, open)
-	requireSameReport(t, wantOpen, httpGet(t, s.http, "/runs/"+fx.origin.RunID, http.StatusOK))
+	requireSameReport(t, wantOpen, httpGet(t, s.http, "/runs/"+fx.Origin.RunID, http.StatusOK))
 	var r split.Report
 	require.NoError(t, json.Unmarshal(wantOpen, &r))
 	require.False(t, r.Run.Complete, "the open run's split is not complete")
 
-	b.publish(t, fx.wires[fin])
+	b.publish(t, fx.Wires[fin])
 	eventually(t, "the split", func() bool { n, _ := s.closes.count(); return n == 1 })
 	b.waitAcked(t, cfg.Consumer.Durable)
 	require.NoError(t, json.Unmarshal([]byte(httpGet(t, s.http, "/runs", http.StatusOK)), &list))
 	require.Len(t, list, 1)
 	require.Equal(t, "closed", list[0].State)
-	requireSameReport(t, fx.want, httpGet(t, s.http, "/runs/"+fx.origin.RunID, http.StatusOK))
+	requireSameReport(t, fx.Want, httpGet(t, s.http, "/runs/"+fx.Origin.RunID, http.StatusOK))
 	// The sink's outcome is observed just after the split closed.
 	eventually(t, "the sink write counted", func() bool {
 		return metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), `gttsplit_sink_writes_total{sink="json"}`) == "1"

@@ -7,12 +7,13 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/internal/web"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
 // webSource reads the live page's runs from the service.
-type webSource struct{ svc *Service }
+type webSource struct{ svc *runtable.Table }
 
 func (s webSource) Summaries(ctx context.Context) ([]web.Summary, error) {
 	list, err := s.svc.List(ctx)
@@ -33,7 +34,7 @@ func (s webSource) Report(ctx context.Context, id string) (split.Report, bool, e
 // mountWeb adds the live page (internal/web) to mux; addr is the
 // listener's address: on loopback there is no login, elsewhere the pages
 // need token. It returns the function that ends the live streams.
-func mountWeb(mux *http.ServeMux, svc *Service, addr net.Addr, token string, log zerolog.Logger) func() {
+func mountWeb(mux *http.ServeMux, svc *runtable.Table, addr net.Addr, token string, log zerolog.Logger) func() {
 	loop := false
 	if a, ok := addr.(*net.TCPAddr); ok {
 		loop = a.IP.IsLoopback()

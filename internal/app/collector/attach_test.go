@@ -30,7 +30,7 @@ func TestAttachIntegration(t *testing.T) {
 	t.Parallel()
 	lines, _, _ := fixtureLines(t)
 	srv := natstest.Start(t)
-	proxy := natstest.StartProxy(t, srv.Addr().String(), 0)
+	proxy := natstest.StartProxy(t, srv.Addr().String())
 	js := jsConn(t, srv.ClientURL())
 
 	dir := t.TempDir()
@@ -93,13 +93,13 @@ func TestAttachIntegration(t *testing.T) {
 
 	// Its last events reach the broker, their acks do not (yet), and it is
 	// stopped.
-	proxy.Hold()
+	proxy.HoldServer()
 	require.NoError(t, os.WriteFile(g("g1"), nil, 0o644))
 	eventually(t, "the child to write 100 more lines", exists("m2"))
 	eventually(t, "700 lines in the stream", linesIn(700))
 	stop1()
 	time.Sleep(300 * time.Millisecond) // the follower stops while the acks are held
-	proxy.Release()
+	proxy.ReleaseServer()
 	require.NoError(t, wait(first, "the first attach"))
 	msgs := streamOf(t, js, runID)
 	require.Zero(t, countTypes(decodedOf(msgs))[events.TypeRunFinished], "a detached collector does not finish the run")
@@ -164,7 +164,7 @@ func TestAttachIntegration(t *testing.T) {
 	require.Positive(t, last.Finished.Detail.Duration)
 	f := split.NewFold(split.Options{})
 	for _, d := range evs {
-		d.ApplyTo(f)
+		f.Apply(d.Input())
 	}
 	require.Empty(t, f.Missing(), "the stream is complete by content")
 	_, err = os.Stat(filepath.Join(cfg.Attach.StateDir, sentLogName(runID)))

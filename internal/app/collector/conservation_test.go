@@ -435,7 +435,8 @@ func TestCollectorConservationIntegration(t *testing.T) {
 			require.Empty(t, set, "an event set aside while the store was full")
 		}},
 		{name: "slow broker (every answer 250 ms late, nats.ack_timeout 100 ms), under attach", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
-			proxy := natstest.StartProxy(t, b.srv.Addr().String(), 250*time.Millisecond)
+			proxy := natstest.StartProxy(t, b.srv.Addr().String())
+			proxy.SetLatency(250 * time.Millisecond)
 			cfg := attachCfg(t, b, fs)
 			cfg.NATS.URL = proxy.URL()
 			cfg.NATS.AckTimeout = 100 * time.Millisecond
@@ -543,7 +544,7 @@ func checkConservation(t *testing.T, b *conservationBroker, fs *fakeServer, row 
 	fold := func(order []events.Decoded) (*split.Fold, []byte) {
 		f := split.NewFold(split.Options{})
 		for _, d := range order {
-			d.ApplyTo(f)
+			f.Apply(d.Input())
 		}
 		j, err := split.JSON(f.Report())
 		require.NoError(t, err)

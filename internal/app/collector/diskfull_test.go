@@ -70,7 +70,7 @@ func TestRunSpoolDiskFullIntegration(t *testing.T) {
 	require.Equal(t, 1, n[events.TypeRunFinished], "the run's finish survived the full disk")
 	fold := split.NewFold(split.Options{})
 	for _, d := range msgs {
-		d.ApplyTo(fold)
+		fold.Apply(d.Input())
 		if d.Finished != nil {
 			require.Positive(t, d.Finished.Detail.DroppedEvents)
 		}

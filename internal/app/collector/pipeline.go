@@ -240,7 +240,7 @@ func refold(path, run string, fold *split.Fold) bool {
 			continue
 		}
 		first = false
-		d.ApplyTo(fold)
+		fold.Apply(d.Input())
 	}
 	return !first
 }

@@ -117,7 +117,7 @@ func TestRunFullSpoolFlaggedIntegration(t *testing.T) {
 	fold := split.NewFold(split.Options{})
 	var fin *events.Decoded
 	for _, m := range streamOf(t, js, cfg.RunID) {
-		m.ApplyTo(fold)
+		fold.Apply(m.Input())
 		if m.Finished != nil {
 			fin = &m.Decoded
 		}

@@ -216,7 +216,8 @@ func TestReplaySlowBrokerIntegration(t *testing.T) {
 	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
 	recorded := readJSONL(t, file)
 	srv := natstest.Start(t)
-	proxy := natstest.StartProxy(t, srv.Addr().String(), 300*time.Millisecond)
+	proxy := natstest.StartProxy(t, srv.Addr().String())
+	proxy.SetLatency(300 * time.Millisecond)
 	cfg := testConfig(t)
 	cfg.NATS.URL = proxy.URL()
 	cfg.NATS.AckTimeout = 100 * time.Millisecond

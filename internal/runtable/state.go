@@ -1,4 +1,4 @@
-package aggregator
+package runtable
 
 import (
 	"bytes"
@@ -72,7 +72,7 @@ func (st *RunState) compacted() *RunState {
 }
 
 // holds reports whether a compact record already took in everything d
-// brings (a repeated event), as d.ApplyTo would find on the fold.
+// brings (a repeated event), as the fold's Apply would find.
 func (st *RunState) holds(d events.Decoded) bool {
 	s := st.Seen
 	switch {
@@ -165,7 +165,7 @@ func ApplyTo(st *RunState, d events.Decoded) (fresh bool) {
 	if st.Compact() {
 		return false
 	}
-	fresh = d.ApplyTo(st.Fold)
+	fresh = st.Fold.Apply(d.Input())
 	if d.Finished != nil {
 		st.Finished = true
 		if n := d.Finished.Detail.DroppedEvents; n > st.Dropped {

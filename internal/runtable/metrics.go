@@ -1,15 +1,19 @@
-package aggregator
+package runtable
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 )
 
-// metrics are what /metrics exposes.
-type metrics struct {
-	reg         *prometheus.Registry
+// Metrics are what an aggregator's /metrics exposes: the run table's, the
+// partitions' and the sinks'.
+type Metrics struct {
+	Registry    *prometheus.Registry
 	folded      prometheus.Counter
 	redelivered prometheus.Counter
 	duplicates  prometheus.Counter
@@ -22,19 +26,28 @@ type metrics struct {
 	sinkRequeue *prometheus.CounterVec
 	foldSeconds prometheus.Histogram
 	persistErrs prometheus.Counter
-	conflicts   prometheus.Counter
 	lag         prometheus.Gauge
 	owned       prometheus.Gauge
 	ckptAge     prometheus.Gauge
 	splitPubErr prometheus.Counter
 	compacted   prometheus.Counter
-	reattached  prometheus.Counter
 	checkpoints prometheus.Counter
 	stateWrites prometheus.Counter
+	progress    prometheus.Counter
+	// The fleet: members seen, every partition's owner as this member
+	// sees it, partitions without one, partitions whose events stopped.
+	members  prometheus.Gauge
+	owner    *prometheus.GaugeVec
+	unowned  prometheus.Gauge
+	stalled  prometheus.Gauge
+	legacy   prometheus.Gauge
+	closeLat prometheus.Histogram
 }
 
-func newMetrics() *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+// NewMetrics returns the metrics, registered with a registry of their own
+// (with the Go and process collectors).
+func NewMetrics() *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry()}
 	m.folded = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_folded_total",
 		Help: "Events folded into a run's split."})
 	m.redelivered = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_redelivered_total",
@@ -44,7 +57,7 @@ func newMetrics() *metrics {
 	m.dead = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_events_dead_lettered_total",
 		Help: "Events that could not be folded and went to the dead-letter subject, by reason."}, []string{"reason"})
 	m.runsOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_runs_open",
-		Help: "Runs with events and no final split yet."})
+		Help: "Runs of the partitions this aggregator owns with events and no final split yet."})
 	m.completed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_runs_completed_total",
 		Help: "Runs whose split was written, by status (complete, or incomplete after the idle timeout)."}, []string{"status"})
 	m.sinkErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_errors_total",
@@ -52,41 +65,50 @@ func newMetrics() *metrics {
 	m.sinkDefer = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_deferred_total",
 		Help: "Splits a sink's full queue (sinks.max_pending) deferred: only the run id is kept, the split is read back from the state bucket in its turn, by sink."}, []string{"sink"})
 	m.sinkRequeue = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_requeued_total",
-		Help: "Deferred splits read back from the state bucket for a write, by sink (a deferral ends in one read-back, unless the run re-opened or its partition moved: its next owner re-sends it; one that fails and finds the queue full is deferred again)."}, []string{"sink"})
+		Help: "Deferred splits read back from the state bucket for a write, by sink."}, []string{"sink"})
 	m.sinkWrites = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_sink_writes_total",
 		Help: "Reports delivered, by sink."}, []string{"sink"})
 	m.foldSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gttsplit_fold_seconds",
 		Help: "Time to fold one event.", Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10)})
 	m.persistErrs = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_persist_errors_total",
-		Help: "Failed writes of run state to the state bucket (the events are redelivered)."})
-	m.conflicts = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_conflicts_total",
-		Help: "Run-state writes that lost a race with another aggregator and were re-applied."})
+		Help: "Failed writes of run state to the state bucket (retried; the events wait unacknowledged)."})
 	m.lag = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_consumer_lag",
 		Help: "Messages of the partitions this aggregator owns not yet delivered to it (the consumers' pending count)."})
 	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_partitions_owned",
-		Help: "Partitions whose runs this aggregator folds."})
+		Help: "Partitions whose runs this aggregator folds (whose lease it holds)."})
 	m.ckptAge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_checkpoint_age_seconds",
-		Help: "Time since the run states in memory were last all written to the state bucket."})
+		Help: "Time since the run states of the partitions owned were last all written to the state bucket."})
 	m.splitPubErr = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_split_publish_errors_total",
 		Help: "Failed attempts to publish a split event (each is retried)."})
 	m.compacted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_compacted_total",
 		Help: "Closed runs whose state was replaced by its compact record after store.compact_after."})
-	m.reattached = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_source_reattached_total",
-		Help: "Times the partitioned stream's source went silent and was re-attached by stepping the stream's leader down."})
 	m.checkpoints = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_checkpoints_total",
-		Help: "Checkpoints: writes of the changed run states to the state bucket, then the acknowledgements of their messages."})
+		Help: "Checkpoints: writes of a partition's changed run states to the state bucket, then the acknowledgements of their messages."})
 	m.stateWrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_writes_total",
 		Help: "Run states written to the state bucket (by checkpoints and closes)."})
-	m.reg.MustRegister(m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted, m.reattached, m.checkpoints, m.stateWrites)
-	m.reg.MustRegister(m.sinkDefer, m.sinkRequeue)
-	m.reg.MustRegister(m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
-		m.foldSeconds, m.persistErrs, m.conflicts,
+	m.progress = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_progress_acks_total",
+		Help: "Progress acknowledgements sent for events still waiting for their checkpoint (their ack wait starts again instead of a redelivery)."})
+	m.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_fleet_members",
+		Help: "Live aggregators of this group as this aggregator sees them."})
+	m.owner = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gttsplit_partition_owned",
+		Help: "1 for each partition this aggregator owns, 0 for one another member owns, -1 for one without an owner (as this aggregator sees the leases)."}, []string{"partition"})
+	m.unowned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_partitions_unowned",
+		Help: "Partitions whose lease no member holds (as this aggregator sees the leases)."})
+	m.stalled = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_partitions_stalled",
+		Help: "Partitions this aggregator owns whose events stopped reaching it: messages wait in the stream but none was delivered (nor a heartbeat of the consumer) for several seconds."})
+	m.legacy = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_legacy_stream",
+		Help: "1 while the partitioned stream of earlier versions is still being drained."})
+	m.closeLat = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gttsplit_close_seconds",
+		Help: "Time from a run's run-finished event being folded to its split handed to the sinks.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)})
+	m.Registry.MustRegister(m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
+		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
+		m.checkpoints, m.stateWrites, m.progress, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// observeSink counts a sink event of the Fanout.
-func (m *metrics) observeSink(e sinks.Event) {
+// ObserveSink counts a sink event of the Fanout.
+func (m *Metrics) ObserveSink(e sinks.Event) {
 	switch e.Outcome {
 	case sinks.OutcomeDelivered:
 		m.sinkWrites.WithLabelValues(e.Sink).Inc()
@@ -98,4 +120,22 @@ func (m *metrics) observeSink(e sinks.Event) {
 	default:
 		m.sinkErrors.WithLabelValues(e.Sink, e.Outcome.String()).Inc()
 	}
+}
+
+// ObserveFleet sets the fleet's metrics from a member's view.
+func (m *Metrics) ObserveFleet(view []fleet.PartitionView, members []string) {
+	m.members.Set(float64(len(members)))
+	unowned := 0
+	for _, v := range view {
+		x := 0.0
+		switch {
+		case v.Mine:
+			x = 1
+		case v.Owner == "":
+			x = -1
+			unowned++
+		}
+		m.owner.WithLabelValues(strconv.Itoa(v.Partition)).Set(x)
+	}
+	m.unowned.Set(float64(unowned))
 }

@@ -1,5 +1,8 @@
-// Package jsonesc reads the escapes of JSON strings, for the decoders
-// that read strings by hand.
+// Package jsonesc reads the escapes of JSON strings, for the code of pkg/
+// that reads JSON strings by hand: the one-pass event decoder of
+// pkg/events, and pkg/split's line filter, which looks for anchors in a
+// line's text before it is unescaped. It lives under pkg/ so that no pkg/
+// package imports internal/.
 package jsonesc
 
 // Decode reads the escape at the start of seg (seg[0] is the backslash):

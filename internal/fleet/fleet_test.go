@@ -1,0 +1,292 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/gttsplit/gttsplit/internal/natstest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testBucket = "FLEET_TEST"
+
+// testFleet is a bucket on a real server and the members joined to it.
+type testFleet struct {
+	t   *testing.T
+	url string
+	kv  jetstream.KeyValue
+	js  jetstream.JetStream
+	// owners records, for every partition, the members whose Handler
+	// holds it (Acquired and not yet Released or Lost).
+	mu     sync.Mutex
+	owners map[int]map[string]bool
+	events []string
+}
+
+func newTestFleet(t *testing.T, url string) *testFleet {
+	t.Helper()
+	f := &testFleet{t: t, url: url, owners: map[int]map[string]bool{}}
+	f.js = connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	for {
+		f.kv, err = f.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: testBucket, History: 1, LimitMarkerTTL: time.Second,
+			Replicas: replicasOf(url)})
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, err)
+	return f
+}
+
+func replicasOf(url string) int {
+	n := 1
+	for _, c := range url {
+		if c == ',' {
+			n++
+		}
+	}
+	return n
+}
+
+func connect(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+// handler is a member's Handler recording into the fleet.
+type handler struct{ f *testFleet }
+
+func (h handler) Acquired(_ context.Context, l *Lease) error {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	if h.f.owners[l.Partition] == nil {
+		h.f.owners[l.Partition] = map[string]bool{}
+	}
+	h.f.owners[l.Partition][l.Member()] = true
+	h.f.events = append(h.f.events, fmt.Sprintf("%s +%d", l.Member(), l.Partition))
+	return nil
+}
+
+func (h handler) Release(_ context.Context, l *Lease) { h.gone(l, "release") }
+func (h handler) Lost(l *Lease)                       { h.gone(l, "lost") }
+
+func (h handler) gone(l *Lease, how string) {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	delete(h.f.owners[l.Partition], l.Member())
+	h.f.events = append(h.f.events, fmt.Sprintf("%s -%d (%s)", l.Member(), l.Partition, how))
+}
+
+type running struct {
+	m      *Member
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// join starts a member with its own connection.
+func (f *testFleet) join(cfg Config) *running {
+	f.t.Helper()
+	js := connect(f.t, f.url)
+	kv, err := js.KeyValue(context.Background(), testBucket)
+	require.NoError(f.t, err)
+	cfg.Bucket, cfg.KV, cfg.Replicas = testBucket, kv, replicasOf(f.url)
+	if cfg.Group == "" {
+		cfg.Group = "g"
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 16
+	}
+	h := handler{f: f}
+	m, err := Join(context.Background(), js, cfg, h, zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel))
+	require.NoError(f.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{m: m, cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(r.done); m.Run(ctx) }()
+	f.t.Cleanup(r.stop)
+	return r
+}
+
+func (r *running) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// shares returns how many partitions each member's Handler holds, and
+// fails the test if a partition is held by two.
+func (f *testFleet) shares() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for p, ms := range f.owners {
+		require.LessOrEqual(f.t, len(ms), 1, "partition %d held by %v (%v)", p, ms, f.events)
+		for m := range ms {
+			out[m]++
+		}
+	}
+	return out
+}
+
+func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func balanced(shares map[string]int, members, parts int) bool {
+	if len(shares) != members {
+		return false
+	}
+	sum := 0
+	for _, n := range shares {
+		if n < parts/members || n > parts/members+1 {
+			return false
+		}
+		sum += n
+	}
+	return sum == parts
+}
+
+// Three members started together share the partitions 6/5/5; no partition
+// is ever held by two (checked at every poll), and once balanced nothing
+// moves. A member stopping hands its partitions over at once; one joining
+// takes its share.
+func TestMembersShareAndHandOverIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	cfg := Config{Heartbeat: 100 * time.Millisecond, LeaseTTL: 3 * time.Second}
+	var rs []*running
+	for i := 0; i < 3; i++ {
+		rs = append(rs, f.join(cfg))
+	}
+	eventually(t, "6/5/5", 30*time.Second, func() bool { return balanced(f.shares(), 3, 16) })
+	f.mu.Lock()
+	moves := len(f.events)
+	f.mu.Unlock()
+	time.Sleep(time.Second)
+	f.shares()
+	f.mu.Lock()
+	require.Equal(t, moves, len(f.events), "nothing moves once balanced: %v", f.events[moves:])
+	f.mu.Unlock()
+	for _, r := range rs {
+		ok, why := r.m.Ready()
+		require.True(t, ok, why)
+	}
+
+	// One leaves: its partitions are given back at once (well within a
+	// lease's time to live) and the two others take them.
+	rs[0].stop()
+	t0 := time.Now()
+	eventually(t, "8/8", 10*time.Second, func() bool { return balanced(f.shares(), 2, 16) })
+	require.Less(t, time.Since(t0), cfg.LeaseTTL, "handed over, not expired")
+	// A fourth joins: takes 5 (16 over 3) and only that moves.
+	f.mu.Lock()
+	before := len(f.events)
+	f.mu.Unlock()
+	f.join(cfg)
+	eventually(t, "6/5/5 again", 30*time.Second, func() bool { return balanced(f.shares(), 3, 16) })
+	f.mu.Lock()
+	moved := 0
+	for _, e := range f.events[before:] {
+		if e[len(e)-1] == ')' {
+			moved++ // a release
+		}
+	}
+	f.mu.Unlock()
+	require.Equal(t, 5, moved, "the newcomer's share moves, nothing more")
+}
+
+// A member cut off from renewing (here: its renewals made to fail) loses
+// its leases when their time to live runs out, before anyone else can take
+// them; the server refuses a write fenced with the old revision.
+func TestLeaseExpiresAndFencesIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	ctx := context.Background()
+	ttl := 2 * time.Second
+	a, err := acquire(ctx, f.js, f.kv, testBucket, "g", "a", 3, ttl, 500*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, a.Valid())
+	_, err = acquire(ctx, f.js, f.kv, testBucket, "g", "b", 3, ttl, 500*time.Millisecond)
+	require.ErrorIs(t, err, ErrTaken)
+
+	// A fenced write with a's fence goes through while a holds it.
+	w := func(fc Fence) func(context.Context, Fence) error {
+		return func(ctx context.Context, _ Fence) error {
+			_, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + testBucket + ".state.x", Data: []byte("a")}, fc.Opt())
+			return err
+		}
+	}
+	require.NoError(t, a.Fenced(ctx, func(ctx context.Context, fc Fence) error { return w(fc)(ctx, fc) }))
+	require.NoError(t, a.renew(ctx))
+	old := Fence{Subject: a.subject, Rev: a.Revision()}
+
+	// a stops renewing: invalid after ttl-margin, and only after the
+	// server dropped the key can b take the partition.
+	eventually(t, "a invalid", 5*time.Second, func() bool { return !a.Valid() })
+	var b *Lease
+	eventually(t, "b takes the partition", 10*time.Second, func() bool {
+		b, err = acquire(ctx, f.js, f.kv, testBucket, "g", "b", 3, ttl, 500*time.Millisecond)
+		return err == nil
+	})
+	require.True(t, b.Valid())
+	// a's write, however late, is refused by the server.
+	err = w(old)(ctx, old)
+	var apiErr *jetstream.APIError
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
+	require.ErrorIs(t, a.Fenced(ctx, w(old)), ErrLost)
+	require.ErrorIs(t, a.renew(ctx), ErrLost)
+	// b's goes through.
+	require.NoError(t, b.Fenced(ctx, func(ctx context.Context, fc Fence) error { return w(fc)(ctx, fc) }))
+}
+
+// A server restart loses the members bucket (kept in memory): a member
+// creates it again and is ready again, its partitions still its own.
+func TestMemberSurvivesServerRestartIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	store := t.TempDir()
+	s := natstest.StartAt(t, store, -1)
+	port := natstest.Port(s)
+	f := newTestFleet(t, s.ClientURL())
+	r := f.join(Config{Heartbeat: 100 * time.Millisecond, LeaseTTL: 15 * time.Second})
+	eventually(t, "16 partitions", 10*time.Second, func() bool { return f.shares()[r.m.ID()] == 16 })
+	natstest.Shutdown(s)
+	natstest.StartAt(t, store, port)
+	eventually(t, "ready again", 20*time.Second, func() bool { ok, _ := r.m.Ready(); return ok })
+	require.Equal(t, 16, f.shares()[r.m.ID()], "kept its partitions")
+	ok, why := r.m.Ready()
+	require.True(t, ok, why)
+}

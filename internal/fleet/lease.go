@@ -1,0 +1,238 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrLost is the error of a fenced write, a renewal or a release whose
+// lease is no longer this member's: it expired (the member was paused or
+// cut off for longer than its time to live) or another member holds the
+// partition now.
+var ErrLost = errors.New("fleet: partition lease lost")
+
+// clockBase anchors the leases' deadlines on the monotonic clock: a wall
+// clock step never makes a lease look valid for longer.
+var clockBase = time.Now()
+
+func mono() time.Duration { return time.Since(clockBase) }
+
+// Fence is what a write guarded by a lease carries: the lease key's subject
+// and revision. The server takes the write only while the lease key is still
+// at that revision (Nats-Expected-Last-Subject-Sequence on the lease's
+// subject), so a member that lost the lease, however late its write
+// arrives, writes nothing.
+type Fence struct {
+	Subject string
+	Rev     uint64
+}
+
+// Opt is the publish option that makes a write of the lease's bucket
+// conditional on the fence.
+func (f Fence) Opt() jetstream.PublishOpt {
+	return jetstream.WithExpectLastSequenceForSubject(f.Rev, f.Subject)
+}
+
+// Lease is this member's hold on one partition: the key
+// lease.<group>.<partition> of the bucket, created when it is free
+// (create-if-absent) with a time to live, renewed by revision (each
+// renewal is conditional on the revision the last one wrote, and sets a
+// new time to live). The revision is the fencing token of every write made
+// for the partition (Fenced); renewals and fenced writes take turns, so
+// the token a write carries is always the current one.
+//
+// A lease is valid until its time to live, counted from the moment this
+// member sent its last successful renewal, minus a safety margin: the
+// server drops the key later than that, never sooner (given clocks that
+// agree within the margin). A member checks Valid before it pulls, folds
+// or hands a split to the sinks; a member paused for longer than the time
+// to live finds its lease invalid when it runs again, and the server
+// refuses its writes.
+type Lease struct {
+	// Partition is the partition held.
+	Partition int
+
+	kv      jetstream.KeyValue
+	js      jetstream.JetStream
+	key     string // lease.<group>.<partition>
+	subject string // $KV.<bucket>.<key>
+	value   []byte // the member id
+	ttl     time.Duration
+	margin  time.Duration
+
+	// mu is held by a renewal or a fenced write, one at a time: rev
+	// changes only under it. (Lock order: no other lock of this package
+	// is taken under mu.)
+	mu  sync.Mutex
+	rev uint64
+
+	deadline atomic.Int64 // mono() until which the lease is valid
+	lost     chan struct{}
+	lostOnce sync.Once
+	why      atomic.Pointer[string]
+}
+
+// Member is the id of the member holding the lease.
+func (l *Lease) Member() string { return string(l.value) }
+
+// Key is the lease's key in the bucket.
+func (l *Lease) Key() string { return l.key }
+
+// Revision is the lease key's current revision (the fencing token).
+func (l *Lease) Revision() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rev
+}
+
+// Valid says the lease is held: not lost, and its time to live (minus the
+// margin) has not run out since its last renewal was sent.
+func (l *Lease) Valid() bool {
+	select {
+	case <-l.lost:
+		return false
+	default:
+	}
+	return mono() < time.Duration(l.deadline.Load())
+}
+
+// Lost is closed once the lease is lost (see ErrLost).
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Why says why the lease was lost ("" while it is not).
+func (l *Lease) Why() string {
+	if w := l.why.Load(); w != nil {
+		return *w
+	}
+	return ""
+}
+
+func (l *Lease) lose(why string) {
+	l.lostOnce.Do(func() {
+		l.why.Store(&why)
+		close(l.lost)
+	})
+}
+
+// Fenced runs write with the lease's fence, taking turns with the
+// renewals. It returns ErrLost (and loses the lease) when the lease is not
+// valid, or when the server refused the write for its fence.
+func (l *Lease) Fenced(ctx context.Context, write func(ctx context.Context, f Fence) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.Valid() {
+		l.lose("its time to live ran out before a write")
+		return fmt.Errorf("partition %d: %w", l.Partition, ErrLost)
+	}
+	err := write(ctx, Fence{Subject: l.subject, Rev: l.rev})
+	if err != nil && l.fencedOut(ctx, err) {
+		return fmt.Errorf("partition %d: %w: %v", l.Partition, ErrLost, err)
+	}
+	return err
+}
+
+// fencedOut says whether err is the server refusing a write for the
+// lease's revision, and loses the lease if so. A refusal that may also be
+// the server being busy with another write of the subject (code 10164 on a
+// replicated bucket) is checked against the lease key itself. l.mu is held.
+func (l *Lease) fencedOut(ctx context.Context, err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamWrongLastSequence:
+	case jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+		if e, gerr := l.kv.Get(ctx, l.key); gerr == nil && e.Revision() == l.rev {
+			return false // still ours: the server was busy
+		} else if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
+			return false // cannot tell: a later write will
+		}
+	default:
+		return false
+	}
+	l.lose("another member holds the partition (a write was fenced out)")
+	return true
+}
+
+// renew writes the lease key again, conditional on its revision, with a
+// new time to live.
+func (l *Lease) renew(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.lost:
+		return ErrLost
+	default:
+	}
+	sent := mono()
+	m := &nats.Msg{Subject: l.subject, Data: l.value}
+	pa, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(l.ttl))
+	if err != nil {
+		if l.fencedOut(ctx, err) {
+			return ErrLost
+		}
+		return err
+	}
+	l.rev = pa.Sequence
+	l.deadline.Store(int64(sent + l.ttl - l.margin))
+	return nil
+}
+
+// release gives the lease back at once: the key is purged, conditional on
+// its revision (a lease another member took meanwhile is left alone).
+func (l *Lease) release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	defer l.lose("released")
+	select {
+	case <-l.lost:
+		return nil
+	default:
+	}
+	m := nats.NewMsg(l.subject)
+	m.Header.Set("KV-Operation", "PURGE")
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	// The purge marker goes too after a while: nothing is left of a
+	// released lease.
+	_, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(markerTTL))
+	return err
+}
+
+// markerTTL is how long the marker of a released lease stays.
+const markerTTL = time.Minute
+
+// acquire creates the lease key of partition p if it is free and returns
+// the lease; ErrTaken when another member holds it.
+func acquire(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, bucket, group, member string, p int, ttl, margin time.Duration) (*Lease, error) {
+	key := leaseKey(group, p)
+	sent := mono()
+	rev, err := kv.Create(ctx, key, []byte(member), jetstream.KeyTTL(ttl))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, ErrTaken
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease of partition %d: %w", p, err)
+	}
+	l := &Lease{Partition: p, kv: kv, js: js, key: key, subject: "$KV." + bucket + "." + key, value: []byte(member),
+		ttl: ttl, margin: margin, rev: rev, lost: make(chan struct{})}
+	l.deadline.Store(int64(sent + ttl - margin))
+	return l, nil
+}
+
+// ErrTaken says a partition's lease is held by another member.
+var ErrTaken = errors.New("fleet: partition held by another member")
+
+// leaseKey is the key of partition p's lease in group.
+func leaseKey(group string, p int) string { return "lease." + group + "." + strconv.Itoa(p) }
+
+// leasePrefix starts the lease keys of group.
+func leasePrefix(group string) string { return "lease." + group + "." }

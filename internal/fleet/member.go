@@ -1,0 +1,636 @@
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// MembersBucket is the key-value bucket where the aggregators of every
+// group announce themselves (one key a member, renewed every heartbeat,
+// gone some seconds after the member stops renewing it).
+const MembersBucket = "GTTSPLIT_MEMBERS"
+
+// Config tunes a Member. Zero durations take the defaults below.
+type Config struct {
+	// Group is the name the members sharing the partitions have in
+	// common (the aggregators' consumer.durable).
+	Group string
+	// Partitions is the number of partitions.
+	Partitions int
+	// Bucket is the name of the key-value bucket holding the leases (its
+	// stream must allow per-message TTLs); KV is that bucket.
+	Bucket string
+	KV     jetstream.KeyValue
+	// Replicas of the members bucket when a member creates it.
+	Replicas int
+	// LeaseTTL is a lease's time to live (default 15s): a member that
+	// stops (killed, paused, cut off) keeps its partitions that long; it
+	// must outlast a cluster electing a new leader for the bucket (up to
+	// about 10 s), or a node's loss makes partitions move.
+	LeaseTTL time.Duration
+	// Heartbeat is how often a member renews its member key and computes
+	// the assignment (default 1s).
+	Heartbeat time.Duration
+	// Step bounds the partitions a member takes a heartbeat (default 2):
+	// members starting together see each other before one takes all.
+	Step int
+}
+
+func (c *Config) defaults() {
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = time.Second
+	}
+	if c.Step <= 0 {
+		c.Step = 2
+	}
+}
+
+// memberTTL is how long a member key lives without renewal, in
+// heartbeats; renewTick how often a lease is renewed, as a fraction of
+// its time to live; the margin a lease holder takes off its validity.
+const (
+	memberBeats = 5
+	leaseRenews = 5
+	// staleBeats is how long a free partition waits for a member short
+	// of its target before any member takes it.
+	staleBeats = 3
+	// missedBeats is how many heartbeats a condition must last before
+	// Ready reports it (one slow heartbeat is not a fault).
+	missedBeats = 3
+)
+
+// Handler is told what happens to this member's partitions. Its methods
+// are called from the member's goroutines, never two at a time for the
+// same partition.
+type Handler interface {
+	// Acquired is called once a partition's lease is held, before any
+	// of its messages is pulled: load what the partition needs and start
+	// consuming it. An error gives the lease back.
+	Acquired(ctx context.Context, l *Lease) error
+	// Release hands a partition over: stop consuming, write what it
+	// holds (the lease is still valid: fenced writes go through) and
+	// acknowledge. The lease is given back right after it returns.
+	Release(ctx context.Context, l *Lease)
+	// Lost says the lease is gone (expired or taken): stop at once and
+	// write nothing more; what was not written is delivered again to
+	// the partition's next owner.
+	Lost(l *Lease)
+}
+
+// Member is one aggregator of a group: it announces itself, follows the
+// other members and the leases, and takes and gives back partitions (see
+// decide) so that each partition has exactly one owner.
+type Member struct {
+	id  string
+	cfg Config
+	js  jetstream.JetStream
+	mkv jetstream.KeyValue
+	h   Handler
+	log zerolog.Logger
+
+	// mu guards held, views and the fields below it. Lock order: mu is
+	// never held while a Lease's mu is taken or a Handler is called.
+	mu      sync.Mutex
+	held    map[int]*heldLease
+	members map[string]time.Duration // member -> mono() of its last update
+	holders []string                 // partition -> holder, from the lease watch
+	free    []time.Duration          // partition -> mono() since it is seen free (0: held)
+	selfAt  time.Duration            // mono() our own key last came back
+	seen    bool                     // our own key came back at least once
+	leaseOK bool                     // the lease watch delivered its initial values
+
+	renewErr atomic.Pointer[error]
+	faults   map[string]time.Duration // condition -> mono() since it holds
+	ready    atomic.Bool
+	why      atomic.Pointer[string]
+	wg       sync.WaitGroup
+	stopBg   context.CancelFunc
+}
+
+type heldLease struct {
+	l    *Lease
+	stop context.CancelFunc
+	done chan struct{}
+	// releasing is set (under Member.mu) while the partition is handed
+	// over: a loss meanwhile is the release's to handle.
+	releasing bool
+}
+
+// Join announces a new member of cfg.Group, starts following the members
+// and the leases, and takes its first partitions (a few at a time, the
+// members read again between). Run goes on following the assignment;
+// Abort leaves without running.
+func Join(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler, log zerolog.Logger) (*Member, error) {
+	cfg.defaults()
+	if cfg.Group == "" || cfg.Partitions <= 0 || cfg.KV == nil || cfg.Bucket == "" {
+		return nil, errors.New("fleet: group, partitions and bucket are required")
+	}
+	mkv, err := membersBucket(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	m := &Member{id: cfg.Group + "." + hex.EncodeToString(b[:]), cfg: cfg, js: js, mkv: mkv, h: h,
+		held: map[int]*heldLease{}, members: map[string]time.Duration{}, holders: make([]string, cfg.Partitions),
+		free: make([]time.Duration, cfg.Partitions), faults: map[string]time.Duration{}}
+	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
+	starting := "starting"
+	m.why.Store(&starting)
+	m.renewMember(ctx)
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	m.stopBg = stop
+	m.wg.Add(3)
+	go func() { defer m.wg.Done(); m.keepMember(bg) }()
+	go func() { defer m.wg.Done(); m.watchMembers(bg) }()
+	go func() { defer m.wg.Done(); m.watchLeases(bg) }()
+	// Wait until this member sees itself and the leases (a few
+	// heartbeats at most): members starting together see each other
+	// before any takes a partition.
+	deadline := time.Now().Add(memberBeats * cfg.Heartbeat)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		m.mu.Lock()
+		ok := m.seen && m.leaseOK
+		m.mu.Unlock()
+		if ok {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The first assignment, so the caller reports ready at once.
+	for m.tick(ctx) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return m, nil
+}
+
+// Abort hands over what Join took and leaves (a start that failed before
+// Run). Run's end does the same.
+func (m *Member) Abort() {
+	m.releaseAll(context.Background())
+	m.stopBg()
+	m.wg.Wait()
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = m.mkv.Delete(dctx, m.id)
+	cancel()
+}
+
+// membersBucket opens the members bucket, creating it when it is missing
+// (it is kept in memory: a server's restart loses it).
+func membersBucket(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
+	mkv, err := js.KeyValue(ctx, MembersBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		mkv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: MembersBucket, Description: "gttsplit: live aggregators", TTL: memberBeats * cfg.Heartbeat,
+			Storage: jetstream.MemoryStorage, Replicas: max(cfg.Replicas, 1),
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			mkv, err = js.KeyValue(ctx, MembersBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("members bucket %s: %w", MembersBucket, err)
+	}
+	return mkv, nil
+}
+
+// ID is the member's id (<group>.<random>).
+func (m *Member) ID() string { return m.id }
+
+// Run follows the assignment until ctx ends: at once, then every
+// heartbeat (sooner while it takes partitions: a few at a time, the
+// members read again between); then it hands every partition over
+// (Handler.Release, then the lease is purged so the next owner takes it at
+// once) and leaves.
+func (m *Member) Run(ctx context.Context) {
+	defer m.Abort()
+	for {
+		wait := m.cfg.Heartbeat
+		if m.tick(ctx) {
+			wait = min(wait, 100*time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// keepMember renews the member key every heartbeat.
+func (m *Member) keepMember(ctx context.Context) {
+	t := time.NewTicker(m.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.renewMember(ctx)
+		}
+	}
+}
+
+func (m *Member) renewMember(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat*2)
+	defer cancel()
+	if _, err := m.mkv.PutString(rctx, m.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			// The bucket is gone (a restarted server loses it): again.
+			_, _ = membersBucket(rctx, m.js, m.cfg)
+		}
+		m.renewErr.Store(&err)
+		return
+	}
+	m.renewErr.Store(nil)
+}
+
+// watchMembers follows the members bucket: a member is live while its
+// renewals keep coming (their expiry is silent).
+func (m *Member) watchMembers(ctx context.Context) {
+	prefix := m.cfg.Group + "."
+	watch(ctx, m.mkv, prefix+">", m.log, nil, func(e jetstream.KeyValueEntry) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if e.Operation() != jetstream.KeyValuePut {
+			delete(m.members, e.Key())
+			return
+		}
+		now := mono()
+		m.members[e.Key()] = now
+		if e.Key() == m.id {
+			m.selfAt, m.seen = now, true
+		}
+	})
+}
+
+// watchLeases follows who holds each partition's lease.
+func (m *Member) watchLeases(ctx context.Context) {
+	prefix := leasePrefix(m.cfg.Group)
+	watch(ctx, m.cfg.KV, prefix+">", m.log, func() {
+		m.mu.Lock()
+		m.leaseOK = true
+		m.mu.Unlock()
+	}, func(e jetstream.KeyValueEntry) {
+		var p int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(e.Key(), prefix), "%d", &p); err != nil || p < 0 || p >= m.cfg.Partitions {
+			return
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if e.Operation() == jetstream.KeyValuePut {
+			m.holders[p] = string(e.Value())
+		} else {
+			m.holders[p] = ""
+		}
+	})
+}
+
+// watch follows the keys of kv matching filter until ctx ends, calling
+// caughtUp once the values present at the start were delivered, and
+// restarting after an error.
+func watch(ctx context.Context, kv jetstream.KeyValue, filter string, log zerolog.Logger, caughtUp func(), fn func(jetstream.KeyValueEntry)) {
+	for ctx.Err() == nil {
+		w, err := kv.Watch(ctx, filter)
+		if err != nil {
+			log.Debug().Err(err).Str("keys", filter).Msg("watch")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		for e := range w.Updates() {
+			if e == nil {
+				if caughtUp != nil {
+					caughtUp()
+				}
+				continue
+			}
+			fn(e)
+		}
+		_ = w.Stop()
+	}
+}
+
+// tick computes the assignment once and acts on it: one heartbeat's work.
+// It reports whether it moved a partition (more may follow soon).
+func (m *Member) tick(ctx context.Context) bool {
+	faults := map[string]string{}
+	if err := m.renewErr.Load(); err != nil {
+		faults["members"] = fmt.Sprintf("members bucket: member key not renewed: %v", *err)
+	}
+	now := mono()
+	m.mu.Lock()
+	ttl := memberBeats * m.cfg.Heartbeat
+	var members []string
+	for id, at := range m.members {
+		if now-at <= ttl {
+			members = append(members, id)
+		}
+	}
+	if !slices.Contains(members, m.id) {
+		members = append(members, m.id)
+	}
+	slices.Sort(members)
+	stale := !m.seen || now-m.selfAt > ttl
+	holders := slices.Clone(m.holders)
+	for p, h := range holders {
+		if h == m.id && m.held[p] == nil {
+			holders[p] = "" // given back or lost, the watch not there yet
+		}
+	}
+	for p, hl := range m.held {
+		holders[p] = m.id
+		if !hl.l.Valid() {
+			holders[p] = ""
+		}
+	}
+	free := make([]bool, len(holders))
+	grace := staleBeats * m.cfg.Heartbeat
+	var unowned []string
+	for p, h := range holders {
+		switch {
+		case h != "":
+			m.free[p] = 0
+		case m.free[p] == 0:
+			m.free[p] = now
+		}
+		free[p] = m.free[p] != 0 && now-m.free[p] > grace
+		if free[p] {
+			unowned = append(unowned, fmt.Sprint(p))
+		}
+	}
+	leaseOK := m.leaseOK
+	m.mu.Unlock()
+	if stale {
+		faults["members"] = "members bucket: this member's own renewals do not come back (the bucket has no leader?): assignment paused"
+	}
+	if !leaseOK {
+		faults["leases"] = "leases: not read yet"
+	}
+	if len(unowned) > 0 {
+		faults["unowned"] = "partitions without an owner: " + strings.Join(unowned, ", ")
+	}
+	m.report(faults)
+	if stale || !leaseOK {
+		return false
+	}
+	pl := decide(view{me: m.id, members: members, holders: holders, stale: free, step: m.cfg.Step})
+	if pl.release >= 0 {
+		m.releaseOne(ctx, pl.release)
+	}
+	took := false
+	for _, p := range pl.acquire {
+		if ctx.Err() != nil {
+			return false
+		}
+		took = m.take(ctx, p) || took
+	}
+	return took || pl.release >= 0
+}
+
+// report updates readiness: a fault is reported once it lasted
+// missedBeats heartbeats (and logged once).
+func (m *Member) report(faults map[string]string) {
+	var why []string
+	now := mono()
+	for k, v := range faults {
+		if _, ok := m.faults[k]; !ok {
+			m.faults[k] = now
+		}
+		if now-m.faults[k] >= missedBeats*m.cfg.Heartbeat {
+			why = append(why, v)
+		}
+	}
+	for k := range m.faults {
+		if _, ok := faults[k]; !ok {
+			delete(m.faults, k)
+		}
+	}
+	if len(why) == 0 {
+		if !m.ready.Swap(true) {
+			if w := m.why.Load(); w != nil && *w != "starting" {
+				m.log.Info().Msg("fleet: ready again")
+			}
+		}
+		return
+	}
+	slices.Sort(why)
+	msg := strings.Join(why, "; ")
+	if m.ready.Swap(false) || *m.why.Load() != msg {
+		m.log.Warn().Str("why", msg).Msg("fleet: not ready")
+	}
+	m.why.Store(&msg)
+}
+
+// Ready says whether this member follows the fleet (its member key is
+// renewed and seen, the leases are read, every partition has an owner),
+// and why not.
+func (m *Member) Ready() (bool, string) {
+	if m.ready.Load() {
+		return true, ""
+	}
+	return false, *m.why.Load()
+}
+
+// loadTimeout bounds Handler.Acquired (a partition's open runs are read
+// while its lease is renewed).
+const loadTimeout = 2 * time.Minute
+
+// take acquires partition p's lease and hands it to the Handler; it
+// reports whether the partition is this member's now.
+func (m *Member) take(ctx context.Context, p int) bool {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	l, err := acquire(cctx, m.js, m.cfg.KV, m.cfg.Bucket, m.cfg.Group, m.id, p, m.cfg.LeaseTTL, m.margin())
+	cancel()
+	if errors.Is(err, ErrTaken) {
+		return false
+	}
+	if err != nil {
+		m.log.Warn().Err(err).Int("partition", p).Msg("fleet: partition not taken")
+		return false
+	}
+	hl := m.hold(l)
+	actx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	if err := m.h.Acquired(actx, l); err != nil {
+		m.log.Warn().Err(err).Int("partition", p).Msg("fleet: partition taken but not loaded; given back")
+		m.drop(p, hl)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = l.release(rctx)
+		rcancel()
+		return false
+	}
+	m.log.Info().Int("partition", p).Uint64("lease_revision", l.Revision()).Msg("fleet: partition taken")
+	return true
+}
+
+// margin is what a holder takes off a lease's validity: clocks that
+// disagree by less keep one owner.
+func (m *Member) margin() time.Duration { return max(m.cfg.LeaseTTL/5, time.Second) }
+
+// hold starts renewing l until it is released or lost.
+func (m *Member) hold(l *Lease) *heldLease {
+	ctx, stop := context.WithCancel(context.Background())
+	hl := &heldLease{l: l, stop: stop, done: make(chan struct{})}
+	m.mu.Lock()
+	m.held[l.Partition] = hl
+	m.mu.Unlock()
+	go func() {
+		defer close(hl.done)
+		m.keepLease(ctx, hl)
+	}()
+	return hl
+}
+
+// keepLease renews hl's lease every LeaseTTL/leaseRenews (sooner after a
+// failed renewal) until ctx ends or the lease is lost; a lost lease is
+// handed to Handler.Lost.
+func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
+	l := hl.l
+	every := m.cfg.LeaseTTL / leaseRenews
+	next := every
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.Lost():
+			m.lost(hl)
+			return
+		case <-time.After(next):
+		}
+		if !l.Valid() {
+			l.lose("not renewed within its time to live")
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := l.renew(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			next = every
+		case errors.Is(err, ErrLost):
+		default:
+			if ctx.Err() == nil {
+				m.log.Debug().Err(err).Int("partition", l.Partition).Msg("fleet: lease not renewed; retrying")
+			}
+			next = min(every, 500*time.Millisecond)
+		}
+	}
+}
+
+// lost tells the Handler, and forgets the lease.
+func (m *Member) lost(hl *heldLease) {
+	l := hl.l
+	m.mu.Lock()
+	mine := m.held[l.Partition] == hl && !hl.releasing
+	if mine {
+		delete(m.held, l.Partition)
+	}
+	m.mu.Unlock()
+	if !mine {
+		return
+	}
+	m.log.Warn().Int("partition", l.Partition).Str("why", l.Why()).Msg("fleet: partition lease lost; its unacknowledged events go to its next owner")
+	m.h.Lost(l)
+}
+
+// drop forgets a held lease without telling the Handler.
+func (m *Member) drop(p int, hl *heldLease) {
+	m.mu.Lock()
+	if m.held[p] == hl {
+		delete(m.held, p)
+	}
+	m.mu.Unlock()
+	hl.stop()
+	<-hl.done
+}
+
+// releaseOne hands partition p over.
+func (m *Member) releaseOne(ctx context.Context, p int) {
+	m.mu.Lock()
+	hl := m.held[p]
+	if hl != nil {
+		hl.releasing = true
+	}
+	m.mu.Unlock()
+	if hl == nil {
+		return
+	}
+	m.h.Release(ctx, hl.l)
+	m.drop(p, hl)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := hl.l.release(rctx); err != nil {
+		m.log.Warn().Err(err).Int("partition", p).Msg("fleet: lease not given back; it expires by itself")
+		return
+	}
+	m.log.Info().Int("partition", p).Msg("fleet: partition handed over")
+}
+
+func (m *Member) releaseAll(ctx context.Context) {
+	m.mu.Lock()
+	ps := make([]int, 0, len(m.held))
+	for p := range m.held {
+		ps = append(ps, p)
+	}
+	m.mu.Unlock()
+	slices.Sort(ps)
+	for _, p := range ps {
+		m.releaseOne(ctx, p)
+	}
+}
+
+// PartitionView is one partition as this member sees it.
+type PartitionView struct {
+	Partition int    `json:"partition"`
+	Owner     string `json:"owner"` // "" when no lease is held
+	Mine      bool   `json:"mine"`
+	// LeaseRevision is the lease key's revision (the fencing token) of a
+	// partition this member holds.
+	LeaseRevision uint64 `json:"lease_revision,omitempty"`
+}
+
+// View returns every partition's owner as this member sees it, and the
+// live members.
+func (m *Member) View() ([]PartitionView, []string) {
+	now := mono()
+	m.mu.Lock()
+	out := make([]PartitionView, len(m.holders))
+	for p, h := range m.holders {
+		out[p] = PartitionView{Partition: p, Owner: h}
+	}
+	held := make(map[int]*Lease, len(m.held))
+	for p, hl := range m.held {
+		held[p] = hl.l
+	}
+	var members []string
+	for id, at := range m.members {
+		if now-at <= memberBeats*m.cfg.Heartbeat {
+			members = append(members, id)
+		}
+	}
+	m.mu.Unlock()
+	for p, l := range held {
+		out[p].Mine, out[p].Owner, out[p].LeaseRevision = true, m.id, l.Revision()
+	}
+	slices.Sort(members)
+	return out, members
+}

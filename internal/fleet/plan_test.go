@@ -1,0 +1,213 @@
+package fleet
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sim runs the assignment over ticks: every member plans from the same
+// true state, and the plans are applied in a random order (a take of a
+// partition someone took first this tick fails, as a lease's create does).
+type sim struct {
+	holders []string
+	members []string
+	moves   int // acquisitions after the first full assignment
+	rng     *rand.Rand
+	stale   []int // ticks each partition has been free
+}
+
+func newSim(p int, seed uint64) *sim {
+	return &sim{holders: make([]string, p), stale: make([]int, p), rng: rand.New(rand.NewPCG(seed, seed))}
+}
+
+func (s *sim) tick(t *testing.T, count bool) {
+	t.Helper()
+	order := slices.Clone(s.members)
+	s.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	stale := make([]bool, len(s.holders))
+	for p, n := range s.stale {
+		stale[p] = n > 3
+	}
+	plans := map[string]plan{}
+	for _, m := range order {
+		plans[m] = decide(view{me: m, members: s.members, holders: slices.Clone(s.holders), stale: stale, step: 2})
+	}
+	for _, m := range order {
+		pl := plans[m]
+		if pl.release >= 0 {
+			require.Equal(t, m, s.holders[pl.release], "releases only its own")
+			s.holders[pl.release] = ""
+		}
+		for _, p := range pl.acquire {
+			if s.holders[p] == "" {
+				s.holders[p] = m
+				if count {
+					s.moves++
+				}
+			}
+		}
+	}
+	for p, h := range s.holders {
+		if h == "" {
+			s.stale[p]++
+		} else {
+			s.stale[p] = 0
+		}
+	}
+}
+
+// balanced says every partition is held by a live member and the shares
+// differ by at most one.
+func (s *sim) balanced() bool {
+	n := map[string]int{}
+	for _, h := range s.holders {
+		if h == "" || !slices.Contains(s.members, h) {
+			return false
+		}
+		n[h]++
+	}
+	lo, hi := len(s.holders), 0
+	for _, m := range s.members {
+		lo, hi = min(lo, n[m]), max(hi, n[m])
+	}
+	return hi-lo <= 1
+}
+
+func (s *sim) settle(t *testing.T, count bool) int {
+	t.Helper()
+	for i := 1; i <= 200; i++ {
+		s.tick(t, count)
+		if s.balanced() {
+			return i
+		}
+	}
+	t.Fatalf("not balanced after 200 ticks: %v", s.holders)
+	return 0
+}
+
+func TestTargetsBalanced(t *testing.T) {
+	for n := 1; n <= 20; n++ {
+		members := make([]string, n)
+		for i := range members {
+			members[i] = fmt.Sprintf("m%02d", i)
+		}
+		tg := targets(members, make([]string, 16))
+		sum := 0
+		for _, m := range members {
+			require.True(t, tg[m] == 16/n || tg[m] == 16/n+1, "n=%d: %s gets %d", n, m, tg[m])
+			sum += tg[m]
+		}
+		require.Equal(t, 16, sum, "n=%d", n)
+	}
+}
+
+// Members that hold the most keep the larger shares: a balanced fleet of
+// 3 (6/5/5) has nothing to move whoever holds the 6.
+func TestTargetsKeepWhatIsBalanced(t *testing.T) {
+	holders := make([]string, 16)
+	for p := range holders {
+		holders[p] = []string{"c", "a", "b"}[p%3] // c holds 6
+	}
+	for _, m := range []string{"a", "b", "c"} {
+		pl := decide(view{me: m, members: []string{"a", "b", "c"}, holders: holders, step: 2})
+		require.Equal(t, -1, pl.release, m)
+		require.Empty(t, pl.acquire, m)
+	}
+}
+
+// Three members starting together share 16 partitions 6/5/5 with no
+// partition ever taken twice, and a fourth member joining moves exactly its
+// share (4), a member leaving only its own.
+func TestPlanConvergesAndMovesOnlyWhatMust(t *testing.T) {
+	for seed := uint64(1); seed <= 50; seed++ {
+		s := newSim(16, seed)
+		s.members = []string{"a", "b", "c"}
+		s.settle(t, false)
+		s.members = append(s.members, "d")
+		s.settle(t, true)
+		require.Equal(t, 4, s.moves, "seed %d: a 4th member moves its share only", seed)
+
+		// d leaves: its 4 partitions' leases expire and go to the others.
+		s.moves = 0
+		s.members = []string{"a", "b", "c"}
+		for p, h := range s.holders {
+			if h == "d" {
+				s.holders[p] = ""
+			}
+		}
+		s.settle(t, true)
+		require.Equal(t, 4, s.moves, "seed %d: d's partitions only", seed)
+	}
+}
+
+// A member that sees only itself at first (the others not seen yet) takes
+// at most step partitions a tick, and hands back what it took too many.
+func TestPlanFirstMemberTakesAFewATick(t *testing.T) {
+	pl := decide(view{me: "a", members: []string{"a"}, holders: make([]string, 16), step: 2})
+	require.Len(t, pl.acquire, 2)
+	s := newSim(16, 7)
+	s.members = []string{"a"}
+	s.tick(t, false)
+	s.tick(t, false)
+	s.members = []string{"a", "b", "c"}
+	s.settle(t, false)
+	require.True(t, s.balanced())
+}
+
+// A free partition is taken even when every member able to is at its
+// target: by the least loaded, or, when that is a member that does not
+// take it (stuck), by anyone once it stayed free past the grace.
+func TestPlanNoPartitionStaysUnowned(t *testing.T) {
+	// 5 live members for 5 partitions, one held by a dead member: a-d
+	// hold theirs, e is short and the least loaded.
+	holders := []string{"a", "b", "c", "dead", ""}
+	members := []string{"a", "b", "c", "d", "e"}
+	for _, m := range []string{"a", "b", "c"} {
+		pl := decide(view{me: m, members: members, holders: holders, step: 2})
+		require.Empty(t, pl.acquire, m)
+	}
+	pl := decide(view{me: "d", members: members, holders: holders, step: 2})
+	require.Equal(t, []int{4}, pl.acquire, "d is short")
+	// Every member at its target but the one holding nothing: 3 live,
+	// 3 partitions, c stuck (never takes): a and b wait for the grace.
+	holders = []string{"a", "b", ""}
+	members = []string{"a", "b", "c"}
+	require.Empty(t, decide(view{me: "a", members: members, holders: holders, step: 2}).acquire)
+	stale := []bool{false, false, true}
+	require.Equal(t, []int{2}, decide(view{me: "a", members: members, holders: holders, stale: stale, step: 2}).acquire,
+		"a stale free partition: anyone")
+	// With no one short, the least loaded takes a free one at once.
+	holders = []string{"a", "a", "b", "b", "dead", ""}
+	require.Equal(t, []int{5}, decide(view{me: "a", members: []string{"a", "b"}, holders: holders, step: 2}).acquire)
+}
+
+// A member above its target gives one back only when someone is short and
+// nothing is free.
+func TestPlanReleasesOnlyForSomeoneShort(t *testing.T) {
+	holders := []string{"a", "a", "a", "a", "b", ""}
+	pl := decide(view{me: "a", members: []string{"a", "b"}, holders: holders, step: 2})
+	require.Equal(t, -1, pl.release, "a partition is free: b takes that first")
+	holders[5] = "b"
+	pl = decide(view{me: "a", members: []string{"a", "b"}, holders: holders, step: 2})
+	require.GreaterOrEqual(t, pl.release, 0)
+	require.Equal(t, "a", holders[pl.release])
+	// b is at its target (3 of 6 with a holding 4: a gets 3 too): nothing
+	// to give, a member not live is no one's target.
+	pl = decide(view{me: "a", members: []string{"a", "b"}, holders: []string{"a", "a", "a", "b", "b", "b"}, step: 2})
+	require.Equal(t, -1, pl.release)
+}
+
+// Members starting together reach for different partitions first.
+func TestPreferenceSpreads(t *testing.T) {
+	firsts := map[int]bool{}
+	for i := 0; i < 8; i++ {
+		ps := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+		byPreference(fmt.Sprintf("gttsplit-aggregator.%016x", uint64(i)*0x9e3779b97f4a7c15), ps)
+		firsts[ps[0]] = true
+	}
+	require.GreaterOrEqual(t, len(firsts), 4, "8 members' first choices")
+}

@@ -1,0 +1,195 @@
+package runtable
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gttsplit/gttsplit/internal/fleet"
+)
+
+// Checkpoints: a partition's checkpoint takes the state of every run
+// changed since the last one (its encoding) under part.mu, writes them
+// without it, one at a time, each fenced by the partition's lease, and
+// then acknowledges the messages those writes made durable, so that
+// events go on folding while a checkpoint is written. A message is
+// acknowledged only once a write of its run's state that holds it
+// succeeded. A write that fails (the bucket away, or full) leaves its run
+// changed and its messages waiting (their ack wait restarted before it
+// runs out, so they are not redelivered meanwhile); the next checkpoint
+// tries again, later each time. A write the server fences out means the
+// lease is lost: the partition is dropped (Table.Lost) and its messages go
+// to the next owner.
+
+// snapshot is a run's state as a checkpoint took it.
+type snapshot struct {
+	r     *liveRun
+	id    string
+	b     []byte
+	folds uint64
+	first bool // the run's first write: its summary too
+	err   error
+}
+
+// take encodes r's state for a write. pt.mu is held.
+func (pt *part) take(id string, r *liveRun) snapshot {
+	b, err := MarshalState(r.st)
+	r.dirty = false
+	return snapshot{r: r, id: id, b: b, folds: r.folds, first: !r.stored, err: err}
+}
+
+// checkpoint writes the partition's changed runs and acknowledges what
+// the writes made durable; then (unless final: a release) it closes the
+// runs that are due.
+func (pt *part) checkpoint(ctx context.Context, final bool) {
+	pt.ckptMu.Lock()
+	defer pt.ckptMu.Unlock()
+	t := pt.t
+	taken := t.cfg.Now()
+	pt.mu.Lock()
+	batch := pt.pending
+	pt.pending = nil
+	var dirty []string
+	for id, r := range pt.runs {
+		if r.dirty {
+			dirty = append(dirty, id)
+		}
+	}
+	pt.mu.Unlock()
+	t.m.checkpoints.Inc()
+
+	var werr error
+	for len(dirty) > 0 && werr == nil {
+		chunk := dirty[:min(len(dirty), checkpointChunk)]
+		dirty = dirty[len(chunk):]
+		pt.mu.Lock()
+		snaps := make([]snapshot, 0, len(chunk))
+		for _, id := range chunk {
+			if r := pt.runs[id]; r != nil && r.dirty {
+				snaps = append(snaps, pt.take(id, r))
+			}
+		}
+		pt.mu.Unlock()
+		for i, sn := range snaps {
+			if werr = pt.write(ctx, sn); werr != nil {
+				// This run and the rest of the chunk stay changed.
+				pt.mu.Lock()
+				for _, s := range snaps[i:] {
+					s.r.dirty = true
+				}
+				pt.mu.Unlock()
+				break
+			}
+		}
+	}
+	if errors.Is(werr, fleet.ErrLost) {
+		return // fleet tells the table: the partition is dropped
+	}
+	pt.settleAcks(batch, final, werr != nil)
+	if werr != nil {
+		pt.fail(werr)
+	} else {
+		pt.mu.Lock()
+		pt.ckpt = taken
+		pt.mu.Unlock()
+		pt.recovered()
+	}
+	if !final || werr == nil {
+		pt.afterCheckpoint(ctx)
+	}
+}
+
+// write stores one run's state under its open key (and its summary, the
+// first time).
+func (pt *part) write(ctx context.Context, sn snapshot) error {
+	if sn.err != nil {
+		pt.t.log.Error().Err(sn.err).Str("run_id", sn.id).Msg("run state not encoded")
+		return nil
+	}
+	t := pt.t
+	if err := t.st.put(ctx, pt.lease, openKey(pt.p, sn.id), sn.b); err != nil {
+		t.m.persistErrs.Inc()
+		return err
+	}
+	t.m.stateWrites.Inc()
+	pt.mu.Lock()
+	sn.r.written = max(sn.r.written, sn.folds)
+	first := !sn.r.stored
+	sn.r.stored = true
+	st := *sn.r.st
+	pt.mu.Unlock()
+	if first {
+		pt.putSummary(ctx, &st, "open", time.Time{}, false)
+	}
+	return nil
+}
+
+// settleAcks acknowledges the messages of batch whose run's state was
+// written since they were folded; the others wait for the next checkpoint
+// (a release naks them: the next owner folds them). One that waited half
+// its ack wait gets a progress acknowledgement.
+func (pt *part) settleAcks(batch []pendingMsg, final, failed bool) {
+	t := pt.t
+	now := time.Now()
+	var keep []pendingMsg
+	pt.mu.Lock()
+	for _, pm := range batch {
+		if pm.gen <= pm.run.written {
+			_ = pm.ack.Ack()
+			continue
+		}
+		switch {
+		case final:
+			_ = pm.ack.Nak()
+		case now.Sub(pm.at) > t.cfg.AckWait/2:
+			_ = pm.ack.InProgress()
+			pm.at = now
+			t.m.progress.Inc()
+			keep = append(keep, pm)
+		default:
+			keep = append(keep, pm)
+		}
+	}
+	if len(keep) > 0 {
+		pt.pending = append(keep, pt.pending...)
+	}
+	pt.mu.Unlock()
+	_ = failed
+}
+
+// fail records a failed checkpoint: the next is tried later (doubling up
+// to maxBackoff), and a full store is said once and reported by Ready.
+func (pt *part) fail(err error) {
+	t := pt.t
+	pt.backoff = min(max(2*pt.backoff, t.cfg.CheckpointInterval), maxBackoff)
+	full := insufficient(err)
+	if full {
+		t.health.set("store", "the state bucket's store is full (insufficient resources): checkpoints wait and retry; events wait unacknowledged")
+	}
+	if !pt.failing {
+		pt.failing = true
+		ev := t.log.Error()
+		if full {
+			ev = t.log.Warn()
+		}
+		ev.Err(err).Int("partition", pt.p).Dur("retry_in", pt.backoff.Round(time.Millisecond)).
+			Msg("checkpoint failed: run states not written; their events wait unacknowledged and the checkpoint is tried again")
+	}
+}
+
+// recovered ends a failing episode.
+func (pt *part) recovered() {
+	if pt.failing {
+		pt.failing = false
+		pt.t.log.Info().Int("partition", pt.p).Msg("checkpoints written again")
+	}
+	pt.backoff = 0
+	pt.t.health.clear("store")
+}
+
+// checkpointAge is the time since the runs in memory were last all written.
+func (pt *part) checkpointAge() time.Duration {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return pt.t.cfg.Now().Sub(pt.ckpt)
+}

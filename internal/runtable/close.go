@@ -1,0 +1,569 @@
+package runtable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// Closing: a finished run whose fold holds everything its collector
+// announced (and whose earlier events were all acknowledged), or a run idle
+// for longer than the idle timeout (incomplete), is closed: its closed
+// state is written (fenced), then its split goes to the sinks, to the split
+// subject and to the printer. With sinks, the closed state stays under the
+// partition's open key, SinksPending, until every sink settled the split;
+// then it moves to the run's closed key. A closed run keeps its full state
+// for Config.CompactAfter (a late event re-opens it and folds as if it had
+// come in time), then it is replaced by its compact record.
+
+// compactBatch bounds the states one pass compacts.
+const compactBatch = 32
+
+// errLate is the dead-letter cause of a new event for a compacted run.
+var errLate = errors.New("late")
+
+// afterCheckpoint is what a partition does at every tick: close the runs
+// that are due, record the sinks' deliveries, compact. pt.ckptMu is held.
+func (pt *part) afterCheckpoint(ctx context.Context) {
+	pt.closeDue(ctx)
+	pt.settle(ctx)
+	pt.compact(ctx)
+	pt.resendOverflow(ctx)
+}
+
+// closing is a run being closed: the closed copy of its state, its
+// encoding and split, and the outcome of the write.
+type closing struct {
+	id      string
+	r       *liveRun
+	st      *RunState
+	b       []byte
+	rep     split.Report
+	changed bool // a split not written before
+	now     time.Time
+	err     error
+}
+
+// closeDue closes the runs that are finished (and complete, with every
+// earlier event acknowledged) or idle. pt.ckptMu is held.
+func (pt *part) closeDue(ctx context.Context) {
+	t := pt.t
+	now := t.cfg.Now()
+	var floor *uint64 // read once, when a finished run needs it
+	var cs []*closing
+	pt.mu.Lock()
+	ids := make([]string, 0, len(pt.runs))
+	for id := range pt.runs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r := pt.runs[id]
+		if r.st.Closed || r.dirty || r.closing != nil || r.folds != r.written {
+			continue
+		}
+		idle := t.cfg.IdleTimeout > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > t.cfg.IdleTimeout
+		// A run whose collector dropped events never completes: it
+		// closes once nothing came for dropGrace.
+		dropped := r.st.Dropped > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > dropGrace
+		due := r.st.Finished && (r.st.Fold.Complete() || dropped)
+		if due {
+			pt.mu.Unlock()
+			due = pt.settled(ctx, r.st, &floor)
+			pt.mu.Lock()
+		}
+		if (!idle && !due) || r.closing != nil || r.dirty {
+			continue
+		}
+		if c := pt.closeCopy(r, id, now); c != nil {
+			r.closing = make(chan struct{})
+			cs = append(cs, c)
+		}
+	}
+	pt.mu.Unlock()
+	if len(cs) == 0 {
+		return
+	}
+	for _, c := range cs {
+		c.err = pt.writeClosed(ctx, c)
+		if errors.Is(c.err, fleet.ErrLost) {
+			break
+		}
+	}
+	pt.mu.Lock()
+	var done []*closing
+	for _, c := range cs {
+		if pt.closed1(c) {
+			done = append(done, c)
+		}
+	}
+	pt.mu.Unlock()
+	for _, c := range done {
+		pt.deliver(ctx, c)
+	}
+}
+
+// settled says every message before st's run-finished event was
+// acknowledged (the partition consumer's ack floor reached it), so no
+// earlier event of the run is still on its way; *floor caches the floor
+// for one pass.
+func (pt *part) settled(ctx context.Context, st *RunState, floor **uint64) bool {
+	if st.FinishedSeq == 0 || len(pt.cons) == 0 {
+		return true
+	}
+	if *floor == nil {
+		var f uint64
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if ci, err := pt.cons[0].cons.Info(cctx); err == nil {
+			f = ci.AckFloor.Stream
+		}
+		cancel()
+		*floor = &f // 0 on an error: nothing settles in this pass
+	}
+	return **floor >= st.FinishedSeq
+}
+
+// closeCopy makes r's closed state, its split and encoding; nil when that
+// fails (logged). pt.mu is held.
+func (pt *part) closeCopy(r *liveRun, id string, now time.Time) *closing {
+	t := pt.t
+	// Close a copy: a failed write leaves the live state as it was. The
+	// copy shares the fold (nothing changes it while the run is closing)
+	// unless the close finishes it.
+	c := *r.st
+	st := &c
+	if !st.Finished {
+		var err error
+		if st, err = cloneState(r.st, t.cfg.Fold); err != nil {
+			t.log.Error().Err(err).Str("run_id", id).Msg("run state not copied")
+			return nil
+		}
+		st.Fold.Finish(split.FinishInfo{Finished: now, Incomplete: true})
+	}
+	rep := Report(st)
+	js, err := split.JSON(rep)
+	if err != nil {
+		t.log.Error().Err(err).Str("run_id", id).Msg("split not encoded")
+		return nil
+	}
+	changed := string(js) != st.Reported
+	st.Closed, st.ClosedAt = true, now
+	st.Reported = string(js)
+	if changed {
+		st.Splits++
+		st.SinksPending = t.cfg.Sinks != nil
+	}
+	b, err := MarshalState(st)
+	if err != nil {
+		t.log.Error().Err(err).Str("run_id", id).Msg("closed state not encoded")
+		return nil
+	}
+	return &closing{id: id, r: r, st: st, b: b, rep: rep, changed: changed, now: now}
+}
+
+// writeClosed writes a closed state: under the open key while the sinks
+// have its split to settle, else under the closed key (the open key
+// purged); then the run's summary.
+func (pt *part) writeClosed(ctx context.Context, c *closing) error {
+	t := pt.t
+	var err error
+	if c.st.SinksPending {
+		err = t.st.put(ctx, pt.lease, openKey(pt.p, c.id), c.b)
+	} else if err = t.st.put(ctx, pt.lease, stateKey(c.id), c.b); err == nil && c.r.stored {
+		err = t.st.purge(ctx, pt.lease, openKey(pt.p, c.id))
+	}
+	if err != nil {
+		return err
+	}
+	t.m.stateWrites.Inc()
+	pt.putSummary(ctx, c.st, "closed", c.now, false)
+	return nil
+}
+
+// closed1 ends the close of c after its write; it reports whether the
+// split is to be delivered. pt.mu is held.
+func (pt *part) closed1(c *closing) bool {
+	t := pt.t
+	r, id := c.r, c.id
+	close(r.closing)
+	r.closing = nil
+	if c.err != nil {
+		if !errors.Is(c.err, fleet.ErrLost) {
+			t.m.persistErrs.Inc()
+			t.log.Error().Err(c.err).Str("run_id", id).Msg("closed state not written; the run is closed again later")
+		}
+		return false
+	}
+	r.st = c.st
+	if pt.runs[id] == r {
+		pt.forgetRun(id)
+	}
+	if !c.st.SinksPending {
+		pt.queueClosed(c.st)
+	}
+	if !c.changed {
+		return false // the same split was already written
+	}
+	status := "complete"
+	if !c.rep.Run.Complete {
+		status = "incomplete"
+	}
+	t.m.completed.WithLabelValues(status).Inc()
+	t.closed.Add(1)
+	if !r.finished.IsZero() {
+		t.m.closeLat.Observe(time.Since(r.finished).Seconds())
+	}
+	t.log.Info().Str("run_id", id).Str("status", status).Msg("split written")
+	return true
+}
+
+// deliver hands a closed run's new split to the split subject, the sinks,
+// the printer and OnClose.
+func (pt *part) deliver(ctx context.Context, c *closing) {
+	t := pt.t
+	t.publishSplit(ctx, c.rep, c.st.Splits-1)
+	if t.cfg.Sinks != nil {
+		if t.cfg.Deliveries != nil {
+			t.cfg.Deliveries.queued(c.id)
+		}
+		if err := t.cfg.Sinks.Write(ctx, c.rep); err != nil {
+			t.log.Error().Err(err).Str("run_id", c.id).Msg("split not queued for the sinks")
+		}
+	}
+	if t.cfg.Print != nil {
+		t.cfg.Print(c.rep)
+	}
+	if t.cfg.OnClose != nil {
+		t.cfg.OnClose(c.id, c.rep)
+	}
+}
+
+// splitPublishTries bounds the attempts to publish one split event (with
+// a doubling pause from 100 ms: about 100 s in all).
+const splitPublishTries = 10
+
+// publishSplit publishes the split as an event on gttsplit.split.>, in the
+// background, retrying a failed publish (its message id, the split's, makes
+// a repeat a no-op: a re-send by a partition's next owner too).
+func (t *Table) publishSplit(ctx context.Context, r split.Report, n int) {
+	ev, err := events.NewSplit(r, n)
+	var w events.Wire
+	if err == nil {
+		w, err = events.ToWire(ev)
+	}
+	if err != nil {
+		t.log.Warn().Err(err).Str("run_id", r.Run.ID).Msg("split event not built")
+		return
+	}
+	t.pubs.Add(1)
+	go func() {
+		defer t.pubs.Done()
+		pause := 100 * time.Millisecond
+		for try := 1; ; try++ {
+			m := nats.NewMsg(w.Subject)
+			m.Data = w.Data
+			m.Header.Set(jetstream.MsgIDHeader, w.ID)
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, err := t.js.PublishMsg(pctx, m)
+			cancel()
+			if err == nil {
+				return
+			}
+			t.m.splitPubErr.Inc()
+			if try >= splitPublishTries {
+				t.log.Error().Err(err).Str("run_id", r.Run.ID).Int("tries", try).Msg("split event not published")
+				return
+			}
+			t.log.Warn().Err(err).Str("run_id", r.Run.ID).Msg("split event not published; retrying")
+			time.Sleep(pause)
+			pause *= 2
+		}
+	}()
+}
+
+// resend1 hands the sinks again, and the split subject (the same message
+// id: stored once), the split of a closed run that not every sink settled.
+func (pt *part) resend1(ctx context.Context, st *RunState) {
+	t := pt.t
+	var rep split.Report
+	if err := json.Unmarshal([]byte(st.Reported), &rep); err != nil {
+		t.log.Warn().Err(err).Str("run_id", st.Origin.RunID).Msg("written split unreadable; not re-sent")
+		return
+	}
+	t.publishSplit(ctx, rep, max(st.Splits-1, 0))
+	if t.cfg.Sinks == nil {
+		return
+	}
+	if t.cfg.Deliveries != nil {
+		t.cfg.Deliveries.queued(rep.Run.ID)
+	}
+	if err := t.cfg.Sinks.Write(ctx, rep); err != nil {
+		t.log.Warn().Err(err).Str("run_id", st.Origin.RunID).Msg("split not re-sent")
+	}
+}
+
+// settle records the splits of the partition every sink settled: each
+// run's closed state moves from its open key to its closed key, no longer
+// SinksPending. A run re-opened meanwhile is left to its next close.
+func (pt *part) settle(ctx context.Context) {
+	t := pt.t
+	if t.cfg.Deliveries == nil {
+		return
+	}
+	ids := t.cfg.Deliveries.take(pt.p)
+	for i, id := range ids {
+		pt.mu.Lock()
+		live := pt.runs[id] != nil
+		pt.mu.Unlock()
+		if live {
+			continue
+		}
+		st, key, err := pt.readPending(ctx, id)
+		if err != nil {
+			if errors.Is(err, fleet.ErrLost) {
+				return
+			}
+			if !errors.Is(err, errNotFound) {
+				// Tried again at the next pass.
+				for _, rest := range ids[i:] {
+					t.cfg.Deliveries.requeue(pt.p, rest)
+				}
+				return
+			}
+			continue
+		}
+		if st == nil || !st.Closed || !st.SinksPending {
+			continue
+		}
+		st.SinksPending = false
+		if key == stateKey(id) {
+			// An earlier version's closed state, pending in place.
+			if b, err := MarshalState(st); err == nil {
+				_ = t.st.put(ctx, pt.lease, key, b)
+			}
+			pt.queueClosed(st)
+			continue
+		}
+		if err := pt.moveClosed(ctx, st); err != nil && errors.Is(err, fleet.ErrLost) {
+			return
+		}
+	}
+}
+
+// readPending reads the closed state of a run waiting for the sinks: under
+// its open key, or (an earlier version's) under its closed key.
+func (pt *part) readPending(ctx context.Context, id string) (*RunState, string, error) {
+	key := openKey(pt.p, id)
+	b, err := pt.t.st.get(ctx, key)
+	if errors.Is(err, errNotFound) {
+		key = stateKey(id)
+		b, err = pt.t.st.get(ctx, key)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	st, err := UnmarshalState(b, pt.t.cfg.Fold)
+	return st, key, err
+}
+
+// moveClosed writes a settled closed state under the run's closed key and
+// purges its open key.
+func (pt *part) moveClosed(ctx context.Context, st *RunState) error {
+	t := pt.t
+	b, err := MarshalState(st)
+	if err != nil {
+		return err
+	}
+	id := st.Origin.RunID
+	if err := t.st.put(ctx, pt.lease, stateKey(id), b); err != nil {
+		return err
+	}
+	if err := t.st.purge(ctx, pt.lease, openKey(pt.p, id)); err != nil {
+		return err
+	}
+	pt.queueClosed(st)
+	return nil
+}
+
+// resendOverflow: a sink whose backlog passed even its deferred ids' cap
+// dropped splits (they stay pending in the bucket). Once no sink defers
+// any more, the partition sends the pending splits of its runs again (read
+// from its open keys), as a take-over does.
+func (pt *part) resendOverflow(ctx context.Context) {
+	t := pt.t
+	d := t.cfg.Deliveries
+	if t.cfg.Sinks == nil || d == nil || !d.overflow.Load() || !t.rescanning.CompareAndSwap(false, true) {
+		return
+	}
+	defer t.rescanning.Store(false)
+	for _, n := range t.cfg.Sinks.Deferred() {
+		if n > 0 {
+			return
+		}
+	}
+	d.overflow.Store(false)
+	n := 0
+	for _, other := range t.parts() {
+		err := t.st.loadOpen(ctx, other.p, func(e entry) error {
+			st, err := decodeStored(t, e.value)
+			if err == nil && st != nil && st.Closed && st.SinksPending {
+				other.resend1(ctx, st)
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			d.overflow.Store(true) // the next pass tries again
+			t.log.Warn().Err(err).Msg("splits a sink dropped: not all read back from the state bucket yet")
+			return
+		}
+	}
+	if n > 0 {
+		t.log.Info().Int("runs", n).Msg("re-sent the splits a sink's full queue dropped (read back from the state bucket)")
+	}
+}
+
+// Reload is the sinks' FanoutConfig.Reload: a sink whose queue was full
+// deferred a run's split, and now reads it back from the bucket. It gives
+// the run's latest split while the run is closed and its split is not
+// settled by every sink; nothing when the run re-opened (its next close
+// sends its split), was settled, is gone, or when its partition is no
+// longer this aggregator's (its next owner re-sends the split).
+func (t *Table) Reload(ctx context.Context, sink, runID string) (split.Report, bool, error) {
+	pt := t.part(partitionOf(runID, t.cfg.Partitions))
+	if pt == nil || !pt.lease.Valid() {
+		return split.Report{}, false, nil
+	}
+	st, _, err := pt.readPending(ctx, runID)
+	if errors.Is(err, errNotFound) {
+		return split.Report{}, false, nil
+	}
+	if err != nil {
+		return split.Report{}, false, fmt.Errorf("state bucket: %w", err)
+	}
+	if st == nil || !st.Closed || !st.SinksPending || st.Reported == "" {
+		return split.Report{}, false, nil
+	}
+	var rep split.Report
+	if err := json.Unmarshal([]byte(st.Reported), &rep); err != nil {
+		t.log.Warn().Err(err).Str("run_id", runID).Str("sink", sink).Msg("written split unreadable: deferred split not re-sent")
+		return split.Report{}, false, nil
+	}
+	return rep, true, nil
+}
+
+// queueClosed queues a closed full state for its compaction, in the order
+// of the close times. pt.mu may be held or not: it takes nothing.
+func (pt *part) queueClosed(st *RunState) {
+	if pt.t.cfg.CompactAfter <= 0 || !st.Closed || st.Compact() {
+		return
+	}
+	at := st.ClosedAt
+	i := sort.Search(len(pt.compactQ), func(i int) bool { return pt.compactQ[i].at.After(at) })
+	pt.compactQ = slices.Insert(pt.compactQ, i, compactDue{id: st.Origin.RunID, at: at})
+}
+
+// compact compacts the queued closed runs whose grace has passed, at most
+// compactBatch of them; a bucket that does not answer leaves the rest for
+// a later pass. pt.ckptMu is held.
+func (pt *part) compact(ctx context.Context) {
+	t := pt.t
+	if t.cfg.CompactAfter <= 0 {
+		return
+	}
+	now := t.cfg.Now()
+	for n := 0; n < compactBatch; n++ {
+		pt.mu.Lock()
+		if len(pt.compactQ) == 0 || now.Sub(pt.compactQ[0].at) < t.cfg.CompactAfter {
+			pt.mu.Unlock()
+			return
+		}
+		c := pt.compactQ[0]
+		live := pt.runs[c.id] != nil
+		pt.mu.Unlock()
+		if !live && !pt.compact1(ctx, c, now) {
+			return
+		}
+		pt.mu.Lock()
+		if len(pt.compactQ) > 0 && pt.compactQ[0] == c {
+			pt.compactQ = pt.compactQ[1:]
+		}
+		pt.mu.Unlock()
+	}
+}
+
+// compact1 replaces c's closed full state by its compact record, if it is
+// still closed, full and past its grace. It reports false when the bucket
+// did not answer (c is tried again).
+func (pt *part) compact1(ctx context.Context, c compactDue, now time.Time) bool {
+	t := pt.t
+	b, err := t.st.get(ctx, stateKey(c.id))
+	if errors.Is(err, errNotFound) {
+		return true // still waiting for the sinks (queued again when settled), or gone
+	}
+	if err != nil {
+		t.log.Debug().Err(err).Str("run_id", c.id).Msg("closed run not compacted yet")
+		return false
+	}
+	st, err := UnmarshalState(b, t.cfg.Fold)
+	if err != nil {
+		t.log.Warn().Err(err).Str("run_id", c.id).Msg("unreadable run state not compacted")
+		return true
+	}
+	if !st.Closed || st.Compact() || now.Sub(st.ClosedAt) < t.cfg.CompactAfter {
+		return true
+	}
+	cb, err := MarshalState(st.compacted())
+	if err != nil {
+		t.log.Warn().Err(err).Str("run_id", c.id).Msg("run state not compacted")
+		return true
+	}
+	if err := t.st.put(ctx, pt.lease, stateKey(c.id), cb); err != nil {
+		t.log.Debug().Err(err).Str("run_id", c.id).Msg("closed run not compacted yet")
+		return errors.Is(err, fleet.ErrLost)
+	}
+	t.m.compacted.Inc()
+	pt.putSummary(ctx, st, "closed", st.ClosedAt, true)
+	return true
+}
+
+// late dead-letters a new event for a run whose record was compacted: its
+// fold is gone, so the event cannot be folded; the dead letter names the
+// run and how to measure it again with the event.
+func (t *Table) late(ctx context.Context, msg bus.Msg, st *RunState) error {
+	return t.deadLetter(ctx, msg, fmt.Errorf("%w: run %s was closed at %s and its state compacted after store.compact_after (%s); the event is not folded (measure the run again: `aggregator export --run %s > run.jsonl`, then `aggregator replay run.jsonl`)",
+		errLate, st.Origin.RunID, st.ClosedAt.UTC().Format(time.RFC3339), t.cfg.CompactAfter, st.Origin.RunID))
+}
+
+// putSummary writes a run's summary key (the run index).
+func (pt *part) putSummary(ctx context.Context, st *RunState, state string, closedAt time.Time, compact bool) {
+	b, err := json.Marshal(RunSummary{ID: st.Origin.RunID, Host: st.Origin.Host, Lane: st.Origin.Lane, State: state,
+		LastEvent: st.LastEvent, ClosedAt: closedAt, Compact: compact})
+	if err != nil {
+		return
+	}
+	if err := pt.t.st.put(ctx, pt.lease, summaryKey(st.Origin.RunID), b); err != nil {
+		pt.t.log.Debug().Err(err).Str("run_id", st.Origin.RunID).Msg("run summary not written")
+	}
+}
+
+// cloneState returns a deep copy of st.
+func cloneState(st *RunState, opts split.Options) (*RunState, error) {
+	b, err := MarshalState(st)
+	if err != nil {
+		return nil, err
+	}
+	return UnmarshalState(b, opts)
+}

@@ -1,0 +1,345 @@
+package runtable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+)
+
+// Consuming a partition: the owner creates (or updates) the partition's
+// durable consumer on the events stream, filtered on the partition's
+// subjects, with a pinned priority group, and unpins it so that its own
+// pulls are the ones served (a previous owner that was killed or paused
+// could hold the pin for pinnedTTL). Messages are handled one at a time,
+// in order, on the consumer's own goroutine; before each, the lease is
+// checked.
+
+const (
+	// ownerGroup is the priority group of every partition consumer.
+	ownerGroup = "owner"
+	// pinnedTTL: the server moves a pin after this long without a pull.
+	pinnedTTL = 5 * time.Second
+	// pullExpiry is the expiry of a pull request (well within pinnedTTL).
+	pullExpiry = 4 * time.Second
+	// pullBatch bounds the messages buffered per partition.
+	pullBatch = 64
+	// stallAfter: a partition whose events wait in the stream but reach
+	// it neither as messages nor as the consumer's heartbeats for this
+	// long is stalled.
+	stallAfter = 5 * time.Second
+	// watchEvery is how often the table checks its consumers and the
+	// stream.
+	watchEvery = 2 * time.Second
+)
+
+// partConsumer is one consumer of a partition: on the events stream, or
+// on the legacy stream.
+type partConsumer struct {
+	stream string
+	name   string
+	cons   jetstream.Consumer
+	stop   context.CancelFunc
+	done   chan struct{}
+	// last is when a message or a heartbeat last came (unix nanos).
+	last atomic.Int64
+	// pending is the consumer's pending count at the last watch.
+	pending atomic.Uint64
+}
+
+// startConsumers creates the partition's consumers and starts consuming.
+func (pt *part) startConsumers(ctx context.Context) error {
+	t := pt.t
+	var filters []string
+	if len(t.cfg.Lanes) == 0 {
+		filters = bus.PartitionFilters(pt.p, "")
+	}
+	for _, l := range t.cfg.Lanes {
+		filters = append(filters, bus.PartitionFilters(pt.p, l)...)
+	}
+	c, err := pt.consumer(ctx, t.cfg.Stream, filters)
+	if err != nil {
+		return err
+	}
+	pt.cons = append(pt.cons, c)
+	if t.legacy.Load() {
+		var lf []string
+		if len(t.cfg.Lanes) == 0 {
+			lf = []string{bus.LegacyFilter(pt.p, "")}
+		}
+		for _, l := range t.cfg.Lanes {
+			lf = append(lf, bus.LegacyFilter(pt.p, l))
+		}
+		lc, err := pt.consumer(ctx, bus.LegacyStream(t.cfg.Stream), lf)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.legacy.Store(false) // retired meanwhile
+		} else if err != nil {
+			pt.stopConsumers()
+			return err
+		} else {
+			pt.cons = append(pt.cons, lc)
+		}
+	}
+	for _, c := range pt.cons {
+		pt.consume(c)
+	}
+	return nil
+}
+
+// consumer creates or updates the partition's durable consumer on stream
+// and unpins it.
+func (pt *part) consumer(ctx context.Context, stream string, filters []string) (*partConsumer, error) {
+	t := pt.t
+	name := bus.ConsumerName(t.cfg.Group, pt.p)
+	replicas := t.cfg.Replicas
+	if replicas <= 1 {
+		replicas = 0 // the stream's
+	}
+	if cur, err := t.js.Consumer(ctx, stream, name); err == nil {
+		replicas = max(replicas, cur.CachedInfo().Config.Replicas)
+	}
+	cons, err := t.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:        name,
+		Description:    fmt.Sprintf("gttsplit aggregator, partition %d", pt.p),
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        t.cfg.AckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  t.cfg.MaxAckPending,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{ownerGroup},
+		PinnedTTL:      pinnedTTL,
+		Replicas:       replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s of %s: %w", name, stream, err)
+	}
+	// This member holds the lease: any pin left is a previous owner's.
+	if st, err := t.js.Stream(ctx, stream); err == nil {
+		_ = st.UnpinConsumer(ctx, name, ownerGroup) // (none pinned: nothing to do)
+	}
+	c := &partConsumer{stream: stream, name: name, cons: cons}
+	c.last.Store(time.Now().UnixNano())
+	return c, nil
+}
+
+// consume consumes c until stopped: it pulls as the pinned member of the
+// priority group and hands each message to handle, one at a time. It uses
+// the callback form of the pull consumer: the iterator form buffers in a
+// channel as long as a pull, which a leadership change or a missed
+// heartbeat can overrun, and a message that does not fit is dropped by the
+// client, to come back only after the ack wait.
+func (pt *part) consume(c *partConsumer) {
+	ctx, stop := context.WithCancel(context.Background())
+	c.stop, c.done = stop, make(chan struct{})
+	t := pt.t
+	go func() {
+		defer close(c.done)
+		// mu is held while a message is handled; once stopped, a message
+		// still delivered is handed back for the next owner at once.
+		var mu sync.Mutex
+		stopped := false
+		handle := func(jm jetstream.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			c.last.Store(time.Now().UnixNano())
+			if stopped || !pt.lease.Valid() {
+				_ = jm.Nak()
+				return
+			}
+			m, err := bus.WrapMsg(jm, t.js.Conn())
+			if err != nil {
+				_ = jm.Term()
+				return
+			}
+			if err := pt.handle(ctx, m); err != nil {
+				if !errors.Is(err, errNotOwned) {
+					t.log.Debug().Err(err).Int("partition", pt.p).Str("subject", jm.Subject()).Msg("event not folded; redelivered in a second")
+				}
+				_ = jm.NakWithDelay(time.Second)
+			}
+		}
+		errs := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			t.log.Debug().Err(err).Int("partition", pt.p).Str("stream", c.stream).Msg("next message")
+		})
+		for ctx.Err() == nil {
+			cc, err := c.cons.Consume(handle, jetstream.PullMaxMessages(min(t.cfg.MaxAckPending, pullBatch)),
+				jetstream.PullPriorityGroup(ownerGroup), jetstream.PullExpiry(pullExpiry), errs)
+			if err == nil {
+				select {
+				case <-ctx.Done():
+					cc.Stop()
+				case <-cc.Closed():
+					err = errors.New("consumer closed")
+				}
+			}
+			if err != nil && ctx.Err() == nil {
+				t.log.Debug().Err(err).Int("partition", pt.p).Str("stream", c.stream).Msg("partition consumer not ready")
+				select {
+				case <-ctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}()
+}
+
+// stopConsumers stops consuming the partition; the message being handled,
+// if any, is handled first.
+func (pt *part) stopConsumers() {
+	for _, c := range pt.cons {
+		if c.stop != nil {
+			c.stop()
+			<-c.done
+		}
+	}
+}
+
+// unpin drops this member's pin on the partition's consumers, so that its
+// next owner is served at once.
+func (pt *part) unpin(ctx context.Context) {
+	uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, c := range pt.cons {
+		if st, err := pt.t.js.Stream(uctx, c.stream); err == nil {
+			_ = st.UnpinConsumer(uctx, c.name, ownerGroup)
+		}
+	}
+}
+
+// health is what Ready reports: conditions by name, each reported once it
+// lasted missedWatches checks (one slow answer is not a fault).
+type health struct {
+	mu    sync.Mutex
+	conds map[string]string
+	seen  map[string]int
+}
+
+const missedWatches = 2
+
+func (h *health) set(name, why string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conds == nil {
+		h.conds, h.seen = map[string]string{}, map[string]int{}
+	}
+	h.conds[name] = why
+}
+
+func (h *health) clear(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.conds, name)
+	delete(h.seen, name)
+}
+
+// tick counts one more check for every condition set.
+func (h *health) tick() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name := range h.conds {
+		h.seen[name]++
+	}
+}
+
+func (h *health) report() (bool, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var why []string
+	for name, w := range h.conds {
+		if h.seen[name] >= missedWatches || name == "store" {
+			why = append(why, w)
+		}
+	}
+	if len(why) == 0 {
+		return true, ""
+	}
+	sort.Strings(why)
+	return false, strings.Join(why, "; ")
+}
+
+// Ready says whether the run table's partitions get their events and its
+// checkpoints are written, and why not.
+func (t *Table) Ready() (bool, string) { return t.health.report() }
+
+// watch checks, every watchEvery, the owned partitions' consumers (their
+// lag, whether events still reach them) and the events stream (whether it
+// has a leader), sets the metrics and readiness, and retires the legacy
+// stream once it is drained.
+func (t *Table) watch(ctx context.Context) {
+	tk := time.NewTicker(watchEvery)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		t.watchOnce(ctx)
+	}
+}
+
+func (t *Table) watchOnce(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(ctx, watchEvery)
+	defer cancel()
+	var lag uint64
+	var stalled []string
+	var oldest time.Duration
+	for _, pt := range t.parts() {
+		oldest = max(oldest, pt.checkpointAge())
+		for _, c := range pt.cons {
+			ci, err := c.cons.Info(wctx)
+			idle := time.Since(time.Unix(0, c.last.Load()))
+			switch {
+			case err != nil && idle > stallAfter:
+				stalled = append(stalled, fmt.Sprintf("%d (consumer %s: %v)", pt.p, c.name, err))
+			case err == nil:
+				c.pending.Store(ci.NumPending)
+				lag += ci.NumPending
+				if ci.NumPending > 0 && idle > stallAfter {
+					stalled = append(stalled, fmt.Sprintf("%d (%d events wait, none delivered for %s)", pt.p, ci.NumPending, idle.Round(time.Second)))
+				} else if ci.NumPending == 0 && ci.NumAckPending == 0 {
+					c.last.Store(time.Now().UnixNano()) // nothing to deliver: not stalled
+				}
+			}
+		}
+	}
+	t.m.lag.Set(float64(lag))
+	t.m.ckptAge.Set(oldest.Seconds())
+	t.m.stalled.Set(float64(len(stalled)))
+	if len(stalled) > 0 {
+		slices.Sort(stalled)
+		t.health.set("stalled", "events do not reach partition "+strings.Join(stalled, ", "))
+	} else {
+		t.health.clear("stalled")
+	}
+	// The events stream: without a leader, no event is stored at all.
+	if st, err := t.js.Stream(wctx, t.cfg.Stream); err != nil {
+		t.health.set("stream", fmt.Sprintf("events stream %s does not answer: %v (events do not reach the partitions)", t.cfg.Stream, err))
+	} else if ci := st.CachedInfo().Cluster; ci != nil && ci.Leader == "" && st.CachedInfo().Config.Replicas > 1 {
+		t.health.set("stream", fmt.Sprintf("events stream %s has no leader (events do not reach the partitions)", t.cfg.Stream))
+	} else {
+		t.health.clear("stream")
+	}
+	t.health.tick()
+	if t.legacy.Load() && t.part(0) != nil {
+		if gone, err := bus.RetireLegacy(wctx, t.js, t.cfg.Stream, t.cfg.Group, t.cfg.Partitions); err == nil && gone {
+			t.legacy.Store(false)
+			t.m.legacy.Set(0)
+			t.log.Info().Str("stream", bus.LegacyStream(t.cfg.Stream)).Msg("the earlier versions' partitioned stream is drained and deleted")
+		}
+	}
+}

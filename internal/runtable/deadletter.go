@@ -1,0 +1,115 @@
+package runtable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// Bounds of a dead letter: the reason header and, for a message that
+// cannot be dead-lettered as is, the body of its truncated copy.
+const (
+	dlqReasonMax = 1024
+	dlqBodyMax   = 4096
+)
+
+// deadLetters remembers which dead letters were counted (a redelivered
+// poison message is dead-lettered once), and rate-limits their warnings.
+type deadLetters struct {
+	mu   sync.Mutex
+	seen map[string]bool
+	log  bus.LogLimit
+}
+
+// count records that the dead letter id was counted, and says whether it
+// was not before (an earlier delivery's publish may have been stored with
+// its answer lost: the repeat is then the one to count).
+func (d *deadLetters) count(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seen == nil || len(d.seen) > 100_000 {
+		d.seen = map[string]bool{}
+	}
+	if d.seen[id] {
+		return false
+	}
+	d.seen[id] = true
+	return true
+}
+
+// deadLetter publishes a message that cannot be folded to the dead-letter
+// subject, with the reason, and terminates it. A message the broker will
+// not take as a dead letter (over max_payload with the headers, or
+// rejected by the stream) is dead-lettered as a truncated copy, its first
+// dlqBodyMax bytes with a Gttsplit-Truncated header giving its size; if
+// the broker rejects even that, the message is terminated all the same, so
+// that poison always leaves the consumer. Only a transient failure (the
+// broker away) leaves it for redelivery.
+func (t *Table) deadLetter(ctx context.Context, msg bus.Msg, cause error) error {
+	reason := "invalid"
+	switch {
+	case errors.Is(cause, events.ErrUnknownType):
+		reason = "unknown_type"
+	case errors.Is(cause, errLate):
+		reason = "late"
+	}
+	why := bus.Clip(cause.Error(), dlqReasonMax)
+	subject := bus.PublishedSubject(msg.Subject())
+	o := [3]string{"_", "_", "_"}
+	if toks := strings.Split(subject, "."); len(toks) == 5 {
+		copy(o[:], toks[2:])
+	}
+	dm := nats.NewMsg(events.Subject(events.KindDLQ, o[0], o[1], o[2]))
+	dm.Data = msg.Data()
+	dm.Header.Set("Gttsplit-Reason", why)
+	dm.Header.Set("Gttsplit-Original-Subject", subject)
+	dm.Header.Set("Gttsplit-Stream-Seq", fmt.Sprint(msg.Metadata().StreamSeq))
+	// A redelivered poison message (its ack wait ran out before the term)
+	// is dead-lettered once: the stream drops the repeat.
+	dm.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("dlq/%s/%d", msg.Metadata().Stream, msg.Metadata().StreamSeq))
+	dlqID := dm.Header.Get(jetstream.MsgIDHeader)
+	ack, err := t.js.PublishMsg(ctx, dm)
+	if err == nil && ack.Duplicate && !t.dlq.count(dlqID) {
+		return msg.Term() // dead-lettered and counted at an earlier delivery
+	}
+	truncated := false
+	if err != nil && permanentPublishError(err) {
+		truncated = true
+		dm.Data = msg.Data()[:min(len(msg.Data()), dlqBodyMax)]
+		dm.Header.Set("Gttsplit-Truncated", fmt.Sprint(len(msg.Data())))
+		dm.Header.Set("Gttsplit-Dead-Letter-Error", bus.Clip(err.Error(), dlqReasonMax))
+		_, err = t.js.PublishMsg(ctx, dm)
+	}
+	if err != nil && !permanentPublishError(err) {
+		return fmt.Errorf("dead letter: %w", err) // redelivered: tried again
+	}
+	t.dlq.count(dlqID)
+	t.m.dead.WithLabelValues(reason).Inc()
+	if err != nil {
+		t.dlq.log.Event(t.log.Error).Str("subject", subject).Str("reason", reason).Str("error", why).
+			Str("dead_letter_error", bus.Clip(err.Error(), dlqReasonMax)).Msg("event terminated; the broker took no dead letter of it")
+	} else {
+		t.dlq.log.Event(t.log.Warn).Str("subject", subject).Str("reason", reason).Str("error", why).
+			Bool("truncated", truncated).Msg("event dead-lettered")
+	}
+	return msg.Term()
+}
+
+// permanentPublishError reports whether the broker refused a message for
+// what it is (too large, rejected by the stream), which sending it again
+// would not change.
+func permanentPublishError(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408
+}

@@ -1,0 +1,26 @@
+package runtable
+
+import (
+	"encoding/json"
+
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// What the external tests (package runtable_test) look at inside.
+var (
+	StateKey   = stateKey
+	OpenKey    = openKey
+	SummaryKey = summaryKey
+)
+
+// Compacted is RunState.compacted.
+func (st *RunState) Compacted() *RunState { return st.compacted() }
+
+// Holds is RunState.holds.
+func (st *RunState) Holds(d events.Decoded) bool { return st.holds(d) }
+
+// PlainState is st as encoding/json writes the stored form (MarshalState
+// splices the fold in instead).
+func PlainState(st *RunState) ([]byte, error) {
+	return json.Marshal(storedState{V: StateVersion, stateFields: (*stateFields)(st)})
+}

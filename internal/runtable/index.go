@@ -1,0 +1,237 @@
+package runtable
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// The run index: every run has a small summary key (sum.<skey>) in the
+// state bucket, written when the run is first stored, when it closes and
+// when it is compacted. Every aggregator watches those keys into memory,
+// so /runs pages through any number of runs without reading their
+// states, a partition's new owner finds the closed runs to compact, and
+// the retention janitor the closed runs to drop.
+
+// indexPrefix starts the summary keys.
+const indexPrefix = "sum."
+
+// summaryKey is the summary key of a run.
+func summaryKey(runID string) string { return indexPrefix + stateKey(runID) }
+
+// Index is the in-memory copy of the summary keys, sorted by run id.
+type Index struct {
+	mu   sync.RWMutex
+	m    map[string]RunSummary
+	ids  []string          // sorted
+	keys map[string]string // summary key -> run id
+
+	stopWatch func()
+}
+
+func newIndex() *Index {
+	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}}
+}
+
+// start follows the summary keys of kv; it returns once the keys present
+// at the start were read (or after 10 s, with a warning: /runs fills in as
+// they are read).
+func (ix *Index) start(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger) error {
+	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); ix.watch(ictx, kv, log, ready) }()
+	ix.stopWatch = func() { cancel(); <-done }
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		log.Warn().Msg("run index: not read within 10s; /runs fills in as it is read")
+	case <-ctx.Done():
+		ix.stop()
+		return ctx.Err()
+	}
+	return nil
+}
+
+// stop stops following the keys (idempotent).
+func (ix *Index) stop() {
+	if ix.stopWatch != nil {
+		ix.stopWatch()
+		ix.stopWatch = nil
+	}
+}
+
+func (ix *Index) put(key string, s RunSummary) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if _, ok := ix.m[s.ID]; !ok {
+		i := sort.SearchStrings(ix.ids, s.ID)
+		ix.ids = append(ix.ids, "")
+		copy(ix.ids[i+1:], ix.ids[i:])
+		ix.ids[i] = s.ID
+	}
+	ix.m[s.ID] = s
+	ix.keys[key] = s.ID
+}
+
+func (ix *Index) del(key string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	id, ok := ix.keys[key]
+	if !ok {
+		return
+	}
+	delete(ix.keys, key)
+	delete(ix.m, id)
+	if i := sort.SearchStrings(ix.ids, id); i < len(ix.ids) && ix.ids[i] == id {
+		ix.ids = append(ix.ids[:i], ix.ids[i+1:]...)
+	}
+}
+
+// page returns up to limit summaries with ids after after, sorted, and
+// whether more follow.
+func (ix *Index) page(after string, limit int) ([]RunSummary, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	i := sort.SearchStrings(ix.ids, after)
+	if i < len(ix.ids) && ix.ids[i] == after {
+		i++
+	}
+	end := min(len(ix.ids), i+limit)
+	out := make([]RunSummary, 0, end-i)
+	for _, id := range ix.ids[i:end] {
+		out = append(out, ix.m[id])
+	}
+	return out, end < len(ix.ids)
+}
+
+// expired returns the ids of partition p's runs (of n) closed before
+// cutoff.
+func (ix *Index) expired(p, n int, cutoff time.Time) []string {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	var out []string
+	for id, s := range ix.m {
+		if s.State == "closed" && !s.ClosedAt.IsZero() && s.ClosedAt.Before(cutoff) && partitionOf(id, n) == p {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// closedFull returns partition p's runs (of n) that are closed and not
+// compacted.
+func (ix *Index) closedFull(p, n int) []RunSummary {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	var out []RunSummary
+	for id, s := range ix.m {
+		if s.State == "closed" && !s.Compact && partitionOf(id, n) == p {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Len is the number of runs in the index.
+func (ix *Index) Len() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return len(ix.ids)
+}
+
+// watch follows the summary keys of kv into ix until ctx ends; ready is
+// closed once the keys present at the start were read.
+func (ix *Index) watch(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger, ready chan<- struct{}) {
+	once := sync.Once{}
+	done := func() { once.Do(func() { close(ready) }) }
+	defer done()
+	for ctx.Err() == nil {
+		w, err := kv.Watch(ctx, indexPrefix+">")
+		if err != nil {
+			log.Debug().Err(err).Msg("run index: watch")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		for e := range w.Updates() {
+			if e == nil {
+				done()
+				continue
+			}
+			switch e.Operation() {
+			case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+				ix.del(e.Key())
+			default:
+				var s RunSummary
+				if json.Unmarshal(e.Value(), &s) == nil && s.ID != "" {
+					ix.put(e.Key(), s)
+				}
+			}
+		}
+		_ = w.Stop()
+	}
+}
+
+// janitor deletes the closed runs past retention a minute after the start
+// and then every hour, until ctx ends.
+func (t *Table) janitor(ctx context.Context, retention time.Duration) {
+	if retention <= 0 {
+		return
+	}
+	wait := time.Minute
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		t.Expire(ctx, retention)
+		wait = time.Hour
+	}
+}
+
+// Expire deletes the closed runs of the partitions owned whose split was
+// written more than retention ago (their closed, open and summary keys,
+// purged: the markers go by themselves), and returns how many.
+func (t *Table) Expire(ctx context.Context, retention time.Duration) int {
+	if retention <= 0 {
+		return 0
+	}
+	n := 0
+	cutoff := t.cfg.Now().Add(-retention)
+	for _, pt := range t.parts() {
+		for _, id := range t.index.expired(pt.p, t.cfg.Partitions, cutoff) {
+			pt.mu.Lock()
+			live := pt.runs[id] != nil
+			pt.mu.Unlock()
+			if live {
+				continue // re-opened by a late event
+			}
+			var err error
+			for _, k := range []string{stateKey(id), openKey(pt.p, id), summaryKey(id)} {
+				if err = t.st.purge(ctx, pt.lease, k); err != nil {
+					break
+				}
+			}
+			if err != nil {
+				t.log.Warn().Err(err).Str("run_id", id).Msg("expired run not deleted")
+				break
+			}
+			t.index.del(summaryKey(id))
+			n++
+		}
+	}
+	if n > 0 {
+		t.log.Info().Int("runs", n).Dur("retention", retention).Msg("closed runs past store.retention deleted")
+	}
+	return n
+}

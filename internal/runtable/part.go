@@ -1,0 +1,376 @@
+package runtable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// part is the table of one partition this aggregator owns: its runs in
+// memory, the messages folded into them and not yet acknowledged, and the
+// goroutines that consume it and write its checkpoints.
+type part struct {
+	t     *Table
+	p     int
+	lease *fleet.Lease
+	cons  []*partConsumer // the partition's consumer (and the legacy one)
+
+	// mu guards the fields below. Lock order: Table.mu, then part.mu;
+	// part.mu is never held across a write to the broker (the fenced
+	// writes take the lease's own lock).
+	mu       sync.Mutex
+	runs     map[string]*liveRun
+	pending  []pendingMsg
+	compactQ []compactDue
+	// ckpt is when the runs in memory were last all written.
+	ckpt time.Time
+
+	// ckptMu makes the partition's checkpoints and closes run one at a
+	// time (the loop's, and Release's last one).
+	ckptMu  sync.Mutex
+	backoff time.Duration // after a failed checkpoint
+	failing bool          // the last checkpoint failed (logged once)
+
+	kick     chan struct{}
+	stopLoop func()
+}
+
+// liveRun is a run of the partition in memory.
+type liveRun struct {
+	st    *RunState
+	dirty bool // events folded since the last write took the state
+	// folds counts the events folded into the run, written how many the
+	// last successful write of its state held: a message is durable once
+	// written reached the count its fold left.
+	folds, written uint64
+	// stored says the run's open key exists (the first write also writes
+	// its summary).
+	stored bool
+	// closing is set while the run's closed state is written: its events
+	// wait for it (see handle).
+	closing chan struct{}
+	// finished is when the run-finished event was folded (the close
+	// latency's start).
+	finished time.Time
+}
+
+func (r *liveRun) state() string {
+	if r.st.Finished {
+		return "finished"
+	}
+	return "open"
+}
+
+// pendingMsg is a folded message awaiting its acknowledgement.
+type pendingMsg struct {
+	ack bus.AckRef
+	run *liveRun
+	gen uint64    // run.folds once the message was folded
+	at  time.Time // when it was folded, or its ack wait last restarted
+}
+
+// compactDue is a closed run whose state is still full.
+type compactDue struct {
+	id string
+	at time.Time // closed at
+}
+
+func newPart(t *Table, l *fleet.Lease) *part {
+	return &part{t: t, p: l.Partition, lease: l, runs: map[string]*liveRun{}, kick: make(chan struct{}, 1), ckpt: t.cfg.Now()}
+}
+
+// load reads the partition's open runs from the bucket (one pass over its
+// open keys): open runs are resumed, closed runs whose split not every
+// sink settled are sent again, and the closed runs the run index says are
+// not compacted are queued for compaction.
+func (pt *part) load(ctx context.Context) error {
+	t := pt.t
+	var resend []*RunState
+	n := 0
+	err := t.st.loadOpen(ctx, pt.p, func(e entry) error {
+		st, err := decodeStored(t, e.value)
+		if err != nil {
+			t.log.Warn().Str("key", e.key).Err(err).Msg("unreadable run state skipped")
+			return nil
+		}
+		if st == nil {
+			// An earlier version's marker: the run's state is under its
+			// closed key.
+			b, err := t.st.get(ctx, e.key[len(openPrefix(pt.p)):])
+			if errors.Is(err, errNotFound) {
+				return t.st.purge(ctx, pt.lease, e.key)
+			}
+			if err != nil {
+				return err
+			}
+			if st, err = UnmarshalState(b, t.cfg.Fold); err != nil {
+				t.log.Warn().Str("key", e.key).Err(err).Msg("unreadable run state skipped")
+				return nil
+			}
+			if st.Closed {
+				if st.SinksPending {
+					resend = append(resend, st)
+				}
+				pt.queueClosed(st)
+				return t.st.purge(ctx, pt.lease, e.key)
+			}
+			// Open: written under its open key at the next checkpoint.
+			pt.runs[st.Origin.RunID] = &liveRun{st: st, dirty: true}
+			n++
+			return nil
+		}
+		switch {
+		case !st.Closed:
+			pt.runs[st.Origin.RunID] = &liveRun{st: st, stored: true}
+			n++
+		case st.SinksPending:
+			resend = append(resend, st)
+		default:
+			// Settled, not moved to its closed key yet (its owner
+			// stopped in between): move it now.
+			return pt.moveClosed(ctx, st)
+		}
+		return nil
+	})
+	if err != nil {
+		pt.runs = map[string]*liveRun{}
+		return err
+	}
+	for _, s := range t.index.closedFull(pt.p, t.cfg.Partitions) {
+		pt.compactQ = append(pt.compactQ, compactDue{id: s.ID, at: s.ClosedAt})
+	}
+	slices.SortFunc(pt.compactQ, func(a, b compactDue) int { return a.at.Compare(b.at) })
+	t.m.runsOpen.Add(float64(n))
+	for _, st := range resend {
+		pt.resend1(ctx, st)
+	}
+	if n > 0 || len(resend) > 0 {
+		t.log.Info().Int("partition", pt.p).Int("runs", n).Int("resent", len(resend)).Msg("resumed the partition's open runs from the state bucket")
+	}
+	return nil
+}
+
+// forget drops the partition's runs from memory.
+func (pt *part) forget() {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.t.m.runsOpen.Sub(float64(len(pt.runs)))
+	pt.runs = map[string]*liveRun{}
+	pt.pending = nil
+	pt.compactQ = nil
+}
+
+// forgetRun drops a run from memory (its state stays in the bucket).
+// pt.mu is held.
+func (pt *part) forgetRun(id string) {
+	delete(pt.runs, id)
+	pt.t.m.runsOpen.Dec()
+}
+
+// errNotOwned is handle's error for a partition this aggregator no longer
+// owns: the message is left for its next owner.
+var errNotOwned = errors.New("partition not owned")
+
+// errWrongPartition marks an event whose run id is not the one its subject
+// names (its subject put it in another partition).
+var errWrongPartition = errors.New("the event's run id is not the run of its subject")
+
+// errLongID marks an event whose run id is longer than MaxRunIDBytes.
+var errLongID = errors.New("run id too long")
+
+// handle folds one message into its run and queues it for acknowledgement
+// after the next checkpoint. An error leaves the message unacknowledged
+// (it comes again).
+func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
+	t := pt.t
+	if !pt.lease.Valid() {
+		return errNotOwned
+	}
+	if msg.Metadata().NumDelivered > 1 {
+		t.m.redelivered.Inc()
+	}
+	// The log lines no rule reads are counted, not unescaped (most of a
+	// batch).
+	lf := t.parser.NewLineFilter()
+	d, err := msg.DecodeFiltered(lf.Keep)
+	if err != nil {
+		return t.deadLetter(ctx, msg, err)
+	}
+	if d.Type == events.TypeSplit {
+		return msg.Ack()
+	}
+	id := d.Origin.RunID
+	if len(id) > MaxRunIDBytes {
+		return t.deadLetter(ctx, msg, fmt.Errorf("%w: %d bytes, at most %d", errLongID, len(id), MaxRunIDBytes))
+	}
+	if partitionOf(id, t.cfg.Partitions) != pt.p {
+		return t.deadLetter(ctx, msg, fmt.Errorf("%w: run %q on subject %q", errWrongPartition, id, bus.PublishedSubject(msg.Subject())))
+	}
+	t0 := time.Now()
+	var r *liveRun
+	for {
+		if r, err = pt.run(ctx, d.Origin); err != nil {
+			return err // the bucket is not reachable: redelivered later
+		}
+		if r.closing == nil {
+			break
+		}
+		// Its closed state is being written: the event meets the
+		// closed run (a late event re-opens it).
+		ch := r.closing
+		pt.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if d.Span != nil && lf.SkippedMarker() && r.st.Fold != nil && r.st.Fold.WantsDebug() {
+		// The batch may hold the run's first -v marker, which the
+		// filter leaves out: take it whole (the first batches of a
+		// verbose log only).
+		if whole, err := msg.Decode(); err == nil {
+			d = whole
+		}
+	}
+	if r.st.Compact() && !r.st.holds(d) {
+		// New to a run whose record was compacted: not folded (see late).
+		pt.forgetRun(id)
+		pt.mu.Unlock()
+		return t.late(ctx, msg, r.st)
+	}
+	fresh := ApplyTo(r.st, d)
+	due := false
+	if fresh {
+		// (A finish drained from the legacy stream has a sequence of
+		// that stream: the ack floor says nothing of it.)
+		if seq := msg.Metadata().StreamSeq; d.Finished != nil && seq > r.st.FinishedSeq && msg.Metadata().Stream == t.cfg.Stream {
+			r.st.FinishedSeq = seq
+			r.finished = time.Now()
+		}
+		r.st.LastEvent = t.cfg.Now()
+		r.dirty = true
+		r.folds++
+		// A complete run closes at the next checkpoint: start it now.
+		due = r.st.Finished && r.st.Fold.Complete()
+	} else {
+		// A duplicate (a redelivery, or an event re-published under
+		// another message id): nothing to write, only to acknowledge
+		// once what it repeats is durable.
+		t.m.duplicates.Inc()
+		if r.st.Closed && !r.dirty && r.folds == r.written {
+			pt.forgetRun(id) // loaded only to see it was a duplicate
+		}
+	}
+	pt.pending = append(pt.pending, pendingMsg{ack: msg.AckRef(), run: r, gen: r.folds, at: time.Now()})
+	due = due || len(pt.pending) >= max(t.cfg.MaxAckPending/2, 1)
+	pt.mu.Unlock()
+	if fresh {
+		t.m.foldSeconds.Observe(time.Since(t0).Seconds())
+	}
+	t.m.folded.Inc()
+	if due {
+		select {
+		case pt.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// run returns the live run of o, reading it from the bucket (without
+// pt.mu) when it is not in memory: a run of an owned partition that is not
+// in memory is new, or closed (its closed key). It returns with pt.mu
+// held, unless it fails.
+func (pt *part) run(ctx context.Context, o events.Origin) (*liveRun, error) {
+	pt.mu.Lock()
+	if r := pt.runs[o.RunID]; r != nil {
+		return r, nil
+	}
+	pt.mu.Unlock()
+	r, err := pt.readClosed(ctx, o)
+	pt.mu.Lock()
+	if cur := pt.runs[o.RunID]; cur != nil {
+		return cur, nil
+	}
+	if err != nil {
+		pt.mu.Unlock()
+		return nil, err
+	}
+	pt.runs[o.RunID] = r
+	pt.t.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
+	return r, nil
+}
+
+// readClosed reads a run's closed state, or returns a new run when there
+// is none.
+func (pt *part) readClosed(ctx context.Context, o events.Origin) (*liveRun, error) {
+	b, err := pt.t.st.get(ctx, stateKey(o.RunID))
+	switch {
+	case err == nil:
+		st, err := UnmarshalState(b, pt.t.cfg.Fold)
+		if err != nil {
+			return nil, err
+		}
+		return &liveRun{st: st}, nil
+	case errors.Is(err, errNotFound):
+		return &liveRun{st: NewRunState(o, pt.t.cfg.Fold)}, nil
+	}
+	return nil, fmt.Errorf("state of run %q: %w", o.RunID, err)
+}
+
+// NewRunState returns the empty state of a run of origin o.
+func NewRunState(o events.Origin, opts split.Options) *RunState {
+	return &RunState{Origin: o, Fold: split.NewFold(opts)}
+}
+
+// startLoop starts the partition's checkpoint loop.
+func (pt *part) startLoop() {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); pt.loop(ctx) }()
+	pt.stopLoop = func() { stop(); <-done }
+}
+
+// loop checkpoints at the checkpoint interval (sooner when handle asks),
+// and between checkpoints closes the runs that are due and records the
+// sinks' deliveries every tickEvery, until ctx ends.
+func (pt *part) loop(ctx context.Context) {
+	t := time.NewTicker(tickEvery)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		kicked := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-pt.kick:
+			kicked = true
+		}
+		wait := pt.t.cfg.CheckpointInterval
+		if pt.backoff > 0 {
+			wait = pt.backoff // a failing bucket is not asked again at once
+			kicked = false
+		}
+		// A checkpoint under way is not cut short by the stop: its
+		// writes would fail, and the release writes again what it holds.
+		wctx := context.WithoutCancel(ctx)
+		if kicked || time.Since(last) >= wait {
+			pt.checkpoint(wctx, false)
+			last = time.Now()
+			continue
+		}
+		pt.ckptMu.Lock()
+		pt.afterCheckpoint(wctx)
+		pt.ckptMu.Unlock()
+	}
+}

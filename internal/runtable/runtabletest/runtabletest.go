@@ -1,0 +1,423 @@
+// Package runtabletest holds what the tests of the run table and of the
+// aggregator share: the recorded runs as fixtures (their events and the
+// split a replay computes), runs generated from them under other ids, and
+// a real embedded NATS server to publish them to. Nothing here is a mock.
+package runtabletest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/internal/runtable"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// FoldOptions are the fold's options of an aggregator with the default
+// configuration.
+func FoldOptions(t testing.TB) split.Options {
+	t.Helper()
+	d := config.DefaultAggregator()
+	p, err := split.NewParser(d.Split.TracePattern, d.Split.TraceNamePattern)
+	require.NoError(t, err)
+	return split.Options{Parser: p, UnattributedThresholdPct: d.Split.UnattributedThresholdPct}
+}
+
+// WaitFor bounds every poll: generous, for a loaded 2-core machine.
+const WaitFor = 60 * time.Second
+
+// Runs returns the path of a recorded run under testdata/runs ("4b",
+// "27b").
+func Runs(name string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "runs", name, "events.jsonl")
+}
+
+// Eventually polls cond every 20ms until it holds, and fails the test,
+// naming what it waited for, after WaitFor.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(WaitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Ctx is a context that ends with the test (or after 2×WaitFor).
+func Ctx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*WaitFor)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Fixture is a recorded run: its events as decoded and as they go on the
+// wire, and the split a replay of the file computes.
+type Fixture struct {
+	Path    string
+	Origin  events.Origin
+	Decoded []events.Decoded
+	Wires   []events.Wire
+	Report  split.Report
+	Want    []byte // split.JSON(Report): what `replay --format json` prints
+}
+
+// Load reads a recorded stream and folds it as `aggregator replay` does.
+func Load(t testing.TB, path string, opts split.Options) Fixture {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	fx := Fixture{Path: path}
+	r := events.NewReader(f)
+	runs := runtable.NewRuns(opts)
+	for r.Next() {
+		d, err := events.Decode(r.Event())
+		require.NoError(t, err)
+		w, err := events.ToWire(r.Event())
+		require.NoError(t, err)
+		fx.Decoded = append(fx.Decoded, d)
+		fx.Wires = append(fx.Wires, w)
+		runs.Apply(d, time.Time{})
+	}
+	require.NoError(t, r.Err())
+	require.Zero(t, r.Skipped())
+	require.NotEmpty(t, fx.Decoded)
+	fx.Origin = fx.Decoded[0].Origin
+	require.Equal(t, []string{fx.Origin.RunID}, runs.IDs())
+	fx.Report = runtable.Report(runs.Get(fx.Origin.RunID))
+	fx.Want, err = split.JSON(fx.Report)
+	require.NoError(t, err)
+	require.True(t, fx.Report.Run.Complete, "the fixture is a complete run")
+	return fx
+}
+
+// FinishedIndex is the position of the run-finished event.
+func (fx Fixture) FinishedIndex(t testing.TB) int {
+	t.Helper()
+	for i, d := range fx.Decoded {
+		if d.Finished != nil {
+			return i
+		}
+	}
+	t.Fatalf("%s has no run-finished event", fx.Path)
+	return -1
+}
+
+// Without returns the fixture's wire events but those at the indexes
+// skip, in order.
+func (fx Fixture) Without(skip ...int) []events.Wire {
+	var out []events.Wire
+	for i, w := range fx.Wires {
+		if !slices.Contains(skip, i) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// ReplayJSON is the split a replay computes from exactly the given events.
+func ReplayJSON(t testing.TB, wires []events.Wire, opts split.Options) []byte {
+	t.Helper()
+	runs := runtable.NewRuns(opts)
+	for _, w := range wires {
+		d, err := events.DecodeBytes(w.Data)
+		require.NoError(t, err)
+		runs.Apply(d, time.Time{})
+	}
+	require.Len(t, runs.IDs(), 1)
+	b, err := split.JSON(runtable.Report(runs.Get(runs.IDs()[0])))
+	require.NoError(t, err)
+	return b
+}
+
+// Rewrite builds the event d describes again with the pkg/events
+// constructors, as an event of run o: the content is the same, the id,
+// source, subject and attributes follow o.
+func Rewrite(d events.Decoded, o events.Origin) (events.Wire, error) {
+	var ev events.Wire
+	switch {
+	case d.Started != nil:
+		info := d.Started.Info
+		info.ID, info.Host, info.Lane = o.RunID, o.Host, o.Lane
+		e, err := events.NewRunStarted(info, d.Started.Detail)
+		if err != nil {
+			return ev, err
+		}
+		return events.ToWire(e)
+	case d.Lines != nil:
+		e, err := events.NewLogLines(o, d.Lines)
+		if err != nil {
+			return ev, err
+		}
+		return events.ToWire(e)
+	case d.Sample != nil:
+		e, err := events.NewFDInfoSample(o, *d.Sample)
+		if err != nil {
+			return ev, err
+		}
+		return events.ToWire(e)
+	case d.Finished != nil:
+		e, err := events.NewRunFinished(o, d.Finished.Info, d.Finished.Detail)
+		if err != nil {
+			return ev, err
+		}
+		return events.ToWire(e)
+	}
+	return ev, fmt.Errorf("event %s of type %s is not rewritten", d.ID, d.Type)
+}
+
+// Run is one generated run: a fixture's events under another origin.
+type Run struct {
+	Fx     Fixture
+	Origin events.Origin
+	Wires  []events.Wire
+}
+
+// Gen makes n runs from the fixtures in turn, spread over hosts and lanes.
+func Gen(t testing.TB, n int, fxs ...Fixture) []Run {
+	t.Helper()
+	hosts := []string{"strix01", "strix02", "node-7.lab"}
+	lanes := []string{"gpu0", "gpu1", "", "ci lane"}
+	out := make([]Run, n)
+	for i := range out {
+		fx := fxs[i%len(fxs)]
+		o := events.Origin{
+			RunID: fmt.Sprintf("%s-gen%03d", fx.Origin.RunID, i),
+			Host:  hosts[i%len(hosts)],
+			Lane:  lanes[(i/len(hosts))%len(lanes)],
+		}
+		g := Run{Fx: fx, Origin: o}
+		for _, d := range fx.Decoded {
+			w, err := Rewrite(d, o)
+			require.NoError(t, err)
+			g.Wires = append(g.Wires, w)
+		}
+		out[i] = g
+	}
+	return out
+}
+
+// Interleave returns the events of runs round robin: the first event of
+// each run, then the second of each, and so on (each run's own order
+// kept).
+func Interleave(runs []Run) []events.Wire {
+	var out []events.Wire
+	for i := 0; ; i++ {
+		more := false
+		for _, r := range runs {
+			if i < len(r.Wires) {
+				out = append(out, r.Wires[i])
+				more = true
+			}
+		}
+		if !more {
+			return out
+		}
+	}
+}
+
+// Broker is an embedded nats-server with the GTTSPLIT stream and a
+// connection the test publishes on.
+type Broker struct {
+	Srv *server.Server
+	URL string
+	NC  *nats.Conn
+	JS  jetstream.JetStream
+}
+
+// StartBroker starts an embedded server for the test, with the events
+// stream.
+func StartBroker(t testing.TB) *Broker {
+	t.Helper()
+	return BrokerAt(t, natstest.Start(t))
+}
+
+// BrokerAt is StartBroker on a server the test started.
+func BrokerAt(t testing.TB, srv *server.Server) *Broker {
+	t.Helper()
+	b := &Broker{Srv: srv, URL: srv.ClientURL()}
+	b.NC, b.JS = Connect(t, b.URL)
+	_, err := bus.EnsureStream(Ctx(t), b.JS, bus.DefaultStreamConfig(), zerolog.Nop())
+	require.NoError(t, err)
+	return b
+}
+
+// Connect opens a connection of its own (closed at the end of the test).
+func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}
+
+// Publish sends the events in order with their own ids as Nats-Msg-Id,
+// and waits for every broker ack.
+func (b *Broker) Publish(t testing.TB, ws ...events.Wire) {
+	t.Helper()
+	b.PublishIDs(t, ws, nil)
+}
+
+// PublishIDs is Publish with the Nats-Msg-Id of ws[i] replaced by ids[i]
+// when ids[i] is set (a duplicate JetStream does not drop).
+func (b *Broker) PublishIDs(t testing.TB, ws []events.Wire, ids []string) {
+	t.Helper()
+	var futs []jetstream.PubAckFuture
+	for i, w := range ws {
+		m := nats.NewMsg(w.Subject)
+		m.Data = w.Data
+		id := w.ID
+		if ids != nil && ids[i] != "" {
+			id = ids[i]
+		}
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		f, err := b.JS.PublishMsgAsync(m)
+		require.NoError(t, err)
+		futs = append(futs, f)
+	}
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("publish %s: %v", f.Msg().Subject, err)
+		case <-time.After(WaitFor):
+			t.Fatal("publish: no ack from the broker")
+		}
+	}
+}
+
+// PublishRaw publishes a message as it is, on any subject.
+func (b *Broker) PublishRaw(t testing.TB, subject string, data []byte) {
+	t.Helper()
+	_, err := b.JS.Publish(Ctx(t), subject, data)
+	require.NoError(t, err)
+}
+
+// Idle reports whether every partition consumer of group has nothing
+// pending and nothing delivered unacknowledged.
+func (b *Broker) Idle(t testing.TB, group string) bool {
+	t.Helper()
+	ci, err := b.ConsumerInfo(group)
+	return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
+}
+
+// ConsumerInfo sums the infos of group's partition consumers
+// (Delivered.Stream then counts deliveries).
+func (b *Broker) ConsumerInfo(group string) (*jetstream.ConsumerInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := bus.StreamPartitions(ctx, b.JS, bus.DefaultStream)
+	if err != nil {
+		return nil, err
+	}
+	st, err := b.JS.Stream(ctx, bus.DefaultStream)
+	if err != nil {
+		return nil, err
+	}
+	sum := &jetstream.ConsumerInfo{Name: group}
+	for p := 0; p < n; p++ {
+		c, err := st.Consumer(ctx, bus.ConsumerName(group, p))
+		if err != nil {
+			return nil, err
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sum.NumPending += ci.NumPending
+		sum.NumAckPending += ci.NumAckPending
+		sum.NumRedelivered += ci.NumRedelivered
+		sum.Delivered.Stream += ci.Delivered.Consumer
+		sum.Delivered.Consumer += ci.Delivered.Consumer
+	}
+	return sum, nil
+}
+
+// WaitAcked waits until group's consumers acknowledged every message.
+func (b *Broker) WaitAcked(t testing.TB, group string) {
+	t.Helper()
+	Eventually(t, "consumers of "+group+" to acknowledge every message", func() bool { return b.Idle(t, group) })
+}
+
+// StreamMsgs returns the messages of the events stream on subjects
+// matching filters, in stream order.
+func (b *Broker) StreamMsgs(t testing.TB, filters ...string) []jetstream.Msg {
+	t.Helper()
+	ctx := Ctx(t)
+	s, err := b.JS.Stream(ctx, bus.DefaultStream)
+	require.NoError(t, err)
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+	require.NoError(t, err)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	var out []jetstream.Msg
+	for uint64(len(out)) < info.NumPending {
+		batch, err := c.Fetch(int(info.NumPending)-len(out), jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			out = append(out, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			require.NoError(t, err)
+		}
+	}
+	return out
+}
+
+// State reads a run's durable state from the state bucket.
+func (b *Broker) State(t testing.TB, runID string, opts split.Options) *runtable.RunState {
+	t.Helper()
+	ctx := Ctx(t)
+	kv, err := b.JS.KeyValue(ctx, runtable.Bucket)
+	require.NoError(t, err)
+	n, err := bus.StreamPartitions(ctx, b.JS, bus.DefaultStream)
+	require.NoError(t, err)
+	st, err := runtable.ReadState(ctx, b.JS, kv, n, runID, opts)
+	require.NoError(t, err)
+	return st
+}
+
+// SplitEvents returns, per run, the split events on gttsplit.split.> in
+// stream order.
+func (b *Broker) SplitEvents(t testing.TB) map[string][]split.Report {
+	t.Helper()
+	out := map[string][]split.Report{}
+	for _, m := range b.StreamMsgs(t, "gttsplit.split.>") {
+		d, err := events.DecodeBytes(m.Data())
+		require.NoError(t, err)
+		require.NotNil(t, d.Split)
+		out[d.Origin.RunID] = append(out[d.Origin.RunID], *d.Split)
+	}
+	return out
+}
+
+// Compact is the one-line form of a JSON document (a splits.jsonl line).
+func Compact(t testing.TB, doc []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, json.Compact(&buf, doc))
+	return buf.Bytes()
+}

@@ -1,0 +1,279 @@
+package runtable
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/fleet"
+)
+
+// Bucket is the JetStream key-value bucket holding every run's durable
+// state, the run index's summaries and the partitions' leases.
+const Bucket = "GTTSPLIT_RUNS"
+
+// The keys of the bucket (<skey> is stateKey of the run id):
+//
+//	open.<partition>.<skey>  the state of a run that is open, or closed with
+//	                         its split not yet settled by every sink: what
+//	                         the partition's next owner resumes
+//	<skey>                   the state of a closed, settled run (full for
+//	                         store.compact_after, then its compact record)
+//	sum.<skey>               the run's summary (the run index)
+//	lease.<group>.<p>        partition p's lease (package fleet)
+//
+// Every write of a run's keys is fenced by its partition's lease.
+
+// markerTTL is how long the marker of a purged key stays (then nothing of
+// the key is left in the bucket's stream).
+const markerTTL = 10 * time.Minute
+
+// limitMarkerTTL is how long the marker of a key whose time to live ran
+// out (an expired lease) stays: watchers see it, then it goes.
+const limitMarkerTTL = time.Minute
+
+var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
+
+// stateKey is the bucket key of a closed run: its id when that is a valid
+// key, a hash otherwise (ids come from the network).
+func stateKey(runID string) string {
+	if plainKey.MatchString(runID) {
+		return "run." + runID
+	}
+	h := sha256.Sum256([]byte(runID))
+	return "runx." + hex.EncodeToString(h[:16])
+}
+
+// openKey is the key of a run of partition p while it is open.
+func openKey(p int, runID string) string { return "open." + strconv.Itoa(p) + "." + stateKey(runID) }
+
+// openPrefix starts the open keys of partition p.
+func openPrefix(p int) string { return "open." + strconv.Itoa(p) + "." }
+
+// EnsureBucket opens the state bucket, creating it with replicas when it
+// is missing; an existing bucket with fewer replicas is raised to them, one
+// with more keeps them (with a warning), and one made by an earlier
+// version gets per-key time to live (the leases need it).
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, replicas int, log zerolog.Logger) (jetstream.KeyValue, error) {
+	replicas = max(replicas, 1)
+	kvc := jetstream.KeyValueConfig{
+		Bucket:         Bucket,
+		Description:    "gttsplit: durable state of every run, the run index and the partitions' leases",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       replicas,
+		LimitMarkerTTL: limitMarkerTTL,
+	}
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, kvc)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state bucket %s: %w", Bucket, err)
+	}
+	st, err := js.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("state bucket %s: %w", Bucket, err)
+	}
+	cur := st.CachedInfo().Config
+	bus.Drift(log.With().Str("bucket", Bucket).Logger(), "nats.replicas", "state bucket", cur.Replicas, replicas)
+	upd := cur
+	if replicas > cur.Replicas {
+		log.Info().Int("from", cur.Replicas).Int("to", replicas).Msg("nats.replicas: raising the state bucket's replicas")
+		upd.Replicas = replicas
+	}
+	if !cur.AllowMsgTTL || cur.SubjectDeleteMarkerTTL == 0 {
+		log.Info().Msg("state bucket: allowing per-key time to live (the partitions' leases)")
+		upd.AllowMsgTTL, upd.SubjectDeleteMarkerTTL = true, limitMarkerTTL
+	}
+	if upd.Replicas != cur.Replicas || upd.AllowMsgTTL != cur.AllowMsgTTL || upd.SubjectDeleteMarkerTTL != cur.SubjectDeleteMarkerTTL {
+		if _, err := js.UpdateStream(ctx, upd); err != nil {
+			return nil, fmt.Errorf("state bucket %s: update: %w", Bucket, err)
+		}
+		if kv, err = js.KeyValue(ctx, Bucket); err != nil {
+			return nil, fmt.Errorf("state bucket %s: %w", Bucket, err)
+		}
+	}
+	return kv, nil
+}
+
+// store reads and writes the bucket's keys.
+type store struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	subj   string // $KV.<bucket>.
+	stream string // KV_<bucket>
+}
+
+func newStore(js jetstream.JetStream, kv jetstream.KeyValue) *store {
+	return &store{js: js, kv: kv, subj: "$KV." + Bucket + ".", stream: "KV_" + Bucket}
+}
+
+// put writes key, fenced by l.
+func (s *store) put(ctx context.Context, l *fleet.Lease, key string, b []byte) error {
+	return l.Fenced(ctx, func(ctx context.Context, f fleet.Fence) error {
+		_, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.subj + key, Data: b}, f.Opt())
+		return err
+	})
+}
+
+// purge removes key with every revision, fenced by l; the marker it
+// leaves goes after markerTTL.
+func (s *store) purge(ctx context.Context, l *fleet.Lease, key string) error {
+	return l.Fenced(ctx, func(ctx context.Context, f fleet.Fence) error {
+		m := nats.NewMsg(s.subj + key)
+		m.Header.Set(kvOperation, "PURGE")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		_, err := s.js.PublishMsg(ctx, m, f.Opt(), jetstream.WithMsgTTL(markerTTL))
+		return err
+	})
+}
+
+const kvOperation = "KV-Operation"
+
+// getTimeout bounds a read when the caller's context has no deadline (a
+// request the server dropped, restarting, is not waited for for ever).
+const getTimeout = 10 * time.Second
+
+// errNotFound is get's error for a key that is not there (never written,
+// purged, or expired).
+var errNotFound = jetstream.ErrKeyNotFound
+
+// get reads key's value from the bucket's stream leader (a replica may
+// lag behind a write the last owner of a partition made just before it
+// handed it over).
+func (s *store) get(ctx context.Context, key string) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, getTimeout)
+		defer cancel()
+	}
+	req, _ := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{s.subj + key})
+	resp, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.stream, req)
+	if err != nil {
+		return nil, fmt.Errorf("state bucket: get %s: %w", key, err)
+	}
+	var r struct {
+		Message *struct {
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, fmt.Errorf("state bucket: get %s: %w", key, err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return nil, errNotFound
+		}
+		return nil, fmt.Errorf("state bucket: get %s: %w", key, r.Error)
+	}
+	if r.Message == nil {
+		return nil, errNotFound
+	}
+	if deleted(r.Message.Header) {
+		return nil, errNotFound
+	}
+	return r.Message.Data, nil
+}
+
+// deleted says whether raw NATS headers mark a deleted key (a KV delete or
+// purge, or a marker of an expired key).
+func deleted(hdr []byte) bool {
+	return len(hdr) > 0 && (bytes.Contains(hdr, []byte(kvOperation+":")) || bytes.Contains(hdr, []byte(jetstream.MarkerReasonHeader+":")))
+}
+
+// entry is one key of a partition as load reads it.
+type entry struct {
+	key   string
+	value []byte
+}
+
+// loadOpen calls fn for every open key of partition p (the last value of
+// each), in one pass over the bucket's stream: an ordered consumer that
+// the server feeds from its subject index, so the time it takes depends on
+// the partition's runs, not on the bucket's size.
+func (s *store) loadOpen(ctx context.Context, p int, fn func(entry) error) error {
+	st, err := s.js.Stream(ctx, s.stream)
+	if err != nil {
+		return fmt.Errorf("state bucket: %w", err)
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{s.subj + openPrefix(p) + ">"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("state bucket: open runs of partition %d: %w", p, err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("state bucket: open runs of partition %d: %w", p, err)
+	}
+	left := info.NumPending
+	for left > 0 {
+		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchContext(ctx))
+		if err != nil {
+			return fmt.Errorf("state bucket: open runs of partition %d: %w", p, err)
+		}
+		for m := range batch.Messages() {
+			left--
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			if h := m.Headers(); h.Get(kvOperation) != "" || h.Get(jetstream.MarkerReasonHeader) != "" {
+				if md.NumPending == 0 {
+					left = 0
+				}
+				continue
+			}
+			if err := fn(entry{key: m.Subject()[len(s.subj):], value: m.Data()}); err != nil {
+				return err
+			}
+			if md.NumPending == 0 {
+				left = 0
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("state bucket: open runs of partition %d: %w", p, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("state bucket: open runs of partition %d: cut short: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// insufficient says the server refused a write for want of storage (its
+// JetStream store or the account's limit is full).
+func insufficient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10023, 10047, 10028, 10002:
+			// insufficient resources, insufficient storage or memory
+			// resources available, resource limits exceeded for
+			// the account
+			return true
+		}
+	}
+	return false
+}

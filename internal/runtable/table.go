@@ -1,0 +1,417 @@
+package runtable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/pkg/sinks"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// Tuning of the run table.
+const (
+	// defaultCheckpoint is the checkpoint interval when the config gives
+	// none.
+	defaultCheckpoint = 500 * time.Millisecond
+	// tickEvery is how often a partition looks at its finished and idle
+	// runs and at the sinks' deliveries between checkpoints.
+	tickEvery = 50 * time.Millisecond
+	// checkpointChunk bounds the run states a checkpoint holds encoded at
+	// once.
+	checkpointChunk = 256
+	// releaseSettle bounds how long a partition's release waits for the
+	// sinks to settle the splits of its runs written just before.
+	releaseSettle = time.Second
+	// dropGrace is how long a finished run whose collector dropped events
+	// waits for the events still in flight before it closes.
+	dropGrace = 5 * time.Second
+	// maxBackoff caps the wait between two checkpoints that failed.
+	maxBackoff = 5 * time.Second
+)
+
+// MaxRunIDBytes is the longest run id the table folds (the collector's
+// own bound); an event of a longer one is dead-lettered.
+const MaxRunIDBytes = 128
+
+// Config is what a Table needs besides the broker.
+type Config struct {
+	Fold split.Options
+	// Stream is the events stream; Group the consumer.durable the
+	// partition consumers are named after; Partitions their count.
+	Stream     string
+	Group      string
+	Partitions int
+	// Lanes restricts the partition consumers to these lanes (none:
+	// every lane).
+	Lanes []string
+	// Legacy: the earlier versions' partitioned stream is still there;
+	// each partition's owner drains its part of it too.
+	Legacy bool
+	// Retention: closed runs whose split was written longer ago are
+	// deleted (checked hourly by the owner of their partition); 0 keeps
+	// them.
+	Retention time.Duration
+	// Replicas of the partition consumers (0: the stream's).
+	Replicas int
+
+	IdleTimeout time.Duration
+	// CompactAfter is the grace a closed run keeps its full state for (a
+	// late event within it re-opens the run and folds as before); then
+	// the state is compacted, and a new event for the run is
+	// dead-lettered with reason "late". 0 never compacts.
+	CompactAfter time.Duration
+	// CheckpointInterval is how often a partition writes its changed
+	// runs' states and acknowledges their messages (0: 500ms); a
+	// checkpoint also starts early when a run is complete (its split is
+	// due) or half of MaxAckPending messages wait.
+	CheckpointInterval time.Duration
+	// AckWait and MaxAckPending are the partition consumers'.
+	AckWait       time.Duration
+	MaxAckPending int
+
+	Sinks *sinks.Fanout // nil: no sink
+	// Deliveries, when set, observes Sinks' outcomes: closed runs stay
+	// SinksPending until every sink settled their split.
+	Deliveries *Deliveries
+	// Print, if set, receives every split written to the sinks.
+	Print func(split.Report)
+	// OnClose, if set, is called after a run's split was written.
+	OnClose func(id string, r split.Report)
+	Now     func() time.Time
+	Metrics *Metrics
+}
+
+// Table folds the runs of the partitions this aggregator owns (see the
+// package doc). It is a fleet.Handler: the fleet member tells it which
+// partitions it holds.
+type Table struct {
+	cfg    Config
+	log    zerolog.Logger
+	js     jetstream.JetStream
+	st     *store
+	parser *split.Parser
+	m      *Metrics
+	index  *Index
+
+	// mu guards byPart. Lock order: Table.mu, then part.mu; neither is
+	// held across a write to the broker.
+	mu     sync.RWMutex
+	byPart map[int]*part
+
+	closed atomic.Int64
+	pubs   sync.WaitGroup // split events being published, re-sends
+	dlq    deadLetters
+	// health is what Ready reports (see watch).
+	health    health
+	stopWatch func()
+	// rescanning is set while resendOverflow's pass runs.
+	rescanning atomic.Bool
+	// legacy is set while the earlier versions' partitioned stream is
+	// drained.
+	legacy atomic.Bool
+}
+
+// Interface guard.
+var _ fleet.Handler = (*Table)(nil)
+
+// New opens the run table on the state bucket kv (EnsureBucket) and
+// starts following the run index.
+func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg Config, log zerolog.Logger) (*Table, error) {
+	if cfg.Partitions <= 0 {
+		return nil, errors.New("runtable: partitions required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = defaultCheckpoint
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 10 * time.Second
+	}
+	if cfg.MaxAckPending <= 0 {
+		cfg.MaxAckPending = 512
+	}
+	if cfg.Deliveries != nil {
+		cfg.Deliveries.setPartitions(cfg.Partitions)
+	}
+	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}}
+	if t.parser = cfg.Fold.Parser; t.parser == nil {
+		t.parser = split.MustParser()
+	}
+	t.index = newIndex()
+	if err := t.index.start(ctx, kv, log); err != nil {
+		return nil, err
+	}
+	t.legacy.Store(cfg.Legacy)
+	if cfg.Legacy {
+		t.m.legacy.Set(1)
+	}
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); t.watch(wctx) }()
+	go func() { defer wg.Done(); t.janitor(wctx, cfg.Retention) }()
+	t.stopWatch = func() { stop(); wg.Wait() }
+	return t, nil
+}
+
+// Close stops following the index and the stream (after the fleet member
+// handed every partition over), and waits for the split events still being
+// published. Idempotent.
+func (t *Table) Close() {
+	t.pubs.Wait()
+	if t.stopWatch != nil {
+		t.stopWatch()
+		t.stopWatch = nil
+	}
+	t.index.stop()
+}
+
+// partitionOf is the partition of a run among n.
+func partitionOf(runID string, n int) int { return bus.PartitionOf(runID, n) }
+
+// part returns partition p's table while this aggregator owns it (nil
+// otherwise).
+func (t *Table) part(p int) *part {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.byPart[p]
+}
+
+// Owns says whether this aggregator owns runID's partition and its lease is
+// valid: the sinks' guard (a split of a partition that moved is the next
+// owner's to send).
+func (t *Table) Owns(runID string) bool {
+	pt := t.part(partitionOf(runID, t.cfg.Partitions))
+	return pt != nil && pt.lease.Valid()
+}
+
+// Acquired loads partition p's open runs (l is its lease) and starts
+// consuming it: fleet.Handler.
+func (t *Table) Acquired(ctx context.Context, l *fleet.Lease) error {
+	pt := newPart(t, l)
+	if err := pt.load(ctx); err != nil {
+		return err
+	}
+	if err := pt.startConsumers(ctx); err != nil {
+		pt.forget()
+		return err
+	}
+	t.mu.Lock()
+	t.byPart[pt.p] = pt
+	n := len(t.byPart)
+	t.mu.Unlock()
+	t.m.owned.Set(float64(n))
+	pt.startLoop()
+	return nil
+}
+
+// Release hands partition p over: it stops consuming, writes and
+// acknowledges what its runs hold, lets the sinks settle the splits just
+// written (a bounded wait), and forgets the partition: fleet.Handler.
+func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
+	pt := t.detach(l.Partition)
+	if pt == nil {
+		return
+	}
+	pt.stopConsumers()
+	pt.stopLoop()
+	pt.checkpoint(ctx, true)
+	if t.cfg.Deliveries != nil {
+		deadline := time.Now().Add(releaseSettle)
+		for t.cfg.Deliveries.pending(pt.p) && time.Now().Before(deadline) && l.Valid() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		pt.settle(ctx)
+	}
+	pt.unpin(ctx)
+	pt.forget()
+}
+
+// Lost drops partition p at once, writing nothing: its messages not yet
+// acknowledged go back to the stream for its next owner (fleet.Handler).
+func (t *Table) Lost(l *fleet.Lease) {
+	pt := t.detach(l.Partition)
+	if pt == nil {
+		return
+	}
+	pt.stopConsumers()
+	pt.stopLoop()
+	pt.mu.Lock()
+	pending := pt.pending
+	pt.pending = nil
+	pt.mu.Unlock()
+	for _, pm := range pending {
+		_ = pm.ack.Nak() // at once to the next owner, not after the ack wait
+	}
+	pt.forget()
+}
+
+// detach removes partition p from the table.
+func (t *Table) detach(p int) *part {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pt := t.byPart[p]
+	delete(t.byPart, p)
+	t.m.owned.Set(float64(len(t.byPart)))
+	return pt
+}
+
+// parts returns the partitions owned.
+func (t *Table) parts() []*part {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]*part, 0, len(t.byPart))
+	for _, pt := range t.byPart {
+		out = append(out, pt)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].p < out[j].p })
+	return out
+}
+
+// Snapshot returns the current split of a run: from memory while its
+// partition is owned here, else from the bucket.
+func (t *Table) Snapshot(ctx context.Context, id string) (split.Report, bool, error) {
+	p := partitionOf(id, t.cfg.Partitions)
+	if pt := t.part(p); pt != nil {
+		pt.mu.Lock()
+		if r := pt.runs[id]; r != nil {
+			rep := Report(r.st)
+			pt.mu.Unlock()
+			return rep, true, nil
+		}
+		pt.mu.Unlock()
+	}
+	st, err := t.read(ctx, id)
+	if errors.Is(err, errNotFound) {
+		return split.Report{}, false, nil
+	}
+	if err != nil {
+		return split.Report{}, false, err
+	}
+	return Report(st), true, nil
+}
+
+// read reads a run's latest stored state: its open key, else its closed
+// one.
+func (t *Table) read(ctx context.Context, id string) (*RunState, error) {
+	b, err := t.st.get(ctx, openKey(partitionOf(id, t.cfg.Partitions), id))
+	if errors.Is(err, errNotFound) {
+		b, err = t.st.get(ctx, stateKey(id))
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := decodeStored(t, b)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, errNotFound
+	}
+	return st, nil
+}
+
+// decodeStored decodes a stored value: a state, or the marker an earlier
+// version left under a run's open key (its bare run id), whose state is
+// read from the run's closed key.
+func decodeStored(t *Table, b []byte) (*RunState, error) {
+	if len(b) > 0 && b[0] != '{' {
+		return nil, nil
+	}
+	return UnmarshalState(b, t.cfg.Fold)
+}
+
+// ReadState reads a run's latest stored state from a state bucket
+// (`aggregator compare` with a run id).
+func ReadState(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, partitions int, id string, opts split.Options) (*RunState, error) {
+	t := &Table{cfg: Config{Partitions: partitions, Fold: opts}, st: newStore(js, kv)}
+	st, err := t.read(ctx, id)
+	if errors.Is(err, errNotFound) {
+		return nil, fmt.Errorf("run %q: %w", id, ErrNoRun)
+	}
+	return st, err
+}
+
+// ErrNoRun says a run has no state in the bucket.
+var ErrNoRun = errors.New("no such run in the state bucket")
+
+// Closed reports how many splits were written since the start.
+func (t *Table) Closed() int64 { return t.closed.Load() }
+
+// Index returns the run index.
+func (t *Table) Index() *Index { return t.index }
+
+// RunSummary is one line of /runs.
+type RunSummary struct {
+	ID        string    `json:"id"`
+	Host      string    `json:"host"`
+	Lane      string    `json:"lane"`
+	State     string    `json:"state"` // open, finished (split pending) or closed
+	LastEvent time.Time `json:"last_event"`
+	// ClosedAt is when the run's split was written (closed runs).
+	ClosedAt time.Time `json:"closed_at,omitzero"`
+	// Compact says the closed run's state was compacted.
+	Compact bool `json:"compact,omitempty"`
+}
+
+// List returns every run (the index, with the open runs of the
+// partitions owned as they are in memory), sorted by id.
+func (t *Table) List(ctx context.Context) ([]RunSummary, error) {
+	var out []RunSummary
+	for after := ""; ; {
+		page, more := t.ListPage(after, 10_000)
+		out = append(out, page...)
+		if !more || len(page) == 0 {
+			return out, ctx.Err()
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// ListPage is List for one page: the runs after after, up to limit; more
+// says another page follows.
+func (t *Table) ListPage(after string, limit int) (out []RunSummary, more bool) {
+	out, more = t.index.page(after, limit)
+	live := map[string]RunSummary{}
+	for _, pt := range t.parts() {
+		pt.mu.Lock()
+		for id, r := range pt.runs {
+			o := r.st.Origin
+			live[id] = RunSummary{ID: id, Host: o.Host, Lane: o.Lane, State: r.state(), LastEvent: r.st.LastEvent}
+		}
+		pt.mu.Unlock()
+	}
+	seen := make(map[string]bool, len(out))
+	for i, r := range out {
+		seen[r.ID] = true
+		if lr, ok := live[r.ID]; ok {
+			out[i].State, out[i].LastEvent = lr.State, lr.LastEvent
+		}
+	}
+	// Runs in memory whose summary is not written (or not seen) yet.
+	for id, lr := range live {
+		if id > after && !seen[id] && (!more || len(out) == 0 || id < out[len(out)-1].ID) {
+			out = append(out, lr)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if len(out) > limit {
+		out, more = out[:limit], true
+	}
+	return out, more
+}
