@@ -563,7 +563,7 @@ func (w *worker) run() {
 			if w.failures == 1 || w.failures%warnEvery == 0 {
 				ev = w.log.Warn().Int("consecutive_failures", w.failures)
 			}
-			ev.Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay).Err(err).Msg("write failed, will retry")
+			ev.Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay.Round(time.Millisecond)).Err(err).Msg("write failed, will retry")
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRetrying, Attempt: it.attempts, Err: err, Delay: delay})
 			w.settle(it, true)
 			w.wait(delay)

@@ -673,3 +673,36 @@ func deferringFanout(t *testing.T) (*gated, *store, *events, *sinks.Fanout) {
 		sinks.Target{Name: "m", Sink: m})
 	return m, st, ev, f
 }
+
+// TestFanoutLogsRoundDelays: the retry delay of the log line is rounded
+// to the millisecond (a jittered 1.246913578s is logged as 1247 ms, not
+// 1246.913578), while the wait itself keeps its jitter.
+func TestFanoutLogsRoundDelays(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var logs []byte
+	w := zerolog.SyncWriter(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, b...)
+		return len(b), nil
+	}))
+	c := newClock(false)
+	m := &sinktest.Memory{}
+	m.FailNext(sinktest.ErrInjected)
+	set := sinks.Settings{Logger: zerolog.New(w), Sleep: c.Sleep}
+	f, err := sinks.NewFanout(set, sinks.FanoutConfig{Retry: sinks.DefaultRetryPolicy(), Rand: func() float64 { return 0.623456789 }}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, err)
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	require.NoError(t, f.Flush(context.Background()))
+	require.NoError(t, f.Close(context.Background()))
+	require.Len(t, c.Slept(), 1)
+	require.NotZero(t, c.Slept()[0]%time.Millisecond, "the wait keeps its jitter")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, string(logs), fmt.Sprintf(`"retry_in":%d,`, c.Slept()[0].Round(time.Millisecond)/time.Millisecond))
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
