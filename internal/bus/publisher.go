@@ -757,7 +757,7 @@ func (p *Publisher) headFailed(st *pump, err error) {
 		return
 	}
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && !storeFull(err) {
+	if errors.As(err, &apiErr) && !StoreFull(err) {
 		// A full store is the broker being unavailable for a while: it is
 		// tried again for as long as it lasts, never set aside.
 		st.headErrs++
@@ -1209,7 +1209,7 @@ func permanent(err error) bool {
 		return true
 	}
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && !storeFull(err) &&
+	return errors.As(err, &apiErr) && !StoreFull(err) &&
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || apiErr.Code == 400)
 }
 
@@ -1223,14 +1223,14 @@ const (
 	errCodeStreamStoreFailed        jetstream.ErrorCode = 10077 // 503 the stream's store failed: "maximum bytes exceeded" with discard new, ...
 )
 
-// storeFull reports the answer of a broker that is there but cannot store
+// StoreFull reports the answer of a broker that is there but cannot store
 // the event now: the server's or the account's JetStream store is full
 // (503 "insufficient resources", err_code 10023, is what a full server
 // store answers), or a stream that discards new events reached its
 // maximum messages or bytes. Room comes back (a purge, a raised limit, max
 // age), so the event is spooled and tried again, like one sent while the
 // broker is away.
-func storeFull(err error) bool {
+func StoreFull(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
 		return false

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/fleet"
 )
 
@@ -162,7 +163,7 @@ func (pt *part) settleAcks(batch []pendingMsg, final, failed bool) {
 func (pt *part) fail(err error) {
 	t := pt.t
 	pt.backoff = min(max(2*pt.backoff, t.cfg.CheckpointInterval), maxBackoff)
-	full := insufficient(err)
+	full := bus.StoreFull(err)
 	if full {
 		t.health.set("store", "the state bucket's store is full (insufficient resources): checkpoints wait and retry; events wait unacknowledged")
 	}
