@@ -418,12 +418,12 @@ func (pt *part) loop(ctx context.Context) {
 	}
 }
 
-// progress acknowledges the progress of the messages that waited half
-// their ack wait for a checkpoint, so they are not delivered again.
+// progress acknowledges the progress of the messages that waited a third
+// of their ack wait for a checkpoint, so they are not delivered again.
 func (pt *part) progress() {
 	t := pt.t
 	now := time.Now()
-	half := t.cfg.AckWait / 2
+	half := t.cfg.AckWait / 3
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	for i := range pt.pending {

@@ -686,7 +686,7 @@ func TestStoreFullBacksOffIntegration(t *testing.T) {
 	st, err := b.JS.Stream(ctx, "KV_"+runtable.Bucket)
 	require.NoError(t, err)
 	cfg := st.CachedInfo().Config
-	r := startTableLog(t, b.URL, "full", runtable.Config{IdleTimeout: time.Hour, CheckpointInterval: 200 * time.Millisecond, AckWait: 2 * time.Second},
+	r := startTableLog(t, b.URL, "full", runtable.Config{IdleTimeout: time.Hour, CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second},
 		zerolog.New(&logs).Level(zerolog.InfoLevel))
 	r.waitOwns(r.parts)
 	info, err := st.Info(ctx)
@@ -702,7 +702,7 @@ func TestStoreFullBacksOffIntegration(t *testing.T) {
 		return !ok && strings.Contains(why, "store is full")
 	})
 	// Past two ack waits: nothing delivered again, nothing folded twice.
-	time.Sleep(5 * time.Second)
+	time.Sleep(7 * time.Second)
 	require.Zero(t, counter(t, r.m, "gttsplit_events_redelivered_total"))
 	require.Equal(t, float64(len(fx.Wires)-1), counter(t, r.m, "gttsplit_events_folded_total"))
 	require.Positive(t, counter(t, r.m, "gttsplit_events_progress_acks_total"))
