@@ -81,9 +81,9 @@ a process's fdinfo (cp -r /proc/PID/fdinfo DIR). Give it several times to
 merge files. Without samples the log-derived rows are still shown and the
 peak is unknown.
 
-A missing or unreadable file, or one that is not a text log (a binary),
-exits 2; an empty log or a samples file without a sample is a warning on
-stderr. Malformed lines are counted, skipped, and reported.`,
+A missing or unreadable file, an empty log, or one that is not a text log
+(a binary) exits 2; a samples file without a sample is a warning on stderr.
+Malformed lines are counted, skipped, and reported.`,
 		Example: `  aggregator parse testdata/runs/4b/split.log --samples testdata/runs/4b/gtt.txt
   aggregator parse split.log --samples fdinfo-snapshot/ --format json`,
 		Args: cli.Args(cobra.ExactArgs(1)),

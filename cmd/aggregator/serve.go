@@ -117,7 +117,7 @@ func setMemoryLimit(mib int, log zerolog.Logger) {
 func newExport(stdout io.Writer) *cobra.Command {
 	var runID, since, until string
 	c := &cobra.Command{
-		Use:   "export (--run ID | --since TIME [--until TIME]) > events.jsonl",
+		Use:   "export (--run ID | --since TIME [--until TIME]) [flags] > events.jsonl",
 		Short: "Write a range of the JetStream stream as a recorded stream",
 		Long: `export writes the events of one run (--run), or every event stored between
 --since and --until (RFC 3339 times, or durations back from now such as 24h),

@@ -255,8 +255,13 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 		if r, err = pt.run(ctx, d.Origin); err != nil {
 			return err // the bucket is not reachable: redelivered later
 		}
+		pt.mu.Lock()
+		if pt.runs[id] != r {
+			pt.mu.Unlock() // closed and forgotten meanwhile: again
+			continue
+		}
 		if r.closing == nil {
-			break
+			break // pt.mu held
 		}
 		// Its closed state is being written: the event meets the
 		// closed run (a late event re-opens it).
@@ -323,22 +328,22 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 
 // run returns the live run of o, reading it from the bucket (without
 // pt.mu) when it is not in memory: a run of an owned partition that is not
-// in memory is new, or closed (its closed key). It returns with pt.mu
-// held, unless it fails.
+// in memory is new, or closed (its closed key).
 func (pt *part) run(ctx context.Context, o events.Origin) (*liveRun, error) {
 	pt.mu.Lock()
-	if r := pt.runs[o.RunID]; r != nil {
+	r := pt.runs[o.RunID]
+	pt.mu.Unlock()
+	if r != nil {
 		return r, nil
 	}
-	pt.mu.Unlock()
 	r, err := pt.readClosed(ctx, o)
-	pt.mu.Lock()
-	if cur := pt.runs[o.RunID]; cur != nil {
-		return cur, nil
-	}
 	if err != nil {
-		pt.mu.Unlock()
 		return nil, err
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if cur := pt.runs[o.RunID]; cur != nil {
+		return cur, nil // read meanwhile by another handler
 	}
 	pt.runs[o.RunID] = r
 	pt.t.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
@@ -396,6 +401,9 @@ func (pt *part) loop(ctx context.Context) {
 			wait = pt.backoff // a failing bucket is not asked again at once
 			kicked = false
 		}
+		// Messages waiting for a checkpoint keep their ack wait from
+		// running out, however long the checkpoints take.
+		pt.progress()
 		// A checkpoint under way is not cut short by the stop: its
 		// writes would fail, and the release writes again what it holds.
 		wctx := context.WithoutCancel(ctx)
@@ -407,5 +415,22 @@ func (pt *part) loop(ctx context.Context) {
 		pt.ckptMu.Lock()
 		pt.afterCheckpoint(wctx)
 		pt.ckptMu.Unlock()
+	}
+}
+
+// progress acknowledges the progress of the messages that waited a third
+// of their ack wait for a checkpoint, so they are not delivered again.
+func (pt *part) progress() {
+	t := pt.t
+	now := time.Now()
+	half := t.cfg.AckWait / 3
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	for i := range pt.pending {
+		if pm := &pt.pending[i]; now.Sub(pm.at) > half {
+			_ = pm.ack.InProgress()
+			pm.at = now
+			t.m.progress.Inc()
+		}
 	}
 }

@@ -572,7 +572,7 @@ func (w *worker) run() {
 			if draining && asked && !w.f.deadline.IsZero() && w.f.set.Now().Add(delay).After(w.f.deadline) {
 				// The remote end asks for a wait that ends after the
 				// shutdown deadline: give up now rather than at it.
-				w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", humanDelay(delay)).Err(err).
+				w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay.Round(time.Millisecond)).Err(err).
 					Msg("write failed while shutting down, and the remote end asks to wait past the deadline; giving up on this sink")
 				w.settle(it, true)
 				return
@@ -588,7 +588,7 @@ func (w *worker) run() {
 			if w.failures == 1 || w.failures%warnEvery == 0 {
 				ev = w.log.Warn().Int("consecutive_failures", w.failures)
 			}
-			ev.Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", humanDelay(delay)).Err(err).Msg("write failed, will retry")
+			ev.Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay.Round(time.Millisecond)).Err(err).Msg("write failed, will retry")
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRetrying, Attempt: it.attempts, Err: err, Delay: delay})
 			w.settle(it, true)
 			w.wait(delay)
@@ -600,19 +600,6 @@ func (w *worker) setLastErr(err error) {
 	w.mu.Lock()
 	w.lastErr = err
 	w.mu.Unlock()
-}
-
-// humanDelay rounds a wait for the log: to the millisecond under a
-// second, to a tenth of a second under a minute, else to the second
-// ("851ms", "2.3s", "4m48s", not "851.254588ms").
-func humanDelay(d time.Duration) time.Duration {
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond)
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond)
-	}
-	return d.Round(time.Second)
 }
 
 // reports is "1 report" or "N reports".

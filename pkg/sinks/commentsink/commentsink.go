@@ -41,7 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gttsplit/gttsplit/internal/plugin"
-	"github.com/gttsplit/gttsplit/internal/redact"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 	"io"
 	"net/http"
 	"net/url"
