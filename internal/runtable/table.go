@@ -103,10 +103,14 @@ type Table struct {
 	m      *Metrics
 	index  *Index
 
-	// mu guards byPart. Lock order: Table.mu, then part.mu; neither is
+	// mu guards byPart and leases. Lock order: Table.mu, then part.mu; neither is
 	// held across a write to the broker.
 	mu     sync.RWMutex
 	byPart map[int]*part
+	// leases are the partitions' leases from the start of Acquired (a
+	// take-over re-sends splits before the partition is in byPart) to
+	// its release: what Owns asks.
+	leases map[int]*fleet.Lease
 
 	closed atomic.Int64
 	pubs   sync.WaitGroup // split events being published, re-sends
@@ -148,7 +152,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	if cfg.Deliveries != nil {
 		cfg.Deliveries.setPartitions(cfg.Partitions)
 	}
-	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}}
+	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{}}
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
 		t.parser = split.MustParser()
 	}
@@ -196,19 +200,26 @@ func (t *Table) part(p int) *part {
 // valid: the sinks' guard (a split of a partition that moved is the next
 // owner's to send).
 func (t *Table) Owns(runID string) bool {
-	pt := t.part(partitionOf(runID, t.cfg.Partitions))
-	return pt != nil && pt.lease.Valid()
+	t.mu.RLock()
+	l := t.leases[partitionOf(runID, t.cfg.Partitions)]
+	t.mu.RUnlock()
+	return l != nil && l.Valid()
 }
 
 // Acquired loads partition p's open runs (l is its lease) and starts
 // consuming it: fleet.Handler.
 func (t *Table) Acquired(ctx context.Context, l *fleet.Lease) error {
+	t.mu.Lock()
+	t.leases[l.Partition] = l
+	t.mu.Unlock()
 	pt := newPart(t, l)
 	if err := pt.load(ctx); err != nil {
+		t.dropLease(l)
 		return err
 	}
 	if err := pt.startConsumers(ctx); err != nil {
 		pt.forget()
+		t.dropLease(l)
 		return err
 	}
 	t.mu.Lock()
@@ -224,6 +235,7 @@ func (t *Table) Acquired(ctx context.Context, l *fleet.Lease) error {
 // acknowledges what its runs hold, lets the sinks settle the splits just
 // written (a bounded wait), and forgets the partition: fleet.Handler.
 func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
+	defer t.dropLease(l) // last: the sinks may write until then
 	pt := t.detach(l.Partition)
 	if pt == nil {
 		return
@@ -245,6 +257,7 @@ func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
 // Lost drops partition p at once, writing nothing: its messages not yet
 // acknowledged go back to the stream for its next owner (fleet.Handler).
 func (t *Table) Lost(l *fleet.Lease) {
+	t.dropLease(l)
 	pt := t.detach(l.Partition)
 	if pt == nil {
 		return
@@ -269,6 +282,15 @@ func (t *Table) detach(p int) *part {
 	delete(t.byPart, p)
 	t.m.owned.Set(float64(len(t.byPart)))
 	return pt
+}
+
+// dropLease forgets l: a failed Acquired, the end of Release, Lost.
+func (t *Table) dropLease(l *fleet.Lease) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.leases[l.Partition] == l {
+		delete(t.leases, l.Partition)
+	}
 }
 
 // parts returns the partitions owned.

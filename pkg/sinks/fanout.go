@@ -175,9 +175,11 @@ func (f *Fanout) Write(ctx context.Context, r split.Report) error {
 }
 
 // Flush waits until every queued report (deferred ones included) has been
-// delivered, has failed permanently or was withdrawn, or until ctx is done
-// (then it returns ctx's error). With a sink that keeps failing
-// transiently, only ctx ends the wait.
+// delivered, has failed permanently or was withdrawn, or until ctx is done.
+// Then it returns ctx's error joined with, for each sink still holding
+// reports, how many and its last failure (ErrUndelivered); the reports
+// stay queued. With a sink that keeps failing transiently, only ctx ends
+// the wait.
 func (f *Fanout) Flush(ctx context.Context) error {
 	for _, w := range f.ws {
 		for {
@@ -191,11 +193,25 @@ func (f *Fanout) Flush(ctx context.Context) error {
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return ctx.Err()
+				return f.waiting(ctx.Err())
 			}
 		}
 	}
 	return nil
+}
+
+// waiting joins cause with each sink's queued reports and last failure.
+func (f *Fanout) waiting(cause error) error {
+	errs := []error{cause}
+	for _, w := range f.ws {
+		w.mu.Lock()
+		n, why := len(w.queue), undeliveredError{last: w.lastErr}
+		w.mu.Unlock()
+		if n > 0 {
+			errs = append(errs, fmt.Errorf("%s: %s %w", w.name, reports(n), why))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Pending returns the number of reports queued (deferred ones included) or

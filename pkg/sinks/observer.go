@@ -33,8 +33,9 @@ const (
 	// OutcomeRequeued: a deferred report was reloaded and is being written
 	// (its Delivered, Retrying or Failed follows).
 	OutcomeRequeued
-	// OutcomeWithdrawn: Reload had nothing to write for a deferred report
-	// (the run changed meanwhile, or is no longer this process's to write).
+	// OutcomeWithdrawn: Reload had nothing to write for a deferred report,
+	// or Keep refused a report right before its write (the run changed
+	// meanwhile, or is no longer this process's to write).
 	OutcomeWithdrawn
 )
 

@@ -275,7 +275,14 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 		}
 		return split.Report{}, false, nil
 	}
-	fan, err := openSinks(cfg.Sinks, sinks.Settings{Logger: log, Stdout: opt.Stdout, Lookup: lookup}, obs, reload)
+	// A report is written only while this aggregator holds its run's
+	// partition: asked right before each commit, so a report queued
+	// before the partition moved is left to its new owner.
+	keep := func(r split.Report) bool {
+		t := tref.Load()
+		return t != nil && t.Owns(r.Run.ID)
+	}
+	fan, err := openSinks(cfg.Sinks, sinks.Settings{Logger: log, Stdout: opt.Stdout, Lookup: lookup}, obs, reload, keep)
 	if err != nil {
 		return err
 	}
@@ -370,20 +377,35 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 			}
 		}
 	}()
-	// The member takes and gives back partitions until ctx ends, then
-	// hands every one over (written, acknowledged, given back).
-	member.Run(ctx)
-	stopMetrics()
-	<-mdone
+	// The member takes and gives back partitions until ctx ends. Then the
+	// sinks drain and close while this aggregator still holds its
+	// partitions (a report is written only by its run's owner; one a sink
+	// gives up on stays pending in the state bucket), and only then does
+	// the member hand every partition over (written, acknowledged, given
+	// back) for the next owner to write what is pending.
+	rctx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		member.Run(rctx)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-runDone:
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
-	tbl.Close()
 	var errs []error
 	if fan != nil {
 		if err := fan.Close(sctx); err != nil {
 			errs = append(errs, fmt.Errorf("sinks: %w", err))
 		}
 	}
+	stopRun()
+	<-runDone
+	stopMetrics()
+	<-mdone
+	tbl.Close()
 	if srv != nil {
 		_ = srv.Shutdown(sctx)
 	}

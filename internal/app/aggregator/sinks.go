@@ -29,10 +29,13 @@ type Reload = func(ctx context.Context, sink, runID string) (split.Report, bool,
 // reload, a sink's full queue (sinks.max_pending) defers reports instead of
 // dropping them.
 func OpenSinks(cfg config.Sinks, stdout io.Writer, log zerolog.Logger, obs sinks.Observer, reload Reload) (*sinks.Fanout, error) {
-	return openSinks(cfg, sinks.Settings{Logger: log, Stdout: stdout}, obs, reload)
+	return openSinks(cfg, sinks.Settings{Logger: log, Stdout: stdout}, obs, reload, nil)
 }
 
-func openSinks(cfg config.Sinks, set sinks.Settings, obs sinks.Observer, reload Reload) (*sinks.Fanout, error) {
+// openSinks is OpenSinks with the fleet's guard: keep, if not nil, is
+// asked right before each write commits whether this aggregator still
+// owns the report's run (sinks.FanoutConfig.Keep).
+func openSinks(cfg config.Sinks, set sinks.Settings, obs sinks.Observer, reload Reload, keep func(split.Report) bool) (*sinks.Fanout, error) {
 	reg, err := Registry()
 	if err != nil {
 		return nil, err
@@ -88,5 +91,5 @@ func openSinks(cfg config.Sinks, set sinks.Settings, obs sinks.Observer, reload 
 	if cfg.Retry.MaxBackoff > 0 {
 		pol.Max = cfg.Retry.MaxBackoff
 	}
-	return sinks.NewFanout(set, sinks.FanoutConfig{Retry: pol, Observer: obs, MaxPending: cfg.MaxPending, Reload: reload}, targets...)
+	return sinks.NewFanout(set, sinks.FanoutConfig{Retry: pol, Observer: obs, MaxPending: cfg.MaxPending, Reload: reload, Keep: keep}, targets...)
 }

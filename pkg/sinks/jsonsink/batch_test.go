@@ -60,7 +60,9 @@ func TestWriteBatchMatchesWrites(t *testing.T) {
 // BenchmarkWriteBatch measures the splits a second the JSON sink writes
 // to disk, each durable before it counts: one at a time (Write: a sync of
 // the document, its directory and splits.jsonl each) against batches of
-// 256 (WriteBatch: two syncs a batch). The reports are the recorded 4B
+// 256 (WriteBatch: two syncs a batch), and through the aggregator's
+// Fanout (batches of its default size, Keep asked before each commit,
+// counted when the observer hears Delivered). The reports are the recorded 4B
 // run's split (its log and samples folded) under other ids.
 //
 //	go test ./pkg/sinks/jsonsink -run '^$' -bench WriteBatch -benchtime 2000x
@@ -80,18 +82,21 @@ func BenchmarkWriteBatch(b *testing.B) {
 		return out
 	}
 	ctx := context.Background()
-	for _, mode := range []string{"write", "batch256"} {
+	for _, mode := range []string{"write", "batch256", "fanout"} {
 		b.Run(mode, func(b *testing.B) {
 			s := newSink(&testing.T{}, b.TempDir()).(sinks.BatchWriter)
 			rs := reports(b.N, 0)
 			b.ResetTimer()
-			if mode == "write" {
+			switch mode {
+			case "fanout":
+				fanout(b, s, rs)
+			case "write":
 				for _, r := range rs {
 					if err := s.Write(ctx, r); err != nil {
 						b.Fatal(err)
 					}
 				}
-			} else {
+			default:
 				for i := 0; i < len(rs); i += 256 {
 					if _, err := s.WriteBatch(ctx, rs[i:min(len(rs), i+256)], nil); err != nil {
 						b.Fatal(err)
@@ -100,7 +105,31 @@ func BenchmarkWriteBatch(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "splits/s")
-			_ = s.Close(ctx)
+			_ = s.Close(ctx) // the fanout's Close closed it already: a second Close is nil
 		})
 	}
+}
+
+// fanout writes rs through a Fanout in front of s and waits until every
+// report is delivered.
+func fanout(b *testing.B, s sinks.Sink, rs []split.Report) {
+	ctx := context.Background()
+	delivered := make(chan struct{}, len(rs))
+	obs := sinks.ObserverFunc(func(e sinks.Event) {
+		if e.Outcome == sinks.OutcomeDelivered {
+			delivered <- struct{}{}
+		}
+	})
+	f, err := sinks.NewFanout(sinks.Settings{}, sinks.FanoutConfig{
+		Observer: obs, MaxPending: len(rs),
+		Keep: func(split.Report) bool { return true },
+	}, sinks.Target{Name: "json", Sink: s})
+	require.NoError(b, err)
+	for _, r := range rs {
+		require.NoError(b, f.Write(ctx, r))
+	}
+	for range rs {
+		<-delivered
+	}
+	require.NoError(b, f.Close(ctx))
 }
