@@ -179,7 +179,9 @@ func bufferRow(r Record) string {
 	switch k := r.BufKind; {
 	case k == "model":
 		return "model"
-	case k == "KV":
+	case k == "KV" || strings.HasSuffix(k, " KV"):
+		// (" KV": DeepSeek-V4's "DeepSeek4 compressed KV" cache is a KV
+		// cache of its own name)
 		if strings.Contains(fn, "recurrent") {
 			return "rs" // ≤ b5855 recurrent state is printed with the KV word
 		}

@@ -203,7 +203,7 @@ func modelLine(m ModelLoad) string {
 		where += fmt.Sprintf(", router child %d", m.RouterPort)
 	}
 	s := fmt.Sprintf("%s %s (%s): model %s", m.Role, quoteCmd(file), where, f(m.ModelGTTMiB))
-	if m.ModelHostMiB != nil {
+	if m.ModelHostMiB != nil && *m.ModelHostMiB != 0 {
 		s += fmt.Sprintf(" (+ %s CPU, not in GTT)", f(m.ModelHostMiB))
 	}
 	s += fmt.Sprintf(", KV + state %s, compute + output %s, %d context(s)", f(m.StateMiB), f(m.ComputeMiB), m.Contexts)

@@ -155,7 +155,7 @@ func modelLoad(l *loadAcc, g figures) ModelLoad {
 	if g.haveModel {
 		ml.ModelGTTMiB = mib(g.model)
 	}
-	if g.haveHost {
+	if g.haveHost || g.haveModel {
 		ml.ModelHostMiB = mib(g.host)
 	}
 	if g.haveCtx && !g.buffersLost {
@@ -207,7 +207,9 @@ func (c *computation) modelRows(rd *logReader, sum figures, live int) {
 		c.model = &v
 		c.r.ModelGTTMiB = mib(v)
 	}
-	if sum.haveHost {
+	if sum.haveHost || sum.haveModel {
+		// Model lines and none on host memory: 0 on the host, as a load
+		// on host memory only has 0 in GTT.
 		c.r.ModelHostMiB = mib(sum.host)
 	}
 	if sum.haveModel {

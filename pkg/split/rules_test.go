@@ -89,6 +89,22 @@ func TestRulesDiscriminate(t *testing.T) {
 			get: func(r Report) float64 { return val(r.ModelHostMiB) }, want: 304.28, naive: -1,
 		},
 		{
+			name: "model lines and none on host memory: the host row is 0, not unknown",
+			log: verbose + load +
+				"load_tensors:        ROCm0 model buffer size =  2375.91 MiB\n",
+			get: func(r Report) float64 { return val(r.ModelHostMiB) }, want: 0, naive: -1,
+		},
+		{
+			name: "DeepSeek-V4's compressed KV cache is KV + state",
+			log: verbose + load +
+				"load_tensors:        CUDA0 model buffer size =  9000.00 MiB\n" +
+				"llama_context: constructing llama_context\n" +
+				"llama_kv_cache:      CUDA0 KV buffer size =   100.00 MiB\n" +
+				"llama_memory_hybrid_iswa:      CUDA0 DeepSeek4 compressed KV buffer size =  2450.00 MiB\n" +
+				"sched_reserve:      CUDA0 compute buffer size =    50.00 MiB\n",
+			get: func(r Report) float64 { return val(r.StateMiB) }, want: 2550, naive: 100,
+		},
+		{
 			name: "a split buffer type is summed",
 			log: verbose + load +
 				"load_tensors:  ROCm0_Split model buffer size =   316.00 MiB\n" +
