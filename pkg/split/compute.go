@@ -310,6 +310,10 @@ func (c *computation) samples(ts *tickState) {
 	if d.FDsSkipped > 0 {
 		c.flag(FlagFDsSkipped)
 	}
+	if ts.MemSkipped > 0 {
+		c.flag(FlagFDsSkipped)
+		c.warn = append(c.warn, fmt.Sprintf("%d region figures of fdinfo files did not parse and were left out of the memory per card", ts.MemSkipped))
+	}
 	if ts.Peak == nil {
 		c.flag(FlagNoGPUClient)
 		return

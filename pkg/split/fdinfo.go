@@ -3,6 +3,7 @@ package split
 import (
 	"bytes"
 	"strconv"
+	"strings"
 )
 
 // FDVerdict says what an fdinfo text is.
@@ -26,6 +27,78 @@ type DRMClient struct {
 	GTTBytes int64
 	// Key names the key GTTBytes came from.
 	Key string
+	// Mem is the client's memory by region class (MemVRAM, MemGTT,
+	// MemCPU), for the drivers whose regions gttsplit reads (amdgpu, xe,
+	// i915; see RegionClass): per region drm-total-<region>, else the
+	// resident drm-memory-<region> (amdgpu), else amdgpu's "<region>
+	// mem" before kernel 5.19. It is filled for FDAmdgpu and for an xe or
+	// i915 client (FDOtherDriver).
+	Mem ClientMem
+}
+
+// Region classes: where a DRM client's memory lives (docs/accounting.md
+// rule 17).
+const (
+	MemVRAM = iota // the card's own memory: amdgpu vram, xe vram0/vram1, i915 local0
+	MemGTT         // system memory mapped for the GPU: amdgpu and xe gtt, i915 system0
+	MemCPU         // system memory the GPU does not map: amdgpu cpu, xe system
+	NumMemClasses
+)
+
+// MemClassName names a region class in reports ("vram", "gtt", "cpu").
+var MemClassName = [NumMemClasses]string{"vram", "gtt", "cpu"}
+
+// ClientMem is one client's memory by region class.
+type ClientMem struct {
+	Bytes [NumMemClasses]int64
+	// Seen has bit c set when class c had a figure; Resident when one of
+	// its figures was resident memory only (drm-memory-*, "<r> mem").
+	Seen, Resident uint8
+	// Regions names, per class, the kernel's regions summed into it
+	// ("vram0+vram1").
+	Regions [NumMemClasses]string
+	// Skipped counts region figures that did not parse (left out).
+	Skipped int
+}
+
+// RegionClass is the class of a driver's memory region, or -1 for a
+// region that is none of them (stolen memory, amdgpu's gds/gws/oa/
+// doorbell, a driver gttsplit does not read).
+func RegionClass(driver, region string) int {
+	switch driver {
+	case "amdgpu":
+		switch region {
+		case "vram":
+			return MemVRAM
+		case "gtt":
+			return MemGTT
+		case "cpu":
+			return MemCPU
+		}
+	case "xe":
+		switch {
+		case strings.HasPrefix(region, "vram"):
+			return MemVRAM
+		case region == "gtt":
+			return MemGTT
+		case region == "system":
+			return MemCPU
+		}
+	case "i915":
+		switch {
+		case strings.HasPrefix(region, "local"):
+			return MemVRAM
+		case strings.HasPrefix(region, "system"):
+			return MemGTT
+		}
+	}
+	return -1
+}
+
+// regionVal is one memory key of an fdinfo text: its region and value.
+type regionVal struct {
+	region, val []byte
+	family      uint8 // 0 drm-total-, 1 drm-memory-, 2 "<region> mem"
 }
 
 // ParseFDInfo parses one /proc/<pid>/fdinfo/<fd> text (docs/formats.md, "fdinfo"). Only
@@ -36,6 +109,8 @@ func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
 	var c DRMClient
 	var total, memory, oldGTT, oldPDev, pasid []byte
 	var haveDriver, haveClient, havePDev bool
+	var regs [16]regionVal // the memory keys, first occurrence each
+	nreg := 0
 	for len(text) > 0 {
 		nl := bytes.IndexByte(text, '\n')
 		var line []byte
@@ -85,6 +160,12 @@ func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
 				pasid = val
 			}
 		}
+		if nreg < len(regs) {
+			if rv, ok := memoryKey(key, val); ok && !hasRegion(regs[:nreg], rv) {
+				regs[nreg] = rv
+				nreg++
+			}
+		}
 	}
 	if !haveDriver {
 		if oldGTT == nil {
@@ -100,9 +181,13 @@ func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
 			return c, FDMalformed
 		}
 		c.Driver, c.PDev, c.ClientID, c.GTTBytes, c.Key = "amdgpu", string(oldPDev), "pasid-"+string(pasid), v, "gtt mem"
+		c.Mem = clientMem(c.Driver, regs[:nreg])
 		return c, FDAmdgpu
 	}
 	if c.Driver != "amdgpu" {
+		if c.Driver == "xe" || c.Driver == "i915" {
+			c.Mem = clientMem(c.Driver, regs[:nreg])
+		}
 		return c, FDOtherDriver
 	}
 	if !haveClient || c.ClientID == "" {
@@ -120,7 +205,79 @@ func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
 	if !ok {
 		return c, FDMalformed
 	}
+	c.Mem = clientMem(c.Driver, regs[:nreg])
 	return c, FDAmdgpu
+}
+
+// memoryKey reads a memory key of an fdinfo line: drm-total-<region>
+// (not drm-total-cycles-<engine>, which is no memory), drm-memory-<region>
+// and amdgpu's "<region> mem" before kernel 5.19.
+func memoryKey(key, val []byte) (regionVal, bool) {
+	switch {
+	case bytes.HasPrefix(key, []byte("drm-total-")):
+		r := key[len("drm-total-"):]
+		if len(r) == 0 || bytes.HasPrefix(r, []byte("cycles-")) {
+			return regionVal{}, false
+		}
+		return regionVal{region: r, val: val, family: 0}, true
+	case bytes.HasPrefix(key, []byte("drm-memory-")):
+		r := key[len("drm-memory-"):]
+		if len(r) == 0 {
+			return regionVal{}, false
+		}
+		return regionVal{region: r, val: val, family: 1}, true
+	case bytes.HasSuffix(key, []byte(" mem")) && len(key) > 4:
+		return regionVal{region: key[:len(key)-4], val: val, family: 2}, true
+	}
+	return regionVal{}, false
+}
+
+// hasRegion reports whether rs has rv's key (region and family) already:
+// a repeated key keeps its first occurrence.
+func hasRegion(rs []regionVal, rv regionVal) bool {
+	for _, x := range rs {
+		if x.family == rv.family && bytes.Equal(x.region, rv.region) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientMem sums a client's regions by class: per region the first of
+// drm-total-, drm-memory- and "<region> mem" the text has.
+func clientMem(driver string, rs []regionVal) ClientMem {
+	var m ClientMem
+	for i, rv := range rs {
+		better := false
+		for _, x := range rs {
+			if x.family < rv.family && bytes.Equal(x.region, rv.region) {
+				better = true
+			}
+		}
+		if better || hasRegion(rs[:i], rv) {
+			continue
+		}
+		cl := RegionClass(driver, string(rv.region))
+		if cl < 0 {
+			continue
+		}
+		v, ok := ParseSize(rv.val)
+		if !ok {
+			m.Skipped++
+			continue
+		}
+		m.Bytes[cl] += v
+		m.Seen |= 1 << cl
+		if rv.family > 0 {
+			m.Resident |= 1 << cl
+		}
+		if m.Regions[cl] == "" {
+			m.Regions[cl] = string(rv.region)
+		} else {
+			m.Regions[cl] += "+" + string(rv.region)
+		}
+	}
+	return m
 }
 
 // ParseSize parses a DRM fdinfo memory value: "<uint>" (bytes), or
