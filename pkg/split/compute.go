@@ -34,11 +34,15 @@ const (
 	FlagIncomplete       = "incomplete"
 	FlagEventsDropped    = "events_dropped"
 	FlagRemoteBuffers    = "remote_buffers"
+	FlagDeviceOrder      = "device_order_assumed"
+	FlagDeviceUnmatched  = "device_unmatched"
+	FlagDeviceOverCard   = "device_over_card"
 )
 
 var flagOrder = []string{
 	FlagNotModelLoad, FlagNotVerbose, FlagPreB3761, FlagLegacyFormat, FlagFitProbe,
 	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagUnknownBuffer, FlagMmproj, FlagRemoteBuffers,
+	FlagDeviceOrder, FlagDeviceUnmatched, FlagDeviceOverCard,
 	FlagComputeMismatch, FlagOutputRealloc, FlagNoTrace, FlagNoSamples, FlagNoGPUClient,
 	FlagResidentOnly, FlagUnattribHigh, FlagUnattribNegative, FlagLinesSkipped, FlagFDsSkipped,
 	FlagSourceDirty, FlagSourceUnknown, FlagIncomplete, FlagEventsDropped, FlagStateCapped,
@@ -140,13 +144,21 @@ type table struct {
 // Report computes the split from everything applied so far. It does not
 // change the fold.
 func (f *Fold) Report() Report {
+	r, _ := f.report()
+	return r
+}
+
+// report is Report with its computation (the tests read the device table
+// from it whether the report shows it or not).
+func (f *Fold) report() (Report, *computation) {
 	recs := f.st.sortedRecords()
 	c := &computation{thr: f.thr, st: &f.st, linesRead: f.linesRead()}
 	c.logRows(recs)
 	c.samples(&f.st.Ticks)
+	c.deviceCards(&f.st.Ticks)
 	c.finish()
 	c.r.Timeline = f.st.timeline()
-	return c.r
+	return c.r, c
 }
 
 type computation struct {
@@ -161,6 +173,10 @@ type computation struct {
 	rowsLost                         bool // the cap left KV + state or compute unknown
 	peak, final                      *float64
 	peakTick                         *tick
+	devs                             []*devRow // the device table (devices.go), shown or not
+	// discrete says every GPU device is matched to a card whose own
+	// memory is VRAM: the process GTT does not hold their buffers.
+	discrete bool
 }
 
 func (c *computation) flag(f string) {
@@ -431,6 +447,9 @@ func (c *computation) finish() {
 		r.UnattributedPct = mib(pct(u, *c.peak))
 		st, detail := StatusOK, ""
 		switch {
+		case c.discrete:
+			st = StatusWarn
+			detail = fmt.Sprintf("not judged here: this run's devices keep their buffers in the VRAM of discrete cards (see devices and cards, where not attributed is judged per card), not in the process GTT (peak %.1f MiB: the runtime's own, pinned host buffers and spill); peak − rows is %.1f MiB", *c.peak, u)
 		case u < 0:
 			c.flag(FlagUnattribNegative)
 			st = StatusFail
@@ -465,10 +484,29 @@ func (c *computation) finish() {
 	}
 	r.Detail.Warnings = append(r.Detail.Warnings, c.warn...)
 	r.Expected = expected(r, c.thr)
+	if c.discrete {
+		r.Expected = expectedDiscrete(r, c.thr)
+	}
+}
+
+// expectedDiscrete is the Expected line of a run whose devices are all on
+// discrete cards: judged per card, against its VRAM.
+func expectedDiscrete(r *Report, thr float64) string {
+	s := fmt.Sprintf("Healthy: the weights are resident once, KV + state and compute match the -c/-b settings, and on each card not attributed is a few %% of its VRAM peak (the runtime's pools, code objects; flagged above %g %% of the process peak on an APU, judged per card here: this run's devices keep their buffers in the VRAM of discrete cards, not in the process GTT).", thr)
+	var this []string
+	for _, k := range r.Cards {
+		if k.NotAttributedPct != nil && len(k.Devices) > 0 {
+			this = append(this, fmt.Sprintf("%s (%s) %.1f %% of its VRAM peak not attributed", strings.Join(k.Devices, ", "), k.PDev, float64(*k.NotAttributedPct)))
+		}
+	}
+	if len(this) > 0 {
+		s += " This run: " + strings.Join(this, "; ") + "."
+	}
+	return s
 }
 
 var checkNames = []string{"trace_vs_model", "attributed_vs_peak", "process_vs_card", "steady_state",
-	"breakdown_model", "breakdown_context", "breakdown_compute", "compute_echo"}
+	"device_vs_card", "breakdown_model", "breakdown_context", "breakdown_compute", "compute_echo"}
 
 func checkRank(n string) int {
 	for i, x := range checkNames {

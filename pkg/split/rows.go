@@ -41,6 +41,7 @@ func (c *computation) logRows(recs []*keyedRecord) {
 	}
 	c.modelRows(rd, sum, len(live))
 	c.contextRows(sum)
+	c.deviceRows(rd, live)
 	c.unknownRows(rd, ports)
 	c.echoCheck(rd.echoes)
 	c.traceRows()
