@@ -194,7 +194,7 @@ func (c *computation) deviceCards(ts *tickState) {
 	var checks []Check
 	for _, k := range cards {
 		k.classify()
-		checks = append(checks, k.account(c.devs, c.packed, gpu, c.thr)...)
+		checks = append(checks, k.account(c.devs, c.packed, gpu, c.thr, c.isControl())...)
 	}
 	checks = append(checks, splitChecks(c.devs)...)
 
@@ -239,7 +239,7 @@ func (c *computation) deviceCards(ts *tickState) {
 			c.flag(FlagDeviceOverCard)
 		}
 	}
-	if c.discrete {
+	if c.discrete && !c.isControl() {
 		// Judged per card: a card whose not attributed is above the
 		// threshold flags the run as the process's would on an APU.
 		for _, k := range cards {
@@ -338,7 +338,7 @@ func (k *cardRow) pinnedOn(devs []*devRow) []*devRow {
 
 // account fills the card's attributed and not attributed figures, its
 // notes and its devices' not attributed, and returns its check.
-func (k *cardRow) account(devs []*devRow, packed *float64, gpu int, thr float64) []Check {
+func (k *cardRow) account(devs []*devRow, packed *float64, gpu int, thr float64, control bool) []Check {
 	var names []string
 	for _, r := range k.devs {
 		k.Devices = append(k.Devices, r.Name)
@@ -406,7 +406,7 @@ func (k *cardRow) account(devs []*devRow, packed *float64, gpu int, thr float64)
 	}
 	ownName := strings.ToUpper(MemClassName[own])
 	switch {
-	case u >= 0 && pct(u, peak) > thr:
+	case u >= 0 && pct(u, peak) > thr && !control:
 		return []Check{{Name: "device_vs_card", Status: StatusWarn,
 			Detail: fmt.Sprintf("%s: the log attributes %.1f of the card's %.1f MiB %s peak; %.1f MiB (%.1f %%) is not attributed, above the %g %% threshold", who, sum, peak, ownName, u, pct(u, peak), thr)}}
 	case u >= 0:

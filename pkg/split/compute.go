@@ -37,12 +37,14 @@ const (
 	FlagDeviceOrder      = "device_order_assumed"
 	FlagDeviceUnmatched  = "device_unmatched"
 	FlagDeviceOverCard   = "device_over_card"
+	FlagControl          = "control"
+	FlagControlOffloaded = "control_offloaded"
 )
 
 var flagOrder = []string{
 	FlagNotModelLoad, FlagNotVerbose, FlagPreB3761, FlagLegacyFormat, FlagFitProbe,
 	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagUnknownBuffer, FlagMmproj, FlagRemoteBuffers,
-	FlagDeviceOrder, FlagDeviceUnmatched, FlagDeviceOverCard,
+	FlagDeviceOrder, FlagDeviceUnmatched, FlagDeviceOverCard, FlagControl, FlagControlOffloaded,
 	FlagComputeMismatch, FlagOutputRealloc, FlagNoTrace, FlagNoSamples, FlagNoGPUClient,
 	FlagResidentOnly, FlagUnattribHigh, FlagUnattribNegative, FlagLinesSkipped, FlagFDsSkipped,
 	FlagSourceDirty, FlagSourceUnknown, FlagIncomplete, FlagEventsDropped, FlagStateCapped,
@@ -441,6 +443,16 @@ func (c *computation) finish() {
 		r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: StatusWarn,
 			Detail: fmt.Sprintf("not checked: the peak is %.1f MiB but the log has no model load, so nothing is attributed", *c.peak)})
 	}
+	// A control (offload off) is judged as one: its weights stay in host
+	// memory, so its small peak is mostly the runtime's own GTT. One that
+	// holds model buffers in GTT was not run with offload off.
+	control := c.isControl()
+	switch {
+	case control:
+		c.flag(FlagControl)
+	case run.ControlOf != "":
+		c.flag(FlagControlOffloaded)
+	}
 	if c.peak != nil && c.model != nil {
 		u := *c.peak - attributed
 		r.UnattributedMiB = mib(u)
@@ -454,6 +466,8 @@ func (c *computation) finish() {
 			c.flag(FlagUnattribNegative)
 			st = StatusFail
 			detail = fmt.Sprintf("the log attributes %.1f MiB, %.1f MiB MORE than the fdinfo peak %.1f MiB: the sampler missed the peak, or a row counts memory that was never resident at once", attributed, -u, *c.peak)
+		case pct(u, *c.peak) > c.thr && control:
+			detail = fmt.Sprintf("the log attributes %.1f of %.1f MiB; %.1f MiB (%.1f %%) is not attributed: this run is a control (offload off), whose peak is the runtime's own GTT, so that is expected and not flagged; its difference with run %s is what counts", attributed, *c.peak, u, pct(u, *c.peak), run.ControlOf)
 		case pct(u, *c.peak) > c.thr:
 			c.flag(FlagUnattribHigh)
 			st = StatusWarn
@@ -484,7 +498,10 @@ func (c *computation) finish() {
 	}
 	r.Detail.Warnings = append(r.Detail.Warnings, c.warn...)
 	r.Expected = expected(r, c.thr)
-	if c.discrete {
+	if control {
+		r.Expected = expectedControl(r)
+	}
+	if c.discrete && !control {
 		r.Expected = expectedDiscrete(r, c.thr)
 	}
 }
@@ -498,6 +515,36 @@ func expectedDiscrete(r *Report, thr float64) string {
 		if k.NotAttributedPct != nil && len(k.Devices) > 0 {
 			this = append(this, fmt.Sprintf("%s (%s) %.1f %% of its VRAM peak not attributed", strings.Join(k.Devices, ", "), k.PDev, float64(*k.NotAttributedPct)))
 		}
+	}
+	if len(this) > 0 {
+		s += " This run: " + strings.Join(this, "; ") + "."
+	}
+	return s
+}
+
+// isControl reports whether the run is judged as a control: it was named
+// the control of another run (collector run --control-of) and holds no
+// model buffer in GTT.
+func (c *computation) isControl() bool {
+	return c.st.Run.ControlOf != "" && !(c.model != nil && *c.model > 0)
+}
+
+// expectedControl is the Expected line of a control run (collector run
+// --control-of): what a healthy control looks like, and this one's
+// figures.
+func expectedControl(r *Report) string {
+	id := r.Run.ControlOf
+	s := fmt.Sprintf("Control of run %s (the same command with offload off, -ngl 0): healthy when the loader's model buffer in GTT is 0 (the weights stay in host memory, the CPU model buffer row) and the peak is the runtime's own GTT (pools, code objects, compute buffers), so not attributed is most of a small peak by design; run %s's peak minus this one is the weights' residency (aggregator compare %s %s).",
+		id, id, id, or(r.Run.ID, "THIS-RUN"))
+	var this []string
+	if r.ModelGTTMiB != nil {
+		this = append(this, fmt.Sprintf("model buffer in GTT %.1f MiB", float64(*r.ModelGTTMiB)))
+	}
+	if r.ModelHostMiB != nil {
+		this = append(this, fmt.Sprintf("CPU model buffer %.1f MiB", float64(*r.ModelHostMiB)))
+	}
+	if r.PeakGTTMiB != nil {
+		this = append(this, fmt.Sprintf("peak %.1f MiB", float64(*r.PeakGTTMiB)))
 	}
 	if len(this) > 0 {
 		s += " This run: " + strings.Join(this, "; ") + "."

@@ -294,7 +294,7 @@ func TestCardMemoryClass(t *testing.T) {
 	require.NotNil(t, apu)
 	require.Equal(t, "gtt", apu.Memory)
 	require.InDelta(t, 116.0, apu.peak[MemVRAM], 1e-9)
-	apu.account(c.devs, nil, 1, 10)
+	apu.account(c.devs, nil, 1, 10, false)
 	requireMiB(t, ptr(710.09), apu.NotAttributedMiB, "against its GTT")
 
 	// A discrete card: its VRAM, and the GTT beside it.

@@ -39,6 +39,8 @@ var FlagText = map[string]string{
 	FlagDeviceOrder:      "the log prints no PCI address for its devices: they were matched to the cards by their order, an assumption (see the warnings)",
 	FlagDeviceUnmatched:  "a device could not be matched to a sampled card (see the devices): its not attributed is unknown",
 	FlagDeviceOverCard:   "the log attributes more to a card's devices than the card's own memory held at its peak (see the device_vs_card check)",
+	FlagControl:          "this run is a control (offload off): judged as one, its not attributed is not flagged",
+	FlagControlOffloaded: "this run is named a control but holds model buffers in GTT: it was not run with offload off (-ngl 0)",
 	FlagComputeMismatch:  "llama.cpp reports a compute buffer that does not match its reservation",
 	FlagOutputRealloc:    "the output buffer was reallocated after the context was built",
 	FlagNoTrace:          "no host-weight trace line: the packed row is unknown, not 0 (run with GGML_HRX_HOST_WEIGHT_TRACE=1)",
