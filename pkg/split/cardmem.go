@@ -15,8 +15,13 @@ import (
 
 // cardTickMem is one tick's memory per card and class.
 type cardTickMem struct {
-	seen    map[[2]string]bool // (pdev, client id): each client once
+	// seen are the clients counted, (pdev, client id): each once. A tick
+	// has a few clients on a card or two: the first ones need no
+	// allocation.
+	seen    [][2]string
+	seen0   [8][2]string
 	cards   []tickCard
+	cards0  [2]tickCard
 	skipped int
 }
 
@@ -27,24 +32,29 @@ type tickCard struct {
 }
 
 // add adds one fd's client to its card, unless the client was counted
-// already (another fd or process of the same client). A client without
-// an id cannot be told from another and is left out, as in the headline.
-func (m *cardTickMem) add(c DRMClient) {
-	if c.Mem.Seen == 0 && c.Mem.Skipped == 0 || c.ClientID == "" {
+// already (another fd or process of the same client): its memory is
+// summed from keys (parseFDInfo's) only then. A client without an id
+// cannot be told from another and is left out, as in the headline.
+func (m *cardTickMem) add(c *DRMClient, keys *memKeys) {
+	if keys.n == 0 || c.ClientID == "" {
 		return
 	}
 	k := [2]string{c.PDev, c.ClientID}
-	if m.seen[k] {
+	if m.seen == nil {
+		m.seen, m.cards = m.seen0[:0], m.cards0[:0]
+	}
+	if slices.Contains(m.seen, k) {
 		return
 	}
-	if m.seen == nil {
-		m.seen = map[[2]string]bool{}
+	c.Mem = keys.mem(c.Driver)
+	if c.Mem.Seen == 0 && c.Mem.Skipped == 0 {
+		return
 	}
-	m.seen[k] = true
+	m.seen = append(m.seen, k)
 	m.skipped += c.Mem.Skipped
 	i := slices.IndexFunc(m.cards, func(t tickCard) bool { return t.pdev == c.PDev && t.driver == c.Driver })
 	if i < 0 {
-		m.cards = append(m.cards, tickCard{pdev: strings.Clone(c.PDev), driver: strings.Clone(c.Driver)})
+		m.cards = append(m.cards, tickCard{pdev: c.PDev, driver: c.Driver})
 		i = len(m.cards) - 1
 	}
 	t := &m.cards[i]
@@ -114,7 +124,10 @@ func (ts *tickState) addMem(seq uint64, t time.Time, m cardTickMem) {
 			i := slices.IndexFunc(ts.Mem, func(x cardMem) bool { return x.PDev == c.pdev && x.Driver == c.driver && x.Class == name })
 			v := c.mem.Bytes[cl]
 			if i < 0 {
-				ts.Mem = append(ts.Mem, cardMem{PDev: c.pdev, Driver: c.driver, Class: name, Regions: c.mem.Regions[cl],
+				// A decoder may give every string of a sample as a slice
+				// of one (the whole event's text): a kept one must not
+				// hold it.
+				ts.Mem = append(ts.Mem, cardMem{PDev: strings.Clone(c.pdev), Driver: strings.Clone(c.driver), Class: name, Regions: strings.Clone(c.mem.Regions[cl]),
 					Resident: c.mem.Resident&(1<<cl) != 0, Peak: v, PeakSeq: seq, PeakT: t, Final: v, FinalSeq: seq, FinalT: t, Clients: c.clients})
 				continue
 			}

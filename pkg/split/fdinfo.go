@@ -3,7 +3,6 @@ package split
 import (
 	"bytes"
 	"strconv"
-	"strings"
 )
 
 // FDVerdict says what an fdinfo text is.
@@ -64,8 +63,12 @@ type ClientMem struct {
 // RegionClass is the class of a driver's memory region, or -1 for a
 // region that is none of them (stolen memory, amdgpu's gds/gws/oa/
 // doorbell, a driver gttsplit does not read).
-func RegionClass(driver, region string) int {
-	switch driver {
+func RegionClass(driver, region string) int { return regionClass(driver, []byte(region)) }
+
+// regionClass is RegionClass of a region's bytes (a switch on string(b)
+// makes no string).
+func regionClass(driver string, b []byte) int {
+	switch region := string(b); driver {
 	case "amdgpu":
 		switch region {
 		case "vram":
@@ -77,7 +80,7 @@ func RegionClass(driver, region string) int {
 		}
 	case "xe":
 		switch {
-		case strings.HasPrefix(region, "vram"):
+		case len(region) >= 4 && region[:4] == "vram":
 			return MemVRAM
 		case region == "gtt":
 			return MemGTT
@@ -86,9 +89,9 @@ func RegionClass(driver, region string) int {
 		}
 	case "i915":
 		switch {
-		case strings.HasPrefix(region, "local"):
+		case len(region) >= 5 && region[:5] == "local":
 			return MemVRAM
-		case strings.HasPrefix(region, "system"):
+		case len(region) >= 6 && region[:6] == "system":
 			return MemGTT
 		}
 	}
@@ -106,11 +109,33 @@ type regionVal struct {
 // (kernels 6.5 to about 6.7 print the client id twice). A text cut off
 // mid-line (no final newline) loses only its last line.
 func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
+	var regs memKeys
+	c, v := parseFDInfo(text, &regs)
+	if v == FDAmdgpu || v == FDOtherDriver {
+		c.Mem = regs.mem(c.Driver)
+	}
+	return c, v
+}
+
+// memKeys are the memory keys of an fdinfo text, in order (amdgpu prints
+// at most 10); mem sums them (clientMem). The fold sums them only for a
+// client it has not counted yet.
+type memKeys struct {
+	r [16]regionVal
+	n int
+}
+
+func (k *memKeys) mem(driver string) ClientMem { return clientMem(driver, k.r[:k.n]) }
+
+// parseFDInfo is ParseFDInfo without the client's memory by region: its
+// keys are left in regs.
+func parseFDInfo(text []byte, keys *memKeys) (DRMClient, FDVerdict) {
 	var c DRMClient
 	var total, memory, oldGTT, oldPDev, pasid []byte
 	var haveDriver, haveClient, havePDev bool
-	var regs [16]regionVal // the memory keys, first occurrence each
+	regs := &keys.r
 	nreg := 0
+	defer func() { keys.n = nreg }()
 	for len(text) > 0 {
 		nl := bytes.IndexByte(text, '\n')
 		var line []byte
@@ -160,8 +185,10 @@ func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
 				pasid = val
 			}
 		}
-		if nreg < len(regs) {
-			if rv, ok := memoryKey(key, val); ok && !hasRegion(regs[:nreg], rv) {
+		// Memory keys are drm-total-*, drm-memory-* and "<r> mem": most
+		// lines are told apart by two bytes.
+		if nreg < len(regs) && len(key) > 4 && (key[3] == '-' && (key[4] == 't' || key[4] == 'm') || key[len(key)-4] == ' ') {
+			if rv, ok := memoryKey(key, val); ok {
 				regs[nreg] = rv
 				nreg++
 			}
@@ -181,13 +208,9 @@ func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
 			return c, FDMalformed
 		}
 		c.Driver, c.PDev, c.ClientID, c.GTTBytes, c.Key = "amdgpu", string(oldPDev), "pasid-"+string(pasid), v, "gtt mem"
-		c.Mem = clientMem(c.Driver, regs[:nreg])
 		return c, FDAmdgpu
 	}
 	if c.Driver != "amdgpu" {
-		if c.Driver == "xe" || c.Driver == "i915" {
-			c.Mem = clientMem(c.Driver, regs[:nreg])
-		}
 		return c, FDOtherDriver
 	}
 	if !haveClient || c.ClientID == "" {
@@ -205,7 +228,6 @@ func ParseFDInfo(text []byte) (DRMClient, FDVerdict) {
 	if !ok {
 		return c, FDMalformed
 	}
-	c.Mem = clientMem(c.Driver, regs[:nreg])
 	return c, FDAmdgpu
 }
 
@@ -232,49 +254,55 @@ func memoryKey(key, val []byte) (regionVal, bool) {
 	return regionVal{}, false
 }
 
-// hasRegion reports whether rs has rv's key (region and family) already:
-// a repeated key keeps its first occurrence.
-func hasRegion(rs []regionVal, rv regionVal) bool {
-	for _, x := range rs {
-		if x.family == rv.family && bytes.Equal(x.region, rv.region) {
-			return true
-		}
-	}
-	return false
-}
-
 // clientMem sums a client's regions by class: per region the first of
-// drm-total-, drm-memory- and "<region> mem" the text has.
+// drm-total-, drm-memory- and "<region> mem" the text has (of a key
+// printed twice, the first).
 func clientMem(driver string, rs []regionVal) ClientMem {
 	var m ClientMem
-	for i, rv := range rs {
-		better := false
-		for _, x := range rs {
-			if x.family < rv.family && bytes.Equal(x.region, rv.region) {
-				better = true
-			}
-		}
-		if better || hasRegion(rs[:i], rv) {
-			continue
-		}
-		cl := RegionClass(driver, string(rv.region))
+	if driver != "amdgpu" && driver != "xe" && driver != "i915" {
+		return m
+	}
+	type pick struct {
+		regionVal
+		cl int
+	}
+	var picks [12]pick
+	n := 0
+	for _, rv := range rs {
+		cl := regionClass(driver, rv.region)
 		if cl < 0 {
 			continue
 		}
-		v, ok := ParseSize(rv.val)
+		j := 0
+		for j < n && !bytes.Equal(picks[j].region, rv.region) {
+			j++
+		}
+		switch {
+		case j < n:
+			if rv.family < picks[j].family {
+				picks[j] = pick{rv, cl}
+			}
+		case n < len(picks):
+			picks[n] = pick{rv, cl}
+			n++
+		}
+	}
+	for _, p := range picks[:n] {
+		v, ok := ParseSize(p.val)
 		if !ok {
 			m.Skipped++
 			continue
 		}
+		cl := p.cl
 		m.Bytes[cl] += v
 		m.Seen |= 1 << cl
-		if rv.family > 0 {
+		if p.family > 0 {
 			m.Resident |= 1 << cl
 		}
 		if m.Regions[cl] == "" {
-			m.Regions[cl] = string(rv.region)
+			m.Regions[cl] = regionName(p.region)
 		} else {
-			m.Regions[cl] += "+" + string(rv.region)
+			m.Regions[cl] += "+" + regionName(p.region)
 		}
 	}
 	return m
@@ -311,4 +339,28 @@ func ParseSize(v []byte) (int64, bool) {
 		return 0, false
 	}
 	return n << shift, true
+}
+
+// regionName is a region's name as a string, the usual ones without
+// making one.
+func regionName(b []byte) string {
+	switch string(b) {
+	case "vram":
+		return "vram"
+	case "gtt":
+		return "gtt"
+	case "cpu":
+		return "cpu"
+	case "vram0":
+		return "vram0"
+	case "vram1":
+		return "vram1"
+	case "system":
+		return "system"
+	case "system0":
+		return "system0"
+	case "local0":
+		return "local0"
+	}
+	return string(b)
 }

@@ -447,13 +447,14 @@ func (f *Fold) AddSample(s Sample) bool {
 	sort.SliceStable(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
 	seen := map[[2]string]bool{}
 	var mem cardTickMem
+	var keys memKeys
 	for _, p := range procs {
 		fds := slices.Clone(p.FDs)
 		sort.SliceStable(fds, func(i, j int) bool { return fds[i].FD < fds[j].FD })
 		for _, fd := range fds {
-			c, v := ParseFDInfo([]byte(fd.Text))
+			c, v := parseFDInfo([]byte(fd.Text), &keys)
 			if v == FDAmdgpu || v == FDOtherDriver {
-				mem.add(c)
+				mem.add(&c, &keys)
 			}
 			switch v {
 			case FDAmdgpu:
