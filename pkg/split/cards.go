@@ -19,6 +19,7 @@ type cardRow struct {
 	have  uint8                  // classes with a figure
 	devs  []*devRow
 	split []*devRow // split rows spread over this card and others
+	over  bool      // its devices add up to more than its own memory held
 }
 
 // held reports whether the process held memory of the card's own kinds
@@ -196,7 +197,8 @@ func (c *computation) deviceCards(ts *tickState) {
 		k.classify()
 		checks = append(checks, k.account(c.devs, c.packed, gpu, c.thr, c.isControl())...)
 	}
-	checks = append(checks, splitChecks(c.devs)...)
+	split, splitOver := splitChecks(c.devs)
+	checks = append(checks, split...)
 
 	show := gpuRows(c.devs) > 1
 	amd := 0
@@ -234,10 +236,8 @@ func (c *computation) deviceCards(ts *tickState) {
 		c.r.Cards = append(c.r.Cards, k.Card)
 	}
 	c.r.Checks = append(c.r.Checks, checks...)
-	for _, ch := range checks {
-		if strings.Contains(ch.Detail, " MORE than ") {
-			c.flag(FlagDeviceOverCard)
-		}
+	if splitOver || slices.ContainsFunc(cards, func(k *cardRow) bool { return k.over }) {
+		c.flag(FlagDeviceOverCard)
 	}
 	if c.discrete && !c.isControl() {
 		// Judged per card: a card whose not attributed is above the
@@ -412,7 +412,9 @@ func (k *cardRow) account(devs []*devRow, packed *float64, gpu int, thr float64,
 	case u >= 0:
 		return []Check{{Name: "device_vs_card", Status: StatusOK,
 			Detail: fmt.Sprintf("%s: the log attributes %.1f of the card's %.1f MiB %s peak; %.1f MiB (%.1f %%) is not attributed, within the %g %% threshold", who, sum, peak, ownName, u, pct(u, peak), thr)}}
-	case own == MemVRAM && sum <= peak+k.peak[MemGTT]:
+	}
+	k.over = true
+	if own == MemVRAM && sum <= peak+k.peak[MemGTT] {
 		return []Check{{Name: "device_vs_card", Status: StatusWarn,
 			Detail: fmt.Sprintf("%s: the log attributes %.1f MiB, %.1f MiB MORE than the card's VRAM peak %.1f MiB; its GTT (peak %.1f MiB) may hold the rest (buffers spilled out of VRAM)", who, sum, -u, peak, k.peak[MemGTT])}}
 	}
@@ -423,8 +425,7 @@ func (k *cardRow) account(devs []*devRow, packed *float64, gpu int, thr float64,
 // splitChecks checks each split row spread over several matched cards
 // against those cards together: their own memory's peaks against their
 // devices' rows and the split.
-func splitChecks(devs []*devRow) []Check {
-	var out []Check
+func splitChecks(devs []*devRow) (out []Check, over bool) {
 	for _, r := range devs {
 		if r.Kind != DeviceSplit {
 			continue
@@ -454,9 +455,10 @@ func splitChecks(devs []*devRow) []Check {
 			out = append(out, Check{Name: "device_vs_card", Status: StatusOK,
 				Detail: fmt.Sprintf("%s: the log attributes %.1f of the cards' %.1f MiB together; %.1f MiB is not attributed", who, sum, peak, peak-sum)})
 		default:
+			over = true
 			out = append(out, Check{Name: "device_vs_card", Status: StatusFail,
 				Detail: fmt.Sprintf("%s: the log attributes %.1f MiB, %.1f MiB MORE than the cards' %.1f MiB together", who, sum, sum-peak, peak)})
 		}
 	}
-	return out
+	return out, over
 }

@@ -90,9 +90,7 @@ func TestStripOffload(t *testing.T) {
 // other devices are compared as totals, and say so.
 func TestCompareDevices(t *testing.T) {
 	t.Parallel()
-	dir := devicesDir("2xrocm-pci")
-	a := foldFiles(t, filepath.Join(dir, "split.log"), filepath.Join(dir, "gtt.txt")).Report()
-	b := foldFiles(t, filepath.Join(dir, "split.log"), filepath.Join(dir, "gtt-over.txt")).Report()
+	a, b := twoCards(t, "gtt.txt"), twoCards(t, "gtt-over.txt")
 	c := Compare(a, b, "a", "b")
 	require.Len(t, c.Devices, 2)
 	require.Equal(t, "ROCm0", c.Devices[0].Name)

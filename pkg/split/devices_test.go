@@ -38,6 +38,14 @@ func devicesDir(name string) string {
 	return filepath.Join("..", "..", "testdata", "devices", name)
 }
 
+// twoCards folds testdata/devices/2xrocm-pci's log with one of its samples
+// files.
+func twoCards(t testing.TB, samples string) Report {
+	t.Helper()
+	dir := devicesDir("2xrocm-pci")
+	return foldFiles(t, filepath.Join(dir, "split.log"), filepath.Join(dir, samples)).Report()
+}
+
 func device(t *testing.T, r Report, name string) Device {
 	t.Helper()
 	for _, d := range r.Devices {
@@ -84,8 +92,7 @@ func checksNamed(r Report, name string) []Check {
 // prints, not attributed per card against its VRAM.
 func TestDeviceTableTwoDiscreteCards(t *testing.T) {
 	t.Parallel()
-	dir := devicesDir("2xrocm-pci")
-	r := foldFiles(t, filepath.Join(dir, "split.log"), filepath.Join(dir, "gtt.txt")).Report()
+	r := twoCards(t, "gtt.txt")
 
 	// The headline is unchanged: GTT over both cards, the rows as ever.
 	requireMiB(t, ptr(130.0), r.PeakGTTMiB, "peak")
@@ -211,8 +218,7 @@ func TestNormPCI(t *testing.T) {
 // together held 129.75 MiB more than both devices.
 func TestDeviceOverItsCard(t *testing.T) {
 	t.Parallel()
-	dir := devicesDir("2xrocm-pci")
-	r := foldFiles(t, filepath.Join(dir, "split.log"), filepath.Join(dir, "gtt-over.txt")).Report()
+	r := twoCards(t, "gtt-over.txt")
 	var cards, devs float64
 	for _, k := range r.Cards {
 		cards += float64(region(k, "vram").PeakMiB)
@@ -298,8 +304,7 @@ func TestCardMemoryClass(t *testing.T) {
 	requireMiB(t, ptr(710.09), apu.NotAttributedMiB, "against its GTT")
 
 	// A discrete card: its VRAM, and the GTT beside it.
-	dir = devicesDir("2xrocm-pci")
-	r = foldFiles(t, filepath.Join(dir, "split.log"), filepath.Join(dir, "gtt.txt")).Report()
+	r = twoCards(t, "gtt.txt")
 	require.Equal(t, "vram", card(t, r, "0000:03:00.0").Memory)
 }
 

@@ -18,21 +18,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/go
 func foldRun(t *testing.T, name string) Report {
 	t.Helper()
 	dir := filepath.Join("..", "..", "testdata", "runs", name)
-	f := NewFold(Options{})
-	lf, err := os.Open(filepath.Join(dir, "split.log"))
-	require.NoError(t, err)
-	defer lf.Close()
-	_, err = f.ReadLog(lf, "log")
-	require.NoError(t, err)
-	b, err := os.ReadFile(filepath.Join(dir, "gtt.txt"))
-	require.NoError(t, err)
-	ss, st, err := ParseSamples(b)
-	require.NoError(t, err)
-	f.NoteSkippedSampleLines(st.SkippedLines)
-	for _, s := range ss {
-		f.AddSample(s)
-	}
-	return f.Report()
+	return foldFiles(t, filepath.Join(dir, "split.log"), filepath.Join(dir, "gtt.txt")).Report()
 }
 
 // TestReferenceFigures reproduces the README's reference table (the 4B and
