@@ -1,7 +1,6 @@
 package split
 
 import (
-	"fmt"
 	"slices"
 	"sort"
 	"strconv"
@@ -146,6 +145,15 @@ func (c *computation) deviceRows(rd *logReader, live []*loadAcc) {
 			}
 		}
 	}
+	// In the backends' order of their devices (a split row's spans too).
+	sort.SliceStable(devs, func(i, j int) bool {
+		fi, ni := deviceFamily(devs[i])
+		fj, nj := deviceFamily(devs[j])
+		if fi != fj {
+			return fi < fj
+		}
+		return ni < nj
+	})
 	rows := map[string]*devRow{}
 	get := func(name, kind string) *devRow {
 		k := kind + "\x00" + name
@@ -249,6 +257,3 @@ func gpuRows(rows []*devRow) int {
 func (r *devRow) attributed() (float64, bool) {
 	return r.model + r.state + r.compute, r.ModelMiB != nil
 }
-
-// fmtMiB says a figure in MiB, one decimal.
-func fmtMiB(v float64) string { return fmt.Sprintf("%.1f MiB", v) }
