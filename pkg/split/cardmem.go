@@ -16,8 +16,8 @@ import (
 // cardTickMem is one tick's memory per card and class.
 type cardTickMem struct {
 	// seen are the clients counted, (pdev, client id): each once. A tick
-	// has a few clients on a card or two: the first ones need no
-	// allocation.
+	// has a few clients on a card or two: the first ones need no more
+	// than the struct's one allocation.
 	seen    [][2]string
 	seen0   [8][2]string
 	cards   []tickCard
@@ -112,8 +112,9 @@ type cardMem struct {
 }
 
 // addMem folds one distinct tick's memory per card into ts.Mem.
-func (ts *tickState) addMem(seq uint64, t time.Time, m cardTickMem) {
+func (ts *tickState) addMem(seq uint64, t time.Time, m *cardTickMem) {
 	ts.MemSkipped += m.skipped
+	added := false
 	at := tick{Seq: seq, Time: t}
 	for _, c := range m.cards {
 		for cl := range NumMemClasses {
@@ -124,6 +125,7 @@ func (ts *tickState) addMem(seq uint64, t time.Time, m cardTickMem) {
 			i := slices.IndexFunc(ts.Mem, func(x cardMem) bool { return x.PDev == c.pdev && x.Driver == c.driver && x.Class == name })
 			v := c.mem.Bytes[cl]
 			if i < 0 {
+				added = true
 				// A decoder may give every string of a sample as a slice
 				// of one (the whole event's text): a kept one must not
 				// hold it.
@@ -143,6 +145,9 @@ func (ts *tickState) addMem(seq uint64, t time.Time, m cardTickMem) {
 				x.Final, x.FinalSeq, x.FinalT, x.Clients = v, seq, t, c.clients
 			}
 		}
+	}
+	if !added {
+		return
 	}
 	slices.SortFunc(ts.Mem, func(a, b cardMem) int {
 		if c := strings.Compare(a.PDev, b.PDev); c != 0 {

@@ -135,7 +135,6 @@ func parseFDInfo(text []byte, keys *memKeys) (DRMClient, FDVerdict) {
 	var haveDriver, haveClient, havePDev bool
 	regs := &keys.r
 	nreg := 0
-	defer func() { keys.n = nreg }()
 	for len(text) > 0 {
 		nl := bytes.IndexByte(text, '\n')
 		var line []byte
@@ -194,6 +193,7 @@ func parseFDInfo(text []byte, keys *memKeys) (DRMClient, FDVerdict) {
 			}
 		}
 	}
+	keys.n = nreg
 	if !haveDriver {
 		if oldGTT == nil {
 			return c, FDNotDRM

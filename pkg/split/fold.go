@@ -472,7 +472,7 @@ func (f *Fold) AddSample(s Sample) bool {
 		}
 	}
 	f.st.Ticks.add(t)
-	f.st.Ticks.addMem(t.Seq, t.Time, mem)
+	f.st.Ticks.addMem(t.Seq, t.Time, &mem)
 	return true
 }
 
