@@ -52,10 +52,10 @@ type Embedded struct {
 type Consumer struct {
 	Durable       string        `mapstructure:"durable" desc:"name of the aggregators' group: aggregators with the same name share the partitions (consumers <durable>-pNN, leases lease.<durable>.N)"`
 	AckWait       time.Duration `mapstructure:"ack_wait" desc:"time after which an unacknowledged message is redelivered"`
-	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages delivered and not yet acknowledged"`
+	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages of a partition delivered and not yet acknowledged; a checkpoint starts once half of them wait"`
 	// CheckpointInterval is how often the changed runs' states are written
 	// (and their messages acknowledged).
-	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often the changed runs' states are written to the state bucket and their messages acknowledged (also when a run is complete, or half of max_ack_pending messages of a partition wait); at most half of ack_wait"`
+	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often a partition's changed runs' states are written to the state bucket and their messages acknowledged (also when a run is complete, or half of max_ack_pending messages wait); a longer one writes each busy run less often, a shorter one folds less again after a crash; at most half of ack_wait"`
 	Partitions         int           `mapstructure:"partitions" desc:"partitions of the runs when the events stream is created or first partitioned (an existing one keeps its count); each is owned by one aggregator at a time"`
 	LeaseTTL           time.Duration `mapstructure:"lease_ttl" desc:"time to live of a partition's lease: a killed or cut-off aggregator's partitions are taken over this long after its last renewal (a stopping one hands them over at once); it must outlast a cluster electing a new leader (about 10 s)"`
 	Lanes              string        `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`
@@ -81,7 +81,9 @@ type Store struct {
 // HTTP is the aggregator's HTTP endpoint.
 type HTTP struct {
 	Listen string `mapstructure:"listen" flag:"http" desc:"listen address (host:port) of the HTTP endpoint; empty disables it"`
-	Token  Secret `mapstructure:"token" desc:"token the live page asks for when http.listen is not a loopback address (open it once with ?token=, or send Authorization: Bearer); empty refuses the page there; set it through the environment"`
+	Token  Secret `mapstructure:"token" desc:"token every path but /healthz and /readyz asks for when http.listen is not a loopback address (the page, /events, /runs, /runs/{id}, /partitions, /metrics; open the page once with ?token=, or send Authorization: Bearer); empty refuses them there; set it through the environment"`
+	// MetricsPublic leaves /metrics open on a non-loopback listener.
+	MetricsPublic bool `mapstructure:"metrics_public" desc:"serve /metrics without http.token on a non-loopback address (counters only, no run data), for a scraper that cannot send a bearer token"`
 }
 
 // Split tunes how events are folded into a split.
@@ -149,7 +151,7 @@ func DefaultAggregator() Aggregator {
 		Log:         Log{Level: "info", Format: "console"},
 		NATS:        AggregatorNATS{Stream: "GTTSPLIT", ConnectTimeout: 5 * time.Second, Replicas: 1, DuplicateWindow: 2 * time.Minute},
 		Embedded:    Embedded{Listen: "127.0.0.1:4222", Store: "./data"},
-		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 10 * time.Second, MaxAckPending: 1024, Partitions: 16, CheckpointInterval: 500 * time.Millisecond, LeaseTTL: 15 * time.Second},
+		Consumer:    Consumer{Durable: "gttsplit-aggregator", AckWait: 10 * time.Second, MaxAckPending: 4096, Partitions: 16, CheckpointInterval: 2 * time.Second, LeaseTTL: 15 * time.Second},
 		IdleTimeout: 10 * time.Minute,
 		HTTP:        HTTP{Listen: "127.0.0.1:8080"},
 		Store:       Store{Retention: 30 * 24 * time.Hour, CompactAfter: time.Hour},

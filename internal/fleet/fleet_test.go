@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -289,4 +290,48 @@ func TestMemberSurvivesServerRestartIntegration(t *testing.T) {
 	require.Equal(t, 16, f.shares()[r.m.ID()], "kept its partitions")
 	ok, why := r.m.Ready()
 	require.True(t, ok, why)
+}
+
+// refusing is a Handler that cannot load one partition.
+type refusing struct {
+	handler
+	p int
+}
+
+func (h refusing) Acquired(ctx context.Context, l *Lease) error {
+	if l.Partition == h.p {
+		return errors.New("cannot load")
+	}
+	return h.handler.Acquired(ctx, l)
+}
+
+// A partition no member can take stays unowned: the member's readiness
+// says so, naming it, and its view shows it without an owner.
+func TestUnownedPartitionReportedIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	js := connect(t, f.url)
+	kv, err := js.KeyValue(context.Background(), testBucket)
+	require.NoError(t, err)
+	m, err := Join(context.Background(), js, Config{Group: "g", Partitions: 4, Bucket: testBucket, KV: kv,
+		Heartbeat: 100 * time.Millisecond, LeaseTTL: 3 * time.Second}, refusing{handler{f}, 2},
+		zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "not ready, partition 2 named", 10*time.Second, func() bool {
+		ok, why := m.Ready()
+		return !ok && strings.Contains(why, "partitions without an owner: 2")
+	})
+	view, members := m.View()
+	require.Equal(t, []string{m.ID()}, members)
+	require.Equal(t, "", view[2].Owner)
+	for _, p := range []int{0, 1, 3} {
+		require.True(t, view[p].Mine, "partition %d", p)
+	}
 }

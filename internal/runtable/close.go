@@ -19,14 +19,14 @@ import (
 )
 
 // Closing: a finished run whose fold holds everything its collector
-// announced (and whose earlier events were all acknowledged), or a run idle
-// for longer than the idle timeout (incomplete), is closed: its closed
-// state is written (fenced), then its split goes to the sinks, to the split
-// subject and to the printer. With sinks, the closed state stays under the
-// partition's open key, SinksPending, until every sink settled the split;
-// then it moves to the run's closed key. A closed run keeps its full state
-// for Config.CompactAfter (a late event re-opens it and folds as if it had
-// come in time), then it is replaced by its compact record.
+// announced, or a run idle for longer than the idle timeout (incomplete),
+// is closed: its closed state is written under its closed key, its open
+// key purged (fenced), then its split goes to the sinks, to the split
+// subject and to the printer. With sinks, a small pending marker says its
+// split is not settled by every sink yet, until they all did (a
+// partition's next owner sends the split again). A closed run keeps its
+// full state for Config.CompactAfter (a late event re-opens it and folds
+// as if it had come in time), then it is replaced by its compact record.
 
 // compactBatch bounds the states one pass compacts.
 const compactBatch = 32
@@ -78,8 +78,11 @@ func (pt *part) closeDue(ctx context.Context) {
 		// A run whose collector dropped events never completes: it
 		// closes once nothing came for dropGrace.
 		dropped := r.st.Dropped > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > dropGrace
-		due := r.st.Finished && (r.st.Fold.Complete() || dropped)
-		if due {
+		// Complete by content: whatever is still on its way repeats
+		// what the fold holds. A run that lost events waits for the
+		// events before its finish to be acknowledged too.
+		due := r.st.Finished && r.st.Fold.Complete()
+		if !due && r.st.Finished && dropped {
 			pt.mu.Unlock()
 			due = pt.settled(ctx, r.st, &floor)
 			pt.mu.Lock()
@@ -161,9 +164,9 @@ func (pt *part) closeCopy(r *liveRun, id string, now time.Time) *closing {
 	changed := string(js) != st.Reported
 	st.Closed, st.ClosedAt = true, now
 	st.Reported = string(js)
+	st.SinksPending = false // the pending marker says it (see writeClosed)
 	if changed {
 		st.Splits++
-		st.SinksPending = t.cfg.Sinks != nil
 	}
 	b, err := MarshalState(st)
 	if err != nil {
@@ -173,23 +176,52 @@ func (pt *part) closeCopy(r *liveRun, id string, now time.Time) *closing {
 	return &closing{id: id, r: r, st: st, b: b, rep: rep, changed: changed, now: now}
 }
 
-// writeClosed writes a closed state: under the open key while the sinks
-// have its split to settle, else under the closed key (the open key
-// purged); then the run's summary.
+// writeClosed writes a closed state under the run's closed key, its
+// pending marker (a new split, and sinks to settle it), its summary, and
+// purges its open key.
 func (pt *part) writeClosed(ctx context.Context, c *closing) error {
 	t := pt.t
-	var err error
-	if c.st.SinksPending {
-		err = t.st.put(ctx, pt.lease, openKey(pt.p, c.id), c.b)
-	} else if err = t.st.put(ctx, pt.lease, stateKey(c.id), c.b); err == nil && c.r.stored {
-		err = t.st.purge(ctx, pt.lease, openKey(pt.p, c.id))
-	}
-	if err != nil {
+	if err := t.st.put(ctx, pt.lease, stateKey(c.id), c.b); err != nil {
 		return err
 	}
 	t.m.stateWrites.Inc()
+	if c.changed && t.cfg.Sinks != nil {
+		if err := t.st.put(ctx, pt.lease, pendKey(pt.p, c.id), []byte(c.id)); err != nil {
+			return err
+		}
+	}
 	pt.putSummary(ctx, c.st, "closed", c.now, false)
+	if c.r.stored {
+		if err := t.st.purge(ctx, pt.lease, openKey(pt.p, c.id)); err != nil {
+			return err
+		}
+		c.r.stored = false
+	}
 	return nil
+}
+
+// finishClose ends a close its writer did not finish (a closed state left
+// under the open key by a version that kept it there until settled): the
+// state moves to the closed key, with a pending marker.
+func (pt *part) finishClose(ctx context.Context, st *RunState) error {
+	t := pt.t
+	pending := st.SinksPending
+	st.SinksPending = false
+	b, err := MarshalState(st)
+	if err != nil {
+		return err
+	}
+	id := st.Origin.RunID
+	if err := t.st.put(ctx, pt.lease, stateKey(id), b); err != nil {
+		return err
+	}
+	if pending && t.cfg.Sinks != nil {
+		if err := t.st.put(ctx, pt.lease, pendKey(pt.p, id), []byte(id)); err != nil {
+			return err
+		}
+	}
+	pt.queueClosed(st)
+	return t.st.purge(ctx, pt.lease, openKey(pt.p, id))
 }
 
 // closed1 ends the close of c after its write; it reports whether the
@@ -210,9 +242,7 @@ func (pt *part) closed1(c *closing) bool {
 	if pt.runs[id] == r {
 		pt.forgetRun(id)
 	}
-	if !c.st.SinksPending {
-		pt.queueClosed(c.st)
-	}
+	pt.queueClosed(c.st)
 	if !c.changed {
 		return false // the same split was already written
 	}
@@ -314,9 +344,9 @@ func (pt *part) resend1(ctx context.Context, st *RunState) {
 	}
 }
 
-// settle records the splits of the partition every sink settled: each
-// run's closed state moves from its open key to its closed key, no longer
-// SinksPending. A run re-opened meanwhile is left to its next close.
+// settle records the splits of the partition every sink settled: their
+// pending markers are purged. A run re-opened meanwhile keeps its marker
+// until its next close settles.
 func (pt *part) settle(ctx context.Context) {
 	t := pt.t
 	if t.cfg.Deliveries == nil {
@@ -330,71 +360,36 @@ func (pt *part) settle(ctx context.Context) {
 		if live {
 			continue
 		}
-		st, key, err := pt.readPending(ctx, id)
-		if err != nil {
+		if err := t.st.purge(ctx, pt.lease, pendKey(pt.p, id)); err != nil {
 			if errors.Is(err, fleet.ErrLost) {
 				return
 			}
-			if !errors.Is(err, errNotFound) {
-				// Tried again at the next pass.
-				for _, rest := range ids[i:] {
-					t.cfg.Deliveries.requeue(pt.p, rest)
-				}
-				return
+			// Tried again at the next pass.
+			for _, rest := range ids[i:] {
+				t.cfg.Deliveries.requeue(pt.p, rest)
 			}
-			continue
-		}
-		if st == nil || !st.Closed || !st.SinksPending {
-			continue
-		}
-		st.SinksPending = false
-		if key == stateKey(id) {
-			// An earlier version's closed state, pending in place.
-			if b, err := MarshalState(st); err == nil {
-				_ = t.st.put(ctx, pt.lease, key, b)
-			}
-			pt.queueClosed(st)
-			continue
-		}
-		if err := pt.moveClosed(ctx, st); err != nil && errors.Is(err, fleet.ErrLost) {
 			return
 		}
 	}
 }
 
-// readPending reads the closed state of a run waiting for the sinks: under
-// its open key, or (an earlier version's) under its closed key.
-func (pt *part) readPending(ctx context.Context, id string) (*RunState, string, error) {
-	key := openKey(pt.p, id)
-	b, err := pt.t.st.get(ctx, key)
+// pendingState reads the closed state of a run whose split waits for the
+// sinks (nil when no pending marker says so).
+func (pt *part) pendingState(ctx context.Context, id string) (*RunState, error) {
+	if _, err := pt.t.st.get(ctx, pendKey(pt.p, id)); err != nil {
+		if errors.Is(err, errNotFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	b, err := pt.t.st.get(ctx, stateKey(id))
 	if errors.Is(err, errNotFound) {
-		key = stateKey(id)
-		b, err = pt.t.st.get(ctx, key)
+		return nil, nil
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	st, err := UnmarshalState(b, pt.t.cfg.Fold)
-	return st, key, err
-}
-
-// moveClosed writes a settled closed state under the run's closed key and
-// purges its open key.
-func (pt *part) moveClosed(ctx context.Context, st *RunState) error {
-	t := pt.t
-	b, err := MarshalState(st)
-	if err != nil {
-		return err
-	}
-	id := st.Origin.RunID
-	if err := t.st.put(ctx, pt.lease, stateKey(id), b); err != nil {
-		return err
-	}
-	if err := t.st.purge(ctx, pt.lease, openKey(pt.p, id)); err != nil {
-		return err
-	}
-	pt.queueClosed(st)
-	return nil
+	return UnmarshalState(b, pt.t.cfg.Fold)
 }
 
 // resendOverflow: a sink whose backlog passed even its deferred ids' cap
@@ -416,9 +411,10 @@ func (pt *part) resendOverflow(ctx context.Context) {
 	d.overflow.Store(false)
 	n := 0
 	for _, other := range t.parts() {
-		err := t.st.loadOpen(ctx, other.p, func(e entry) error {
-			st, err := decodeStored(t, e.value)
-			if err == nil && st != nil && st.Closed && st.SinksPending {
+		err := t.st.load(ctx, pendPrefix(other.p), func(e entry) error {
+			id := string(e.value)
+			st, err := other.pendingState(ctx, id)
+			if err == nil && st != nil && st.Closed {
 				other.resend1(ctx, st)
 				n++
 			}
@@ -446,14 +442,17 @@ func (t *Table) Reload(ctx context.Context, sink, runID string) (split.Report, b
 	if pt == nil || !pt.lease.Valid() {
 		return split.Report{}, false, nil
 	}
-	st, _, err := pt.readPending(ctx, runID)
-	if errors.Is(err, errNotFound) {
-		return split.Report{}, false, nil
+	pt.mu.Lock()
+	live := pt.runs[runID] != nil
+	pt.mu.Unlock()
+	if live {
+		return split.Report{}, false, nil // re-opened: its next close sends its split
 	}
+	st, err := pt.pendingState(ctx, runID)
 	if err != nil {
 		return split.Report{}, false, fmt.Errorf("state bucket: %w", err)
 	}
-	if st == nil || !st.Closed || !st.SinksPending || st.Reported == "" {
+	if st == nil || !st.Closed || st.Reported == "" {
 		return split.Report{}, false, nil
 	}
 	var rep split.Report

@@ -10,6 +10,7 @@ import (
 var (
 	StateKey   = stateKey
 	OpenKey    = openKey
+	PendKey    = pendKey
 	SummaryKey = summaryKey
 )
 

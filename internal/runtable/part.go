@@ -88,58 +88,63 @@ func newPart(t *Table, l *fleet.Lease) *part {
 }
 
 // load reads the partition's open runs from the bucket (one pass over its
-// open keys): open runs are resumed, closed runs whose split not every
-// sink settled are sent again, and the closed runs the run index says are
-// not compacted are queued for compaction.
+// open keys) and resumes them, sends again the splits of its closed runs
+// not every sink settled (one pass over its pending markers), and queues
+// for compaction the closed runs the run index says are not compacted.
 func (pt *part) load(ctx context.Context) error {
 	t := pt.t
 	var resend []*RunState
 	n := 0
-	err := t.st.loadOpen(ctx, pt.p, func(e entry) error {
+	err := t.st.load(ctx, openPrefix(pt.p), func(e entry) error {
 		st, err := decodeStored(t, e.value)
 		if err != nil {
 			t.log.Warn().Str("key", e.key).Err(err).Msg("unreadable run state skipped")
 			return nil
 		}
 		if st == nil {
-			// An earlier version's marker: the run's state is under its
-			// closed key.
-			b, err := t.st.get(ctx, e.key[len(openPrefix(pt.p)):])
-			if errors.Is(err, errNotFound) {
-				return t.st.purge(ctx, pt.lease, e.key)
-			}
-			if err != nil {
+			// An earlier version's marker (its value the run id): the
+			// run's state is under its closed key.
+			if st, err = pt.legacy(ctx, e.key); err != nil || st == nil {
 				return err
-			}
-			if st, err = UnmarshalState(b, t.cfg.Fold); err != nil {
-				t.log.Warn().Str("key", e.key).Err(err).Msg("unreadable run state skipped")
-				return nil
 			}
 			if st.Closed {
 				if st.SinksPending {
 					resend = append(resend, st)
 				}
-				pt.queueClosed(st)
-				return t.st.purge(ctx, pt.lease, e.key)
+				return nil
 			}
 			// Open: written under its open key at the next checkpoint.
 			pt.runs[st.Origin.RunID] = &liveRun{st: st, dirty: true}
 			n++
 			return nil
 		}
-		switch {
-		case !st.Closed:
-			pt.runs[st.Origin.RunID] = &liveRun{st: st, stored: true}
-			n++
-		case st.SinksPending:
-			resend = append(resend, st)
-		default:
-			// Settled, not moved to its closed key yet (its owner
-			// stopped in between): move it now.
-			return pt.moveClosed(ctx, st)
+		if st.Closed {
+			// Closed, its open key not purged yet (its owner stopped in
+			// between): the close finishes now.
+			return pt.finishClose(ctx, st)
 		}
+		pt.runs[st.Origin.RunID] = &liveRun{st: st, stored: true}
+		n++
 		return nil
 	})
+	if err == nil && t.cfg.Sinks != nil {
+		err = t.st.load(ctx, pendPrefix(pt.p), func(e entry) error {
+			b, err := t.st.get(ctx, e.key[len(pendPrefix(pt.p)):])
+			if errors.Is(err, errNotFound) {
+				return t.st.purge(ctx, pt.lease, e.key) // expired meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			st, err := UnmarshalState(b, t.cfg.Fold)
+			if err != nil {
+				t.log.Warn().Str("key", e.key).Err(err).Msg("unreadable run state: its split is not sent again")
+				return nil
+			}
+			resend = append(resend, st)
+			return nil
+		})
+	}
 	if err != nil {
 		pt.runs = map[string]*liveRun{}
 		return err
@@ -156,6 +161,36 @@ func (pt *part) load(ctx context.Context) error {
 		t.log.Info().Int("partition", pt.p).Int("runs", n).Int("resent", len(resend)).Msg("resumed the partition's open runs from the state bucket")
 	}
 	return nil
+}
+
+// legacy takes over a run an earlier version marked open (its marker's
+// value the run id, its state under the closed key): the marker goes, and
+// a closed run whose split is pending gets a pending marker. It returns
+// the run's state (nil: none).
+func (pt *part) legacy(ctx context.Context, key string) (*RunState, error) {
+	t := pt.t
+	b, err := t.st.get(ctx, key[len(openPrefix(pt.p)):])
+	if errors.Is(err, errNotFound) {
+		return nil, t.st.purge(ctx, pt.lease, key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := UnmarshalState(b, t.cfg.Fold)
+	if err != nil {
+		t.log.Warn().Str("key", key).Err(err).Msg("unreadable run state skipped")
+		return nil, nil
+	}
+	if !st.Closed {
+		return st, nil
+	}
+	if st.SinksPending && t.cfg.Sinks != nil {
+		if err := t.st.put(ctx, pt.lease, pendKey(pt.p, st.Origin.RunID), []byte(st.Origin.RunID)); err != nil {
+			return nil, err
+		}
+	}
+	pt.queueClosed(st)
+	return st, t.st.purge(ctx, pt.lease, key)
 }
 
 // forget drops the partition's runs from memory.
@@ -220,8 +255,13 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 		if r, err = pt.run(ctx, d.Origin); err != nil {
 			return err // the bucket is not reachable: redelivered later
 		}
+		pt.mu.Lock()
+		if pt.runs[id] != r {
+			pt.mu.Unlock() // closed and forgotten meanwhile: again
+			continue
+		}
 		if r.closing == nil {
-			break
+			break // pt.mu held
 		}
 		// Its closed state is being written: the event meets the
 		// closed run (a late event re-opens it).
@@ -288,22 +328,22 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 
 // run returns the live run of o, reading it from the bucket (without
 // pt.mu) when it is not in memory: a run of an owned partition that is not
-// in memory is new, or closed (its closed key). It returns with pt.mu
-// held, unless it fails.
+// in memory is new, or closed (its closed key).
 func (pt *part) run(ctx context.Context, o events.Origin) (*liveRun, error) {
 	pt.mu.Lock()
-	if r := pt.runs[o.RunID]; r != nil {
+	r := pt.runs[o.RunID]
+	pt.mu.Unlock()
+	if r != nil {
 		return r, nil
 	}
-	pt.mu.Unlock()
 	r, err := pt.readClosed(ctx, o)
-	pt.mu.Lock()
-	if cur := pt.runs[o.RunID]; cur != nil {
-		return cur, nil
-	}
 	if err != nil {
-		pt.mu.Unlock()
 		return nil, err
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if cur := pt.runs[o.RunID]; cur != nil {
+		return cur, nil // read meanwhile by another handler
 	}
 	pt.runs[o.RunID] = r
 	pt.t.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
@@ -361,6 +401,9 @@ func (pt *part) loop(ctx context.Context) {
 			wait = pt.backoff // a failing bucket is not asked again at once
 			kicked = false
 		}
+		// Messages waiting for a checkpoint keep their ack wait from
+		// running out, however long the checkpoints take.
+		pt.progress()
 		// A checkpoint under way is not cut short by the stop: its
 		// writes would fail, and the release writes again what it holds.
 		wctx := context.WithoutCancel(ctx)
@@ -372,5 +415,22 @@ func (pt *part) loop(ctx context.Context) {
 		pt.ckptMu.Lock()
 		pt.afterCheckpoint(wctx)
 		pt.ckptMu.Unlock()
+	}
+}
+
+// progress acknowledges the progress of the messages that waited a third
+// of their ack wait for a checkpoint, so they are not delivered again.
+func (pt *part) progress() {
+	t := pt.t
+	now := time.Now()
+	half := t.cfg.AckWait / 3
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	for i := range pt.pending {
+		if pm := &pt.pending[i]; now.Sub(pm.at) > half {
+			_ = pm.ack.InProgress()
+			pm.at = now
+			t.m.progress.Inc()
+		}
 	}
 }

@@ -26,11 +26,13 @@ const Bucket = "GTTSPLIT_RUNS"
 
 // The keys of the bucket (<skey> is stateKey of the run id):
 //
-//	open.<partition>.<skey>  the state of a run that is open, or closed with
-//	                         its split not yet settled by every sink: what
-//	                         the partition's next owner resumes
-//	<skey>                   the state of a closed, settled run (full for
+//	open.<partition>.<skey>  the state of an open run: what the
+//	                         partition's next owner resumes
+//	<skey>                   the state of a closed run (full for
 //	                         store.compact_after, then its compact record)
+//	pend.<partition>.<skey>  a closed run whose split not every sink
+//	                         settled yet: the partition's next owner sends
+//	                         it again (a small marker, purged once settled)
 //	sum.<skey>               the run's summary (the run index)
 //	lease.<group>.<p>        partition p's lease (package fleet)
 //
@@ -61,6 +63,13 @@ func openKey(p int, runID string) string { return "open." + strconv.Itoa(p) + ".
 
 // openPrefix starts the open keys of partition p.
 func openPrefix(p int) string { return "open." + strconv.Itoa(p) + "." }
+
+// pendKey marks a closed run of partition p whose split the sinks have not
+// all settled.
+func pendKey(p int, runID string) string { return pendPrefix(p) + stateKey(runID) }
+
+// pendPrefix starts the pending markers of partition p.
+func pendPrefix(p int) string { return "pend." + strconv.Itoa(p) + "." }
 
 // EnsureBucket opens the state bucket, creating it with replicas when it
 // is missing; an existing bucket with fewer replicas is raised to them, one
@@ -207,31 +216,31 @@ type entry struct {
 	value []byte
 }
 
-// loadOpen calls fn for every open key of partition p (the last value of
+// load calls fn for every key starting with prefix (the last value of
 // each), in one pass over the bucket's stream: an ordered consumer that
 // the server feeds from its subject index, so the time it takes depends on
-// the partition's runs, not on the bucket's size.
-func (s *store) loadOpen(ctx context.Context, p int, fn func(entry) error) error {
+// the keys read, not on the bucket's size.
+func (s *store) load(ctx context.Context, prefix string, fn func(entry) error) error {
 	st, err := s.js.Stream(ctx, s.stream)
 	if err != nil {
 		return fmt.Errorf("state bucket: %w", err)
 	}
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.subj + openPrefix(p) + ">"},
+		FilterSubjects: []string{s.subj + prefix + ">"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		return fmt.Errorf("state bucket: open runs of partition %d: %w", p, err)
+		return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 	}
 	info, err := c.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("state bucket: open runs of partition %d: %w", p, err)
+		return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 	}
 	left := info.NumPending
 	for left > 0 {
 		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchContext(ctx))
 		if err != nil {
-			return fmt.Errorf("state bucket: open runs of partition %d: %w", p, err)
+			return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 		}
 		for m := range batch.Messages() {
 			left--
@@ -253,27 +262,11 @@ func (s *store) loadOpen(ctx context.Context, p int, fn func(entry) error) error
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return fmt.Errorf("state bucket: open runs of partition %d: %w", p, err)
+			return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("state bucket: open runs of partition %d: cut short: %w", p, err)
+			return fmt.Errorf("state bucket: keys %s: cut short: %w", prefix, err)
 		}
 	}
 	return nil
-}
-
-// insufficient says the server refused a write for want of storage (its
-// JetStream store or the account's limit is full).
-func insufficient(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		case 10023, 10047, 10028, 10002:
-			// insufficient resources, insufficient storage or memory
-			// resources available, resource limits exceeded for
-			// the account
-			return true
-		}
-	}
-	return false
 }

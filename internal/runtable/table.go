@@ -337,14 +337,28 @@ func decodeStored(t *Table, b []byte) (*RunState, error) {
 }
 
 // ReadState reads a run's latest stored state from a state bucket
-// (`aggregator compare` with a run id).
+// (`aggregator compare` with a run id); a closed run's SinksPending says
+// whether its split waits for a sink.
 func ReadState(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, partitions int, id string, opts split.Options) (*RunState, error) {
 	t := &Table{cfg: Config{Partitions: partitions, Fold: opts}, st: newStore(js, kv)}
 	st, err := t.read(ctx, id)
 	if errors.Is(err, errNotFound) {
 		return nil, fmt.Errorf("run %q: %w", id, ErrNoRun)
 	}
-	return st, err
+	if err != nil {
+		return nil, err
+	}
+	// A closed run's split is pending while its marker is there.
+	if st.Closed && !st.SinksPending {
+		_, err := t.st.get(ctx, pendKey(partitionOf(id, partitions), id))
+		switch {
+		case err == nil:
+			st.SinksPending = true
+		case !errors.Is(err, errNotFound):
+			return nil, err
+		}
+	}
+	return st, nil
 }
 
 // ErrNoRun says a run has no state in the bucket.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,7 +199,8 @@ func TestResendsUnsettledSplitsIntegration(t *testing.T) {
 	require.True(t, st.Closed)
 	require.True(t, st.SinksPending, "no sink settled the split")
 	p := bus.PartitionOf(id, a.parts)
-	require.NoError(t, getKey(t, b, runtable.OpenKey(p, id)), "pending: under the partition's open key")
+	require.NoError(t, getKey(t, b, runtable.PendKey(p, id)), "pending: its marker")
+	require.ErrorIs(t, getKey(t, b, runtable.OpenKey(p, id)), jetstream.ErrKeyNotFound, "closed: no open key")
 
 	mem := new(sinktest.Memory)
 	deliv2 := runtable.NewDeliveries(1)
@@ -208,7 +210,7 @@ func TestResendsUnsettledSplitsIntegration(t *testing.T) {
 	c := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour, Sinks: fan2, Deliveries: deliv2})
 	rt.Eventually(t, "the split re-sent", func() bool { _, ok := mem.Runs()[id]; return ok })
 	rt.Eventually(t, "the flag cleared", func() bool { return !b.State(t, id, rt.FoldOptions(t)).SinksPending })
-	require.ErrorIs(t, getKey(t, b, runtable.OpenKey(p, id)), jetstream.ErrKeyNotFound, "settled: moved to the closed key")
+	require.ErrorIs(t, getKey(t, b, runtable.PendKey(p, id)), jetstream.ErrKeyNotFound, "settled: the marker goes")
 	c.stop()
 	require.NoError(t, fan2.Close(context.Background()))
 	got, err := split.JSON(mem.Runs()[id])
@@ -530,4 +532,192 @@ func TestStateBucketNeverLoweredIntegration(t *testing.T) {
 	require.Equal(t, 3, st.CachedInfo().Config.Replicas)
 	require.True(t, st.CachedInfo().Config.AllowMsgTTL)
 	require.NotZero(t, st.CachedInfo().Config.SubjectDeleteMarkerTTL)
+}
+
+// A split a sink's full queue deferred is read back (Reload) while its
+// run is closed and its split pending; not once the run re-opened, nor
+// for a run of a partition this table does not own.
+func TestReloadSplitIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	stuck := new(sinktest.Memory)
+	block := make(chan struct{})
+	stuck.Block(block)
+	fan, err := sinks.NewFanout(sinks.Settings{Logger: testLogger(t)}, sinks.FanoutConfig{}, sinks.Target{Name: "mem", Sink: stuck})
+	require.NoError(t, err)
+	defer func() {
+		close(block)
+		require.NoError(t, fan.Close(context.Background()))
+	}()
+	a := startTable(t, b.URL, "reload", runtable.Config{IdleTimeout: time.Hour, Sinks: fan, Deliveries: runtable.NewDeliveries(1)})
+	a.waitOwns(a.parts)
+	b.Publish(t, fx.Wires...)
+	rt.Eventually(t, "the split is written", func() bool { n, _ := a.closes.count(); return n >= 1 })
+	id := fx.Origin.RunID
+	ctx := rt.Ctx(t)
+
+	rep, ok, err := a.tbl.Reload(ctx, "mem", id)
+	require.NoError(t, err)
+	require.True(t, ok, "closed, pending")
+	got, err := split.JSON(rep)
+	require.NoError(t, err)
+	require.Equal(t, string(fx.Want), string(got))
+
+	_, ok, err = a.tbl.Reload(ctx, "mem", "no-such-run")
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	// A run in memory (open: its finish not folded): nothing to read
+	// back, its close sends its split.
+	open := rt.Gen(t, 1, fx)[0]
+	b.Publish(t, open.Wires[:len(open.Wires)-1]...)
+	rt.Eventually(t, "open", func() bool { return counter(t, a.m, "gttsplit_runs_open") == 1 })
+	_, ok, err = a.tbl.Reload(ctx, "mem", open.Origin.RunID)
+	require.NoError(t, err)
+	require.False(t, ok, "open")
+
+	// Once the partition is handed over, its next owner sends what is
+	// pending: this table reads nothing back.
+	a.stop()
+	_, ok, err = a.tbl.Reload(ctx, "mem", id)
+	require.NoError(t, err)
+	require.False(t, ok, "the partition is no longer this table's")
+}
+
+// Past even its deferred ids' cap a sink drops splits; once it caught up,
+// the table reads the pending ones back (their markers) and sends them
+// again, without a restart.
+func TestResendsWhatASinkDroppedIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	mem := new(sinktest.Memory)
+	block := make(chan struct{})
+	mem.Block(block)
+	deliv := runtable.NewDeliveries(1)
+	var tbl atomic.Pointer[runtable.Table]
+	reload := func(ctx context.Context, sink, id string) (split.Report, bool, error) {
+		if t := tbl.Load(); t != nil {
+			return t.Reload(ctx, sink, id)
+		}
+		return split.Report{}, false, errors.New("no table yet")
+	}
+	var counts sinks.Counters
+	obs := sinks.ObserverFunc(func(e sinks.Event) { counts.Observe(e); deliv.Observe(e) })
+	fan, err := sinks.NewFanout(sinks.Settings{Logger: testLogger(t)},
+		sinks.FanoutConfig{MaxPending: 1, MaxDeferred: 1, Reload: reload, Observer: obs}, sinks.Target{Name: "mem", Sink: mem})
+	require.NoError(t, err)
+	a := startTable(t, b.URL, "overflow", runtable.Config{IdleTimeout: time.Hour, Sinks: fan, Deliveries: deliv})
+	tbl.Store(a.tbl)
+	a.waitOwns(a.parts)
+	const n = 8
+	runs := rt.Gen(t, n, fx)
+	for _, r := range runs {
+		b.Publish(t, r.Wires...)
+	}
+	rt.Eventually(t, "every run closed", func() bool { _, c := a.closes.count(); return c == n })
+	require.NotZero(t, counts.Snapshot()["mem"].Dropped, "the sink dropped splits")
+	close(block)
+	rt.Eventually(t, "every split reached the sink", func() bool { return len(mem.Runs()) == n })
+	rt.Eventually(t, "no split pending", func() bool {
+		for _, r := range runs {
+			if b.State(t, r.Origin.RunID, rt.FoldOptions(t)).SinksPending {
+				return false
+			}
+		}
+		return true
+	})
+	a.stop()
+	require.NoError(t, fan.Close(context.Background()))
+	for _, r := range runs {
+		want, err := split.JSON(a.closes.of(r.Origin.RunID)[0])
+		require.NoError(t, err)
+		got, err := split.JSON(mem.Runs()[r.Origin.RunID])
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "run %s", r.Origin.RunID)
+	}
+}
+
+// A table cut off from the broker (its connection frozen, its leases
+// still valid) while events wait for its partitions says so: readiness
+// names the partitions the events do not reach, and the stalled gauge
+// counts them.
+func TestStalledPartitionsReportedIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	srv := natstest.Start(t)
+	b := rt.BrokerAt(t, srv)
+	proxy := natstest.StartProxy(t, srv.Addr().String())
+	a := startTable(t, proxy.URL(), "stall", runtable.Config{IdleTimeout: time.Hour}, time.Minute)
+	a.waitOwns(a.parts)
+	b.Publish(t, fx.Wires[:3]...)
+	b.WaitAcked(t, "stall")
+	ok, why := a.tbl.Ready()
+	require.True(t, ok, why)
+	proxy.Freeze()
+	b.Publish(t, fx.Wires[3:]...)
+	rt.Eventually(t, "not ready", func() bool {
+		ok, why := a.tbl.Ready()
+		return !ok && strings.Contains(why, "events do not reach partition")
+	})
+	require.Positive(t, counter(t, a.m, "gttsplit_partitions_stalled"))
+	proxy.Thaw()
+	rt.Eventually(t, "ready again", func() bool { ok, _ := a.tbl.Ready(); return ok })
+	rt.Eventually(t, "the split", func() bool { n, _ := a.closes.count(); return n == 1 })
+	require.Zero(t, counter(t, a.m, "gttsplit_partitions_stalled"))
+}
+
+// The state bucket full (here its own byte limit, which the server
+// answers with "maximum bytes exceeded"): checkpoints back off and are
+// tried again, said once; readiness says the store is full; the messages
+// wait unacknowledged without being delivered again (their progress is
+// acknowledged) and are folded once; once there is room the run closes,
+// once.
+func TestStoreFullBacksOffIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	var logs lockedBuf
+	ctx := rt.Ctx(t)
+	kv, err := runtable.EnsureBucket(ctx, b.JS, 1, zerolog.Nop())
+	require.NoError(t, err)
+	_ = kv
+	st, err := b.JS.Stream(ctx, "KV_"+runtable.Bucket)
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	r := startTableLog(t, b.URL, "full", runtable.Config{IdleTimeout: time.Hour, CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second},
+		zerolog.New(&logs).Level(zerolog.InfoLevel))
+	r.waitOwns(r.parts)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	cfg.MaxBytes = int64(info.State.Bytes) + 1024 // full for a run's state
+	_, err = b.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	fin := fx.FinishedIndex(t)
+	b.Publish(t, fx.Without(fin)...)
+	rt.Eventually(t, "not ready: the store is full", func() bool {
+		ok, why := r.tbl.Ready()
+		return !ok && strings.Contains(why, "store is full")
+	})
+	// Past two ack waits: nothing delivered again, nothing folded twice.
+	time.Sleep(7 * time.Second)
+	require.Zero(t, counter(t, r.m, "gttsplit_events_redelivered_total"))
+	require.Equal(t, float64(len(fx.Wires)-1), counter(t, r.m, "gttsplit_events_folded_total"))
+	require.Positive(t, counter(t, r.m, "gttsplit_events_progress_acks_total"))
+	require.Positive(t, counter(t, r.m, "gttsplit_state_persist_errors_total"))
+	require.Equal(t, 1, strings.Count(logs.String(), "checkpoint failed"), "said once: %s", logs.String())
+
+	cfg.MaxBytes = -1
+	_, err = b.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	rt.Eventually(t, "ready again", func() bool { ok, _ := r.tbl.Ready(); return ok })
+	b.Publish(t, fx.Wires[fin])
+	rt.Eventually(t, "the split", func() bool { n, _ := r.closes.count(); return n == 1 })
+	require.Contains(t, logs.String(), "checkpoints written again")
+	got, err := split.JSON(r.closes.of(fx.Origin.RunID)[0])
+	require.NoError(t, err)
+	require.Equal(t, string(fx.Want), string(got))
+	require.Zero(t, counter(t, r.m, "gttsplit_events_redelivered_total"))
 }

@@ -1,11 +1,14 @@
 package aggregator
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -22,7 +25,7 @@ import (
 
 // benchAckPending is the consumers' max_ack_pending in the benchmark (the
 // aggregator's default).
-const benchAckPending = 1024
+const benchAckPending = 4096
 
 // BenchmarkServeThroughput measures events folded per second end to end
 // as `aggregator serve` runs them: the recorded runs under new ids (b.N
@@ -221,4 +224,49 @@ func benchParts() int {
 		return v
 	}
 	return bus.DefaultPartitions
+}
+
+// BenchmarkCloseLatency measures, near idle, the time from a run's
+// run-finished event being acknowledged by the broker to its split being in
+// the JSON sink's splits.jsonl (polled every millisecond): b.N runs (at
+// least 20), one after another, each run's other events published and
+// folded first. It reports the median and the 99th percentile.
+//
+//	go test ./internal/app/aggregator -run '^$' -bench CloseLatency -benchtime 50x
+func BenchmarkCloseLatency(b *testing.B) {
+	b.StopTimer()
+	fx := loadFixture(b, fixture4B)
+	n := max(b.N, 20)
+	runs := genRuns(b, n, fx)
+	br := startBroker(b)
+	cfg := testConfig(b, br.url)
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.IdleTimeout = time.Hour
+	s := startServe(b, cfg, ServeOptions{})
+	jsonl := filepath.Join(cfg.Sinks.JSON.Dir, "splits.jsonl")
+	fin := fx.FinishedIndex(b)
+	var lat []time.Duration
+	for i, r := range runs {
+		br.publish(b, r.Wires[:fin]...)
+		br.publish(b, r.Wires[fin+1:]...)
+		// Every event so far but this run's finish.
+		want := float64((i+1)*len(r.Wires) - 1)
+		eventuallyFast(b, func() bool {
+			v, _ := strconv.ParseFloat(metricValue(httpGet(b, s.http, "/metrics", http.StatusOK), "gttsplit_events_folded_total"), 64)
+			return v >= want
+		})
+		br.publish(b, r.Wires[fin])
+		acked := time.Now()
+		eventuallyFast(b, func() bool {
+			data, _ := os.ReadFile(jsonl)
+			return bytes.Contains(data, []byte(`"id":"`+r.Origin.RunID+`"`))
+		})
+		lat = append(lat, time.Since(acked))
+	}
+	require.NoError(b, s.stop(b))
+	slices.Sort(lat)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(len(lat)), "runs")
 }
