@@ -37,6 +37,19 @@ func twoCardTree(t testing.TB, links bool) *tree {
 	return tr
 }
 
+// sampleOnce takes one sample of the tree rooted at pid.
+func sampleOnce(t *testing.T, tr *tree, pid int, at time.Time) *split.Sample {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ProcRoot, cfg.SysRoot = tr.proc, tr.sys
+	s, err := newSampler(cfg, tr.readlink, testLogger(t), pid)
+	require.NoError(t, err)
+	defer s.close()
+	smp := s.sample(at)
+	require.NotNil(t, smp)
+	return smp
+}
+
 // A process on two discrete cards: the sampler keeps the DRM fds of both
 // (by their links, or by content without them), and the fold sums them
 // per card and region, each client once: VRAM 9688 and 10842 MiB, GTT 24
@@ -44,14 +57,7 @@ func twoCardTree(t testing.TB, links bool) *tree {
 func TestSamplerTwoCards(t *testing.T) {
 	t.Parallel()
 	for _, links := range []bool{true, false} {
-		tr := twoCardTree(t, links)
-		cfg := DefaultConfig()
-		cfg.ProcRoot, cfg.SysRoot = tr.proc, tr.sys
-		s, err := newSampler(cfg, tr.readlink, testLogger(t), 73114)
-		require.NoError(t, err)
-		smp := s.sample(time.Date(2026, 11, 12, 9, 14, 7, 611395448, time.UTC))
-		s.close()
-		require.NotNil(t, smp)
+		smp := sampleOnce(t, twoCardTree(t, links), 73114, time.Date(2026, 11, 12, 9, 14, 7, 611395448, time.UTC))
 		require.Equal(t, []int{4, 5, 6, 7, 8, 9}, sortedKeys(fdsOf(t, smp, 73114)), "links %v", links)
 		require.Len(t, smp.Cards, 2)
 
@@ -90,14 +96,7 @@ func TestSamplerTwoCards(t *testing.T) {
 // share (docs/formats.md, "The samples file").
 func TestTwoCardSampleSize(t *testing.T) {
 	t.Parallel()
-	tr := twoCardTree(t, true)
-	cfg := DefaultConfig()
-	cfg.ProcRoot, cfg.SysRoot = tr.proc, tr.sys
-	s, err := newSampler(cfg, tr.readlink, testLogger(t), 73114)
-	require.NoError(t, err)
-	defer s.close()
-	smp := s.sample(time.Date(2026, 11, 12, 9, 14, 7, 611395448, time.UTC))
-	require.NotNil(t, smp)
+	smp := sampleOnce(t, twoCardTree(t, true), 73114, time.Date(2026, 11, 12, 9, 14, 7, 611395448, time.UTC))
 	var txt bytes.Buffer
 	split.FormatSamples(&txt, *smp)
 	ev, err := events.NewFDInfoSample(events.Origin{RunID: "rig07-20261112T091403-32b", Host: "rig07", Lane: "gpu0"}, *smp)
