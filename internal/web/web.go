@@ -540,10 +540,12 @@ type runPage struct {
 	Bars     Charts[BarChart]
 	Timeline Charts[Timeline]
 	Live     liveUpdates
+	// DeviceBars is a bar per card of the device table (nil charts: none).
+	DeviceBars Charts[DeviceChart]
 }
 
 func (h *Handler) runData(id string, rep split.Report) runPage {
-	return runPage{Title: "gttsplit: run " + id, ID: id, R: rep, Model: ModelName(rep), Bars: NewBarChart(rep), Timeline: NewTimeline(rep),
+	return runPage{Title: "gttsplit: run " + id, ID: id, R: rep, Model: ModelName(rep), Bars: NewBarChart(rep), Timeline: NewTimeline(rep), DeviceBars: NewDeviceChart(rep),
 		Live: liveUpdates{Target: "run", URL: "/run/" + url.PathEscape(id) + "/events", Event: "run"}}
 }
 

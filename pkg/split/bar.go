@@ -3,6 +3,7 @@ package split
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -114,5 +115,103 @@ func TextBars(r Report) string {
 		legend = append(legend, p.Glyph+" "+p.Label)
 	}
 	fmt.Fprintf(&b, "       %s\n", strings.Join(legend, "  "))
+	return b.String()
+}
+
+// DeviceBar is the split of one card's own memory at its peak among its
+// devices' rows (or, for a device matched to no card, of its rows alone),
+// in the order and with the keys of BarParts.
+type DeviceBar struct {
+	// Label names the device(s) and the card: "CUDA0 · 0000:01:00.0 VRAM".
+	Label string
+	Parts []BarPart
+	// Total is what the bar is drawn against: the card's own memory at
+	// its peak (or the rows' sum when that is more), or the rows' sum
+	// for a device with no card.
+	Total float64
+	// Measured says Total is a card's measured peak.
+	Measured bool
+}
+
+// DeviceBars returns a bar per card with devices and per device matched
+// to no card, in the device table's order; none when the report has no
+// device table.
+func DeviceBars(r Report) []DeviceBar {
+	v := func(m *MiB) float64 {
+		if m == nil {
+			return 0
+		}
+		return float64(*m)
+	}
+	var out []DeviceBar
+	done := map[string]bool{}
+	for _, d := range r.Devices {
+		if d.Kind != DeviceGPU {
+			continue
+		}
+		if d.Card == "" {
+			parts := []BarPart{
+				{Key: "model", Label: "model buffer", Glyph: "█", MiB: v(d.ModelMiB), Unknown: d.ModelMiB == nil},
+				{Key: "state", Label: "KV + state", Glyph: "▒", MiB: v(d.StateMiB), Unknown: d.StateMiB == nil},
+				{Key: "compute", Label: "compute + output", Glyph: "░", MiB: v(d.ComputeMiB), Unknown: d.ComputeMiB == nil},
+			}
+			out = append(out, DeviceBar{Label: d.Name + " · no card", Parts: parts, Total: v(d.ModelMiB) + v(d.StateMiB) + v(d.ComputeMiB)})
+			continue
+		}
+		if done[d.Card] {
+			continue
+		}
+		done[d.Card] = true
+		i := slices.IndexFunc(r.Cards, func(k Card) bool { return k.PDev == d.Card })
+		if i < 0 {
+			continue
+		}
+		k := r.Cards[i]
+		model, state, comp, packed := v(k.ModelMiB), v(k.StateMiB), v(k.ComputeMiB), v(k.PackedMiB)
+		peak := 0.0
+		for _, g := range k.Regions {
+			if g.Class == k.Memory {
+				peak = float64(g.PeakMiB)
+			}
+		}
+		attributed := model + packed + state + comp
+		parts := []BarPart{
+			{Key: "model", Label: "model buffer", Glyph: "█", MiB: model},
+			{Key: "packed", Label: "packed copies", Glyph: "▓", MiB: packed},
+			{Key: "state", Label: "KV + state", Glyph: "▒", MiB: state},
+			{Key: "compute", Label: "compute + output", Glyph: "░", MiB: comp},
+			{Key: "unattributed", Label: "not attributed", Glyph: "·", MiB: math.Max(0, peak-attributed)},
+		}
+		out = append(out, DeviceBar{Label: strings.Join(k.Devices, ", ") + " · " + k.PDev + " " + strings.ToUpper(k.Memory),
+			Parts: parts, Total: math.Max(peak, attributed), Measured: true})
+	}
+	return out
+}
+
+// deviceTextBars is the text bar of each DeviceBar, with the legend, or
+// "" when there is none.
+func deviceTextBars(r Report) string {
+	bars := DeviceBars(r)
+	if len(bars) == 0 {
+		return ""
+	}
+	w := 0
+	for _, d := range bars {
+		w = max(w, len([]rune(d.Label)))
+	}
+	var b strings.Builder
+	for _, d := range bars {
+		pad := strings.Repeat(" ", w-len([]rune(d.Label)))
+		what := "of the card at its peak"
+		if !d.Measured {
+			what = "its rows, no card"
+		}
+		fmt.Fprintf(&b, "%s%s [%s] %.1f MiB %s\n", d.Label, pad, textBar(d.Parts, d.Total), d.Total, what)
+	}
+	var legend []string
+	for _, p := range []BarPart{{Glyph: "█", Label: "model buffer"}, {Glyph: "▓", Label: "packed copies"}, {Glyph: "▒", Label: "KV + state"}, {Glyph: "░", Label: "compute + output"}, {Glyph: "·", Label: "not attributed"}} {
+		legend = append(legend, p.Glyph+" "+p.Label)
+	}
+	fmt.Fprintf(&b, "%s  %s\n", strings.Repeat(" ", w), strings.Join(legend, "  "))
 	return b.String()
 }

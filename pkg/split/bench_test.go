@@ -226,3 +226,29 @@ func addLines(b *testing.B, data *[]byte) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(lines)), "ns/line")
 }
+
+// BenchmarkAddSample folds the ticks of the 4B run's samples (one card)
+// and of the two-card run of testdata/devices when present, each into a
+// fresh fold: the cost a sample event adds to a served run.
+func BenchmarkAddSample(b *testing.B) {
+	for _, name := range []string{"runs/4b/gtt.txt", "devices/2xrocm-pci/gtt.txt"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", filepath.FromSlash(name)))
+		if err != nil {
+			continue
+		}
+		ss, _, err := ParseSamples(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(filepath.Dir(name), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				f := NewFold(Options{})
+				for _, s := range ss {
+					f.AddSample(s)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ss)), "ns/sample")
+		})
+	}
+}

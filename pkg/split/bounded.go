@@ -287,10 +287,10 @@ func (st *state) growRecords(n int) {
 // reallocations), 1 for the rest (KV, recurrent-state, output and unknown
 // buffers), 2 for the model-load lines (load, model buffer and context
 // lines, and the markers of which loads are live: draft, router, mmproj,
-// --fit).
+// --fit; the devices a load uses).
 func evictClass(r Record) int8 {
 	switch r.Kind {
-	case KindLoad, KindContext, KindRole, KindRouter, KindClip, KindFitBracket:
+	case KindLoad, KindContext, KindRole, KindRouter, KindClip, KindFitBracket, KindDevice:
 		return 2
 	case KindBuffer:
 		switch r.BufKind {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -42,6 +43,16 @@ type Comparison struct {
 	Words   string `json:"words"`
 	// Notes are caveats that do not change the verdict.
 	Notes []string `json:"notes"`
+	// Devices compares the runs device by device, when both have a device
+	// table with the same devices (in A's order).
+	Devices []CompareDevice `json:"devices,omitempty"`
+}
+
+// CompareDevice is one device of both runs: its rows, and its card's own
+// memory at the peak and not attributed.
+type CompareDevice struct {
+	Name string       `json:"name"`
+	Rows []CompareRow `json:"rows"`
 }
 
 // CompareSide names one of the two runs.
@@ -100,6 +111,7 @@ func Compare(a, b Report, inputA, inputB string) Comparison {
 	add("not attributed", "unattributed_mib", a.UnattributedMiB, b.UnattributedMiB)
 	add("CPU model buffer (not in GTT)", "model_host_mib", a.ModelHostMiB, b.ModelHostMiB)
 	c.verdict(a, b)
+	c.devices(a, b)
 	if ca, cb := stripOffload(a.Run.Command), stripOffload(b.Run.Command); ca != "" && cb != "" && ca != cb {
 		c.Notes = append(c.Notes, fmt.Sprintf("the two commands differ beyond the offload setting (%q and %q): the difference may hold more than the weights", ca, cb))
 	}
@@ -112,6 +124,94 @@ func Compare(a, b Report, inputA, inputB string) Comparison {
 		}
 	}
 	return c
+}
+
+// gpuDevices lists a report's device rows of GPU devices by name.
+func gpuDevices(r Report) []string {
+	var out []string
+	for _, d := range r.Devices {
+		if d.Kind == DeviceGPU {
+			out = append(out, d.Name)
+		}
+	}
+	return out
+}
+
+// devices compares the runs device by device when both have the same
+// devices; otherwise it says why not.
+func (c *Comparison) devices(a, b Report) {
+	da, db := gpuDevices(a), gpuDevices(b)
+	if len(da) == 0 && len(db) == 0 {
+		return
+	}
+	sa, sb := slices.Clone(da), slices.Clone(db)
+	slices.Sort(sa)
+	slices.Sort(sb)
+	if !slices.Equal(sa, sb) {
+		c.Notes = append(c.Notes, fmt.Sprintf("the runs' devices differ (A: %s; B: %s): compared as totals only", orNone(da), orNone(db)))
+		return
+	}
+	byName := func(r Report, n string) (Device, Card) {
+		var d Device
+		for _, x := range r.Devices {
+			if x.Kind == DeviceGPU && x.Name == n {
+				d = x
+			}
+		}
+		for _, k := range r.Cards {
+			if k.PDev == d.Card && d.Card != "" {
+				return d, k
+			}
+		}
+		return d, Card{}
+	}
+	own := func(k Card) *MiB {
+		for _, g := range k.Regions {
+			if g.Class == k.Memory && k.Memory != "" {
+				v := g.PeakMiB
+				return &v
+			}
+		}
+		return nil
+	}
+	row := func(part, key string, va, vb *MiB) CompareRow {
+		r := CompareRow{Part: part, Key: key, A: va, B: vb}
+		if va != nil && vb != nil {
+			d := *va - *vb
+			r.Diff = &d
+		}
+		return r
+	}
+	for _, n := range da {
+		x, kx := byName(a, n)
+		y, ky := byName(b, n)
+		cd := CompareDevice{Name: n}
+		cd.Rows = append(cd.Rows,
+			row("model buffer", "model_mib", x.ModelMiB, y.ModelMiB),
+			row("KV + state", "state_mib", x.StateMiB, y.StateMiB),
+			row("compute + output", "compute_mib", x.ComputeMiB, y.ComputeMiB),
+			row("its card's memory at peak", "card_peak_mib", own(kx), own(ky)),
+			row("not attributed on its card", "not_attributed_mib", x.NotAttributedMiB, y.NotAttributedMiB))
+		c.Devices = append(c.Devices, cd)
+	}
+	for _, x := range []struct {
+		name string
+		r    Report
+	}{{"A", a}, {"B", b}} {
+		for _, k := range x.r.Cards {
+			if k.Memory == "vram" && len(k.Devices) > 0 {
+				c.Notes = append(c.Notes, fmt.Sprintf("%s keeps device buffers in the VRAM of a discrete card (%s): the process GTT peaks do not hold them; compare the devices' card peaks", x.name, k.PDev))
+				break
+			}
+		}
+	}
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
 }
 
 // modelInGTT is the model buffer a run holds in GTT: its model row, else 0
@@ -303,6 +403,16 @@ func renderCompare(c Comparison, md bool) string {
 		rows = append(rows, []string{r.Part, cell(r.A), cell(r.B), diffCell(r.Diff)})
 	}
 	writeTable(&b, md, []string{"part", "A MiB", "B MiB", "A − B MiB"}, rows)
+	if len(c.Devices) > 0 {
+		var drows [][]string
+		for _, d := range c.Devices {
+			for _, r := range d.Rows {
+				drows = append(drows, []string{d.Name, r.Part, cell(r.A), cell(r.B), diffCell(r.Diff)})
+			}
+		}
+		b.WriteString("\n")
+		writeTable(&b, md, []string{"device", "part", "A MiB", "B MiB", "A − B MiB"}, drows)
+	}
 	if md {
 		fmt.Fprintf(&b, "\n**Verdict**: %s\n", c.Words)
 	} else {

@@ -85,3 +85,29 @@ func TestStripOffload(t *testing.T) {
 	require.Equal(t, "llama-cli -m x.gguf", stripOffload("llama-cli --n-gpu-layers=0 -m x.gguf"))
 	require.Equal(t, "llama-cli -m x.gguf", stripOffload("llama-cli --gpu-layers 12 -m x.gguf"))
 }
+
+// Two runs on the same devices are compared device by device; runs on
+// other devices are compared as totals, and say so.
+func TestCompareDevices(t *testing.T) {
+	t.Parallel()
+	a, b := twoCards(t, "gtt.txt"), twoCards(t, "gtt-over.txt")
+	c := Compare(a, b, "a", "b")
+	require.Len(t, c.Devices, 2)
+	require.Equal(t, "ROCm0", c.Devices[0].Name)
+	rows := map[string]CompareRow{}
+	for _, r := range c.Devices[0].Rows {
+		rows[r.Key] = r
+	}
+	require.InDelta(t, 442.0, float64(*rows["card_peak_mib"].Diff), 1e-9, "10842 − 10400")
+	require.InDelta(t, 442.0, float64(*rows["not_attributed_mib"].Diff), 1e-6, "316.52 − (−125.48)")
+	require.InDelta(t, 0.0, float64(*rows["model_mib"].Diff), 1e-9)
+	txt := CompareText(c)
+	require.Contains(t, txt, "ROCm0    its card's memory at peak  10842.0  10400.0     +442.0")
+	require.Contains(t, strings.Join(c.Notes, "\n"), "keeps device buffers in the VRAM of a discrete card (0000:03:00.0)")
+	md := CompareMarkdown(c)
+	require.Contains(t, md, "| ROCm1 | not attributed on its card | 255.2 | 255.2 | +0.0 |")
+
+	other := Compare(a, foldRun(t, "4b"), "a", "4b")
+	require.Empty(t, other.Devices)
+	require.Contains(t, strings.Join(other.Notes, "\n"), "the runs' devices differ (A: ROCm0, ROCm1; B: none): compared as totals only")
+}

@@ -34,11 +34,17 @@ const (
 	FlagIncomplete       = "incomplete"
 	FlagEventsDropped    = "events_dropped"
 	FlagRemoteBuffers    = "remote_buffers"
+	FlagDeviceOrder      = "device_order_assumed"
+	FlagDeviceUnmatched  = "device_unmatched"
+	FlagDeviceOverCard   = "device_over_card"
+	FlagControl          = "control"
+	FlagControlOffloaded = "control_offloaded"
 )
 
 var flagOrder = []string{
 	FlagNotModelLoad, FlagNotVerbose, FlagPreB3761, FlagLegacyFormat, FlagFitProbe,
 	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagUnknownBuffer, FlagMmproj, FlagRemoteBuffers,
+	FlagDeviceOrder, FlagDeviceUnmatched, FlagDeviceOverCard, FlagControl, FlagControlOffloaded,
 	FlagComputeMismatch, FlagOutputRealloc, FlagNoTrace, FlagNoSamples, FlagNoGPUClient,
 	FlagResidentOnly, FlagUnattribHigh, FlagUnattribNegative, FlagLinesSkipped, FlagFDsSkipped,
 	FlagSourceDirty, FlagSourceUnknown, FlagIncomplete, FlagEventsDropped, FlagStateCapped,
@@ -140,13 +146,21 @@ type table struct {
 // Report computes the split from everything applied so far. It does not
 // change the fold.
 func (f *Fold) Report() Report {
+	r, _ := f.report()
+	return r
+}
+
+// report is Report with its computation (the tests read the device table
+// from it whether the report shows it or not).
+func (f *Fold) report() (Report, *computation) {
 	recs := f.st.sortedRecords()
 	c := &computation{thr: f.thr, st: &f.st, linesRead: f.linesRead()}
 	c.logRows(recs)
 	c.samples(&f.st.Ticks)
+	c.deviceCards(&f.st.Ticks)
 	c.finish()
 	c.r.Timeline = f.st.timeline()
-	return c.r
+	return c.r, c
 }
 
 type computation struct {
@@ -161,6 +175,10 @@ type computation struct {
 	rowsLost                         bool // the cap left KV + state or compute unknown
 	peak, final                      *float64
 	peakTick                         *tick
+	devs                             []*devRow // the device table (devices.go), shown or not
+	// discrete says every GPU device is matched to a card whose own
+	// memory is VRAM: the process GTT does not hold their buffers.
+	discrete bool
 }
 
 func (c *computation) flag(f string) {
@@ -179,7 +197,9 @@ func bufferRow(r Record) string {
 	switch k := r.BufKind; {
 	case k == "model":
 		return "model"
-	case k == "KV":
+	case k == "KV" || strings.HasSuffix(k, " KV"):
+		// (" KV": DeepSeek-V4's "DeepSeek4 compressed KV" cache is a KV
+		// cache of its own name)
 		if strings.Contains(fn, "recurrent") {
 			return "rs" // ≤ b5855 recurrent state is printed with the KV word
 		}
@@ -308,6 +328,10 @@ func (c *computation) samples(ts *tickState) {
 	if d.FDsSkipped > 0 {
 		c.flag(FlagFDsSkipped)
 	}
+	if ts.MemSkipped > 0 {
+		c.flag(FlagFDsSkipped)
+		c.warn = append(c.warn, fmt.Sprintf("%d region figures of fdinfo files did not parse and were left out of the memory per card", ts.MemSkipped))
+	}
 	if ts.Peak == nil {
 		c.flag(FlagNoGPUClient)
 		return
@@ -419,16 +443,31 @@ func (c *computation) finish() {
 		r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: StatusWarn,
 			Detail: fmt.Sprintf("not checked: the peak is %.1f MiB but the log has no model load, so nothing is attributed", *c.peak)})
 	}
+	// A control (offload off) is judged as one: its weights stay in host
+	// memory, so its small peak is mostly the runtime's own GTT. One that
+	// holds model buffers in GTT was not run with offload off.
+	control := c.isControl()
+	switch {
+	case control:
+		c.flag(FlagControl)
+	case run.ControlOf != "":
+		c.flag(FlagControlOffloaded)
+	}
 	if c.peak != nil && c.model != nil {
 		u := *c.peak - attributed
 		r.UnattributedMiB = mib(u)
 		r.UnattributedPct = mib(pct(u, *c.peak))
 		st, detail := StatusOK, ""
 		switch {
+		case c.discrete:
+			st = StatusWarn
+			detail = fmt.Sprintf("not judged here: this run's devices keep their buffers in the VRAM of discrete cards (see devices and cards, where not attributed is judged per card), not in the process GTT (peak %.1f MiB: the runtime's own, pinned host buffers and spill); peak − rows is %.1f MiB", *c.peak, u)
 		case u < 0:
 			c.flag(FlagUnattribNegative)
 			st = StatusFail
 			detail = fmt.Sprintf("the log attributes %.1f MiB, %.1f MiB MORE than the fdinfo peak %.1f MiB: the sampler missed the peak, or a row counts memory that was never resident at once", attributed, -u, *c.peak)
+		case pct(u, *c.peak) > c.thr && control:
+			detail = fmt.Sprintf("the log attributes %.1f of %.1f MiB; %.1f MiB (%.1f %%) is not attributed: this run is a control (offload off), whose peak is the runtime's own GTT, so that is expected and not flagged; its difference with run %s is what counts", attributed, *c.peak, u, pct(u, *c.peak), run.ControlOf)
 		case pct(u, *c.peak) > c.thr:
 			c.flag(FlagUnattribHigh)
 			st = StatusWarn
@@ -459,10 +498,62 @@ func (c *computation) finish() {
 	}
 	r.Detail.Warnings = append(r.Detail.Warnings, c.warn...)
 	r.Expected = expected(r, c.thr)
+	if control {
+		r.Expected = expectedControl(r)
+	}
+	if c.discrete && !control {
+		r.Expected = expectedDiscrete(r, c.thr)
+	}
+}
+
+// expectedDiscrete is the Expected line of a run whose devices are all on
+// discrete cards: judged per card, against its VRAM.
+func expectedDiscrete(r *Report, thr float64) string {
+	s := fmt.Sprintf("Healthy: the weights are resident once, KV + state and compute match the -c/-b settings, and on each card not attributed is a few %% of its VRAM peak (the runtime's pools, code objects; flagged above %g %% of the process peak on an APU, judged per card here: this run's devices keep their buffers in the VRAM of discrete cards, not in the process GTT).", thr)
+	var this []string
+	for _, k := range r.Cards {
+		if k.NotAttributedPct != nil && len(k.Devices) > 0 {
+			this = append(this, fmt.Sprintf("%s (%s) %.1f %% of its VRAM peak not attributed", strings.Join(k.Devices, ", "), k.PDev, float64(*k.NotAttributedPct)))
+		}
+	}
+	if len(this) > 0 {
+		s += " This run: " + strings.Join(this, "; ") + "."
+	}
+	return s
+}
+
+// isControl reports whether the run is judged as a control: it was named
+// the control of another run (collector run --control-of) and holds no
+// model buffer in GTT.
+func (c *computation) isControl() bool {
+	return c.st.Run.ControlOf != "" && !(c.model != nil && *c.model > 0)
+}
+
+// expectedControl is the Expected line of a control run (collector run
+// --control-of): what a healthy control looks like, and this one's
+// figures.
+func expectedControl(r *Report) string {
+	id := r.Run.ControlOf
+	s := fmt.Sprintf("Control of run %s (the same command with offload off, -ngl 0): healthy when the loader's model buffer in GTT is 0 (the weights stay in host memory, the CPU model buffer row) and the peak is the runtime's own GTT (pools, code objects, compute buffers), so not attributed is most of a small peak by design; run %s's peak minus this one is the weights' residency (aggregator compare %s %s).",
+		id, id, id, or(r.Run.ID, "THIS-RUN"))
+	var this []string
+	if r.ModelGTTMiB != nil {
+		this = append(this, fmt.Sprintf("model buffer in GTT %.1f MiB", float64(*r.ModelGTTMiB)))
+	}
+	if r.ModelHostMiB != nil {
+		this = append(this, fmt.Sprintf("CPU model buffer %.1f MiB", float64(*r.ModelHostMiB)))
+	}
+	if r.PeakGTTMiB != nil {
+		this = append(this, fmt.Sprintf("peak %.1f MiB", float64(*r.PeakGTTMiB)))
+	}
+	if len(this) > 0 {
+		s += " This run: " + strings.Join(this, "; ") + "."
+	}
+	return s
 }
 
 var checkNames = []string{"trace_vs_model", "attributed_vs_peak", "process_vs_card", "steady_state",
-	"breakdown_model", "breakdown_context", "breakdown_compute", "compute_echo"}
+	"device_vs_card", "breakdown_model", "breakdown_context", "breakdown_compute", "compute_echo"}
 
 func checkRank(n string) int {
 	for i, x := range checkNames {

@@ -55,8 +55,11 @@
 //	reader.go              logReader: one method per record kind
 //	loads.go               model loads and their figures; which loads are live
 //	rows.go                from the loads to the report's rows, flags and warnings
+//	devices.go             the rows regrouped by the device their buffers are on
+//	cardmem.go             the memory per card and region, folded over the ticks
+//	cards.go               the report's cards: devices matched to them, each card's not attributed
 //	compute.go             Report, the samples' rows, the checks, the verdict
-//	fdinfo.go, samples.go  fdinfo texts and the gtt.txt samples file
+//	fdinfo.go, samples.go  fdinfo texts (GTT, and the regions per card) and the gtt.txt samples file
 //	render.go, bar.go      the report as JSON, Markdown and text
 //	compare.go             two reports side by side (offload on and off)
 //

@@ -429,6 +429,10 @@ func (p *Parser) parsePlain(seq uint64, s []byte, sc *parseScratch) (Record, boo
 			r.MiB, _ = strconv.ParseFloat(string(m[2]), 64)
 		}
 		return r, true
+	case bytes.Contains(s, aDevice):
+		if r, ok := parseDevice(r, s, sc); ok {
+			return r, true
+		}
 	}
 	if r, ok := parseMarkerPlain(r, s); ok {
 		return r, true

@@ -105,6 +105,11 @@ type tickState struct {
 	// LegacySkipped is the per-tick form older states were written with;
 	// it is read into FDsSkipped and never written.
 	LegacySkipped map[uint64]int `json:"skipped,omitempty"`
+	// Mem is the process's memory per card and region class, each
+	// folded over the ticks (cards.go); MemSkipped counts the region
+	// figures of distinct ticks that did not parse.
+	Mem        []cardMem `json:"mem,omitempty"`
+	MemSkipped int       `json:"mem_skipped,omitempty"`
 }
 
 func (t *tick) sum() int64 {
@@ -441,11 +446,16 @@ func (f *Fold) AddSample(s Sample) bool {
 	procs := slices.Clone(s.Procs)
 	sort.SliceStable(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
 	seen := map[[2]string]bool{}
+	var mem cardTickMem
+	var keys memKeys
 	for _, p := range procs {
 		fds := slices.Clone(p.FDs)
 		sort.SliceStable(fds, func(i, j int) bool { return fds[i].FD < fds[j].FD })
 		for _, fd := range fds {
-			c, v := ParseFDInfo([]byte(fd.Text))
+			c, v := parseFDInfo([]byte(fd.Text), &keys)
+			if v == FDAmdgpu || v == FDOtherDriver {
+				mem.add(&c, &keys)
+			}
 			switch v {
 			case FDAmdgpu:
 				k := [2]string{c.PDev, c.ClientID}
@@ -462,6 +472,7 @@ func (f *Fold) AddSample(s Sample) bool {
 		}
 	}
 	f.st.Ticks.add(t)
+	f.st.Ticks.addMem(t.Seq, t.Time, &mem)
 	return true
 }
 

@@ -102,6 +102,17 @@ func FuzzParseFDInfo(f *testing.F) {
 			if c.GTTBytes < 0 || c.ClientID == "" || (c.Key != "drm-total-gtt" && c.Key != "drm-memory-gtt" && c.Key != "gtt mem") {
 				t.Fatalf("bad client %+v from %q", c, text)
 			}
+			// The per-card GTT is the headline's when the text has one
+			// gtt figure (a second "gtt" key of another family can
+			// only be the same memory or none).
+			if c.Mem.Seen&(1<<MemGTT) != 0 && c.Mem.Bytes[MemGTT] != c.GTTBytes && c.Mem.Regions[MemGTT] == "gtt" {
+				t.Fatalf("per-card GTT %d, headline %d from %q", c.Mem.Bytes[MemGTT], c.GTTBytes, text)
+			}
+		}
+		for cl := range NumMemClasses {
+			if c.Mem.Bytes[cl] < 0 || c.Mem.Bytes[cl] != 0 && c.Mem.Seen&(1<<cl) == 0 {
+				t.Fatalf("bad memory %+v from %q", c.Mem, text)
+			}
 		}
 	})
 }

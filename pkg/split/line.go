@@ -32,6 +32,7 @@ const (
 	KindRouter     // router: "spawning server instance with name=N on port P" (Text spawn, Int P), "stopping model instance name=N" (stop), "instance name=N exited" (exit)
 	KindClip       // mmproj/CLIP: "CLIP using <dev> backend" (Text backend, Name dev), "model size: N MiB" (Text size, MiB)
 	KindFitBracket // "fitting params to device memory" (Text start), "fitting params to free memory took" (Text end), "_fit_impl: projected to use" (Text projected)
+	KindDevice     // "using device <dev> (<description>) (<id>) - N MiB free": Name dev, Text description, BufKind the id (a PCI address, "" when not printed), MiB the free memory
 )
 
 // Record is one parsed relevant line. Fields are set according to Kind.
@@ -149,6 +150,10 @@ var (
 	aFitProjected = []byte("_fit_impl: projected to use")
 	aVRAMUsed     = []byte("VRAM used")
 	aMemReq       = []byte("mem required")
+	// "<func>: using device CUDA0 (NVIDIA ...) (0000:01:00.0) - 11245 MiB
+	// free": a device a model load uses (a MiB line, found by the MiB
+	// anchor).
+	aDevice = []byte("using device ")
 )
 
 // debugMarkers are substrings of lines llama.cpp prints only at DEBUG level,
@@ -299,6 +304,10 @@ func (p *Parser) parseRest(r Record, s []byte, sc *parseScratch) (Record, bool) 
 			r.MiB, _ = parseDecimal(m[2])
 		}
 		return r, true
+	case m.has(litDevice):
+		if r, ok := parseDevice(r, s, sc); ok {
+			return r, true
+		}
 	}
 	if r, ok := parseMarker(r, s, m); ok {
 		return r, true
@@ -974,4 +983,76 @@ func parseMarker(r Record, s []byte, m litMask) (Record, bool) {
 		return r, true
 	}
 	return r, false
+}
+
+// parseDevice parses "<func>: using device <dev> (<description>) (<id>) -
+// <N> MiB free", the device a model load uses (b3933+; the id, a PCI
+// address or "unknown id", from b6451). The description may hold
+// parentheses of its own ("AMD Radeon Graphics (RADV GFX1151)"): the groups
+// are read as balanced parentheses from the end. It returns false for a
+// line of another shape ("using device 0 (...) as main device").
+func parseDevice(r Record, s []byte, sc *parseScratch) (Record, bool) {
+	i := bytes.Index(s, aDevice)
+	if c := lastColonBlank(s[:i]); c > 0 {
+		r.Func = funcName(s[:c], sc)
+	}
+	rest := s[i+len(aDevice):]
+	j := bytes.IndexByte(rest, ' ')
+	if j <= 0 {
+		return r, false
+	}
+	name := rest[:j]
+	k := bytes.LastIndex(rest, []byte(" - "))
+	if k < j {
+		return r, false
+	}
+	free := rest[k+3:]
+	n := leadingDigits(free)
+	if len(n) == 0 || !bytes.HasPrefix(free[len(n):], []byte(" MiB free")) {
+		return r, false
+	}
+	v, err := parseDecimal(n)
+	if err != nil {
+		return r, false
+	}
+	groups := bytes.TrimSpace(rest[j:k])
+	last, before, ok := lastGroup(groups)
+	if !ok {
+		return r, false
+	}
+	desc, id := last, []byte(nil)
+	if prev, more, ok := lastGroup(bytes.TrimSpace(before)); ok && len(prev) > 0 && len(bytes.TrimSpace(more)) == 0 {
+		desc, id = prev, last
+	}
+	if string(id) == "unknown id" {
+		id = nil
+	}
+	r.Kind, r.Name, r.Text, r.BufKind, r.MiB = KindDevice, sc.str(name), sc.str(desc), sc.str(id), v
+	return r, true
+}
+
+// lastGroup splits "… (x (y))" into the inside of its last balanced
+// parenthesised group, "x (y)", and what precedes the group. An empty b is
+// no group (ok, all empty); a b that does not end in a balanced group is
+// not ok.
+func lastGroup(b []byte) (inside, before []byte, ok bool) {
+	if len(b) == 0 {
+		return nil, nil, true
+	}
+	if b[len(b)-1] != ')' {
+		return nil, nil, false
+	}
+	depth := 0
+	for i := len(b) - 1; i >= 0; i-- {
+		switch b[i] {
+		case ')':
+			depth++
+		case '(':
+			depth--
+			if depth == 0 {
+				return b[i+1 : len(b)-1], b[:i], true
+			}
+		}
+	}
+	return nil, nil, false
 }

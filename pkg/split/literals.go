@@ -33,6 +33,7 @@ const (
 	litCells
 	litSizeEq
 	litFitProjected
+	litDevice
 	litDebug // the first of debugMarkers, in their order
 )
 
@@ -60,6 +61,7 @@ var lits = append([][]byte{
 	litCells:        []byte(" cells"),
 	litSizeEq:       []byte("size = "),
 	litFitProjected: aFitProjected,
+	litDevice:       aDevice,
 }, debugMarkers...)
 
 // litMask has bit i set when a message holds lits[i].
@@ -80,7 +82,7 @@ var litPair = map[string]string{
 	"instance name=": "nc", "CLIP using": "IP", "fallback to CPU backend": "lb", "model size:": "e:",
 	"fitting params": "ms", "_fit_impl: projected to use": "je", "warming up the model": "mi", "build": "ui", "version: ": "n:",
 	"verbosity = ": "rb", "mem required": "ir", "VRAM used": "VR", "compute buffer total size": "ot",
-	"KV self size": "lf", " cells": "ls", "size = ": "ze",
+	"KV self size": "lf", " cells": "ls", "size = ": "ze", "using device ": "vi",
 	"create_tensor: loading tensor": "cr", "assigned to device": "gn", "for async uploads": "yn",
 	"using async uploads for device": "yn", "does not support async": "oe", "n_embd_k_gqa =": "gq",
 	"enumerating backends": "um", "graph_reserve: reserving a graph": "gr", ": dev = ": "ev",

@@ -23,6 +23,8 @@ type loadAcc struct {
 	clipDev  string
 	clipSize *Record
 	ended    string // why it is no longer live ("" while live)
+	// devices are the devices its "using device" lines name.
+	devices []string
 }
 
 func (l *loadAcc) probe() bool {

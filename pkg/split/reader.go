@@ -2,6 +2,7 @@ package split
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -19,6 +20,11 @@ type logReader struct {
 	pseudo  map[int]*loadAcc // per port: buffer lines before any load
 	pending map[int]string   // per port: the role of the next load
 	spawned map[string]int   // router instance name -> port
+	// devs holds per port the devices named for its next load; devInfo
+	// the latest "using device" line of each device name (its description
+	// and PCI address).
+	devs    map[int][]string
+	devInfo map[string]*Record
 
 	tables   []*table
 	brackets []bracket
@@ -43,6 +49,8 @@ func newLogReader() *logReader {
 		pseudo:    map[int]*loadAcc{},
 		pending:   map[int]string{},
 		spawned:   map[string]int{},
+		devs:      map[int][]string{},
+		devInfo:   map[string]*Record{},
 		verbosity: -1,
 	}
 }
@@ -66,6 +74,7 @@ var recordReaders = [...]func(*logReader, *Record){
 	KindDebugMarker:   (*logReader).debugMarker,
 	KindLegacy:        (*logReader).legacyLine,
 	KindOutputRealloc: (*logReader).outputRealloc,
+	KindDevice:        (*logReader).device,
 }
 
 // read reads one record. r points into the fold's state: it is kept (a
@@ -132,6 +141,7 @@ func (rd *logReader) mmprojOf(r *Record, fresh func(*loadAcc) bool) *loadAcc {
 func (rd *logReader) load(r *Record) {
 	rd.haveLoad = true
 	l := rd.newLoad(r, true)
+	rd.takeDevices(l)
 	l.file = r.Text
 	if strings.HasPrefix(r.Func, "clip") {
 		l.mmproj, l.role = true, "mmproj"
@@ -252,6 +262,31 @@ func (rd *logReader) fitEnd(r *Record) {
 	}
 }
 
+// device reads "using device <dev> (<description>) (<pci>) - N MiB free",
+// which llama.cpp prints for each device of a load before the load's
+// "loaded meta data" line: a device of the port's next load, or of the
+// current one when its marker came first and it has no model line yet.
+func (rd *logReader) device(r *Record) {
+	rd.devInfo[r.Name] = r
+	if l := rd.cur[r.Port]; l != nil && l.marker && len(l.models) == 0 && !l.modelClosed && !l.mmproj {
+		if !slices.Contains(l.devices, r.Name) {
+			l.devices = append(l.devices, r.Name)
+		}
+		return
+	}
+	if !slices.Contains(rd.devs[r.Port], r.Name) {
+		rd.devs[r.Port] = append(rd.devs[r.Port], r.Name)
+	}
+}
+
+// takeDevices gives the devices named for the port's next load to l.
+func (rd *logReader) takeDevices(l *loadAcc) {
+	if d := rd.devs[l.port]; d != nil {
+		l.devices = d
+		delete(rd.devs, l.port)
+	}
+}
+
 // context reads "constructing llama_context": a new context of the port's
 // load, which closes the load's model lines.
 func (rd *logReader) context(r *Record) {
@@ -289,6 +324,7 @@ func (rd *logReader) modelBuffer(r *Record) {
 	l := rd.cur[r.Port]
 	if l == nil || l.modelClosed || l.mmproj {
 		l = rd.newLoad(r, false)
+		rd.takeDevices(l)
 	}
 	l.models = append(l.models, r)
 	rd.owner[r.Port] = l

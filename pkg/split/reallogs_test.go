@@ -35,6 +35,17 @@ type realExpected struct {
 		Live     bool     `json:"live"`
 		ModelGTT *float64 `json:"model_gtt_mib"`
 	} `json:"models"`
+	// Devices is the report's device table, row by row ([]: none shown);
+	// absent: not checked.
+	Devices *[]struct {
+		Name        string   `json:"name"`
+		Kind        string   `json:"kind"`
+		Model       *float64 `json:"model_mib"`
+		State       *float64 `json:"state_mib"`
+		Compute     *float64 `json:"compute_mib"`
+		Spans       []string `json:"spans"`
+		Description string   `json:"description"`
+	} `json:"devices"`
 }
 
 func requireMiB(t *testing.T, want *float64, got *MiB, what string) {
@@ -120,6 +131,19 @@ func TestRealLogs(t *testing.T) {
 			if w.FuncsClean {
 				for _, bl := range r.Detail.Buffers {
 					require.NotContains(t, bl.Func, "[", "line %d", bl.Line)
+				}
+			}
+			if w.Devices != nil {
+				require.Len(t, r.Devices, len(*w.Devices), "devices")
+				for i, d := range *w.Devices {
+					g := r.Devices[i]
+					require.Equal(t, d.Name, g.Name, "devices[%d].name", i)
+					require.Equal(t, d.Kind, g.Kind, "devices[%d].kind", i)
+					requireMiB(t, d.Model, g.ModelMiB, d.Name+" model_mib")
+					requireMiB(t, d.State, g.StateMiB, d.Name+" state_mib")
+					requireMiB(t, d.Compute, g.ComputeMiB, d.Name+" compute_mib")
+					require.Equal(t, d.Spans, g.Spans, "devices[%d].spans", i)
+					require.Equal(t, d.Description, g.Description, "devices[%d].description", i)
 				}
 			}
 			require.Len(t, r.Models, len(w.Models), "models")

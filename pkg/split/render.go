@@ -36,6 +36,11 @@ var FlagText = map[string]string{
 	FlagUnknownBuffer:    "buffer lines of a kind gttsplit does not know: listed, in no row (so in not attributed)",
 	FlagMmproj:           "a multimodal projector (mmproj/CLIP) is loaded: its weights (on its CLIP backend) and compute buffers are counted and listed under models",
 	FlagRemoteBuffers:    "buffers on remote (RPC) devices: another host's memory, listed in the detail and kept out of every row",
+	FlagDeviceOrder:      "the log prints no PCI address for its devices: they were matched to the cards by their order, an assumption (see the warnings)",
+	FlagDeviceUnmatched:  "a device could not be matched to a sampled card (see the devices): its not attributed is unknown",
+	FlagDeviceOverCard:   "the log attributes more to a card's devices than the card's own memory held at its peak (see the device_vs_card check)",
+	FlagControl:          "this run is a control (offload off): judged as one, its not attributed is not flagged",
+	FlagControlOffloaded: "this run is named a control but holds model buffers in GTT: it was not run with offload off (-ngl 0)",
 	FlagComputeMismatch:  "llama.cpp reports a compute buffer that does not match its reservation",
 	FlagOutputRealloc:    "the output buffer was reallocated after the context was built",
 	FlagNoTrace:          "no host-weight trace line: the packed row is unknown, not 0 (run with GGML_HRX_HOST_WEIGHT_TRACE=1)",
@@ -144,6 +149,10 @@ func render(r Report, md bool) string {
 			fmt.Fprintf(&b, "- %s\n", modelLine(m))
 		}
 	}
+	if len(r.Devices) > 0 {
+		section("Devices")
+		renderDevices(&b, r, md)
+	}
 	section("Flags")
 	if len(r.Flags) == 0 {
 		b.WriteString("- none\n")
@@ -203,7 +212,7 @@ func modelLine(m ModelLoad) string {
 		where += fmt.Sprintf(", router child %d", m.RouterPort)
 	}
 	s := fmt.Sprintf("%s %s (%s): model %s", m.Role, quoteCmd(file), where, f(m.ModelGTTMiB))
-	if m.ModelHostMiB != nil {
+	if m.ModelHostMiB != nil && *m.ModelHostMiB != 0 {
 		s += fmt.Sprintf(" (+ %s CPU, not in GTT)", f(m.ModelHostMiB))
 	}
 	s += fmt.Sprintf(", KV + state %s, compute + output %s, %d context(s)", f(m.StateMiB), f(m.ComputeMiB), m.Contexts)
@@ -288,4 +297,140 @@ func writeTable(b *strings.Builder, md bool, header []string, rows [][]string) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// renderDevices writes the device table, a line per device the log
+// describes or that is not matched, a line per card, and (Markdown) a
+// bar per card with devices.
+func renderDevices(b *strings.Builder, r Report, md bool) {
+	cell := func(v *MiB) string {
+		if v == nil {
+			return "unknown"
+		}
+		return fmt.Sprintf("%.1f", float64(*v))
+	}
+	cards := map[string]Card{}
+	for _, k := range r.Cards {
+		cards[k.PDev] = k
+	}
+	var rows [][]string
+	for _, d := range r.Devices {
+		card, mem, un := "", "", ""
+		switch d.Kind {
+		case DeviceHost:
+			card = "host memory (not GPU)"
+		case DevicePinned:
+			card = "pinned host memory (GTT)"
+		case DeviceRemote:
+			card = "remote (another host)"
+		case DeviceSplit:
+			card = "split over " + strings.Join(d.Spans, ", ")
+			if len(d.Spans) == 0 {
+				card = "split"
+			}
+		default:
+			card = "—"
+			if d.Unmatched != "" {
+				card = "not matched"
+			}
+			if d.Card != "" {
+				card = d.Card
+				if d.Match == "order" {
+					card += " (by order)"
+				}
+				if k, ok := cards[d.Card]; ok && k.Memory != "" {
+					var parts []string
+					for _, g := range k.Regions {
+						// The card's own memory, and GTT beside a
+						// discrete card's VRAM (spill, pinned buffers).
+						if g.Class == k.Memory || k.Memory == "vram" && g.Class == "gtt" {
+							parts = append(parts, fmt.Sprintf("%s %.1f", strings.ToUpper(g.Class), float64(g.PeakMiB)))
+						}
+					}
+					mem = strings.Join(parts, ", ")
+				}
+			}
+			if d.NotAttributedMiB != nil {
+				un = cell(d.NotAttributedMiB)
+				if d.NotAttributedPct != nil {
+					un += fmt.Sprintf(" (%.1f %%)", float64(*d.NotAttributedPct))
+				}
+			}
+		}
+		rows = append(rows, []string{d.Name, cell(d.ModelMiB), cell(d.StateMiB), cell(d.ComputeMiB), card, mem, un})
+	}
+	writeTable(b, md, []string{"device", "model", "KV + state", "compute + output", "card", "card memory at peak", "not attributed"}, rows)
+	if bars := deviceTextBars(r); md && bars != "" {
+		fmt.Fprintf(b, "\n```\n%s```\n", bars)
+	}
+	var lines []string
+	for _, d := range r.Devices {
+		var what []string
+		if d.Description != "" {
+			what = append(what, d.Description)
+		}
+		if d.PCI != "" {
+			what = append(what, "PCI "+d.PCI)
+		}
+		if d.FreeMiB != nil {
+			what = append(what, fmt.Sprintf("%.0f MiB free at its load (line %d)", float64(*d.FreeMiB), d.Line))
+		}
+		if len(d.BufferTypes) > 1 || len(d.BufferTypes) == 1 && d.BufferTypes[0] != d.Name {
+			what = append(what, "buffer types "+strings.Join(d.BufferTypes, ", "))
+		}
+		switch d.Match {
+		case "pci":
+			what = append(what, "matched to its card by the PCI address the log prints")
+		case "order":
+			what = append(what, "matched to its card by order (an assumption: the log prints no PCI address)")
+		}
+		if d.Unmatched != "" {
+			what = append(what, "not matched: "+d.Unmatched)
+		}
+		if len(what) > 0 {
+			lines = append(lines, fmt.Sprintf("- %s: %s\n", d.Name, strings.Join(what, "; ")))
+		}
+	}
+	for _, k := range r.Cards {
+		lines = append(lines, fmt.Sprintf("- card %s\n", cardLine(k)))
+	}
+	if len(lines) > 0 {
+		b.WriteString("\n" + strings.Join(lines, ""))
+	}
+}
+
+// cardLine says what one card held, in words.
+func cardLine(k Card) string {
+	var regs []string
+	for _, g := range k.Regions {
+		if g.Class == "cpu" && g.PeakMiB == 0 {
+			continue // amdgpu prints it for every client; nearly always 0
+		}
+		reg := fmt.Sprintf("%s peak %.1f MiB, final %.1f MiB", strings.ToUpper(g.Class), float64(g.PeakMiB), float64(g.FinalMiB))
+		if g.Regions != g.Class {
+			reg += " (" + g.Regions + ")"
+		}
+		if g.Resident {
+			reg += " (resident only)"
+		}
+		regs = append(regs, reg)
+	}
+	s := fmt.Sprintf("%s (%s, %d client(s)): %s", k.PDev, k.Driver, k.Clients, strings.Join(regs, "; "))
+	switch {
+	case len(k.Devices) == 0:
+		s += "; no device of the log on it"
+		return s
+	case k.Memory != "":
+		s += fmt.Sprintf("; devices %s, their memory is its %s", strings.Join(k.Devices, ", "), strings.ToUpper(k.Memory))
+	}
+	if k.AttributedMiB != nil && k.NotAttributedMiB != nil {
+		s += fmt.Sprintf("; attributed %.1f MiB, not attributed %.1f MiB", float64(*k.AttributedMiB), float64(*k.NotAttributedMiB))
+		if k.NotAttributedPct != nil {
+			s += fmt.Sprintf(" (%.1f %% of its %s peak)", float64(*k.NotAttributedPct), strings.ToUpper(k.Memory))
+		}
+	}
+	for _, n := range k.Notes {
+		s += "; " + n
+	}
+	return s
 }

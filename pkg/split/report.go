@@ -47,6 +47,13 @@ type Report struct {
 	// above sum the live ones (docs/accounting.md rule 3).
 	Models []ModelLoad `json:"models"`
 
+	// Devices splits the rows by the llama.cpp device their buffers are
+	// on, and Cards the measured memory by card (docs/accounting.md rules
+	// 16 to 18). Both are omitted when the split has one GPU
+	// device and no discrete card: its rows are then that device's.
+	Devices []Device `json:"devices,omitempty"`
+	Cards   []Card   `json:"cards,omitempty"`
+
 	Flags  []string `json:"flags"`
 	Checks []Check  `json:"checks"`
 
@@ -181,4 +188,93 @@ type BufferLine struct {
 	Kind string `json:"kind"`
 	MiB  MiB    `json:"mib"`
 	Row  string `json:"row"` // model, model_host, state, compute, host, remote, mmproj, unknown
+}
+
+// Device kinds: a row of the device table.
+const (
+	DeviceGPU    = "device" // a device's own buffers (CUDA0, ROCm1, Vulkan0, MTL0 ...)
+	DeviceSplit  = "split"  // a buffer spread over several devices (CUDA0_Split with -sm row, Meta(...) with -sm tensor)
+	DevicePinned = "pinned" // pinned host memory mapped for the GPU (CUDA_Host, ROCm_Host ...)
+	DeviceHost   = "host"   // plain host memory (CPU, CPU_Mapped, CPU_REPACK, AMX ...), not GPU memory
+	DeviceRemote = "remote" // a remote (RPC) device: another host's memory, in no row
+)
+
+// Device is one row of the device table: the buffers of the live loads on
+// one llama.cpp device (or pinned, host or remote memory), and, for a
+// device matched to a card, that card's own memory against them. The
+// device, split and pinned rows sum to model_gtt_mib, state_mib and
+// compute_mib; the host row is model_host_mib, detail.host_kv_mib and
+// detail.host_compute_mib. A figure is null when its row is.
+type Device struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// BufferTypes are the buffer types summed in the row, as printed.
+	BufferTypes []string `json:"buffer_types"`
+	// Spans are the devices a split row is spread over.
+	Spans []string `json:"spans,omitempty"`
+	// From the log's "using device" line: its description, PCI address
+	// (as printed), the free memory llama.cpp saw, and the line.
+	Description string `json:"description,omitempty"`
+	PCI         string `json:"pci,omitempty"`
+	FreeMiB     *MiB   `json:"free_mib,omitempty"`
+	Line        uint64 `json:"line,omitempty"`
+
+	ModelMiB   *MiB `json:"model_mib"`
+	StateMiB   *MiB `json:"state_mib"`
+	ComputeMiB *MiB `json:"compute_mib"`
+
+	// Card is the drm-pdev of the card the device was matched to, Match
+	// how ("pci": the address the log prints; "order": the devices' order
+	// against the cards, an assumption), Unmatched why it was not.
+	Card      string `json:"card,omitempty"`
+	Match     string `json:"match,omitempty"`
+	Unmatched string `json:"unmatched,omitempty"`
+	// NotAttributedMiB is its card's own memory at its peak minus what
+	// the log attributes to the card (its devices' rows): the card's
+	// figure, shared when several devices are on one card.
+	NotAttributedMiB *MiB `json:"not_attributed_mib,omitempty"`
+	NotAttributedPct *Pct `json:"not_attributed_pct,omitempty"`
+}
+
+// Card is one card (a PCI device, drm-pdev) the process held memory on,
+// from the fdinfo samples: per region class its peak and final, the
+// devices matched to it, and its own memory against them.
+type Card struct {
+	PDev   string `json:"pdev"`
+	Driver string `json:"driver"`
+	// Memory is where its devices' buffers live: "vram" on a discrete
+	// card, "gtt" on an APU (whose small carve-out cannot hold them); ""
+	// when the process held none of either.
+	Memory  string       `json:"memory"`
+	Regions []CardRegion `json:"regions"`
+	Clients int          `json:"clients"` // distinct DRM clients at the final tick
+	Devices []string     `json:"devices"`
+	// AttributedMiB is what the log attributes to the card's own memory:
+	// its devices' rows (and split or pinned rows wholly on it, pinned
+	// ones only when its memory is GTT), by row in ModelMiB, StateMiB,
+	// ComputeMiB, and the packed copy when the run has one device;
+	// NotAttributedMiB its peak minus that (null with no device, or a
+	// device whose model row is unknown).
+	ModelMiB         *MiB     `json:"model_mib,omitempty"`
+	StateMiB         *MiB     `json:"state_mib,omitempty"`
+	ComputeMiB       *MiB     `json:"compute_mib,omitempty"`
+	PackedMiB        *MiB     `json:"packed_mib,omitempty"`
+	AttributedMiB    *MiB     `json:"attributed_mib"`
+	NotAttributedMiB *MiB     `json:"not_attributed_mib"`
+	NotAttributedPct *Pct     `json:"not_attributed_pct"`
+	Notes            []string `json:"notes,omitempty"`
+}
+
+// CardRegion is a card's memory of one region class: vram, gtt or cpu.
+type CardRegion struct {
+	Class string `json:"class"`
+	// Regions are the kernel's region names summed ("vram", "vram0",
+	// "local0", "system0"); Resident says a figure was resident memory
+	// only (drm-memory-*).
+	Regions  string `json:"regions"`
+	Resident bool   `json:"resident,omitempty"`
+	PeakMiB  MiB    `json:"peak_mib"`
+	PeakAt   string `json:"peak_at,omitempty"`
+	FinalMiB MiB    `json:"final_mib"`
+	FinalAt  string `json:"final_at,omitempty"`
 }

@@ -41,6 +41,7 @@ func (c *computation) logRows(recs []*keyedRecord) {
 	}
 	c.modelRows(rd, sum, len(live))
 	c.contextRows(sum)
+	c.deviceRows(rd, live)
 	c.unknownRows(rd, ports)
 	c.echoCheck(rd.echoes)
 	c.traceRows()
@@ -155,7 +156,7 @@ func modelLoad(l *loadAcc, g figures) ModelLoad {
 	if g.haveModel {
 		ml.ModelGTTMiB = mib(g.model)
 	}
-	if g.haveHost {
+	if g.haveHost || g.haveModel {
 		ml.ModelHostMiB = mib(g.host)
 	}
 	if g.haveCtx && !g.buffersLost {
@@ -207,7 +208,9 @@ func (c *computation) modelRows(rd *logReader, sum figures, live int) {
 		c.model = &v
 		c.r.ModelGTTMiB = mib(v)
 	}
-	if sum.haveHost {
+	if sum.haveHost || sum.haveModel {
+		// Model lines and none on host memory: 0 on the host, as a load
+		// on host memory only has 0 in GTT.
 		c.r.ModelHostMiB = mib(sum.host)
 	}
 	if sum.haveModel {

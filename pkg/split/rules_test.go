@@ -2,6 +2,7 @@ package split
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,22 @@ func TestRulesDiscriminate(t *testing.T) {
 				"load_tensors:   CPU_Mapped model buffer size =   304.28 MiB\n" +
 				"load_tensors:         HRX0 model buffer size =  2375.91 MiB\n",
 			get: func(r Report) float64 { return val(r.ModelHostMiB) }, want: 304.28, naive: -1,
+		},
+		{
+			name: "model lines and none on host memory: the host row is 0, not unknown",
+			log: verbose + load +
+				"load_tensors:        ROCm0 model buffer size =  2375.91 MiB\n",
+			get: func(r Report) float64 { return val(r.ModelHostMiB) }, want: 0, naive: -1,
+		},
+		{
+			name: "DeepSeek-V4's compressed KV cache is KV + state",
+			log: verbose + load +
+				"load_tensors:        CUDA0 model buffer size =  9000.00 MiB\n" +
+				"llama_context: constructing llama_context\n" +
+				"llama_kv_cache:      CUDA0 KV buffer size =   100.00 MiB\n" +
+				"llama_memory_hybrid_iswa:      CUDA0 DeepSeek4 compressed KV buffer size =  2450.00 MiB\n" +
+				"sched_reserve:      CUDA0 compute buffer size =    50.00 MiB\n",
+			get: func(r Report) float64 { return val(r.StateMiB) }, want: 2550, naive: 100,
 		},
 		{
 			name: "a split buffer type is summed",
@@ -343,4 +360,42 @@ func TestCrossChecksCanFail(t *testing.T) {
 	c := check(r, "steady_state")
 	require.Equal(t, StatusWarn, c.Status)
 	require.Contains(t, c.Detail, "briefly twice")
+}
+
+// A control run (collector run --control-of) is judged as a control: the
+// 4B run's offload-off control has 94 % of its small peak not attributed
+// by design, which is not flagged; its Expected line says what a healthy
+// control is. A "control" that holds model buffers in GTT is judged as
+// any run, and flagged.
+func TestControlJudgedAsControl(t *testing.T) {
+	t.Parallel()
+	fold := func(name string, ri RunInfo) Report {
+		dir := filepath.Join("..", "..", "testdata", name)
+		f := foldFiles(t, filepath.Join(dir, "split.log"), filepath.Join(dir, "gtt.txt"))
+		f.SetRun(ri)
+		return f.Report()
+	}
+	ctl := fold(filepath.Join("controls", "4b-ngl0"), RunInfo{ID: "ctl", ControlOf: "strix01-20261107T140311-4b"})
+	require.InDelta(t, 94.26, val(ctl.UnattributedPct), 0.01)
+	require.Contains(t, ctl.Flags, FlagControl)
+	require.NotContains(t, ctl.Flags, FlagUnattribHigh)
+	require.True(t, strings.HasPrefix(ctl.Expected, "Control of run strix01-20261107T140311-4b (the same command with offload off, -ngl 0): healthy when"), ctl.Expected)
+	require.Contains(t, ctl.Expected, "This run: model buffer in GTT 0.0 MiB; CPU model buffer 2680.2 MiB; peak 753.3 MiB.")
+	for _, c := range ctl.Checks {
+		if c.Name == "attributed_vs_peak" {
+			require.Equal(t, StatusOK, c.Status, c.Detail)
+			require.Contains(t, c.Detail, "this run is a control (offload off)")
+		}
+	}
+
+	// The same log without --control-of: an unhealthy run.
+	plain := fold(filepath.Join("controls", "4b-ngl0"), RunInfo{ID: "ctl"})
+	require.Contains(t, plain.Flags, FlagUnattribHigh)
+	require.NotContains(t, plain.Flags, FlagControl)
+
+	// A "control" with the weights in GTT.
+	on := fold(filepath.Join("runs", "4b"), RunInfo{ID: "x", ControlOf: "y"})
+	require.Contains(t, on.Flags, FlagControlOffloaded)
+	require.Contains(t, on.Flags, FlagUnattribHigh)
+	require.True(t, strings.HasPrefix(on.Expected, "Healthy:"))
 }

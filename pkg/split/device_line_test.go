@@ -1,0 +1,40 @@
+package split
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestParseDeviceLine: the "using device" line in its shapes.
+func TestParseDeviceLine(t *testing.T) {
+	t.Parallel()
+	p := MustParser()
+	for _, tc := range []struct {
+		line, name, desc, id string
+		free                 float64
+	}{
+		{"llama_load_model_from_file: using device ROCm0 (AMD Radeon Graphics) - 63818 MiB free", "ROCm0", "AMD Radeon Graphics", "", 63818},
+		{"llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 3060) (0000:01:00.0) - 11245 MiB free", "CUDA0", "NVIDIA GeForce RTX 3060", "0000:01:00.0", 11245},
+		{"llama_prepare_model_devices: using device Vulkan0 (AMD Radeon 8060S Graphics (RADV GFX1151)) (0000:c5:00.0) - 95000 MiB free", "Vulkan0", "AMD Radeon 8060S Graphics (RADV GFX1151)", "0000:c5:00.0", 95000},
+		{"llama_model_load_from_file_impl: using device Vulkan0 (Intel(R) Arc(tm) A770 Graphics (DG2)) - 15000 MiB free", "Vulkan0", "Intel(R) Arc(tm) A770 Graphics (DG2)", "", 15000},
+		{"llama_model_load_from_file_impl: using device SYCL0 (Intel(R) Arc(TM) A770 Graphics) (unknown id) - 15473 MiB free", "SYCL0", "Intel(R) Arc(TM) A770 Graphics", "", 15473},
+		{"llama_model_load_from_file_impl: using device RPC0 (10.0.0.2:50052) (10.0.0.2:50052) - 24000 MiB free", "RPC0", "10.0.0.2:50052", "10.0.0.2:50052", 24000},
+	} {
+		r, ok := p.Parse(3, []byte(tc.line))
+		require.True(t, ok, tc.line)
+		require.Equal(t, KindDevice, r.Kind, tc.line)
+		require.Equal(t, tc.name, r.Name)
+		require.Equal(t, tc.desc, r.Text)
+		require.Equal(t, tc.id, r.BufKind)
+		require.Equal(t, tc.free, r.MiB)
+	}
+	for _, bad := range []string{
+		"ggml_cuda_set_main_device: using device 0 (NVIDIA GeForce RTX 3090) as main device",
+		"llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 3060 - 11245 MiB free",
+		"llama_model_load_from_file_impl: using device CUDA0 (x) - lots MiB free",
+	} {
+		r, ok := p.Parse(3, []byte(bad))
+		require.False(t, ok && r.Kind == KindDevice, bad)
+	}
+}
