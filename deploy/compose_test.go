@@ -117,9 +117,13 @@ func TestComposeCluster(t *testing.T) {
 				t.Errorf("%s mounts volume %s, which volumes: does not declare", name, src)
 			}
 		}
-		for dep := range s.DependsOn {
-			if _, ok := c.Services[dep]; !ok {
+		for dep, cond := range s.DependsOn {
+			d, ok := c.Services[dep]
+			switch {
+			case !ok:
 				t.Errorf("%s depends on %s, which is no service", name, dep)
+			case cond.Condition == "service_healthy" && d.Healthcheck == nil:
+				t.Errorf("%s waits for %s to be healthy, which has no healthcheck", name, dep)
 			}
 		}
 		switch composeBinary(s) {

@@ -102,7 +102,9 @@ func deployEnvs(t testing.TB) []deployEnv {
 	}
 
 	// Kubernetes: every container of every Deployment that runs a binary.
-	for _, o := range k8sObjects(t) {
+	objs := k8sObjects(t)
+	secrets := secretKeys(objs)
+	for _, o := range objs {
 		d, ok := o.(*appsv1.Deployment)
 		if !ok {
 			continue
@@ -116,15 +118,13 @@ func deployEnvs(t testing.TB) []deployEnv {
 			if binary != "aggregator" && binary != "collector" {
 				continue
 			}
-			vars := map[string]string{}
-			for _, e := range c.Env {
+			vars := containerEnv(t, c, secrets)
+			for k, v := range vars {
 				switch {
-				case e.ValueFrom == nil:
-					vars[e.Name] = e.Value
-				case e.ValueFrom.FieldRef != nil:
-					vars[e.Name] = "strix01"
-				default:
-					vars[e.Name] = "x"
+				case strings.HasPrefix(v, "secret:"):
+					vars[k] = "x"
+				case strings.HasPrefix(v, "field:"):
+					vars[k] = "strix01" // spec.nodeName
 				}
 			}
 			out = append(out, deployEnv{"deploy/kubernetes " + d.Name + "/" + c.Name, binary, only(vars)})
