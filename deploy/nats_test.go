@@ -127,10 +127,11 @@ func TestNATSConfigsCheck(t *testing.T) {
 // (ports and stores substituted), two `aggregator serve` and `collector
 // replay` with the users and environment files of deploy/systemd, folds
 // the recorded runs through it, SIGTERMs the aggregator that holds a run
-// open (the other takes its partitions and the run over), and checks: every run's split is byte for byte what `aggregator
-// replay` computes, a bad event is dead-lettered, the stream and buckets
-// have 3 replicas, no permission was refused, and each user is refused
-// what it must not do.
+// open (the other takes its partitions and the run over), and checks:
+// every run's split is byte for byte what `aggregator replay` computes, a
+// bad event is dead-lettered, `aggregator export` works with the
+// aggregator's user, the stream and buckets have 3 replicas, no permission
+// was refused, and each user is refused what it must not do.
 func TestClusterFoldsRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster and 2 aggregators")
@@ -265,6 +266,20 @@ func TestClusterFoldsRuns(t *testing.T) {
 		t.Fatalf("%s after SIGTERM: %v\n%s", aggs[other].name, err, aggs[other].output())
 	} else {
 		t.Logf("%s drained and exited %v after SIGTERM", aggs[other].name, took.Round(10*time.Millisecond))
+	}
+
+	// The aggregator's user also serves `aggregator export`: the 4B run
+	// comes back whole.
+	exp := exec.Command(aggregatorBin(t), "export", "--run", "strix01-20261107T140311-4b")
+	exp.Env = append(os.Environ(), aggEnv...)
+	var stderr strings.Builder
+	exp.Stderr = &stderr
+	exported, err := exp.Output()
+	if err != nil {
+		t.Fatalf("aggregator export with the aggregator's user: %v\n%s", err, stderr.String())
+	}
+	if got, want := strings.Count(string(exported), "\n"), strings.Count(readFile(t, first[0]), "\n"); got != want {
+		t.Errorf("aggregator export gave %d events of the 4B run, want %d", got, want)
 	}
 
 	// Every split equals the replay's, byte for byte.
