@@ -56,7 +56,7 @@ func TestComposeFile(t *testing.T) {
 
 	agg := c.Services["aggregator"]
 	require.Contains(t, agg.DependsOn, "nats")
-	require.Contains(t, agg.Ports, "8080:8080")
+	require.Contains(t, agg.Ports, "127.0.0.1:8080:8080", "the page with its default token is published on this machine only")
 	requireNamedVolume(t, c, agg, "/out")
 	require.Contains(t, c.Services["collector"].DependsOn, "aggregator")
 	for name, s := range c.Services {
@@ -82,6 +82,28 @@ func TestComposeFile(t *testing.T) {
 	// The health check asks the aggregator's own /readyz.
 	require.NotNil(t, agg.Healthcheck)
 	require.Contains(t, strings.Join(agg.Healthcheck.Test, " "), "127.0.0.1:8080/readyz")
+}
+
+// TestComposeHTTPToken: the aggregator service listens on 0.0.0.0 in its
+// container, not loopback, so its page needs a token: the file sets one
+// (without it http://localhost:8080/ answered 403), with a default the
+// user can override, and says how to open the page with it.
+func TestComposeHTTPToken(t *testing.T) {
+	c, err := clitest.LoadCompose(filepath.Join(clitest.RepoRoot, "docker-compose.yml"))
+	require.NoError(t, err)
+	agg := c.Services["aggregator"]
+	tok := agg.Environment["GTTSPLIT_HTTP_TOKEN"]
+	require.Regexp(t, `^\$\{GTTSPLIT_HTTP_TOKEN:-[^}]+\}$`, tok, "a default token the user can override")
+	def := strings.TrimSuffix(strings.TrimPrefix(tok, "${GTTSPLIT_HTTP_TOKEN:-"), "}")
+	t.Setenv("GTTSPLIT_HTTP_TOKEN", def) // as compose passes it
+	cmd, _, err := clitest.ParseCommand(newRoot(io.Discard, io.Discard), agg.Command[1:])
+	require.NoError(t, err)
+	cfg, err := config.LoadAggregator("", cmd.Flags())
+	require.NoError(t, err)
+	require.Equal(t, def, cfg.HTTP.Token.Reveal())
+	compose, err := os.ReadFile(filepath.Join(clitest.RepoRoot, "docker-compose.yml"))
+	require.NoError(t, err)
+	require.Contains(t, string(compose), "http://localhost:8080/?token="+def)
 }
 
 // requireNamedVolume requires s to mount a named volume, declared at the

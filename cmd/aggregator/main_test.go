@@ -77,6 +77,9 @@ type ghKey struct{}
 //	                              "comment id=N edits=N", then its body
 //	ghwait ISSUE COMMENTS EDITS   wait until ISSUE has COMMENTS comments
 //	                              edited EDITS times in all
+//	ghfail N STATUS [SECONDS]     answer the next N requests with STATUS
+//	                              (and Retry-After: SECONDS); ghfail 0
+//	                              drops what is left of them
 func ghCommands() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
 	server := func(ts *testscript.TestScript) *githubtest.Server {
 		return ts.Value(ghKey{}).(*githubtest.Server)
@@ -97,6 +100,32 @@ func ghCommands() map[string]func(ts *testscript.TestScript, neg bool, args []st
 			for _, c := range server(ts).Comments(args[0]) {
 				fmt.Fprintf(ts.Stdout(), "comment id=%d edits=%d\n%s\n", c.ID, c.Edits, c.Body)
 			}
+		},
+		"ghfail": func(ts *testscript.TestScript, neg bool, args []string) {
+			if neg || len(args) < 1 || len(args) > 3 || (args[0] != "0" && len(args) < 2) {
+				ts.Fatalf("usage: ghfail N STATUS [SECONDS]")
+			}
+			n, err := strconv.Atoi(args[0])
+			if err != nil {
+				ts.Fatalf("ghfail: N is a number")
+			}
+			if n == 0 {
+				server(ts).ClearFailures()
+				return
+			}
+			status, err := strconv.Atoi(args[1])
+			if err != nil {
+				ts.Fatalf("ghfail: STATUS is a number")
+			}
+			f := githubtest.Status(status)
+			if len(args) == 3 {
+				secs, err := strconv.Atoi(args[2])
+				if err != nil {
+					ts.Fatalf("ghfail: SECONDS is a number")
+				}
+				f = githubtest.RetryAfter(status, secs)
+			}
+			server(ts).FailNext(n, f)
 		},
 		"ghwait": func(ts *testscript.TestScript, neg bool, args []string) {
 			if neg || len(args) != 3 {

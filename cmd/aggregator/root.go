@@ -81,9 +81,9 @@ a process's fdinfo (cp -r /proc/PID/fdinfo DIR). Give it several times to
 merge files. Without samples the log-derived rows are still shown and the
 peak is unknown.
 
-A missing or unreadable file, or one that is not a text log (a binary),
-exits 2; an empty log or a samples file without a sample is a warning on
-stderr. Malformed lines are counted, skipped, and reported.`,
+A missing or unreadable file, an empty log, or one that is not a text log
+(a binary) exits 2; a samples file without a sample is a warning on stderr.
+Malformed lines are counted, skipped, and reported.`,
 		Example: `  aggregator parse testdata/runs/4b/split.log --samples testdata/runs/4b/gtt.txt
   aggregator parse split.log --samples fdinfo-snapshot/ --format json`,
 		Args: cli.Args(cobra.ExactArgs(1)),
@@ -123,7 +123,9 @@ as 'collector run --out' records them and 'aggregator export' writes them) and
 prints the split of every run in them, ordered by run id. The splits are
 byte-identical to what 'aggregator serve' computes from the same events live.
 
-Lines that are not valid events are counted, skipped and reported on stderr.`,
+Lines that are not valid events are counted, skipped and reported on stderr.
+A file without a single event (a saved llama.cpp log: split it with
+'aggregator parse') exits 2, saying so.`,
 		Example: `  aggregator replay testdata/runs/4b/events.jsonl --format md
   aggregator replay a.jsonl b.jsonl --format json`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),
@@ -148,8 +150,15 @@ Lines that are not valid events are counted, skipped and reported on stderr.`,
 			if st.Skipped+st.Invalid > 0 {
 				log.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be folded")
 			}
-			if len(runs.IDs()) == 0 {
+			switch {
+			case len(runs.IDs()) == 0 && len(st.NotStreams) > 0:
+				// The last line says what to run instead.
+				return cli.Usage(fmt.Errorf("no run to replay: %s", aggregator.NotAStreamHint(st.NotStreams[0])))
+			case len(runs.IDs()) == 0:
 				return fmt.Errorf("no run in %d events", st.Events)
+			}
+			for _, name := range st.NotStreams {
+				log.Warn().Str("file", name).Msg(aggregator.NotAStreamHint(name))
 			}
 			// A report a slow sink's full queue deferred is computed
 			// again in its turn (folds are not safe for concurrent use).
@@ -206,7 +215,11 @@ func undelivered(counts map[string]sinks.SinkCounts) error {
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		c := counts[name]
 		if n := c.Failed + c.Dropped; n > 0 {
-			errs = append(errs, fmt.Errorf("sink %s: %d reports not delivered: %s", name, n, c.LastError))
+			what := "1 report"
+			if n > 1 {
+				what = fmt.Sprintf("%d reports", n)
+			}
+			errs = append(errs, fmt.Errorf("sinks: %s: %s not delivered: %s", name, what, c.LastError))
 		}
 	}
 	return errors.Join(errs...)

@@ -62,17 +62,23 @@ store.retention (30 days) deletes closed runs from the bucket.
 With --comment-api, each run's Markdown report is posted as a comment on
 the run's issue (collector run --issue, else --comment-issue), edited rather
 than duplicated when the run's report changes. The API token is read from
-the environment variable GTTSPLIT_COMMENT_TOKEN, never from a flag. A sink
+the environment variable GTTSPLIT_COMMENT_TOKEN, never from a flag. A 401
+from the tracker keeps the comment pending: it is retried with the sinks'
+backoff, and a split not posted when serve stops is posted by the next
+serve at its start. A sink
 slower than runs close keeps sinks.max_pending (1024) splits in memory and
 defers the others (their run ids kept, the split read back from the bucket
 in its turn): none is lost while serve runs.
 
-HTTP on --http: the live page at / (the runs, newest first, filterable and
-updated live; /run/{id} with the split at peak and final and the GTT
-timeline; /compare?a=ID&b=ID), /healthz, /readyz, /metrics (Prometheus),
-/runs, /runs/{id} (JSON). The page needs no login on a loopback address;
-on any other it asks for http.token (GTTSPLIT_HTTP_TOKEN: open it once with
-?token=TOKEN), and without one it is refused there.
+HTTP on --http: the live page at / (the runs, newest activity first, 100
+a page (?limit=, ?after=), filterable and updated live; /run/{id} with the
+split at peak and final and the GTT timeline, updated live;
+/compare?a=ID&b=ID), /healthz, /readyz, /metrics (Prometheus),
+/partitions, /runs, /runs/{id} (JSON). On a loopback address nothing needs
+a login; on any other every path but /healthz and /readyz needs http.token
+(GTTSPLIT_HTTP_TOKEN: send Authorization: Bearer TOKEN, or open the page
+once with ?token=TOKEN), and without one they are refused there
+(http.metrics_public leaves /metrics open).
 Memory: every open run is held in memory (about 11 KiB each for a run like
 the 4B example's); memory_limit_mib (224) is a soft limit: near it the
 garbage collector runs more often rather than let the heap grow to twice
@@ -111,7 +117,7 @@ func setMemoryLimit(mib int, log zerolog.Logger) {
 func newExport(stdout io.Writer) *cobra.Command {
 	var runID, since, until string
 	c := &cobra.Command{
-		Use:   "export (--run ID | --since TIME [--until TIME]) > events.jsonl",
+		Use:   "export (--run ID | --since TIME [--until TIME]) [flags] > events.jsonl",
 		Short: "Write a range of the JetStream stream as a recorded stream",
 		Long: `export writes the events of one run (--run), or every event stored between
 --since and --until (RFC 3339 times, or durations back from now such as 24h),

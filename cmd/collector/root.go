@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"io"
 	"os"
 
@@ -53,7 +52,7 @@ var natsFlags = []string{"nats-url", "spool-dir", "host", "lane", "log-level"}
 
 func newRun(io collector.IO) *cobra.Command {
 	c := &cobra.Command{
-		Use:   "run [--out DIR] [--lane L] [--run-id ID] [--issue OWNER/REPO#N] [--interval D] -- CMD [ARGS...]",
+		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run a llama.cpp command and measure it",
 		Long: `run starts CMD, passes its output through unchanged, and measures it:
 
@@ -66,7 +65,11 @@ func newRun(io collector.IO) *cobra.Command {
     the child itself); a child still running wrap.kill_grace after a
     SIGTERM or SIGINT is killed (SIGKILL);
   - it exits with the child's exit code (128+N when a signal N killed it,
-    127 when it could not be started).
+    127 when it could not be started), except when the child exited 0 but
+    the run's events did not all reach the broker: 75 when they wait in the
+    spool (the next collector of the lane delivers them), 1 when some were
+    dropped (a full spool or spool disk, refused by the broker) and none
+    wait, or when the run's start or finish was lost.
 
 Events go to NATS (--nats-url), and to DIR with --out: split.log (the child's
 output), gtt.txt (the samples), events.jsonl (every event), split.md and
@@ -99,7 +102,7 @@ and published when the broker is back.`,
 
 func newAttach(io collector.IO) *cobra.Command {
 	c := &cobra.Command{
-		Use:   "attach --pid PID [--log FILE] [--lane L] ...",
+		Use:   "attach --pid PID [--log FILE] [flags]",
 		Short: "Measure a running llama.cpp process (llama-server)",
 		Long: `attach samples /proc/PID/fdinfo of a running process and its descendants and,
 with --log, follows its log file (llama-server --log-file): appends, rotation
@@ -127,40 +130,45 @@ The run id is derived from the process (host, pid and start time) unless
 
 func newReplay(io collector.IO) *cobra.Command {
 	c := &cobra.Command{
-		Use:   "replay [--pace instant|original|Nx] FILE...",
-		Short: "Publish recorded event streams (events.jsonl) to NATS",
-		Long: `replay publishes recorded streams of gttsplit CloudEvents (the events.jsonl
-that 'collector run' records in its output directory, or what 'aggregator
-export' writes) to NATS, ids unchanged, so replaying events the stream
-already holds changes nothing.
+		Use:   "replay [flags] [FILE...]",
+		Short: "Deliver the spool and publish recorded event streams (events.jsonl) to NATS",
+		Long: `replay first delivers what waits in the lane's spool (events a collector of
+the lane could not deliver: the broker was away), then publishes recorded
+streams of gttsplit CloudEvents (the events.jsonl that 'collector run'
+records in its output directory, or what 'aggregator export' writes) to
+NATS, ids unchanged, so replaying events the stream already holds changes
+nothing. With no FILE it only delivers the spool (of --lane, in
+--spool-dir).
 --pace instant sends them as fast as the broker takes them, original keeps
-the events' own time gaps, Nx is N times faster than original.
+the events' own time gaps, Nx is N times faster than original. A broker
+that acknowledges late is waited for, up to shutdown_timeout.
 
-Its last line, 'replayed', gives sent, delivered, left_in_spool and dropped:
-delivered counts what a broker acknowledged. With the broker away the
-events wait in the lane's spool and replay exits 75 (the next collector of
-the lane delivers them); events the broker refused are set aside in the
-spool's rejected/ directory and replay exits 1.`,
+Its last line, 'replayed', gives sent, delivered, left_in_spool, dropped
+and the runs: delivered counts what a broker acknowledged (the spool's
+events too). It exits 0 when everything was delivered; 75 when events were
+left in the spool (the broker was away: the next collector of the lane
+delivers them); 1 when events were refused by the broker (set aside in the
+spool's rejected/ directory), or the files held no event and the spool
+none either; 128+N when signal N interrupted it (130 for Ctrl-C).`,
 		Example: `  collector replay --nats-url nats://127.0.0.1:4222 testdata/runs/4b/events.jsonl
-  collector replay --nats-url nats://nats:4222 --pace 10x run1.jsonl run2.jsonl`,
-		Args: cli.Args(cobra.MinimumNArgs(1)),
+  collector replay --nats-url nats://nats:4222 --pace 10x run1.jsonl run2.jsonl
+  collector replay --nats-url nats://nats:4222 --lane gpu1`,
+		Args: cli.Args(cobra.ArbitraryArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return err
 			}
 			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
-			st, err := collector.Replay(cmd.Context(), cfg, args, io, log)
-			if err != nil {
-				return err
-			}
-			if st.Sent == 0 {
-				return errors.New("no event was published")
-			}
-			return nil
+			_, err = collector.Replay(cmd.Context(), cfg, args, io, log)
+			return err
 		},
 	}
-	addFlags(c.Flags(), "nats-url", "pace", "spool-dir", "log-level")
+	addFlags(c.Flags(), "nats-url", "pace", "spool-dir", "lane", "log-level")
+	// replay has no --out: the key's own text says it is needed without a
+	// URL.
+	c.Flags().Lookup("nats-url").Usage = "NATS server URL(s), comma-separated; replay needs one (nats.url: GTTSPLIT_NATS_URL)"
+	c.Flags().Lookup("lane").Usage = "lane whose spool (<spool-dir>/<lane>) is delivered first; the replayed events keep their own lanes (lane: GTTSPLIT_LANE)"
 	return c
 }
 

@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/pkg/redact"
 )
 
 // ConnConfig says how to reach NATS. At most one of Token, User/Password,
@@ -91,8 +95,9 @@ func (c ConnConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// options turns the config into nats.go options.
-func (c ConnConfig) options(log zerolog.Logger) ([]nats.Option, error) {
+// options turns the config into nats.go options; tlsWarn says a TLS
+// failure of a reconnect attempt.
+func (c ConnConfig) options(log zerolog.Logger, tlsWarn *tlsWarning) ([]nats.Option, error) {
 	name := c.Name
 	if name == "" {
 		name = "gttsplit"
@@ -108,7 +113,13 @@ func (c ConnConfig) options(log zerolog.Logger) ([]nats.Option, error) {
 		// spool's back after the reconnect, which would break the order.
 		nats.ReconnectBufSize(-1),
 		nats.ConnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("url", redactURLs(nc.ConnectedUrl())).Msg("nats connected")
+			tlsWarn.reset()
+			log.Info().Str("url", redact.URLList(nc.ConnectedUrl())).Msg("nats connected")
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			// Each failed attempt comes here; only a TLS failure, which
+			// waiting does not cure, is worth saying (once).
+			tlsWarn.say(err)
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil { // closed on purpose
@@ -118,7 +129,8 @@ func (c ConnConfig) options(log zerolog.Logger) ([]nats.Option, error) {
 			log.Warn().Err(err).Msg("nats disconnected")
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info().Str("url", redactURLs(nc.ConnectedUrl())).Msg("nats reconnected")
+			tlsWarn.reset()
+			log.Info().Str("url", redact.URLList(nc.ConnectedUrl())).Msg("nats reconnected")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			ev := log.Warn().Err(err)
@@ -170,7 +182,8 @@ func Connect(ctx context.Context, cfg ConnConfig, log zerolog.Logger) (*nats.Con
 		return nil, err
 	}
 	log = log.With().Str("component", "nats").Logger()
-	opts, err := cfg.options(log)
+	tlsWarn := &tlsWarning{log: log, servers: serverNames(cfg.URL)}
+	opts, err := cfg.options(log, tlsWarn)
 	if err != nil {
 		return nil, fmt.Errorf("nats connect: %w", err)
 	}
@@ -184,18 +197,22 @@ func Connect(ctx context.Context, cfg ConnConfig, log zerolog.Logger) (*nats.Con
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats connect %s: %w", redactURLs(cfg.URL), err)
+		return nil, fmt.Errorf("nats connect %s: %w", redact.URLList(cfg.URL), err)
 	}
 	if err := ctx.Err(); err != nil {
 		nc.Close()
 		return nil, err
 	}
 	if !nc.IsConnected() {
-		if err := nc.LastError(); isAuthError(err) {
+		err := nc.LastError()
+		if isAuthError(err) {
 			nc.Close()
-			return nil, fmt.Errorf("nats connect %s: %w", redactURLs(cfg.URL), err)
+			return nil, fmt.Errorf("nats connect %s: %w", redact.URLList(cfg.URL), err)
 		}
-		ev := log.Warn().Str("url", redactURLs(cfg.URL))
+		if tlsWarn.say(err) {
+			return nc, nil
+		}
+		ev := log.Warn().Str("url", redact.URLList(cfg.URL))
 		if causes, _ := probe(cfg); len(causes) > 0 {
 			ev = ev.Str("cause", strings.Join(causes, "; "))
 		}
@@ -227,7 +244,7 @@ func probe(cfg ConnConfig) (causes []string, up bool) {
 	var wg sync.WaitGroup
 	for i, raw := range urls {
 		wg.Go(func() {
-			shown := redactURLs(raw)
+			shown := redact.URLList(raw)
 			withScheme := raw
 			if !strings.Contains(raw, "://") {
 				withScheme = "nats://" + raw
@@ -275,22 +292,69 @@ func dialCause(err error) error {
 	return err
 }
 
-// redactURLs drops user information (user:password@, token@) from a
-// comma-separated list of URLs.
-func redactURLs(list string) string {
-	parts := strings.Split(list, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		if at := strings.LastIndex(p, "@"); at >= 0 {
-			if scheme := strings.Index(p, "://"); scheme >= 0 && scheme < at {
-				p = p[:scheme+3] + "[redacted]@" + p[at+1:]
-			} else {
-				p = "[redacted]@" + p[at+1:]
-			}
+// serverNames lists the host:port of every URL of a comma-separated list.
+func serverNames(list string) string {
+	var names []string
+	for _, raw := range strings.Split(list, ",") {
+		raw = strings.TrimSpace(raw)
+		if !strings.Contains(raw, "://") {
+			raw = "nats://" + raw
 		}
-		parts[i] = p
+		if u, err := url.Parse(raw); err == nil && u.Host != "" {
+			names = append(names, u.Host)
+		}
 	}
-	return strings.Join(parts, ",")
+	return strings.Join(names, ",")
+}
+
+// tlsWarning says a TLS failure (a certificate the client does not trust,
+// a name that does not match, a certificate the server refused) once, at
+// WARN, with the servers and the cause: retrying cannot cure it, and the
+// connection would otherwise look merely unreachable. It says it again
+// only after a connection succeeded meanwhile.
+type tlsWarning struct {
+	log     zerolog.Logger
+	servers string
+	mu      sync.Mutex
+	said    bool
+}
+
+// say logs err if it is a TLS failure not said yet; it reports whether err
+// is a TLS failure.
+func (w *tlsWarning) say(err error) bool {
+	if !isTLSError(err) {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.said {
+		w.said = true
+		w.log.Warn().Str("server", w.servers).Err(err).
+			Msg("nats TLS verification failed; retrying in the background (check nats.tls.ca_file and the server's certificate)")
+	}
+	return true
+}
+
+func (w *tlsWarning) reset() {
+	w.mu.Lock()
+	w.said = false
+	w.mu.Unlock()
+}
+
+// isTLSError reports a failed TLS handshake: a certificate that does not
+// verify (unknown authority, wrong name, expired), or one the server
+// refused (a TLS alert).
+func isTLSError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var alert tls.AlertError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) ||
+		errors.As(err, &invalid) || errors.As(err, &alert) || strings.Contains(err.Error(), "tls: ")
 }
 
 func isAuthError(err error) bool {

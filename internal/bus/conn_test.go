@@ -174,7 +174,7 @@ func TestConnectFailFastUnreachable(t *testing.T) {
 	require.Nil(t, nc)
 	require.ErrorIs(t, err, bus.ErrUnreachable)
 	require.ErrorContains(t, err, refused+": connection refused")
-	require.ErrorContains(t, err, "nats://[redacted]@no-such-host.invalid:4222: lookup no-such-host.invalid")
+	require.ErrorContains(t, err, "nats://user:***@no-such-host.invalid:4222: lookup no-such-host.invalid")
 	require.NotContains(t, err.Error(), "pw")
 }
 
@@ -230,10 +230,43 @@ func TestConnectLogMasksToken(t *testing.T) {
 	nc.Close()
 	mu.Lock()
 	defer mu.Unlock()
-	require.Contains(t, logs.String(), "[redacted]@127.0.0.1")
+	require.Contains(t, logs.String(), "nats://***@127.0.0.1")
 	require.NotContains(t, logs.String(), "tok-s3cret-1")
 }
 
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestConnectTLSVerifyFailureSaidOnce: a server whose certificate the
+// client does not trust is no "unreachable" broker: a collector (no
+// FailFast) says once, at WARN, that TLS verification failed, naming the
+// server and the cause, and keeps retrying in the background without
+// saying it again.
+func TestConnectTLSVerifyFailureSaidOnce(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	served, other := newPKI(t), newPKI(t)
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: served.serverCert, KeyFile: served.serverKey})
+	require.NoError(t, err)
+	s := startWith(t, func(o *server.Options) { o.TLSConfig, o.TLS = tc, true })
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	w := zerolog.SyncWriter(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }))
+	cfg := bus.DefaultConnConfig()
+	cfg.URL = fmt.Sprintf("tls://127.0.0.1:%d", natstest.Port(s))
+	cfg.TLS.CAFile = other.ca // not the CA that signed the server's certificate
+	cfg.ReconnectWait = 20 * time.Millisecond
+	nc, err := bus.Connect(context.Background(), cfg, zerolog.New(w).Level(zerolog.DebugLevel))
+	require.NoError(t, err, "a collector keeps trying in the background")
+	defer nc.Close()
+	require.False(t, nc.IsConnected())
+	time.Sleep(300 * time.Millisecond) // several reconnect attempts
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	require.Equal(t, 1, bytes.Count([]byte(out), []byte("nats TLS verification failed")), "said once:\n%s", out)
+	require.Contains(t, out, `"level":"warn"`)
+	require.Contains(t, out, fmt.Sprintf(`"server":"127.0.0.1:%d"`, natstest.Port(s)))
+	require.Contains(t, out, "certificate signed by unknown authority")
+}

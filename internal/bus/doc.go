@@ -26,11 +26,24 @@
 // written and synced to the spool. It must not block. It is never called for
 // a dropped event. A source calls its Record.Ack from there.
 //
+// # A slow broker
+//
+// An ack that times out while the connection is up comes from a broker
+// that is slow (under load), not away: from then on the ack timeout is
+// doubled for every send (up to 8 × AckTimeout), so the spool's drain
+// succeeds where the first sends timed out. With BackPressure set (replay)
+// the timed-out events are not spooled at all: every event in flight is
+// sent again (the same ids: a copy the broker stored is dropped as a
+// duplicate) and waited for, the window shrinks so that Publish blocks,
+// and it grows back one event per ack; after BackPressure of late acks
+// they go to the spool after all.
+//
 // # Spool
 //
 // When the broker cannot be reached, or an event in flight fails (timeout,
-// disconnection, no stream), that event, every event after it that is still
-// in flight, and every new event go to the spool, an append-only directory
+// disconnection, no stream, a full store), that event, every event after it
+// that is still in flight, and every new event go to the spool, an
+// append-only directory
 // of segment files with checksummed records; they count as durable once
 // written. While the spool is not empty all new events go to it, so order is
 // kept. When the connection is back the spool is drained, oldest first, with
@@ -40,6 +53,15 @@
 // end (a crash mid-write) is cut off when the spool is opened. Re-sending
 // events after a crash can duplicate them in the stream only if more than
 // the duplicate window passed; consumers de-duplicate by event id anyway.
+//
+// When the spool's disk is full (ENOSPC, EDQUOT), new events are dropped
+// and counted as below, said once per episode; a run event frees what it
+// needs from the spool's reserve file (1 MiB allocated on the disk when the
+// spool opens, and again when it is empty) and is written. Should the
+// reserve be used up, the run event is held in memory, in order, and tried
+// again: on the spool, or directly once the broker is connected and the
+// spool empty. Flush does not wait for held events. At Close, those still
+// held are dropped and said with their run (RunLost reports it).
 //
 // The spool is bounded by spool.max_bytes, beyond which only run events
 // (gttsplit.run.…: one start and one finish per run) may use a reserve of
@@ -55,7 +77,10 @@
 // way, and so is a spooled event the server answered with another error
 // five times in a row; either is set aside, with the reason, as a JSON file
 // in the spool's rejected/ directory (RejectedDir), and the events after it
-// go on: it is never retried ahead of them.
+// go on: it is never retried ahead of them. A broker whose store is full
+// (503 "insufficient resources", err_code 10023, or the account's or a
+// discard-new stream's limit) is unavailable, not refusing: the events are
+// spooled and tried again for as long as it lasts, and none is set aside.
 //
 // # Lifecycle
 //

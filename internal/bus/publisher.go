@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,10 @@ const maxHeadAttempts = 5
 // maxRetryInterval caps the backoff between drain attempts.
 const maxRetryInterval = 10 * time.Second
 
+// maxPatience caps how often a slow broker doubles the ack timeout (to
+// 8 × AckTimeout).
+const maxPatience = 3
+
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
 	// MaxInFlight bounds the events awaiting the broker's ack (default 256).
@@ -40,6 +45,15 @@ type PublisherConfig struct {
 	// events are spooled; after failed attempts it backs off up to 10s
 	// (default 500ms).
 	RetryInterval time.Duration `mapstructure:"retry_interval"`
+	// BackPressure, when positive, makes an ack timeout while the
+	// connection is up what it is, a slow broker, for that long: the
+	// events in flight are sent again (same ids, so a copy the broker
+	// already stored is dropped as a duplicate) and waited for longer,
+	// and Publish blocks meanwhile, instead of going to the spool. A
+	// replay, which has no source to hold up, sets it to its shutdown
+	// timeout. Zero spools them at once (run and attach: a child's or a
+	// log's output is never held up).
+	BackPressure time.Duration `mapstructure:"-"`
 	// Spool is the disk spool for when the broker is away.
 	Spool SpoolConfig `mapstructure:"spool"`
 }
@@ -105,11 +119,15 @@ type PublisherStats struct {
 // for when the broker is away (see the package documentation). Publish,
 // Flush, Dropped, Stats and Close are safe for concurrent use.
 type Publisher struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	cfg PublisherConfig
-	log zerolog.Logger
-	sp  *spool
+	nc *nats.Conn
+	js jetstream.JetStream
+	// slow are JetStream contexts with longer ack timeouts (AckTimeout
+	// doubled once, twice, ...), made when a slow broker needs them; under
+	// sm.
+	slow [maxPatience]jetstream.JetStream
+	cfg  PublisherConfig
+	log  zerolog.Logger
+	sp   *spool
 
 	mu      sync.RWMutex // held for reading while an entry is handed over
 	closed  bool
@@ -133,9 +151,11 @@ type Publisher struct {
 	published, spooled, drained, dropped, corrupt, rejected atomic.Uint64
 	spoolBytes, rejectedBytes                               atomic.Int64
 	dropLog                                                 LogLimit
+	slowLog                                                 LogLimit // the slow broker's warning (Every: a minute)
 	left                                                    Leftover // set by Close, under mu
 	dropMu                                                  sync.Mutex
-	dropRuns                                                map[string]uint64 // by run token
+	dropRuns                                                map[string]runDrops // by run token
+	drainedRuns                                             map[string]int      // by run token, under dropMu
 }
 
 // entry is one event (or a Flush barrier) on its way.
@@ -196,6 +216,7 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, log zerolog.Logger) (*Publ
 		done:    make(chan struct{}),
 	}
 	p.st = &pump{spooling: !sp.empty(), backoff: cfg.RetryInterval, window: 1}
+	p.slowLog.Every = time.Minute
 	p.corrupt.Store(uint64(sp.corrupt))
 	p.spoolBytes.Store(sp.bytes())
 	p.rejectedBytes.Store(dirBytes(filepath.Join(cfg.Spool.Dir, RejectedDir)))
@@ -419,16 +440,28 @@ type pump struct {
 	// failure, max_in_flight after. A failure that hits one event but not
 	// the next (no responders while the stream is being created or
 	// recovered) would otherwise let a later event overtake it.
-	window     int
-	inClosed   bool
-	aborted    bool
-	nextTry    time.Time
-	backoff    time.Duration
-	headErrs   int  // server errors in a row for the spool's first record
+	window   int
+	inClosed bool
+	aborted  bool
+	nextTry  time.Time
+	backoff  time.Duration
+	headErrs int // server errors in a row for the spool's first record
+	// patience is how often the ack timeout was doubled for a broker that
+	// answered late while connected (0: AckTimeout); it stays raised.
+	patience int
+	// slowSince is when the acks of a slow broker began to time out (zero
+	// while they come in time): BackPressure counts from it.
+	slowSince  time.Time
 	fullStreak bool // the spool was full and has not accepted since
 	fullDrops  uint64
-	acks       []func() // ack callbacks and barrier releases due, called by run outside sm, in order
-	spareAcks  []func() // the pump's other acks buffer (not under sm)
+	// held are run events (start, finish) that a full disk kept out of
+	// the spool even with its reserve: kept in memory, in order, and
+	// tried again (the spool first, the broker directly once the spool
+	// is empty) until they are durable or the publisher closes.
+	held      []*entry
+	heldTry   time.Time // when the spool was last tried for them
+	acks      []func()  // ack callbacks and barrier releases due, called by run outside sm, in order
+	spareAcks []func()  // the pump's other acks buffer (not under sm)
 }
 
 func (p *Publisher) run() {
@@ -443,13 +476,18 @@ func (p *Publisher) run() {
 			p.fill(st)
 			p.resolveMarkers(st)
 		}
+		if len(st.held) > 0 && time.Since(st.heldTry) >= p.cfg.RetryInterval {
+			p.toSpool(st, nil) // room on the disk again?
+		}
 		if st.aborted {
 			p.abandon(st)
+			p.loseHeld(st)
 			p.unlockPump(st)
 			return
 		}
 		if st.inClosed && len(st.inflight) == 0 &&
-			(!st.spooling || p.sp.empty() || !p.nc.IsConnected()) {
+			(!st.spooling || (p.sp.empty() && len(st.held) == 0) || !p.nc.IsConnected()) {
+			p.loseHeld(st)
 			p.unlockPump(st)
 			return
 		}
@@ -632,7 +670,8 @@ func (p *Publisher) accept(st *pump, e *entry) {
 	}
 }
 
-// send publishes one event asynchronously.
+// send publishes one event asynchronously, waiting for its ack as long as
+// the broker's patience level says; under sm.
 func (p *Publisher) send(w events.Wire) (jetstream.PubAckFuture, error) {
 	// The header as Header.Set and WithMsgID write it (the keys are in
 	// canonical form), in one map.
@@ -640,7 +679,20 @@ func (p *Publisher) send(w events.Wire) (jetstream.PubAckFuture, error) {
 		"Content-Type":        structuredContentType,
 		jetstream.MsgIDHeader: {w.ID},
 	}}
-	return p.js.PublishMsgAsync(msg, noRetries)
+	js := p.js
+	if k := p.st.patience; k > 0 {
+		if p.slow[k-1] == nil {
+			var err error
+			p.slow[k-1], err = jetstream.New(p.nc,
+				jetstream.WithPublishAsyncTimeout(p.cfg.AckTimeout<<k),
+				jetstream.WithPublishAsyncMaxPending(4*p.cfg.MaxInFlight+64))
+			if err != nil {
+				return nil, err
+			}
+		}
+		js = p.slow[k-1]
+	}
+	return js.PublishMsgAsync(msg, noRetries)
 }
 
 // structuredContentType is the Content-Type header's value (shared: a
@@ -657,10 +709,17 @@ func (p *Publisher) headAcked(st *pump) {
 	e := st.inflight[0]
 	st.inflight = st.inflight[1:]
 	st.backoff = p.cfg.RetryInterval
-	st.window = p.cfg.MaxInFlight
+	st.slowSince = time.Time{}
+	if st.patience > 0 {
+		// A broker that was slow gets its room back one event at a time.
+		st.window = min(st.window+1, p.cfg.MaxInFlight)
+	} else {
+		st.window = p.cfg.MaxInFlight
+	}
 	if e.fromSp {
 		st.headErrs = 0
 		p.drained.Add(1)
+		p.noteDrained(e.w)
 		p.commit(st, e.pos)
 		return
 	}
@@ -673,6 +732,15 @@ func (p *Publisher) headAcked(st *pump) {
 // headFailed handles a failed publish of the first entry in flight.
 func (p *Publisher) headFailed(st *pump, err error) {
 	e := st.inflight[0]
+	slow := errors.Is(err, jetstream.ErrAsyncPublishTimeout) && p.nc.IsConnected()
+	if slow && st.patience < maxPatience {
+		// Connected, and the ack is late: the broker is slow, not away.
+		// Later sends (the spool's drain included) wait longer.
+		st.patience++
+	}
+	if slow && p.waitSlow(st, err) {
+		return
+	}
 	if permanent(err) {
 		st.inflight = st.inflight[1:]
 		p.drop(e.w, err)
@@ -689,7 +757,9 @@ func (p *Publisher) headFailed(st *pump, err error) {
 		return
 	}
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
+	if errors.As(err, &apiErr) && !StoreFull(err) {
+		// A full store is the broker being unavailable for a while: it is
+		// tried again for as long as it lasts, never set aside.
 		st.headErrs++
 		if st.headErrs >= maxHeadAttempts {
 			st.headErrs = 0
@@ -701,9 +771,61 @@ func (p *Publisher) headFailed(st *pump, err error) {
 	p.stopDrain(st, err)
 }
 
-// fill sends spooled events while the broker is connected.
+// waitSlow takes a late ack of a connected broker as back-pressure when
+// BackPressure allows (for that long since acks began to be late): every
+// event in flight is sent again (the broker drops a copy it has as a
+// duplicate) and waited for at the raised patience, and the window shrinks
+// so that Publish waits. It reports whether it did; else the head fails
+// as before (to the spool).
+func (p *Publisher) waitSlow(st *pump, err error) bool {
+	if p.cfg.BackPressure <= 0 {
+		return false
+	}
+	now := time.Now()
+	if st.slowSince.IsZero() {
+		st.slowSince = now
+		if ev := p.slowLog.Event(p.log.Warn); ev != nil {
+			ev.Err(err).Int("in_flight", len(st.inflight)).Dur("ack_timeout", p.cfg.AckTimeout<<st.patience).
+				Msg("the broker is slow (acks late while connected): sending again and waiting for it rather than spooling")
+		}
+	} else if now.Sub(st.slowSince) > p.cfg.BackPressure {
+		return false
+	}
+	for _, e := range st.inflight {
+		if e.fut == nil {
+			continue // a barrier or an entry resolved as dropped
+		}
+		fut, serr := p.send(e.w)
+		if serr != nil {
+			return false
+		}
+		e.fut, e.okc, e.errc = fut, nil, nil
+	}
+	st.window = max(1, len(st.inflight)/2)
+	return true
+}
+
+// fill sends spooled events while the broker is connected, and the held
+// run events once the spool is empty.
 func (p *Publisher) fill(st *pump) {
 	if st.aborted || time.Now().Before(st.nextTry) || !p.nc.IsConnected() {
+		return
+	}
+	if len(st.held) > 0 && p.sp.empty() && len(st.inflight) == 0 {
+		// The disk is still full, the broker is there: send them
+		// directly (a failure puts them back).
+		held := st.held
+		st.held = nil
+		for i, e := range held {
+			fut, err := p.send(e.w)
+			if err != nil {
+				st.held = append(st.held, held[i:]...)
+				st.nextTry = time.Now().Add(st.backoff)
+				return
+			}
+			e.fut, e.okc, e.errc = fut, nil, nil
+			st.inflight = append(st.inflight, e)
+		}
 		return
 	}
 	for len(st.inflight) < st.window {
@@ -723,7 +845,7 @@ func (p *Publisher) fill(st *pump) {
 			return
 		}
 	}
-	if p.sp.empty() && len(st.inflight) == 0 {
+	if p.sp.empty() && len(st.inflight) == 0 && len(st.held) == 0 {
 		p.backToDirect(st)
 	}
 }
@@ -735,7 +857,7 @@ func (p *Publisher) stopDrain(st *pump, err error) {
 	st.window = 1
 	p.sp.rewind()
 	st.nextTry = time.Now().Add(st.backoff)
-	p.log.Debug().Err(err).Dur("retry_in", st.backoff).Msg("spool drain interrupted")
+	p.log.Debug().Err(err).Dur("retry_in", st.backoff.Round(time.Millisecond)).Msg("spool drain interrupted")
 	st.backoff = min(2*st.backoff, maxRetryInterval)
 }
 
@@ -745,7 +867,7 @@ func (p *Publisher) commit(st *pump, pos spoolPos) {
 		p.log.Error().Err(err).Msg("spool bookkeeping failed")
 	}
 	p.spoolBytes.Store(p.sp.bytes())
-	if st.spooling && p.sp.empty() && len(st.inflight) == 0 {
+	if st.spooling && p.sp.empty() && len(st.inflight) == 0 && len(st.held) == 0 {
 		p.backToDirect(st)
 	}
 }
@@ -774,15 +896,23 @@ func (p *Publisher) failoverAll(st *pump, entries []*entry, err error) {
 	p.toSpool(st, entries)
 }
 
-// toSpool appends entries to the spool, syncs once, then acks them and
-// releases the barriers among them, in order.
+// toSpool appends entries to the spool, after the held run events, syncs
+// once, then acks them and releases the barriers among them, in order. A
+// run event a full disk keeps out is held (see pump.held); a barrier is
+// released all the same.
 func (p *Publisher) toSpool(st *pump, entries []*entry) {
+	if len(st.held) > 0 {
+		entries = append(st.held[:len(st.held):len(st.held)], entries...)
+		st.held = nil
+		st.heldTry = time.Now()
+	}
 	written := make([]bool, len(entries))
 	for i, e := range entries {
 		if e.barrier != nil {
 			continue
 		}
-		err := p.sp.append(e.w, isRunEvent(e.w))
+		run := isRunEvent(e.w)
+		err := p.sp.append(e.w, run)
 		switch {
 		case err == nil:
 			written[i] = true
@@ -790,15 +920,12 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 				st.fullStreak = false
 				p.log.Info().Uint64("dropped", st.fullDrops).Msg("spool accepts events again")
 			}
-		case errors.Is(err, errSpoolFull):
+		case errors.Is(err, errDiskFull) && run:
+			st.held = append(st.held, e)
+			p.spoolRefused(st, err, false)
+		case errors.Is(err, errSpoolFull), errors.Is(err, errDiskFull):
 			p.countDrop(e.w)
-			st.fullDrops++
-			if !st.fullStreak {
-				st.fullStreak = true
-				st.fullDrops = 1
-				p.log.Warn().Int64("max_bytes", p.cfg.Spool.MaxBytes).
-					Msg("spool full, dropping new events until the broker drains it")
-			}
+			p.spoolRefused(st, err, true)
 		default:
 			p.countDrop(e.w)
 			p.log.Error().Err(err).Str("id", Clip(e.w.ID, 256)).Msg("cannot spool event, dropped")
@@ -806,12 +933,16 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 	}
 	if err := p.sp.sync(); err != nil {
 		// Not durable after all: do not ack (the source keeps its
-		// position), count them as dropped.
+		// position); a run event is held, the others are dropped.
 		p.log.Error().Err(err).Msg("cannot sync spool")
 		for i := range written {
 			if written[i] {
 				written[i] = false
-				p.countDrop(entries[i].w)
+				if isRunEvent(entries[i].w) {
+					st.held = append(st.held, entries[i])
+				} else {
+					p.countDrop(entries[i].w)
+				}
 			}
 		}
 	}
@@ -827,6 +958,46 @@ func (p *Publisher) toSpool(st *pump, entries []*entry) {
 			}
 		}
 	}
+}
+
+// spoolRefused counts an event the spool did not take (dropped, or a run
+// event held) and says so once per episode: until the spool takes an
+// event again.
+func (p *Publisher) spoolRefused(st *pump, err error, dropped bool) {
+	if dropped {
+		st.fullDrops++
+	}
+	if st.fullStreak {
+		return
+	}
+	st.fullStreak = true
+	st.fullDrops = 0
+	if dropped {
+		st.fullDrops = 1
+	}
+	if errors.Is(err, errDiskFull) {
+		p.log.Warn().Err(err).Str("spool", p.cfg.Spool.Dir).
+			Msg("spool disk full, dropping new events until there is room or the broker is back; run starts and finishes go to the spool's reserve, else are kept in memory")
+		return
+	}
+	p.log.Warn().Int64("max_bytes", p.cfg.Spool.MaxBytes).
+		Msg("spool full, dropping new events until the broker drains it")
+}
+
+// loseHeld runs when the pump returns: the held run events are tried on
+// the spool a last time; those still held are lost, counted as dropped and
+// said, each with its run.
+func (p *Publisher) loseHeld(st *pump) {
+	if len(st.held) == 0 {
+		return
+	}
+	p.toSpool(st, nil)
+	for _, e := range st.held {
+		p.countDrop(e.w)
+		p.log.Error().Str("run_id", runOf(e.w)).Str("id", Clip(e.w.ID, 256)).
+			Msg("a run's start or finish was neither delivered nor spooled (the spool's disk is full): that run is lost")
+	}
+	st.held = nil
 }
 
 // abandon runs when Close's ctx ended: direct entries still in flight, and
@@ -894,16 +1065,49 @@ func (p *Publisher) Leftover() Leftover {
 	return p.left
 }
 
+// runOf returns the run token of an event's subject.
+func runOf(w events.Wire) string { return w.Subject[strings.LastIndexByte(w.Subject, '.')+1:] }
+
 // countDrop counts a dropped event, in all and for its run.
 func (p *Publisher) countDrop(w events.Wire) {
 	p.dropped.Add(1)
-	run := w.Subject[strings.LastIndexByte(w.Subject, '.')+1:]
+	run := runOf(w)
 	p.dropMu.Lock()
 	if p.dropRuns == nil {
-		p.dropRuns = map[string]uint64{}
+		p.dropRuns = map[string]runDrops{}
 	}
-	p.dropRuns[run]++
+	d := p.dropRuns[run]
+	d.events++
+	if isRunEvent(w) {
+		d.runEvents++
+	}
+	p.dropRuns[run] = d
 	p.dropMu.Unlock()
+}
+
+// noteDrained counts a spooled event the broker acknowledged, for its run.
+func (p *Publisher) noteDrained(w events.Wire) {
+	p.dropMu.Lock()
+	if p.drainedRuns == nil {
+		p.drainedRuns = map[string]int{}
+	}
+	p.drainedRuns[runOf(w)]++
+	p.dropMu.Unlock()
+}
+
+// DrainedRuns returns, by run (as its subject token, the run id of every
+// valid run), how many spooled events the broker acknowledged: what a
+// spool left by an earlier collector delivered.
+func (p *Publisher) DrainedRuns() map[string]int {
+	p.dropMu.Lock()
+	defer p.dropMu.Unlock()
+	return maps.Clone(p.drainedRuns)
+}
+
+// runDrops counts the dropped events of a run.
+type runDrops struct {
+	events    uint64 // all of them
+	runEvents uint64 // its run-started and run-finished events
 }
 
 // DroppedOf returns how many events of the run runID were dropped (see
@@ -912,7 +1116,15 @@ func (p *Publisher) countDrop(w events.Wire) {
 func (p *Publisher) DroppedOf(runID string) uint64 {
 	p.dropMu.Lock()
 	defer p.dropMu.Unlock()
-	return p.dropRuns[events.Token(runID)]
+	return p.dropRuns[events.Token(runID)].events
+}
+
+// RunLost reports whether the run-started or run-finished event of runID
+// was dropped: then no consumer can ever close that run as it was.
+func (p *Publisher) RunLost(runID string) bool {
+	p.dropMu.Lock()
+	defer p.dropMu.Unlock()
+	return p.dropRuns[events.Token(runID)].runEvents > 0
 }
 
 // RejectedDir is the directory, inside the spool directory, where events
@@ -990,11 +1202,44 @@ func dirBytes(dir string) int64 {
 
 // permanent reports errors that re-sending cannot fix: the event is over
 // the broker's max_payload, or the broker answered 400 (a bad request:
-// e.g. headers over 64 KB from a huge Nats-Msg-Id).
+// e.g. headers over 64 KB from a huge Nats-Msg-Id), but not that its
+// store is full (storeFull), which passes.
 func permanent(err error) bool {
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return true
 	}
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || apiErr.Code == 400)
+	return errors.As(err, &apiErr) && !StoreFull(err) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || apiErr.Code == 400)
+}
+
+// JetStream error codes of a broker whose store (or the account's share of
+// it) is full.
+const (
+	errCodeAccountResourcesExceeded jetstream.ErrorCode = 10002 // 400 resource limits exceeded for account
+	errCodeInsufficientResources    jetstream.ErrorCode = 10023 // 503 insufficient resources
+	errCodeMemoryResourcesExceeded  jetstream.ErrorCode = 10028 // 500 insufficient memory resources available
+	errCodeStorageResourcesExceeded jetstream.ErrorCode = 10047 // 500 insufficient storage resources available
+	errCodeStreamStoreFailed        jetstream.ErrorCode = 10077 // 503 the stream's store failed: "maximum bytes exceeded" with discard new, ...
+)
+
+// StoreFull reports the answer of a broker that is there but cannot store
+// the event now: the server's or the account's JetStream store is full
+// (503 "insufficient resources", err_code 10023, is what a full server
+// store answers), or a stream that discards new events reached its
+// maximum messages or bytes. Room comes back (a purge, a raised limit, max
+// age), so the event is spooled and tried again, like one sent while the
+// broker is away.
+func StoreFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case errCodeAccountResourcesExceeded, errCodeInsufficientResources, errCodeMemoryResourcesExceeded, errCodeStorageResourcesExceeded:
+		return true
+	case errCodeStreamStoreFailed:
+		return strings.Contains(apiErr.Description, "exceeded") // not "message too large"
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gttsplit/gttsplit/pkg/events"
@@ -26,20 +27,32 @@ import (
 // broker ("<segment id> <offset>\n"); it is rewritten at most every
 // headPersistEvery, when a segment is deleted, and on close, so after a
 // crash a few records may be sent again (the broker drops them as
-// duplicates). "lock" is flock'ed by the owning process.
+// duplicates). "lock" is flock'ed by the owning process. "reserve" is a
+// file of runReserve bytes allocated on the disk when the spool opens:
+// when the disk is full (ENOSPC), a run-started or run-finished record
+// frees what it needs of it and is written all the same.
 
 const (
 	segSuffix        = ".seg"
 	headFile         = "head"
 	lockFile         = "lock"
+	reserveFile      = "reserve"
 	recHeader        = 8
 	headPersistEvery = 200 * time.Millisecond
 )
 
 var (
 	errSpoolFull = errors.New("spool full")
-	crcTable     = crc32.MakeTable(crc32.Castagnoli)
+	// errDiskFull wraps a write that failed because the spool's disk
+	// (or the user's quota on it) is full.
+	errDiskFull = errors.New("spool disk full")
+	crcTable    = crc32.MakeTable(crc32.Castagnoli)
 )
+
+// isDiskFull reports a write error of a full disk or quota.
+func isDiskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
 
 // spoolPos is a position in the spool: a segment and a byte offset in it.
 type spoolPos struct {
@@ -73,6 +86,13 @@ type spool struct {
 	lastPersist time.Time
 	headDirty   bool
 	corrupt     int // records cut off as corrupt or torn
+
+	// reserve is the size of the reserve file: disk space held for run
+	// records when the disk is full.
+	reserve int64
+	// write appends to a segment: (*os.File).Write, which tests replace
+	// to fail as a full disk does.
+	write func(f *os.File, b []byte) (int, error)
 }
 
 func segName(id uint64) string { return fmt.Sprintf("%020d%s", id, segSuffix) }
@@ -91,12 +111,65 @@ func openSpool(dir string, maxBytes, segBytes int64, log zerolog.Logger) (*spool
 		lock.Close()
 		return nil, fmt.Errorf("spool %s is in use by another process: %w", dir, err)
 	}
-	s := &spool{dir: dir, maxBytes: maxBytes, segBytes: segBytes, log: log, lock: lock, nextID: 1}
+	s := &spool{dir: dir, maxBytes: maxBytes, segBytes: segBytes, log: log, lock: lock, nextID: 1, write: (*os.File).Write}
 	if err := s.load(); err != nil {
 		s.close()
 		return nil, err
 	}
+	if err := s.ensureReserve(); err != nil {
+		log.Warn().Err(err).Str("spool", dir).Int64("reserve_bytes", s.reserve).
+			Msg("no room on the spool's disk for its reserve: if the disk fills up, the runs' start and finish are only kept in memory")
+	}
 	return s, nil
+}
+
+// ensureReserve grows the reserve file to runReserve bytes, allocated on
+// the disk (not a sparse file). On error it keeps what it could allocate.
+func (s *spool) ensureReserve() error {
+	path := filepath.Join(s.dir, reserveFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool reserve: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() >= runReserve {
+		s.reserve = st.Size()
+		return nil
+	}
+	err = preallocate(f, runReserve)
+	if err == nil {
+		err = f.Sync()
+	}
+	if st, serr := f.Stat(); serr == nil {
+		s.reserve = st.Size()
+	}
+	if err != nil {
+		return fmt.Errorf("spool reserve: %w", err)
+	}
+	return nil
+}
+
+// releaseReserve frees room for a record of n bytes from the reserve file
+// (with a margin for the blocks the record straddles); false when the
+// reserve holds less than n.
+func (s *spool) releaseReserve(n int64) bool {
+	if s.reserve < n {
+		return false
+	}
+	const margin = 16 << 10 // the record's partial blocks and the file system's own
+	keep := max(0, s.reserve-n-margin) &^ (4<<10 - 1)
+	f, err := os.OpenFile(filepath.Join(s.dir, reserveFile), os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	// The sync commits the truncation: a journaling file system (ext4)
+	// reuses freed blocks only once it is committed.
+	if err := f.Truncate(keep); err != nil || f.Sync() != nil {
+		return false
+	}
+	s.reserve = keep
+	return true
 }
 
 func (s *spool) load() error {
@@ -284,7 +357,9 @@ func (s *spool) segIndex(id uint64) int {
 const runReserve = 1 << 20
 
 // append writes one record at the end; it is durable after sync. A record
-// with reserve set may use runReserve bytes beyond maxBytes.
+// with reserve set may use runReserve bytes beyond maxBytes and, when the
+// disk is full, the reserve file's room. A full disk's error wraps
+// errDiskFull.
 func (s *spool) append(w events.Wire, reserve bool) error {
 	rec := encodeRecord(w)
 	n := int64(len(rec))
@@ -295,13 +370,27 @@ func (s *spool) append(w events.Wire, reserve bool) error {
 	if s.total+n > limit {
 		return errSpoolFull
 	}
+	err := s.appendRecord(rec)
+	if err != nil && reserve && isDiskFull(err) && s.releaseReserve(n) {
+		err = s.appendRecord(rec)
+	}
+	if err != nil && isDiskFull(err) {
+		return fmt.Errorf("%w: %w", errDiskFull, err)
+	}
+	return err
+}
+
+// appendRecord writes an encoded record at the end of the tail segment,
+// starting a new one when it is full.
+func (s *spool) appendRecord(rec []byte) error {
+	n := int64(len(rec))
 	if s.w == nil || (s.segs[len(s.segs)-1].size > 0 && s.segs[len(s.segs)-1].size+n > s.segBytes) {
 		if err := s.rotate(); err != nil {
 			return err
 		}
 	}
 	tail := &s.segs[len(s.segs)-1]
-	k, err := s.w.Write(rec)
+	k, err := s.write(s.w, rec)
 	if err != nil {
 		if k > 0 {
 			// Cut the partial record so the segment stays readable.
@@ -522,6 +611,10 @@ func (s *spool) reset() error {
 		return fmt.Errorf("remove spool head: %w", err)
 	}
 	s.headDirty = false
+	if s.reserve < runReserve {
+		// Room again after a full disk: best effort, said at the next open.
+		_ = s.ensureReserve()
+	}
 	return nil
 }
 
@@ -560,6 +653,29 @@ func (s *spool) close() error {
 		s.lock = nil
 	}
 	return errors.Join(errs...)
+}
+
+// RemoveSpool deletes the spool directory dir (its lock and reserve
+// files) when it holds no event; a spool with segments, or with rejected/
+// files, is left as it is. A collector removes the spool it made for
+// itself (a lane's spool was in use) once it is empty.
+func RemoveSpool(dir string) error {
+	segs, err := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+	if err != nil || len(segs) > 0 {
+		return err
+	}
+	for _, name := range []string{reserveFile, headFile, lockFile} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if ents, rerr := os.ReadDir(dir); rerr == nil && len(ents) > 0 {
+			return nil // rejected/ is kept for a look
+		}
+		return err
+	}
+	return nil
 }
 
 func syncDir(dir string) error {

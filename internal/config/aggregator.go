@@ -81,7 +81,9 @@ type Store struct {
 // HTTP is the aggregator's HTTP endpoint.
 type HTTP struct {
 	Listen string `mapstructure:"listen" flag:"http" desc:"listen address (host:port) of the HTTP endpoint; empty disables it"`
-	Token  Secret `mapstructure:"token" desc:"token the live page asks for when http.listen is not a loopback address (open it once with ?token=, or send Authorization: Bearer); empty refuses the page there; set it through the environment"`
+	Token  Secret `mapstructure:"token" desc:"token every path but /healthz and /readyz asks for when http.listen is not a loopback address (the page, /events, /runs, /runs/{id}, /partitions, /metrics; open the page once with ?token=, or send Authorization: Bearer); empty refuses them there; set it through the environment"`
+	// MetricsPublic leaves /metrics open on a non-loopback listener.
+	MetricsPublic bool `mapstructure:"metrics_public" desc:"serve /metrics without http.token on a non-loopback address (counters only, no run data), for a scraper that cannot send a bearer token"`
 }
 
 // Split tunes how events are folded into a split.

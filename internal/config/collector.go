@@ -1,7 +1,7 @@
 package config
 
 import (
-	"github.com/gttsplit/gttsplit/internal/redact"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -39,6 +39,7 @@ type CollectorNATS struct {
 	Stream          string        `mapstructure:"stream" desc:"JetStream stream the events are published to"`
 	ConnectTimeout  time.Duration `mapstructure:"connect_timeout" desc:"timeout for connecting to NATS"`
 	MaxInFlight     int           `mapstructure:"max_in_flight" desc:"maximum published events awaiting the broker's acknowledgement"`
+	AckTimeout      time.Duration `mapstructure:"ack_timeout" desc:"time an event waits for the broker's acknowledgement before it goes to the spool (run, attach) or is sent again (replay); a connected broker that answers later gets twice as long, up to 8 times"`
 	Replicas        int           `mapstructure:"replicas" desc:"replicas of the stream, its consumers and the state bucket when a client creates them (1 to 5; 3 on a cluster); an existing stream is raised to it, never lowered"`
 	StreamMaxAge    time.Duration `mapstructure:"stream_max_age" desc:"age after which the stream discards events, set when a client creates it; 0 keeps them until stream_max_bytes"`
 	StreamMaxBytes  int64         `mapstructure:"stream_max_bytes" desc:"size in bytes above which the stream discards its oldest events, set when a client creates it; 0 means no limit"`
@@ -65,7 +66,7 @@ type Wrap struct {
 	SetTraceEnv bool          `mapstructure:"set_trace_env" desc:"set GGML_HRX_HOST_WEIGHT_TRACE=1 for the child unless it is set"`
 	AddVerbose  bool          `mapstructure:"add_verbose" desc:"append -v to the child's arguments unless a verbosity flag is there"`
 	KillGrace   time.Duration `mapstructure:"kill_grace" desc:"time the child gets after a forwarded signal before it is killed"`
-	RedactFlags string        `mapstructure:"redact_flags" desc:"regexp on flag names (without dashes) whose values are masked in the recorded command (--name VALUE and --name=VALUE); URL credentials are always masked"`
+	RedactFlags string        `mapstructure:"redact_flags" desc:"regexp on the names of flags (without dashes) and of NAME=VALUE arguments whose values are masked in the recorded command (--name VALUE, --name=VALUE, name=VALUE); Authorization credentials (Bearer, Basic) and URL credentials are always masked"`
 }
 
 // Batch is how log lines are grouped into events.
@@ -96,6 +97,7 @@ func DefaultCollector() Collector {
 			Stream:          "GTTSPLIT",
 			ConnectTimeout:  5 * time.Second,
 			MaxInFlight:     256,
+			AckTimeout:      5 * time.Second,
 			Replicas:        1,
 			DuplicateWindow: 2 * time.Minute,
 		},
@@ -166,6 +168,7 @@ func (c Collector) problems() []*FieldError {
 		DuplicateWindow: c.NATS.DuplicateWindow,
 	})
 	p.atLeast("nats.max_in_flight", int64(c.NATS.MaxInFlight), 1)
+	p.positive("nats.ack_timeout", c.NATS.AckTimeout)
 	p.atLeast("spool.max_bytes", c.Spool.MaxBytes, 1)
 	p.positive("sample.interval", c.Sample.Interval)
 	if c.Sample.ProcRoot == "" {

@@ -3,7 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
-	"github.com/gttsplit/gttsplit/internal/redact"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 	"net"
 	"net/url"
 	"regexp"

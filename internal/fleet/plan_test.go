@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -210,4 +211,29 @@ func TestPreferenceSpreads(t *testing.T) {
 		firsts[ps[0]] = true
 	}
 	require.GreaterOrEqual(t, len(firsts), 4, "8 members' first choices")
+}
+
+// Readiness does not flap on one slow heartbeat: a fault is reported only
+// once it lasted missedBeats heartbeats, and clears at once.
+func TestReportWaitsForSeveralBeats(t *testing.T) {
+	m := &Member{cfg: Config{Heartbeat: 20 * time.Millisecond}, faults: map[string]time.Duration{}}
+	starting := "starting"
+	m.why.Store(&starting)
+	m.report(nil)
+	ok, _ := m.Ready()
+	require.True(t, ok)
+	slow := map[string]string{"members": "members bucket: member key not renewed: timeout"}
+	m.report(slow) // one slow heartbeat
+	ok, _ = m.Ready()
+	require.True(t, ok, "one slow heartbeat")
+	m.report(nil)
+	m.report(slow)
+	time.Sleep(time.Duration(missedBeats) * m.cfg.Heartbeat)
+	m.report(slow)
+	ok, why := m.Ready()
+	require.False(t, ok)
+	require.Contains(t, why, "member key not renewed")
+	m.report(nil)
+	ok, _ = m.Ready()
+	require.True(t, ok, "cleared at once")
 }

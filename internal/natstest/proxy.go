@@ -5,22 +5,33 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
-// Proxy is a TCP proxy in front of a server, for tests that cut a client
-// off without closing its connection: while frozen it forwards nothing in
-// either direction (what the client sends meanwhile waits in the proxy and
-// the kernel's buffers, and arrives, late, once it thaws), as a network
-// partition or a paused peer would.
+// Proxy is a TCP proxy in front of a server, for tests that make the
+// network misbehave between a client and a real server:
+//
+//   - Freeze cuts a client off without closing its connection: nothing is
+//     forwarded in either direction (what the client sends meanwhile waits
+//     in the proxy and the kernel's buffers, and arrives, late, once it
+//     thaws), as a network partition or a paused peer would.
+//   - HoldServer keeps only what the server sends (its acks among them)
+//     from reaching the clients, while their bytes still get through:
+//     acks that do not come.
+//   - SetLatency delays every byte the server sends by a fixed time,
+//     without limiting the throughput: a broker that is healthy but slow
+//     to answer, as one under load is.
 type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex
-	frozen bool
-	thawed *sync.Cond
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	frozen  bool
+	held    bool
+	latency time.Duration
+	thawed  *sync.Cond // signalled when frozen or held ends
+	conns   []net.Conn
+	wg      sync.WaitGroup
 }
 
 // StartProxy listens on a free local port and forwards to target
@@ -57,6 +68,29 @@ func (p *Proxy) Thaw() {
 	p.thawed.Broadcast()
 }
 
+// HoldServer keeps what the server sends from reaching the clients.
+func (p *Proxy) HoldServer() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = true
+}
+
+// ReleaseServer lets it through again, what waited first.
+func (p *Proxy) ReleaseServer() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = false
+	p.thawed.Broadcast()
+}
+
+// SetLatency makes every byte the server sends from now on reach its
+// client d after it was sent (0: at once).
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = d
+}
+
 // Close stops the proxy and closes every connection through it.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
@@ -64,7 +98,7 @@ func (p *Proxy) Close() {
 	for _, c := range p.conns {
 		_ = c.Close()
 	}
-	p.frozen = false
+	p.frozen, p.held = false, false
 	p.thawed.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()
@@ -86,33 +120,61 @@ func (p *Proxy) accept() {
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+		go p.pipe(s, c, false)
+		go p.pipe(c, s, true)
 	}
 }
 
-// pipe copies from src to dst, holding each chunk while frozen.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies from src to dst; fromServer chunks are delayed by the
+// latency (a writer of their own keeps reading at full speed) and held
+// while the server is held.
+func (p *Proxy) pipe(dst, src net.Conn, fromServer bool) {
 	defer p.wg.Done()
 	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	q := make(chan chunk, 4096)
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		failed := false
+		for c := range q {
+			if failed {
+				continue // let the reader finish
+			}
+			time.Sleep(time.Until(c.at))
 			p.mu.Lock()
-			for p.frozen {
+			for p.frozen || fromServer && p.held {
 				p.thawed.Wait()
 			}
 			p.mu.Unlock()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+			if _, err := dst.Write(c.b); err != nil {
+				failed = true
+				_ = src.Close()
 			}
+		}
+	}()
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := src.Read(buf)
+		if n > 0 {
+			at := time.Now()
+			if fromServer {
+				p.mu.Lock()
+				at = at.Add(p.latency)
+				p.mu.Unlock()
+			}
+			q <- chunk{b: buf[:n], at: at}
 		}
 		if err != nil {
 			if err != io.EOF {
 				_ = src.Close()
 			}
-			return
+			break
 		}
 	}
+	close(q)
+	<-wrote
 }

@@ -22,9 +22,9 @@ import (
 var ErrInput = errors.New("cannot read input")
 
 // Parse folds the log at logPath and the samples at samplePaths. It
-// returns warnings about inputs that are valid but hold nothing (an empty
-// log, a samples file without a sample); a file that is not a text log
-// is an ErrInput.
+// returns warnings about inputs that are valid but hold nothing (a samples
+// file without a sample); a log that is empty or not a text log is an
+// ErrInput.
 func Parse(fold *split.Fold, logPath string, samplePaths []string) ([]string, error) {
 	f, err := os.Open(logPath)
 	if err != nil {
@@ -43,7 +43,8 @@ func Parse(fold *split.Fold, logPath string, samplePaths []string) ([]string, er
 		return nil, fmt.Errorf("%w: %s is not a text log (%s)", ErrInput, logPath, why)
 	}
 	if n == 0 {
-		warnings = append(warnings, fmt.Sprintf("%s is empty: there is nothing to split", logPath))
+		// A split of nothing would be all unknowns, passing for a run.
+		return nil, fmt.Errorf("%w: %s is empty: there is no log line to split (a collector run whose command could not start writes none)", ErrInput, logPath)
 	}
 	if regular {
 		// Pieces of the file read and scanned on every core, folded in

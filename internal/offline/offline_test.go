@@ -73,9 +73,13 @@ func TestParseTellsTextFromBinary(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, warnings)
 
-	warnings, err = Parse(split.NewFold(split.Options{}), write("empty.log", nil), []string{write("empty.txt", nil)})
+	// An empty log is an error (its split would be all unknowns), an
+	// empty samples file a warning.
+	_, err = Parse(split.NewFold(split.Options{}), write("empty.log", nil), nil)
+	require.ErrorIs(t, err, ErrInput)
+	require.ErrorContains(t, err, "empty.log is empty: there is no log line to split")
+	warnings, err = Parse(split.NewFold(split.Options{}), write("one.log", []byte("main: build = 1\n")), []string{write("empty.txt", nil)})
 	require.NoError(t, err)
-	require.Len(t, warnings, 2)
-	require.Contains(t, warnings[0], "empty.log is empty")
-	require.Contains(t, warnings[1], "empty.txt holds no sample")
+	require.Len(t, warnings, 1)
+	require.Contains(t, warnings[0], "empty.txt holds no sample")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/fleet"
 )
 
@@ -85,7 +86,7 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	if errors.Is(werr, fleet.ErrLost) {
 		return // fleet tells the table: the partition is dropped
 	}
-	pt.settleAcks(batch, final, werr != nil)
+	pt.settleAcks(batch, final)
 	if werr != nil {
 		pt.fail(werr)
 	} else {
@@ -126,11 +127,8 @@ func (pt *part) write(ctx context.Context, sn snapshot) error {
 
 // settleAcks acknowledges the messages of batch whose run's state was
 // written since they were folded; the others wait for the next checkpoint
-// (a release naks them: the next owner folds them). One that waited half
-// its ack wait gets a progress acknowledgement.
-func (pt *part) settleAcks(batch []pendingMsg, final, failed bool) {
-	t := pt.t
-	now := time.Now()
+// (a release naks them: the next owner folds them).
+func (pt *part) settleAcks(batch []pendingMsg, final bool) {
 	var keep []pendingMsg
 	pt.mu.Lock()
 	for _, pm := range batch {
@@ -138,23 +136,16 @@ func (pt *part) settleAcks(batch []pendingMsg, final, failed bool) {
 			_ = pm.ack.Ack()
 			continue
 		}
-		switch {
-		case final:
+		if final {
 			_ = pm.ack.Nak()
-		case now.Sub(pm.at) > t.cfg.AckWait/2:
-			_ = pm.ack.InProgress()
-			pm.at = now
-			t.m.progress.Inc()
-			keep = append(keep, pm)
-		default:
-			keep = append(keep, pm)
+			continue
 		}
+		keep = append(keep, pm) // its progress is acknowledged by the loop
 	}
 	if len(keep) > 0 {
 		pt.pending = append(keep, pt.pending...)
 	}
 	pt.mu.Unlock()
-	_ = failed
 }
 
 // fail records a failed checkpoint: the next is tried later (doubling up
@@ -162,7 +153,7 @@ func (pt *part) settleAcks(batch []pendingMsg, final, failed bool) {
 func (pt *part) fail(err error) {
 	t := pt.t
 	pt.backoff = min(max(2*pt.backoff, t.cfg.CheckpointInterval), maxBackoff)
-	full := insufficient(err)
+	full := bus.StoreFull(err)
 	if full {
 		t.health.set("store", "the state bucket's store is full (insufficient resources): checkpoints wait and retry; events wait unacknowledged")
 	}

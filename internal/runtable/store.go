@@ -270,19 +270,3 @@ func (s *store) load(ctx context.Context, prefix string, fn func(entry) error) e
 	}
 	return nil
 }
-
-// insufficient says the server refused a write for want of storage (its
-// JetStream store or the account's limit is full).
-func insufficient(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		case 10023, 10047, 10028, 10002:
-			// insufficient resources, insufficient storage or memory
-			// resources available, resource limits exceeded for
-			// the account
-			return true
-		}
-	}
-	return false
-}

@@ -667,3 +667,57 @@ func TestStalledPartitionsReportedIntegration(t *testing.T) {
 	rt.Eventually(t, "the split", func() bool { n, _ := a.closes.count(); return n == 1 })
 	require.Zero(t, counter(t, a.m, "gttsplit_partitions_stalled"))
 }
+
+// The state bucket full (here its own byte limit, which the server
+// answers with "maximum bytes exceeded"): checkpoints back off and are
+// tried again, said once; readiness says the store is full; the messages
+// wait unacknowledged without being delivered again (their progress is
+// acknowledged) and are folded once; once there is room the run closes,
+// once.
+func TestStoreFullBacksOffIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	var logs lockedBuf
+	ctx := rt.Ctx(t)
+	kv, err := runtable.EnsureBucket(ctx, b.JS, 1, zerolog.Nop())
+	require.NoError(t, err)
+	_ = kv
+	st, err := b.JS.Stream(ctx, "KV_"+runtable.Bucket)
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	r := startTableLog(t, b.URL, "full", runtable.Config{IdleTimeout: time.Hour, CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second},
+		zerolog.New(&logs).Level(zerolog.InfoLevel))
+	r.waitOwns(r.parts)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	cfg.MaxBytes = int64(info.State.Bytes) + 1024 // full for a run's state
+	_, err = b.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	fin := fx.FinishedIndex(t)
+	b.Publish(t, fx.Without(fin)...)
+	rt.Eventually(t, "not ready: the store is full", func() bool {
+		ok, why := r.tbl.Ready()
+		return !ok && strings.Contains(why, "store is full")
+	})
+	// Past two ack waits: nothing delivered again, nothing folded twice.
+	time.Sleep(7 * time.Second)
+	require.Zero(t, counter(t, r.m, "gttsplit_events_redelivered_total"))
+	require.Equal(t, float64(len(fx.Wires)-1), counter(t, r.m, "gttsplit_events_folded_total"))
+	require.Positive(t, counter(t, r.m, "gttsplit_events_progress_acks_total"))
+	require.Positive(t, counter(t, r.m, "gttsplit_state_persist_errors_total"))
+	require.Equal(t, 1, strings.Count(logs.String(), "checkpoint failed"), "said once: %s", logs.String())
+
+	cfg.MaxBytes = -1
+	_, err = b.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	rt.Eventually(t, "ready again", func() bool { ok, _ := r.tbl.Ready(); return ok })
+	b.Publish(t, fx.Wires[fin])
+	rt.Eventually(t, "the split", func() bool { n, _ := r.closes.count(); return n == 1 })
+	require.Contains(t, logs.String(), "checkpoints written again")
+	got, err := split.JSON(r.closes.of(fx.Origin.RunID)[0])
+	require.NoError(t, err)
+	require.Equal(t, string(fx.Want), string(got))
+	require.Zero(t, counter(t, r.m, "gttsplit_events_redelivered_total"))
+}

@@ -86,6 +86,12 @@ const testLease = 3 * time.Second
 // fold, stream, group, partitions, OnClose and metrics are filled in.
 func startTable(t testing.TB, url, group string, cfg runtable.Config, lease ...time.Duration) *table {
 	t.Helper()
+	return startTableLog(t, url, group, cfg, testLogger(t), lease...)
+}
+
+// startTableLog is startTable logging to log.
+func startTableLog(t testing.TB, url, group string, cfg runtable.Config, log zerolog.Logger, lease ...time.Duration) *table {
+	t.Helper()
 	nc, js := rt.Connect(t, url)
 	ctx := rt.Ctx(t)
 	lay, err := bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 0, 1, testLogger(t))
@@ -99,10 +105,10 @@ func startTable(t testing.TB, url, group string, cfg runtable.Config, lease ...t
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 2 * time.Second
 	}
-	r.tbl, err = runtable.New(ctx, js, kv, cfg, testLogger(t))
+	r.tbl, err = runtable.New(ctx, js, kv, cfg, log)
 	require.NoError(t, err)
 	r.member, err = fleet.Join(ctx, js, fleet.Config{Group: group, Partitions: lay.Partitions, Bucket: runtable.Bucket, KV: kv,
-		LeaseTTL: append(lease, testLease)[0], Heartbeat: 100 * time.Millisecond, Step: lay.Partitions}, r.tbl, testLogger(t))
+		LeaseTTL: append(lease, testLease)[0], Heartbeat: 100 * time.Millisecond, Step: lay.Partitions}, r.tbl, log)
 	require.NoError(t, err)
 	mctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

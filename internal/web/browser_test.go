@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -115,10 +116,46 @@ func (p *pipeline) replay(t *testing.T, files ...string) {
 	cc.NATS.URL = p.nats
 	cc.Spool.Dir = t.TempDir()
 	for i, f := range files {
-		files[i] = filepath.Join(repoTop, f)
+		if !filepath.IsAbs(f) {
+			files[i] = filepath.Join(repoTop, f)
+		}
 	}
 	_, err := collector.Replay(context.Background(), cc, files, collector.IO{}, zerolog.Nop())
 	require.NoError(t, err)
+}
+
+// waitListed waits until the aggregator serves a run (open or not).
+func (p *pipeline) waitListed(t *testing.T, id string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(p.base + "/runs/" + id)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s not served after 60s", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// splitStream writes the first n events of a recorded stream and the
+// rest to two files (a run published in two goes: open, then finished).
+func splitStream(t *testing.T, rel string, n int) (head, tail string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoTop, rel))
+	require.NoError(t, err)
+	lines := strings.SplitAfter(string(b), "\n")
+	require.Greater(t, len(lines), n)
+	dir := t.TempDir()
+	head, tail = filepath.Join(dir, "head.jsonl"), filepath.Join(dir, "tail.jsonl")
+	require.NoError(t, os.WriteFile(head, []byte(strings.Join(lines[:n], "")), 0o644))
+	require.NoError(t, os.WriteFile(tail, []byte(strings.Join(lines[n:], "")), 0o644))
+	return head, tail
 }
 
 func (p *pipeline) waitClosed(t *testing.T, ids ...string) {
@@ -143,20 +180,45 @@ func (p *pipeline) waitClosed(t *testing.T, ids ...string) {
 	}
 }
 
+// minFontJS is the smallest label of the charts on screen, in CSS
+// pixels: each visible SVG text's font size times its chart's scale.
+const minFontJS = `(() => {
+  let min = 1e9, n = 0;
+  for (const el of document.querySelectorAll("svg.bars text, svg.timeline text")) {
+    if (el.getClientRects().length === 0) continue; // a hidden layout
+    const m = el.getScreenCTM();
+    if (!m) continue;
+    min = Math.min(min, parseFloat(getComputedStyle(el).fontSize) * m.a);
+    n++;
+  }
+  return n > 0 ? min : -1;
+})()`
+
 // TestBrowserPages drives headless Chromium against a real aggregator fed
-// by the collector's replay of the recorded runs: the runs list shows both
-// reference runs, the 4B run's page its 3925.0 MiB peak and the timeline's
-// peak marker, a run published while the list is open appears without a
-// reload, and the compare page shows the difference of a run and its
-// control. Screenshots go to the test's temp dir; their paths are logged.
+// by the collector's replay of the recorded runs: the runs list shows the
+// reference runs, one page at a time (?limit=, a next link); the 4B run's
+// page its 3925.0 MiB peak and the timeline's peak marker; a run's page
+// follows the run while it is published (unknown rows until the log's
+// model load, then its split, without a reload); a run published while
+// the list is open appears without a reload; at 390 px the list shows
+// peak, final and flags first with nothing behind a sideways scroll, and
+// the charts' labels keep a readable size; and the compare page shows the
+// difference of a run and its control. Screenshots go to the test's temp
+// dir (or GTTSPLIT_SCREENSHOTS); their paths are logged.
 func TestBrowserPages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser and the whole pipeline")
 	}
 	exe := browser(t)
 	p := startPipeline(t)
-	p.replay(t, "testdata/runs/4b/events.jsonl", "testdata/runs/27b/events.jsonl")
-	p.waitClosed(t, run4B, run27B)
+	// The 27B run is published in two goes: its first 20 events (samples
+	// and log lines, no model buffer line yet), then the rest.
+	// The 4B run first, so the 27B run's activity is the newest.
+	head27, tail27 := splitStream(t, "testdata/runs/27b/events.jsonl", 20)
+	p.replay(t, "testdata/runs/4b/events.jsonl")
+	p.waitClosed(t, run4B)
+	p.replay(t, head27)
+	p.waitListed(t, run27B)
 
 	// Chromium now and then dies at start on a loaded machine (crashpad,
 	// no stack mapping): a start is tried three times, each with a fresh
@@ -200,7 +262,11 @@ func TestBrowserPages(t *testing.T) {
 		t.Cleanup(cancel)
 		return ctx
 	}
-	shots := t.TempDir()
+	shots := os.Getenv("GTTSPLIT_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(shots, 0o755))
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			b, err := chromedp.FullScreenshot(100)(ctx, tg)
@@ -223,8 +289,19 @@ func TestBrowserPages(t *testing.T) {
 		require.NoError(t, err, sel)
 		return s
 	}
+	eval := func(ctx context.Context, js string) float64 {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[float64](js))
+		require.NoError(t, err, js)
+		return v
+	}
+	waitFor := func(ctx context.Context, js string) {
+		t.Helper()
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(50*time.Second)))
+		require.NoError(t, err, "waiting for %s", js)
+	}
 
-	// The runs list: both reference runs.
+	// The runs list: both reference runs (the 27B still open).
 	ctx := step()
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(p.base+"/"),
@@ -236,7 +313,18 @@ func TestBrowserPages(t *testing.T) {
 	require.Contains(t, list, "3925.0")
 	require.Contains(t, list, "20497.0")
 
-	// The 4B run's page: the peak, and the timeline's peak marker.
+	// One run a page: the next link walks them, newest activity first.
+	ctx = step()
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(p.base+"/?limit=1"), chromedp.WaitVisible(row(run27B))))
+	require.Equal(t, 1.0, eval(ctx, `document.querySelectorAll("tr.run").length`))
+	require.Contains(t, text(ctx, "#pager"), "runs 1–1 of 2")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#next-page")), chromedp.WaitVisible(row(run4B)), shot("runs-page-2")))
+	require.Equal(t, 1.0, eval(ctx, `document.querySelectorAll("tr.run").length`))
+	require.Contains(t, text(ctx, "#pager"), "runs 2–2 of 2")
+	require.Equal(t, 0.0, eval(ctx, `document.querySelectorAll("#next-page").length`), "the last page")
+
+	// The 4B run's page: the peak, the timeline's peak marker, and labels
+	// the size they are drawn at.
 	ctx = step()
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(p.base+"/run/"+run4B),
@@ -247,6 +335,34 @@ func TestBrowserPages(t *testing.T) {
 	marker, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#peak-marker text"))) // SVG: no innerText
 	require.NoError(t, err)
 	require.Equal(t, "peak 3925.0 MiB", marker)
+	font := eval(ctx, minFontJS)
+	t.Logf("smallest chart label at 1100 px: %.1f px", font)
+	require.GreaterOrEqual(t, font, 11.0, "chart labels at 1100 px")
+
+	// A run's page follows the run: the open 27B run's rows are unknown
+	// until its log's model load is folded, then its split is there,
+	// without a reload.
+	ctx = step()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(p.base+"/run/"+run27B),
+		chromedp.WaitVisible(chromedp.CSS("#status")),
+		shot("run-27b-open"),
+	))
+	require.Equal(t, "in progress", text(ctx, "#status"))
+	require.Equal(t, "unknown", text(ctx, "#unattributed"))
+	require.Equal(t, "20497.0 MiB", text(ctx, "#peak"))
+	require.NotContains(t, text(ctx, "table.legend"), "100.0 %")
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`window.gttsplitNoReload = true`))
+	require.NoError(t, err)
+	p.replay(t, tail27)
+	waitFor(ctx, `document.getElementById("status").textContent === "complete"`)
+	require.NoError(t, chromedp.Do(ctx, shot("run-27b-live")))
+	require.Equal(t, "1909.5 MiB, 9.3 % of the peak", text(ctx, "#unattributed"))
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.gttsplitNoReload === true`))
+	require.NoError(t, err)
+	require.True(t, kept, "the run's page was reloaded")
+	require.Contains(t, text(ctx, "#live"), "updated ")
+	require.Regexp(t, `updated \d\d:\d\d:\d\dZ\)$`, text(ctx, "#live"), "UTC, 24 hours")
 
 	// A run published while the list is open appears without a reload: a
 	// value set on the page is still there when the row is.
@@ -259,9 +375,42 @@ func TestBrowserPages(t *testing.T) {
 	require.NoError(t, err)
 	p.replay(t, "testdata/controls/4b-ngl0/events.jsonl")
 	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(row(runCtl)), shot("runs-live")))
-	kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.gttsplitNoReload === true`))
+	kept, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`window.gttsplitNoReload === true`))
 	require.NoError(t, err)
 	require.True(t, kept, "the page was reloaded")
+
+	// At 390 px (a phone): no sideways scroll; each run's peak, final and
+	// flags come right after its id; the charts' labels stay readable. (A
+	// mobile viewport widens itself to what overflows, so the page is held
+	// to the device's 390 px, not to innerWidth.)
+	const phone = 390.0
+	ctx = step()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile),
+		chromedp.Navigate(p.base+"/"),
+		chromedp.WaitVisible(row(run4B)),
+		shot("runs-390"),
+	))
+	require.LessOrEqual(t, eval(ctx, `document.documentElement.scrollWidth`), phone, "a sideways scroll at 390 px")
+	cell := func(c string) string {
+		return `document.querySelector('tr[data-run="` + run4B + `"] td.` + c + `').getBoundingClientRect()`
+	}
+	for _, c := range []string{"c-peak", "c-final", "c-flags"} {
+		require.LessOrEqual(t, eval(ctx, cell(c)+`.right`), phone, "%s off screen", c)
+		require.Greater(t, eval(ctx, cell(c)+`.width`), 0.0, "%s hidden", c)
+		require.Less(t, eval(ctx, cell(c)+`.top`), eval(ctx, cell("c-host")+`.top`), "%s after the host", c)
+	}
+	require.Contains(t, text(ctx, `tr[data-run="`+run4B+`"] td.c-peak`), "3925.0")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(p.base+"/run/"+run4B),
+		chromedp.WaitVisible(chromedp.CSS("#peak-marker-narrow")),
+		shot("run-4b-390"),
+	))
+	require.LessOrEqual(t, eval(ctx, `document.documentElement.scrollWidth`), phone, "a sideways scroll at 390 px")
+	font = eval(ctx, minFontJS)
+	t.Logf("smallest chart label at 390 px: %.1f px", font)
+	require.GreaterOrEqual(t, font, 10.0, "chart labels at 390 px (they were about 5 px)")
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1100, 1300)))
 
 	// The compare page: the difference of the peaks and the verdict.
 	ctx = step()

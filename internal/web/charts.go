@@ -20,7 +20,11 @@ type Segment struct {
 	MiB        float64
 	X, W       float64 // in the bar chart's coordinates
 	Share      float64 // of the bar's total, in %
-	Unknown    bool    // the row is unknown (drawn as 0)
+	// Unknown: the row is unknown. A known row is drawn to scale and an
+	// unknown one as 0, except "not attributed" while the rows it is the
+	// rest of are unknown: it keeps the rest of the bar, drawn as unknown
+	// (dashed, unfilled), and no share.
+	Unknown bool
 }
 
 // Bar is the split at the peak or at the final sample.
@@ -48,19 +52,37 @@ type BarChart struct {
 	Legend        []Segment // one per part, with the peak's figures
 }
 
-const (
-	barW, barLeft, barRight = 760.0, 60.0, 660.0
-	barH                    = 34.0
+// Charts are one chart in two layouts: Wide for a screen at least 700 CSS
+// pixels wide, Narrow (half as wide) under it, as layout.html's media
+// query shows them. Both draw their labels at 12 user units (its svg
+// text), so neither is scaled down to an unreadable font: the wide one is
+// shown where it fits at about its own size, the narrow one on a phone.
+type Charts[T any] struct{ Wide, Narrow *T }
+
+// barGeom is the layout of a bar chart.
+type barGeom struct {
+	w, left, right float64
+	ticks          int
+}
+
+var (
+	wideBars   = barGeom{w: 760, left: 60, right: 660, ticks: 5}
+	narrowBars = barGeom{w: 360, left: 44, right: 262, ticks: 4}
 )
+
+const barH = 34.0
 
 // NewBarChart lays out the split at peak and at final; nil when the peak
 // is unknown.
-func NewBarChart(r split.Report) *BarChart { return newBarChart(r, 0) }
+func NewBarChart(r split.Report) Charts[BarChart] {
+	return Charts[BarChart]{newBarChart(r, 0, wideBars), newBarChart(r, 0, narrowBars)}
+}
 
 // NewBarCharts lays out two splits on one scale (the compare page).
-func NewBarCharts(a, b split.Report) (*BarChart, *BarChart) {
+func NewBarCharts(a, b split.Report) (Charts[BarChart], Charts[BarChart]) {
 	top := math.Max(barTotal(a), barTotal(b))
-	return newBarChart(a, top), newBarChart(b, top)
+	return Charts[BarChart]{newBarChart(a, top, wideBars), newBarChart(a, top, narrowBars)},
+		Charts[BarChart]{newBarChart(b, top, wideBars), newBarChart(b, top, narrowBars)}
 }
 
 func barTotal(r split.Report) float64 {
@@ -68,7 +90,7 @@ func barTotal(r split.Report) float64 {
 	return math.Max(pt, ft)
 }
 
-func newBarChart(r split.Report, scaleTo float64) *BarChart {
+func newBarChart(r split.Report, scaleTo float64, g barGeom) *BarChart {
 	peak, final, pt, ft, ok := split.BarParts(r)
 	if !ok {
 		return nil
@@ -77,19 +99,24 @@ func newBarChart(r split.Report, scaleTo float64) *BarChart {
 	if maxT <= 0 {
 		return nil
 	}
-	ticks, top := niceTicks(maxT, 5)
-	scale := (barRight - barLeft) / top
-	c := &BarChart{Width: barW, Left: barLeft, Right: barRight, BarHeight: barH}
+	ticks, top := niceTicks(maxT, g.ticks)
+	scale := (g.right - g.left) / top
+	// The rest is "not attributed" only when the rows it is the rest of
+	// are known (the peak and a model load): before the log's model load
+	// is folded it is unknown, not the whole peak.
+	restUnknown := r.UnattributedMiB == nil
+	c := &BarChart{Width: g.w, Left: g.left, Right: g.right, BarHeight: barH}
 	lay := func(name string, parts []split.BarPart, total, shown float64, y float64) Bar {
 		b := Bar{Name: name, TotalMiB: shown, Y: y}
-		x := barLeft
+		x := g.left
 		for _, p := range parts {
 			w := r1(p.MiB * scale)
 			share := 0.0
 			if total > 0 {
 				share = p.MiB / total * 100
 			}
-			b.Segments = append(b.Segments, Segment{Key: p.Key, Label: p.Label, MiB: p.MiB, X: x, W: w, Share: share, Unknown: p.Unknown})
+			unknown := p.Unknown || (p.Key == "unattributed" && restUnknown)
+			b.Segments = append(b.Segments, Segment{Key: p.Key, Label: p.Label, MiB: p.MiB, X: x, W: w, Share: share, Unknown: unknown})
 			x = r1(x + w)
 		}
 		return b
@@ -102,7 +129,7 @@ func newBarChart(r split.Report, scaleTo float64) *BarChart {
 	}
 	c.AxisY = y + barH + 6
 	for _, t := range ticks {
-		c.Ticks = append(c.Ticks, Tick{Pos: r1(barLeft + t*scale), Label: fmt.Sprintf("%g", t)})
+		c.Ticks = append(c.Ticks, Tick{Pos: r1(g.left + t*scale), Label: fmt.Sprintf("%g", t)})
 	}
 	c.Legend = c.Bars[0].Segments
 	c.Height = c.AxisY + 40
@@ -131,27 +158,51 @@ type Spot struct {
 
 // Timeline is the GTT timeline chart.
 type Timeline struct {
+	// ID tells the layouts' elements apart ("" for the wide one,
+	// "-narrow"), so element ids stay unique on the page.
+	ID                       string
 	Width, Height            float64
 	Left, Right, Top, Bottom float64
-	Points                   string // the polyline's points attribute
-	Area                     string // the filled area under it
-	N                        int
-	XTicks, YTicks           []Tick
-	Markers                  []MarkerLine
-	Untimed                  []string // markers without a time (a saved log)
-	Peak, Final              *Spot
-	Start                    string
-	BucketMS                 float64
+	// Points is the step line's points attribute: GTT holds from one
+	// sample until the next, so each sample is a horizontal run ending in
+	// a vertical step.
+	Points         string
+	Area           string // the filled area under it
+	N              int    // samples drawn
+	Samples        int    // samples in the run (more than N when buckets merged them)
+	XTicks, YTicks []Tick
+	Markers        []MarkerLine
+	Untimed        []string // markers without a time (a saved log)
+	Peak, Final    *Spot
+	Start          string // the time 0 of the axis, UTC to the second
+	BucketMS       float64
 }
 
-const (
-	tlW, tlH                           = 760.0, 320.0
-	tlLeft, tlRight, tlTop, tlBottom   = 70.0, 740.0, 44.0, 270.0
-	markerLabelRows, markerLabelHeight = 2, 12.0
+// Merged says whether the timeline shows fewer points than samples.
+func (t *Timeline) Merged() bool { return t.N < t.Samples }
+
+// tlGeom is the layout of a timeline.
+type tlGeom struct {
+	id                       string
+	w, h                     float64
+	left, right, top, bottom float64
+	xTicks, yTicks           int
+	labelW                   float64 // room a peak or final label needs
+}
+
+var (
+	wideTimeline   = tlGeom{w: 760, h: 320, left: 70, right: 740, top: 44, bottom: 270, xTicks: 6, yTicks: 5, labelW: 140}
+	narrowTimeline = tlGeom{id: "-narrow", w: 360, h: 290, left: 48, right: 348, top: 44, bottom: 240, xTicks: 4, yTicks: 4, labelW: 112}
 )
 
+const markerLabelRows = 2
+
 // NewTimeline lays out the timeline of r; nil when r has none.
-func NewTimeline(r split.Report) *Timeline {
+func NewTimeline(r split.Report) Charts[Timeline] {
+	return Charts[Timeline]{newTimeline(r, wideTimeline), newTimeline(r, narrowTimeline)}
+}
+
+func newTimeline(r split.Report, g tlGeom) *Timeline {
 	tl := r.Timeline
 	if tl == nil || len(tl.Points) == 0 {
 		return nil
@@ -175,22 +226,24 @@ func NewTimeline(r split.Report) *Timeline {
 	if maxM <= 0 {
 		maxM = 1
 	}
-	xt, xTop := niceTicks(maxT/1000, 6)
-	yt, yTop := niceTicks(maxM, 5)
-	x := func(ms float64) float64 { return r1(tlLeft + ms/1000/xTop*(tlRight-tlLeft)) }
-	y := func(mib float64) float64 { return r1(tlBottom - mib/yTop*(tlBottom-tlTop)) }
-	c := &Timeline{Width: tlW, Height: tlH, Left: tlLeft, Right: tlRight, Top: tlTop, Bottom: tlBottom,
-		N: len(tl.Points), Start: tl.Start, BucketMS: float64(tl.BucketMS)}
-	var pts, area []byte
+	xt, xTop := niceTicks(maxT/1000, g.xTicks)
+	yt, yTop := niceTicks(maxM, g.yTicks)
+	x := func(ms float64) float64 { return r1(g.left + ms/1000/xTop*(g.right-g.left)) }
+	y := func(mib float64) float64 { return r1(g.bottom - mib/yTop*(g.bottom-g.top)) }
+	c := &Timeline{ID: g.id, Width: g.w, Height: g.h, Left: g.left, Right: g.right, Top: g.top, Bottom: g.bottom,
+		N: len(tl.Points), Samples: max(r.Detail.Samples, len(tl.Points)), Start: utcSecond(tl.Start), BucketMS: float64(tl.BucketMS)}
+	var pts []byte
 	for i, p := range tl.Points {
+		px, py := x(float64(p.TMS)), y(float64(p.MiB))
 		if i > 0 {
-			pts = append(pts, ' ')
+			// The step: the last value held until this sample's time.
+			pts = fmt.Appendf(pts, " %.1f,%.1f ", px, y(float64(tl.Points[i-1].MiB)))
 		}
-		pts = fmt.Appendf(pts, "%.1f,%.1f", x(float64(p.TMS)), y(float64(p.MiB)))
+		pts = fmt.Appendf(pts, "%.1f,%.1f", px, py)
 	}
 	first, last := tl.Points[0], tl.Points[len(tl.Points)-1]
-	area = fmt.Appendf(area, "%.1f,%.1f %s %.1f,%.1f", x(float64(first.TMS)), tlBottom, pts, x(float64(last.TMS)), tlBottom)
-	c.Points, c.Area = string(pts), string(area)
+	c.Points = string(pts)
+	c.Area = fmt.Sprintf("%.1f,%.1f %s %.1f,%.1f", x(float64(first.TMS)), g.bottom, pts, x(float64(last.TMS)), g.bottom)
 	for _, t := range xt {
 		c.XTicks = append(c.XTicks, Tick{Pos: x(t * 1000), Label: fmt.Sprintf("%g", t)})
 	}
@@ -226,12 +279,30 @@ func NewTimeline(r split.Report) *Timeline {
 		}
 		s := &Spot{X: x(float64(*ms)), Y: y(float64(*v)), MiB: float64(*v), TSec: float64(*ms) / 1000}
 		s.Label = fmt.Sprintf("%s %.1f MiB", name, s.MiB)
-		s.Right = s.X > tlRight-140
+		s.Right = s.X > g.right-g.labelW
 		return s
 	}
 	c.Peak = spot(tl.PeakMS, r.PeakGTTMiB, "peak")
 	c.Final = spot(tl.FinalMS, r.FinalGTTMiB, "final")
 	return c
+}
+
+// utcSecond writes an RFC 3339 time as the page writes every time: UTC,
+// to the second ("2026-11-07 14:03:11Z"); anything else as it is.
+func utcSecond(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return pageTime(t)
+}
+
+// pageTime is the one format of a time on the pages.
+func pageTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
 // niceTicks returns ticks 0, step, ... covering max with about n steps

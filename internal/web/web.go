@@ -1,30 +1,32 @@
 // Package web is the aggregator's live page, served on the same listener
-// as /metrics: the runs across hosts and lanes (newest first, filterable,
-// updated live through server-sent events), a run's page with its split
-// as stacked bars and its GTT timeline, and a page comparing two runs. It
-// is read-only. Everything is rendered on the server from embedded
-// templates (html/template, SVG for the charts): no build step, no CDN, no
-// script beyond a few lines of EventSource, so it works offline.
+// as /metrics: the runs across hosts and lanes (newest activity first,
+// paged, filterable, updated live through server-sent events), a run's
+// page with its split as stacked bars and its GTT timeline (updated live
+// too), and a page comparing two runs. It is read-only. Everything is
+// rendered on the server from embedded templates (html/template, SVG for
+// the charts): no build step, no CDN, no script beyond a few lines of
+// EventSource, so it works offline.
 //
 // On a loopback listener there is no login. On any other address the pages
-// need the token of http.token, given once as ?token= (then kept in a
-// cookie) or as "Authorization: Bearer <token>"; with no token configured
-// they are refused.
+// need the token of http.token (see Guard); with no token configured they
+// are refused.
 package web
 
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +47,9 @@ type Summary struct {
 }
 
 // Source is where the pages read runs from (the aggregator's service).
+// Summaries must be cheap (the aggregator answers from its in-memory run
+// index); Report may read a run's state from the store, so the pages call
+// it only for the runs they show.
 type Source interface {
 	Summaries(ctx context.Context) ([]Summary, error)
 	Report(ctx context.Context, id string) (split.Report, bool, error)
@@ -57,23 +62,31 @@ type Options struct {
 	Token string
 	// Loopback says the listener is on a loopback address: no login.
 	Loopback bool
-	// Poll is how often the live list looks for changes (default 1s).
+	// Poll is how often the live list and a live run page look for
+	// changes (default 1s).
 	Poll time.Duration
 	// Now is the clock for "5 min ago" (default time.Now).
 	Now func() time.Time
+	// PageSize is how many runs a page of the list shows unless ?limit=
+	// says otherwise (default 100, at most MaxPageSize).
+	PageSize int
 }
+
+// MaxPageSize is the largest ?limit= of the runs list.
+const MaxPageSize = 1000
 
 // Handler serves the pages.
 type Handler struct {
-	src  Source
-	opt  Options
-	log  zerolog.Logger
-	tmpl *template.Template
+	src   Source
+	opt   Options
+	log   zerolog.Logger
+	tmpl  *template.Template
+	guard Guard
 
-	mu     sync.Mutex
-	cache  map[string]cached // run id → its report, while unchanged
-	listAt time.Time
-	list   []Row
+	refresh sync.Mutex // one refresh of the listing at a time
+	mu      sync.Mutex
+	cache   map[string]cached // run id → its row, while unchanged
+	list    *listing
 
 	done     chan struct{}
 	doneOnce sync.Once
@@ -83,6 +96,15 @@ type cached struct {
 	last  time.Time
 	state string
 	row   Row
+}
+
+// listing is every run's summary, newest activity first, as of at.
+type listing struct {
+	at    time.Time
+	sums  []Summary
+	pos   map[string]int // run id → index in sums
+	hosts []string
+	lanes []string
 }
 
 // Row is one run of the list.
@@ -96,6 +118,9 @@ type Row struct {
 	ControlOf                           string
 }
 
+// flagNames are the flags a run can carry, for the list's filter.
+var flagNames = slices.Sorted(maps.Keys(split.FlagText))
+
 // New returns the pages' handler.
 func New(src Source, opt Options, log zerolog.Logger) *Handler {
 	if opt.Poll <= 0 {
@@ -104,109 +129,107 @@ func New(src Source, opt Options, log zerolog.Logger) *Handler {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	if opt.PageSize <= 0 {
+		opt.PageSize = 100
+	}
+	opt.PageSize = min(opt.PageSize, MaxPageSize)
 	t := template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
-	return &Handler{src: src, opt: opt, log: log, tmpl: t, cache: map[string]cached{}, done: make(chan struct{})}
+	return &Handler{src: src, opt: opt, log: log, tmpl: t, guard: Guard{Token: opt.Token, Loopback: opt.Loopback},
+		cache: map[string]cached{}, done: make(chan struct{})}
 }
 
-// Register adds the pages to mux: / (the runs), /run/{id}, /compare and
-// /events (the live list).
+// Register adds the pages to mux: / (the runs), /events (the list's live
+// updates), /run/{id}, /run/{id}/events (its live updates) and /compare.
 func (h *Handler) Register(mux *http.ServeMux) {
-	mux.Handle("GET /{$}", h.auth(h.runs))
-	mux.Handle("GET /run/{id}", h.auth(h.run))
-	mux.Handle("GET /compare", h.auth(h.compare))
-	mux.Handle("GET /events", h.auth(h.events))
+	mux.Handle("GET /{$}", h.page(h.runs))
+	mux.Handle("GET /events", h.page(h.events))
+	mux.Handle("GET /run/{id}", h.page(h.run))
+	mux.Handle("GET /run/{id}/events", h.page(h.runEvents))
+	mux.Handle("GET /compare", h.page(h.compare))
 }
 
 // Close ends the live streams (call it when the server shuts down).
 func (h *Handler) Close() { h.doneOnce.Do(func() { close(h.done) }) }
 
-const cookieName = "gttsplit_token"
-
-func (h *Handler) auth(next func(http.ResponseWriter, *http.Request)) http.Handler {
+// page sets the pages' security headers and puts next behind the guard.
+func (h *Handler) page(next func(http.ResponseWriter, *http.Request)) http.Handler {
+	g := h.guard.Wrap(http.HandlerFunc(next))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-		if h.opt.Loopback {
-			next(w, r)
-			return
-		}
-		if h.opt.Token == "" {
-			http.Error(w, "the live page is served on a non-loopback address only with http.token set (GTTSPLIT_HTTP_TOKEN)", http.StatusForbidden)
-			return
-		}
-		if q := r.URL.Query().Get("token"); q != "" {
-			if !h.tokenOK(q) {
-				http.Error(w, "wrong token", http.StatusUnauthorized)
-				return
-			}
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: q, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-			u := *r.URL
-			v := u.Query()
-			v.Del("token")
-			u.RawQuery = v.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
-			return
-		}
-		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && h.tokenOK(bearer) {
-			next(w, r)
-			return
-		}
-		if c, err := r.Cookie(cookieName); err == nil && h.tokenOK(c.Value) {
-			next(w, r)
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="gttsplit"`)
-		http.Error(w, "this page needs the token of http.token: open it once with ?token=TOKEN", http.StatusUnauthorized)
+		g.ServeHTTP(w, r)
 	})
 }
 
-func (h *Handler) tokenOK(s string) bool {
-	return subtle.ConstantTimeCompare([]byte(s), []byte(h.opt.Token)) == 1
-}
-
-// rows returns every run, newest first, refreshed at most once per poll.
-func (h *Handler) rows(ctx context.Context) ([]Row, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	now := h.opt.Now()
-	if h.list != nil && now.Sub(h.listAt) < h.opt.Poll/2 {
-		return h.list, nil
+// listing returns every run's summary, newest activity first, read again
+// at most once per half poll (every open page shares it).
+func (h *Handler) listing(ctx context.Context) (*listing, error) {
+	fresh := func() *listing {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.list != nil && h.opt.Now().Sub(h.list.at) < h.opt.Poll/2 {
+			return h.list
+		}
+		return nil
+	}
+	if l := fresh(); l != nil {
+		return l, nil
+	}
+	h.refresh.Lock()
+	defer h.refresh.Unlock()
+	if l := fresh(); l != nil {
+		return l, nil
 	}
 	sums, err := h.src.Summaries(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Row, 0, len(sums))
-	seen := map[string]bool{}
-	for _, s := range sums {
-		seen[s.ID] = true
-		c, ok := h.cache[s.ID]
-		if !ok || !c.last.Equal(s.LastEvent) || c.state != s.State {
-			rep, found, err := h.src.Report(ctx, s.ID)
-			if err != nil || !found {
-				continue
-			}
-			c = cached{last: s.LastEvent, state: s.State, row: rowOf(s, rep)}
-			h.cache[s.ID] = c
+	sort.Slice(sums, func(i, j int) bool {
+		if !sums[i].LastEvent.Equal(sums[j].LastEvent) {
+			return sums[i].LastEvent.After(sums[j].LastEvent)
 		}
-		row := c.row
-		row.Ago = since(now, row.Started)
-		out = append(out, row)
+		return sums[i].ID > sums[j].ID
+	})
+	l := &listing{at: h.opt.Now(), sums: sums, pos: make(map[string]int, len(sums))}
+	hosts, lanes := map[string]bool{}, map[string]bool{}
+	for i, s := range sums {
+		l.pos[s.ID] = i
+		hosts[s.Host], lanes[s.Lane] = true, true
 	}
+	delete(hosts, "")
+	delete(lanes, "")
+	l.hosts, l.lanes = slices.Sorted(maps.Keys(hosts)), slices.Sorted(maps.Keys(lanes))
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for id := range h.cache {
-		if !seen[id] {
+		if _, ok := l.pos[id]; !ok {
 			delete(h.cache, id)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if !out[i].Started.Equal(out[j].Started) {
-			return out[i].Started.After(out[j].Started)
-		}
-		return out[i].ID > out[j].ID
-	})
-	h.list, h.listAt = out, now
-	return out, nil
+	h.list = l
+	return l, nil
+}
+
+// row returns the list's row of s, read from the source only when the run
+// changed since it was last read (read says so); ok is false when the
+// source has no report for it.
+func (h *Handler) row(ctx context.Context, s Summary) (row Row, ok, read bool) {
+	h.mu.Lock()
+	c, hit := h.cache[s.ID]
+	h.mu.Unlock()
+	if hit && c.last.Equal(s.LastEvent) && c.state == s.State {
+		return c.row, true, false
+	}
+	rep, found, err := h.src.Report(ctx, s.ID)
+	if err != nil || !found {
+		return Row{}, false, true
+	}
+	row = rowOf(s, rep)
+	h.mu.Lock()
+	h.cache[s.ID] = cached{last: s.LastEvent, state: s.State, row: row}
+	h.mu.Unlock()
+	return row, true, true
 }
 
 func rowOf(s Summary, r split.Report) Row {
@@ -248,82 +271,216 @@ func filterOf(q url.Values) Filter {
 	return Filter{Host: g("host"), Lane: g("lane"), Model: g("model"), Issue: g("issue"), Flag: g("flag")}
 }
 
+// matchSummary is the part of the filter a summary answers (no report
+// read).
+func (f Filter) matchSummary(s Summary) bool {
+	return (f.Host == "" || s.Host == f.Host) && (f.Lane == "" || s.Lane == f.Lane)
+}
+
 func (f Filter) match(r Row) bool {
 	return (f.Host == "" || r.Host == f.Host) && (f.Lane == "" || r.Lane == f.Lane) &&
 		(f.Model == "" || strings.Contains(strings.ToLower(r.Model), strings.ToLower(f.Model))) &&
-		(f.Issue == "" || r.Issue == f.Issue) && (f.Flag == "" || slices.Contains(r.Flags, f.Flag))
+		(f.Issue == "" || strings.EqualFold(r.Issue, f.Issue)) && (f.Flag == "" || slices.Contains(r.Flags, f.Flag))
 }
 
-// Query is the filter as a query string ("" when empty).
-func (f Filter) Query() string {
+// Empty says no filter is set.
+func (f Filter) Empty() bool { return f == Filter{} }
+
+// values is the filter as query parameters (the empty ones left out).
+func (f Filter) values() url.Values {
 	v := url.Values{}
 	for k, s := range map[string]string{"host": f.Host, "lane": f.Lane, "model": f.Model, "issue": f.Issue, "flag": f.Flag} {
 		if s != "" {
 			v.Set(k, s)
 		}
 	}
-	return v.Encode()
+	return v
 }
 
+// listPage is one page of the runs list.
 type listPage struct {
 	Title  string
 	Filter Filter
 	Rows   []Row
-	All    int
+	All    int // runs in all
 	Hosts  []string
 	Lanes  []string
-	Issues []string
 	Flags  []string
+	Limit  int
+	// LimitQuery is ?limit= as given ("" for the default).
+	LimitQuery string
+	// After is this page's cursor (the run before its first, "" for the
+	// first page), Next the next page's ("" on the last page).
+	After, Next string
+	// Lost is an ?after= run no longer listed (expired): the page starts
+	// from the newest run instead.
+	Lost string
+	// From and To are the positions (1-based, newest first) of the first
+	// and last run this page looked at.
+	From, To int
+	// Partial: the page's report reads ran out before it was full (a
+	// filter on model, issue or flag); Next goes on from where it stopped.
+	Partial bool
+	Live    liveUpdates
 }
 
-func distinct(rows []Row, f func(Row) []string) []string {
-	set := map[string]bool{}
-	for _, r := range rows {
-		for _, s := range f(r) {
-			if s != "" {
-				set[s] = true
-			}
-		}
+// liveUpdates is what a page's script needs to follow its stream: the
+// element the events replace, the stream's address and the event name.
+type liveUpdates struct{ Target, URL, Event string }
+
+// scanBudget bounds the reports one page request reads for a filter that
+// needs them (model, issue, flag): the runs already read cost nothing.
+func scanBudget(limit int) int { return max(4*limit, 400) }
+
+func limitOf(q url.Values, def int) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return def, nil
 	}
-	out := make([]string, 0, len(set))
-	for s := range set {
-		out = append(out, s)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxPageSize {
+		return 0, fmt.Errorf("limit: a number from 1 to %d", MaxPageSize)
 	}
-	sort.Strings(out)
-	return out
+	return n, nil
 }
 
+// errBadRequest marks a query the list cannot answer.
+var errBadRequest = errors.New("bad request")
+
+// listData is the page of the runs list that q asks for: the runs after
+// ?after= (a run id: the last of the page before), newest activity first,
+// up to ?limit=, that match the filter. Only the shown runs' reports are
+// read (and the runs a model, issue or flag filter looks at, at most
+// scanBudget new ones a request).
 func (h *Handler) listData(ctx context.Context, q url.Values) (listPage, error) {
-	all, err := h.rows(ctx)
+	limit, err := limitOf(q, h.opt.PageSize)
+	if err != nil {
+		return listPage{}, fmt.Errorf("%w: %w", errBadRequest, err)
+	}
+	l, err := h.listing(ctx)
 	if err != nil {
 		return listPage{}, err
 	}
 	f := filterOf(q)
-	p := listPage{Title: "gttsplit: runs", Filter: f, All: len(all)}
-	for _, r := range all {
-		if f.match(r) {
-			p.Rows = append(p.Rows, r)
+	p := listPage{Title: "gttsplit: runs", Filter: f, All: len(l.sums), Hosts: l.hosts, Lanes: l.lanes, Flags: flagNames,
+		Limit: limit, LimitQuery: q.Get("limit"), After: q.Get("after")}
+	start := 0
+	if p.After != "" {
+		if i, ok := l.pos[p.After]; ok {
+			start = i + 1
+		} else {
+			p.Lost, p.After = p.After, ""
 		}
 	}
-	p.Hosts = distinct(all, func(r Row) []string { return []string{r.Host} })
-	p.Lanes = distinct(all, func(r Row) []string { return []string{r.Lane} })
-	p.Issues = distinct(all, func(r Row) []string { return []string{r.Issue} })
-	p.Flags = distinct(all, func(r Row) []string { return r.Flags })
+	budget := scanBudget(limit)
+	i := start
+	for ; i < len(l.sums) && len(p.Rows) < limit && budget > 0; i++ {
+		s := l.sums[i]
+		if !f.matchSummary(s) {
+			continue
+		}
+		row, ok, read := h.row(ctx, s)
+		if read {
+			budget--
+		}
+		if ok && f.match(row) {
+			p.Rows = append(p.Rows, row)
+		}
+	}
+	if i > start {
+		p.From, p.To = start+1, i
+	}
+	if i < len(l.sums) && i > start {
+		p.Next = l.sums[i-1].ID
+		p.Partial = len(p.Rows) < limit
+	}
+	now := h.opt.Now()
+	for k := range p.Rows {
+		p.Rows[k].Ago = since(now, p.Rows[k].Started)
+	}
 	return p, nil
+}
+
+// PageQuery is the query string of the page of the list after after
+// ("" for the first), with this page's filter and limit.
+func (p listPage) PageQuery(after string) template.URL {
+	v := p.Filter.values()
+	if after != "" {
+		v.Set("after", after)
+	}
+	if p.LimitQuery != "" {
+		v.Set("limit", p.LimitQuery)
+	}
+	return template.URL(v.Encode()) // url.Values.Encode escapes every value
 }
 
 func (h *Handler) runs(w http.ResponseWriter, r *http.Request) {
 	p, err := h.listData(r.Context(), r.URL.Query())
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		httpError(w, err)
 		return
 	}
+	p.Live = liveUpdates{Target: "list", URL: "/events?" + r.URL.RawQuery, Event: "runs"}
 	h.render(w, "runs.html", p)
 }
 
-// events streams the rows of the filtered list as server-sent events: one
-// "runs" event at once, then one whenever the rows change.
+func httpError(w http.ResponseWriter, err error) {
+	if errors.Is(err, errBadRequest) {
+		http.Error(w, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "), http.StatusBadRequest)
+		return
+	}
+	http.Error(w, err.Error(), http.StatusServiceUnavailable)
+}
+
+// events streams the page of the list that the query asks for as
+// server-sent events: one "runs" event at once, then one whenever it
+// changes.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if _, err := limitOf(q, h.opt.PageSize); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	h.stream(w, r, "runs", func(ctx context.Context) (string, bool) {
+		p, err := h.listData(ctx, q)
+		if err != nil {
+			return "", false
+		}
+		return h.fragment("list", p)
+	})
+}
+
+// runEvents streams a run's page (below its title) as server-sent events:
+// one "run" event at once, then one whenever the run changes (its report
+// is read again only when its summary moved).
+func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var lastKey, last string
+	h.stream(w, r, "run", func(ctx context.Context) (string, bool) {
+		key := ""
+		if l, err := h.listing(ctx); err == nil {
+			if i, ok := l.pos[id]; ok {
+				key = l.sums[i].State + " " + l.sums[i].LastEvent.String()
+			}
+		}
+		if key != "" && key == lastKey {
+			return last, last != ""
+		}
+		rep, ok, err := h.src.Report(ctx, id)
+		if err != nil || !ok {
+			return "", false
+		}
+		html, ok := h.fragment("runbody", h.runData(id, rep))
+		if ok {
+			lastKey, last = key, html
+		}
+		return html, ok
+	})
+}
+
+// stream writes next's HTML as a server-sent event named name at once
+// and then every poll when it changed, until the client goes or Close.
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, name string, next func(context.Context) (string, bool)) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming not supported", http.StatusInternalServerError)
@@ -333,21 +490,16 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	fl.Flush()
-	q := r.URL.Query()
 	var last string
 	tick := time.NewTicker(h.opt.Poll)
 	defer tick.Stop()
 	for {
-		p, err := h.listData(r.Context(), q)
-		if err == nil {
-			var b bytes.Buffer
-			if err := h.tmpl.ExecuteTemplate(&b, "rows", p); err == nil && b.String() != last {
-				last = b.String()
-				if err := writeEvent(w, "runs", last); err != nil {
-					return
-				}
-				fl.Flush()
+		if html, ok := next(r.Context()); ok && html != last {
+			last = html
+			if err := writeEvent(w, name, html); err != nil {
+				return
 			}
+			fl.Flush()
 		}
 		select {
 		case <-r.Context().Done():
@@ -357,6 +509,16 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		case <-tick.C:
 		}
 	}
+}
+
+// fragment renders a template into a string.
+func (h *Handler) fragment(name string, data any) (string, bool) {
+	var b bytes.Buffer
+	if err := h.tmpl.ExecuteTemplate(&b, name, data); err != nil {
+		h.log.Error().Err(err).Str("template", name).Msg("fragment not rendered")
+		return "", false
+	}
+	return b.String(), true
 }
 
 func writeEvent(w io.Writer, name, data string) error {
@@ -372,11 +534,17 @@ func writeEvent(w io.Writer, name, data string) error {
 
 type runPage struct {
 	Title    string
+	ID       string
 	R        split.Report
 	Model    string
-	Bars     *BarChart
-	Timeline *Timeline
-	Complete bool
+	Bars     Charts[BarChart]
+	Timeline Charts[Timeline]
+	Live     liveUpdates
+}
+
+func (h *Handler) runData(id string, rep split.Report) runPage {
+	return runPage{Title: "gttsplit: run " + id, ID: id, R: rep, Model: ModelName(rep), Bars: NewBarChart(rep), Timeline: NewTimeline(rep),
+		Live: liveUpdates{Target: "run", URL: "/run/" + url.PathEscape(id) + "/events", Event: "run"}}
 }
 
 func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
@@ -390,61 +558,87 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such run: "+id, http.StatusNotFound)
 		return
 	}
-	h.render(w, "run.html", runPage{Title: "gttsplit: run " + id, R: rep, Model: ModelName(rep), Bars: NewBarChart(rep), Timeline: NewTimeline(rep)})
+	h.render(w, "run.html", h.runData(id, rep))
 }
 
 type comparePage struct {
-	Title      string
-	A, B       string
-	IDs        []string
-	C          *split.Comparison
-	BarsA      *BarChart
-	BarsB      *BarChart
-	RA, RB     split.Report
-	Missing    string
-	Controlled map[string]string
+	Title  string
+	A, B   string
+	IDs    []string // the newest runs, offered as choices
+	C      *split.Comparison
+	BarsA  Charts[BarChart]
+	BarsB  Charts[BarChart]
+	RA, RB split.Report
+	// Missing is a run the query names that does not exist (a 404).
+	Missing string
 }
 
+// compareChoices is how many of the newest runs the compare form offers.
+const compareChoices = 200
+
 func (h *Handler) compare(w http.ResponseWriter, r *http.Request) {
-	all, err := h.rows(r.Context())
+	l, err := h.listing(r.Context())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	p := comparePage{Title: "gttsplit: compare", A: r.URL.Query().Get("a"), B: r.URL.Query().Get("b")}
-	for _, row := range all {
-		p.IDs = append(p.IDs, row.ID)
+	q := r.URL.Query()
+	p := comparePage{Title: "gttsplit: compare", A: strings.TrimSpace(q.Get("a")), B: strings.TrimSpace(q.Get("b"))}
+	for _, s := range l.sums[:min(len(l.sums), compareChoices)] {
+		p.IDs = append(p.IDs, s.ID)
 	}
-	// A control names its run: compare?a=CONTROL fills in b.
-	if p.A != "" && p.B == "" {
-		for _, row := range all {
-			if row.ID == p.A && row.ControlOf != "" {
-				p.A, p.B = row.ControlOf, row.ID
+	var ra, rb split.Report
+	// report reads a run the query names; a run that does not exist is a
+	// 404, as /run/{id} answers.
+	report := func(id string) (split.Report, bool) {
+		rep, ok, err := h.src.Report(r.Context(), id)
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return rep, false
+		case !ok:
+			p.Missing = id
+			h.renderStatus(w, http.StatusNotFound, "compare.html", p)
+			return rep, false
+		}
+		return rep, true
+	}
+	if p.A != "" {
+		var ok bool
+		if ra, ok = report(p.A); !ok {
+			return
+		}
+		// A control names its run: compare?a=CONTROL fills in b.
+		if p.B == "" && ra.Run.ControlOf != "" {
+			p.A, p.B = ra.Run.ControlOf, p.A
+			rb = ra
+			if ra, ok = report(p.A); !ok {
+				return
 			}
+		} else if p.B != "" {
+			if rb, ok = report(p.B); !ok {
+				return
+			}
+		}
+	} else if p.B != "" {
+		if _, ok := report(p.B); !ok {
+			return
 		}
 	}
 	if p.A != "" && p.B != "" {
-		ra, oka, erra := h.src.Report(r.Context(), p.A)
-		rb, okb, errb := h.src.Report(r.Context(), p.B)
-		switch {
-		case erra != nil || errb != nil:
-			http.Error(w, fmt.Sprint(erra, errb), http.StatusServiceUnavailable)
-			return
-		case !oka:
-			p.Missing = p.A
-		case !okb:
-			p.Missing = p.B
-		default:
-			c := split.Compare(ra, rb, p.A, p.B)
-			p.C, p.RA, p.RB = &c, ra, rb
-			p.BarsA, p.BarsB = NewBarCharts(ra, rb)
-			p.Title = "gttsplit: compare " + p.A + " and " + p.B
-		}
+		c := split.Compare(ra, rb, p.A, p.B)
+		p.C, p.RA, p.RB = &c, ra, rb
+		p.BarsA, p.BarsB = NewBarCharts(ra, rb)
+		p.Title = "gttsplit: compare " + p.A + " and " + p.B
 	}
 	h.render(w, "compare.html", p)
 }
 
 func (h *Handler) render(w http.ResponseWriter, name string, data any) {
+	h.renderStatus(w, http.StatusOK, name, data)
+}
+
+func (h *Handler) renderStatus(w http.ResponseWriter, code int, name string, data any) {
 	var b bytes.Buffer
 	if err := h.tmpl.ExecuteTemplate(&b, name, data); err != nil {
 		h.log.Error().Err(err).Str("template", name).Msg("page not rendered")
@@ -453,6 +647,7 @@ func (h *Handler) render(w http.ResponseWriter, name string, data any) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
 	_, _ = w.Write(b.Bytes())
 }
 
@@ -482,11 +677,19 @@ var funcs = template.FuncMap{
 	"sub":      func(a, b float64) float64 { return a - b },
 	"mul":      func(a, b float64) float64 { return a * b },
 	"itof":     func(i int) float64 { return float64(i) },
-	"time": func(t time.Time) string {
-		if t.IsZero() {
-			return ""
+	"time":     pageTime,
+	"utc": func(s string) string {
+		if s == "" {
+			return "unknown"
 		}
-		return t.UTC().Format("2006-01-02 15:04:05Z")
+		return utcSecond(s)
+	},
+	// mibu is a figure with its unit, or "unknown".
+	"mibu": func(v *split.MiB) string {
+		if v == nil {
+			return "unknown"
+		}
+		return fmt.Sprintf("%.1f MiB", float64(*v))
 	},
 	"q": func(k, v string) template.URL { return template.URL(k + "=" + url.QueryEscape(v)) },
 	"deref": func(b *bool) string {

@@ -25,7 +25,7 @@
 //
 // A sink returns an error when the report was not delivered. Errors that
 // retrying cannot fix (a report that cannot be rendered, an issue that does
-// not exist, bad credentials, Write after Close) are marked with Permanent
+// not exist, Write after Close) are marked with Permanent
 // and detected with IsPermanent; every other error is transient. A
 // transient error may carry the delay the remote end asked for
 // (RetryAfter), such as an HTTP Retry-After or a rate-limit reset. Errors
@@ -38,7 +38,10 @@
 // others. After a transient error the report goes to the back of that
 // sink's queue and the worker waits: the RetryAfter delay when there is one
 // (capped by RetryPolicy.MaxHint), else a capped exponential backoff with
-// jitter (RetryPolicy, by default 1s doubling to 5m, ±20%). The clock is
+// jitter (RetryPolicy, by default 1s doubling to 5m, ±20%). While Close
+// drains, its own backoff is at most a second and a sink that fails three
+// times is given up; a RetryAfter delay is still waited for when it ends
+// before Close's deadline (else the sink is given up at once). The clock is
 // Settings.Sleep and Settings.Now, which tests replace. A permanent error
 // drops the report for that sink. A report stays queued until it is
 // delivered, fails permanently, or is superseded by a newer report of the

@@ -20,8 +20,25 @@ var ErrUnknownType = errors.New("sinks: unknown sink type")
 var ErrQueueFull = errors.New("sinks: queue full")
 
 // ErrUndelivered is the reason a Fanout gives for reports still queued when
-// Close's context ended.
+// Close's context ended (or the sink kept failing while Close drained);
+// the error it gives matches it with errors.Is and wraps the sink's last
+// failure, if any.
 var ErrUndelivered = errors.New("sinks: not delivered before close")
+
+// undeliveredError is a report Close gave up on: ErrUndelivered, with
+// the sink's last failure, whose text ends its own ("not delivered before
+// close: issue o/r#1: POST ...: 500 Internal Server Error").
+type undeliveredError struct{ last error }
+
+func (e undeliveredError) Error() string {
+	if e.last == nil {
+		return "not delivered before close"
+	}
+	return "not delivered before close: " + e.last.Error()
+}
+
+func (e undeliveredError) Is(target error) bool { return target == ErrUndelivered }
+func (e undeliveredError) Unwrap() error        { return e.last }
 
 // permanentError marks an error that retrying cannot fix.
 type permanentError struct{ err error }
@@ -30,7 +47,7 @@ func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
 // Permanent marks err as permanent: retrying the same write cannot succeed (a
-// malformed report, a missing issue, bad credentials). A nil err stays nil.
+// malformed report, a missing issue). A nil err stays nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

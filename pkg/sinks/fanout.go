@@ -76,6 +76,10 @@ type Fanout struct {
 	mu        sync.RWMutex // guards closing against Write's enqueue
 	closing   bool
 	closeDone chan struct{}
+	// deadline is Close's context's deadline (zero: none), set before the
+	// workers drain: a wait the remote end asks for that ends after it is
+	// not waited for.
+	deadline time.Time
 }
 
 var _ Sink = (*Fanout)(nil)
@@ -229,6 +233,7 @@ func (f *Fanout) Close(ctx context.Context) error {
 		return nil
 	}
 	f.closing = true
+	f.deadline, _ = ctx.Deadline()
 	f.mu.Unlock()
 	defer close(f.closeDone)
 
@@ -257,7 +262,7 @@ func (f *Fanout) Close(ctx context.Context) error {
 		default:
 			f.abort() // sinks honour ctx: in-flight writes and waits return
 			<-allDone
-			errs = append(errs, ctx.Err())
+			errs = append(errs, fmt.Errorf("delivery cut short: %w", ctx.Err()))
 		}
 	}
 	f.abort()
@@ -267,12 +272,15 @@ func (f *Fanout) Close(ctx context.Context) error {
 		left := w.queue
 		w.queue, w.queued = nil, nil
 		w.held, w.deferred = 0, 0
+		why := undeliveredError{last: w.lastErr}
 		w.mu.Unlock()
 		for _, it := range left {
-			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDropped, Attempt: it.attempts, Err: ErrUndelivered})
+			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDropped, Attempt: it.attempts, Err: why})
 		}
 		if len(left) > 0 {
-			errs = append(errs, fmt.Errorf("sink %s: %d reports: %w", w.name, len(left), ErrUndelivered))
+			// The sink's last failure ends the line, so the last line of a
+			// one-shot command says why (a 500, a refused token).
+			errs = append(errs, fmt.Errorf("%s: %s %w", w.name, reports(len(left)), why))
 		}
 	}
 	cerrs := make([]error, len(f.ws))
@@ -322,6 +330,8 @@ type worker struct {
 	sleepCancel context.CancelFunc
 	idle        chan struct{} // closed while the queue is empty and !busy
 	idleClosed  bool
+
+	lastErr error // the last failed attempt's error
 
 	wake          chan struct{}
 	done          chan struct{}
@@ -532,6 +542,7 @@ func (w *worker) run() {
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDelivered, Attempt: it.attempts})
 			w.settle(it, false)
 		case IsPermanent(err):
+			w.setLastErr(err)
 			w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Err(err).Msg("report dropped on permanent error")
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeFailed, Attempt: it.attempts, Err: err})
 			w.settle(it, false)
@@ -539,6 +550,7 @@ func (w *worker) run() {
 			w.settle(it, true) // Close counts it as undelivered
 			return
 		default:
+			w.setLastErr(err)
 			w.failures++
 			w.mu.Lock()
 			draining := w.draining
@@ -556,19 +568,46 @@ func (w *worker) run() {
 				return
 			}
 			delay := w.f.cfg.Retry.Delay(err, w.failures, w.f.cfg.Rand())
-			if draining {
+			_, asked := RetryAfterDelay(err)
+			if draining && asked && !w.f.deadline.IsZero() && w.f.set.Now().Add(delay).After(w.f.deadline) {
+				// The remote end asks for a wait that ends after the
+				// shutdown deadline: give up now rather than at it.
+				w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay.Round(time.Millisecond)).Err(err).
+					Msg("write failed while shutting down, and the remote end asks to wait past the deadline; giving up on this sink")
+				w.settle(it, true)
+				return
+			}
+			if draining && !asked {
+				// Shutting down: a short backoff of our own. A wait the
+				// remote end asked for (Retry-After, a rate limit's reset)
+				// is kept, as before Close: retrying sooner only earns
+				// another refusal.
 				delay = min(delay, maxDrainDelay)
 			}
 			ev := w.log.Debug()
 			if w.failures == 1 || w.failures%warnEvery == 0 {
 				ev = w.log.Warn().Int("consecutive_failures", w.failures)
 			}
-			ev.Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay).Err(err).Msg("write failed, will retry")
+			ev.Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay.Round(time.Millisecond)).Err(err).Msg("write failed, will retry")
 			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRetrying, Attempt: it.attempts, Err: err, Delay: delay})
 			w.settle(it, true)
 			w.wait(delay)
 		}
 	}
+}
+
+func (w *worker) setLastErr(err error) {
+	w.mu.Lock()
+	w.lastErr = err
+	w.mu.Unlock()
+}
+
+// reports is "1 report" or "N reports".
+func reports(n int) string {
+	if n == 1 {
+		return "1 report"
+	}
+	return fmt.Sprintf("%d reports", n)
 }
 
 // attempt reloads a deferred item's report (withdrawn: Reload had none)

@@ -237,7 +237,7 @@ func TestFanoutFailingSinkDoesNotBlockOthers(t *testing.T) {
 	err := f.Close(ctx)
 	require.ErrorIs(t, err, sinks.ErrUndelivered)
 	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorContains(t, err, "sink stuck: 3 reports")
+	require.EqualError(t, err, "delivery cut short: context canceled\nstuck: 3 reports not delivered before close")
 	require.True(t, stuck.Closed())
 	require.True(t, good.Closed())
 	require.Equal(t, uint64(3), counts.Snapshot()["stuck"].Dropped)
@@ -278,10 +278,13 @@ func TestFanoutKeepsReportQueuedUntilClose(t *testing.T) {
 		require.LessOrEqual(t, d, time.Second, "backoff while draining is capped")
 	}
 	require.ErrorIs(t, err, sinks.ErrUndelivered)
-	require.ErrorContains(t, err, "sink m: 1 reports")
+	require.ErrorIs(t, err, sinktest.ErrInjected)
+	// The sink's last error ends the line, once, with no "sinks:" stutter.
+	require.EqualError(t, err, "m: 1 report not delivered before close: "+sinktest.ErrInjected.Error())
 	e := ev.next(t, "m", sinks.OutcomeDropped)
 	require.Equal(t, "run-1", e.RunID)
 	require.ErrorIs(t, e.Err, sinks.ErrUndelivered)
+	require.ErrorIs(t, e.Err, sinktest.ErrInjected)
 	require.Empty(t, m.Reports())
 }
 
@@ -673,3 +676,86 @@ func deferringFanout(t *testing.T) (*gated, *store, *events, *sinks.Fanout) {
 		sinks.Target{Name: "m", Sink: m})
 	return m, st, ev, f
 }
+
+// TestFanoutDrainHonoursRetryAfter: while Close drains, a wait the remote
+// end asked for (Retry-After) is kept when it ends before Close's
+// deadline, as before Close; before, the drain cut every wait to a second
+// (the retry came too soon and was refused again: replay and quickstart
+// ignored Retry-After, serve honoured it).
+func TestFanoutDrainHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	c := newClock(true)
+	m := &sinktest.Memory{}
+	limited := sinks.RetryAfter(errors.New("429 Too Many Requests"), 5*time.Second)
+	m.FailNext(limited, limited)
+	var counts sinks.Counters
+	f := newFanout(t, c, sinks.FanoutConfig{Observer: &counts}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	c.waitSleep(t) // the first refusal, before Close
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Close(ctx) }()
+	// Close cut the wait short: a second attempt, refused while draining.
+	c.waitSleep(t)
+	require.Equal(t, 2, m.Attempts())
+	require.Equal(t, []time.Duration{5 * time.Second, 5 * time.Second}, c.Slept(), "the wait the server asked for, while draining too")
+	c.release()
+	require.NoError(t, <-done)
+	require.Equal(t, uint64(1), counts.Snapshot()["m"].Delivered)
+}
+
+// TestFanoutDrainGivesUpPastDeadline: a wait the remote end asks for
+// that ends after Close's deadline is not waited for: the report is
+// undelivered at once, with the server's answer as the reason.
+func TestFanoutDrainGivesUpPastDeadline(t *testing.T) {
+	t.Parallel()
+	c := newClock(true)
+	m := &sinktest.Memory{}
+	refused := sinks.RetryAfter(errors.New("429 Too Many Requests"), time.Hour)
+	m.FailNext(refused, refused)
+	f := newFanout(t, c, sinks.FanoutConfig{}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	c.waitSleep(t) // the first refusal, before Close
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := f.Close(ctx) // cuts the wait short: refused again, an hour to wait
+	require.EqualError(t, err, "m: 1 report not delivered before close: 429 Too Many Requests")
+	require.ErrorIs(t, err, sinks.ErrUndelivered)
+	require.Equal(t, []time.Duration{time.Hour}, c.Slept(), "no wait past the deadline")
+	require.Equal(t, 2, m.Attempts())
+}
+
+// TestFanoutLogsRoundDelays: the retry delay of the log line is rounded
+// to the millisecond (a jittered 1.246913578s is logged as 1247 ms, not
+// 1246.913578), while the wait itself keeps its jitter.
+func TestFanoutLogsRoundDelays(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var logs []byte
+	w := zerolog.SyncWriter(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, b...)
+		return len(b), nil
+	}))
+	c := newClock(false)
+	m := &sinktest.Memory{}
+	m.FailNext(sinktest.ErrInjected)
+	set := sinks.Settings{Logger: zerolog.New(w), Sleep: c.Sleep}
+	f, err := sinks.NewFanout(set, sinks.FanoutConfig{Retry: sinks.DefaultRetryPolicy(), Rand: func() float64 { return 0.623456789 }}, sinks.Target{Name: "m", Sink: m})
+	require.NoError(t, err)
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	require.NoError(t, f.Flush(context.Background()))
+	require.NoError(t, f.Close(context.Background()))
+	require.Len(t, c.Slept(), 1)
+	require.NotZero(t, c.Slept()[0]%time.Millisecond, "the wait keeps its jitter")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, string(logs), fmt.Sprintf(`"retry_in":%d,`, c.Slept()[0].Round(time.Millisecond)/time.Millisecond))
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

@@ -27,6 +27,9 @@ type Service struct {
 	Ports       []string     `yaml:"ports"`
 	Volumes     []string     `yaml:"volumes"`
 	Healthcheck *Healthcheck `yaml:"healthcheck"`
+	// Environment is the mapping form of environment: (values as
+	// written, ${VAR:-default} included).
+	Environment map[string]string `yaml:"environment"`
 }
 
 // Build is a service's build section, in its short (a context path) or

@@ -15,8 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/internal/runtable"
+	"github.com/gttsplit/gttsplit/internal/web"
 )
 
 // endpoints are what the HTTP endpoints read.
@@ -53,8 +55,20 @@ type partitionsView struct {
 }
 
 // startHTTP serves /healthz, /readyz, /metrics, /partitions, /runs,
-// /runs/{id} and the live page on listen.
-func startHTTP(listen, token string, e endpoints, log zerolog.Logger) (*http.Server, string, error) {
+// /runs/{id} and the live page on cfg.Listen. On a loopback address every
+// path is open; on any other, every path but /healthz and /readyz needs
+// cfg.Token (see web.Guard), and /metrics too unless cfg.MetricsPublic.
+func startHTTP(cfg config.HTTP, e endpoints, log zerolog.Logger) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("http.listen: %w", err)
+	}
+	loop := false
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		loop = a.IP.IsLoopback()
+	}
+	token := cfg.Token.Reveal()
+	guard := web.Guard{Token: token, Loopback: loop}
 	svc := e.tbl
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
@@ -65,12 +79,16 @@ func startHTTP(listen, token string, e endpoints, log zerolog.Logger) (*http.Ser
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(e.m.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /partitions", func(w http.ResponseWriter, _ *http.Request) {
+	metricsHandler := promhttp.HandlerFor(e.m.Registry, promhttp.HandlerOpts{})
+	if !cfg.MetricsPublic {
+		metricsHandler = guard.Wrap(metricsHandler)
+	}
+	mux.Handle("GET /metrics", metricsHandler)
+	mux.Handle("GET /partitions", guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		view, members := e.member.View()
 		writeJSON(w, partitionsView{Member: e.member.ID(), Members: members, Partitions: view})
-	})
-	mux.HandleFunc("GET /runs", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.Handle("GET /runs", guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limit := 1000
 		if v := r.URL.Query().Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
@@ -88,8 +106,8 @@ func startHTTP(listen, token string, e endpoints, log zerolog.Logger) (*http.Ser
 			list = []runtable.RunSummary{}
 		}
 		writeJSON(w, list)
-	})
-	mux.HandleFunc("GET /runs/{id}", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.Handle("GET /runs/{id}", guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rep, ok, err := svc.Snapshot(r.Context(), r.PathValue("id"))
 		switch {
 		case err != nil:
@@ -99,19 +117,22 @@ func startHTTP(listen, token string, e endpoints, log zerolog.Logger) (*http.Ser
 		default:
 			writeJSON(w, rep)
 		}
-	})
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, "", fmt.Errorf("http.listen: %w", err)
-	}
+	})))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	srv.RegisterOnShutdown(mountWeb(mux, svc, ln.Addr(), token, log))
+	srv.RegisterOnShutdown(mountWeb(mux, svc, loop, token, log))
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
 	log.Info().Str("listen", ln.Addr().String()).Msg("http: / (the live page) /healthz /readyz /metrics /partitions /runs /runs/{id}")
+	switch {
+	case loop:
+	case token == "" && cfg.MetricsPublic:
+		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) only /healthz, /readyz and /metrics (http.metrics_public) are served; the page, /partitions, /runs and /runs/{id} are refused")
+	case token == "":
+		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) only /healthz and /readyz are served; the page, /partitions, /runs, /runs/{id} and /metrics are refused")
+	}
 	return srv, ln.Addr().String(), nil
 }
 

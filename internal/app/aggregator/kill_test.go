@@ -38,7 +38,7 @@ type child struct {
 // files under logDir.
 func startChild(t testing.TB, bin, url, jsonDir, logDir, name string) *child {
 	t.Helper()
-	return startChildEnv(t, bin, url, jsonDir, logDir, name, "GTTSPLIT_CONSUMER_ACK_WAIT=2s")
+	return startChildEnv(t, bin, url, jsonDir, logDir, name, "GTTSPLIT_CONSUMER_ACK_WAIT=2s", "GTTSPLIT_CONSUMER_CHECKPOINT_INTERVAL=500ms")
 }
 
 // startChildEnv is startChild with more environment variables.

@@ -20,11 +20,20 @@ type ReplayStats struct {
 	Events  int // folded
 	Skipped int // lines that were not valid CloudEvents
 	Invalid int // valid CloudEvents that are no gttsplit event (unknown type, bad payload)
+	// NotStreams are the files with lines but not one event: a saved
+	// llama.cpp log or a samples file given to replay instead of parse.
+	NotStreams []string
+}
+
+// NotAStreamHint is what to say of a file replay found no event in.
+func NotAStreamHint(name string) string {
+	return fmt.Sprintf("%s holds no gttsplit event: replay reads recorded event streams (events.jsonl, as 'collector run --out' and 'aggregator export' write them); a saved llama.cpp log is split by 'aggregator parse %s --samples gtt.txt'", name, name)
 }
 
 // ReplayFiles folds recorded streams (events.jsonl files) into runs, the
 // same fold `serve` does live. Bad lines and bad events are counted, logged
-// at debug and skipped; the rest is folded.
+// at debug and skipped; the rest is folded. A file with lines and no event
+// is listed in NotStreams (see NotAStreamHint).
 func ReplayFiles(runs *runtable.Runs, files []string, log zerolog.Logger) (ReplayStats, error) {
 	var st ReplayStats
 	for _, name := range files {
@@ -58,8 +67,7 @@ func ReplayFiles(runs *runtable.Runs, files []string, log zerolog.Logger) (Repla
 			return st, fmt.Errorf("%w: %s: %w", ErrInput, name, err)
 		}
 		if st.Events == before.Events && st.Skipped > before.Skipped {
-			log.Warn().Str("file", name).Int("bad_lines", st.Skipped-before.Skipped).
-				Msg("no event in this file: replay reads recorded event streams (events.jsonl); for a saved llama.cpp log use 'aggregator parse " + name + "'")
+			st.NotStreams = append(st.NotStreams, name) // the caller says so
 		}
 	}
 	return st, nil

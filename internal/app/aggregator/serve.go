@@ -338,7 +338,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	var srv *http.Server
 	if cfg.HTTP.Listen != "" {
 		var addr string
-		srv, addr, err = startHTTP(cfg.HTTP.Listen, cfg.HTTP.Token.Reveal(), endpoints{tbl: tbl, member: member, nc: b.nc, m: m}, log)
+		srv, addr, err = startHTTP(cfg.HTTP, endpoints{tbl: tbl, member: member, nc: b.nc, m: m}, log)
 		if err != nil {
 			member.Abort()
 			tbl.Close()

@@ -42,23 +42,8 @@ func BenchmarkServeMemory(b *testing.B) {
 	fin := fx.FinishedIndex(b)
 	perRun := len(fx.Decoded) - 1
 	for i := 0; i < b.N; i++ {
-		// The runs' events (315 KB a run) are stored twice: in the
-		// stream and in the partitioned stream that sources it.
-		opts := natstest.Options(b.TempDir(), -1)
-		opts.JetStreamMaxStore = max(opts.JetStreamMaxStore, int64(n)*1<<20)
-		srv, err := natstest.NewServerWithOptions(opts)
-		require.NoError(b, err)
-		b.Cleanup(func() { natstest.Shutdown(srv) })
-		br := startBrokerAt(b, srv)
-		logDir := b.TempDir()
-		c := startServeChild(b, bin, br.url, logDir, "serve", []string{"--log-level", "info"},
-			"GTTSPLIT_LOG_FORMAT=json", "GTTSPLIT_IDLE_TIMEOUT=24h")
+		br, addr, c := startBenchServe(b, bin, n, "GTTSPLIT_IDLE_TIMEOUT=24h")
 		pid := c.cmd.Process.Pid
-		addr := childHTTP(b, filepath.Join(logDir, "serve.stderr"))
-		eventually(b, "the child ready", func() bool {
-			code, _ := tryGet(addr, "/readyz")
-			return code == http.StatusOK
-		})
 		idle := procStatus(b, pid, "VmRSS")
 
 		start := time.Now()
@@ -97,6 +82,31 @@ func BenchmarkServeMemory(b *testing.B) {
 		b.ReportMetric(want/took.Seconds(), "events/s")
 		b.ReportMetric(float64(n), "runs")
 	}
+}
+
+// startBenchServe starts an embedded NATS server with room for n runs
+// and a real `aggregator serve` child (bin) on it with JSON logs at info
+// and env, and waits until the child is ready: it returns the broker, the
+// child's HTTP address and the child.
+func startBenchServe(b *testing.B, bin string, n int, env ...string) (*testBroker, string, *child) {
+	b.Helper()
+	// The runs' events (315 KB a run) are stored twice: in the stream and
+	// in the partitioned stream that sources it.
+	opts := natstest.Options(b.TempDir(), -1)
+	opts.JetStreamMaxStore = max(opts.JetStreamMaxStore, int64(n)*1<<20)
+	srv, err := natstest.NewServerWithOptions(opts)
+	require.NoError(b, err)
+	b.Cleanup(func() { natstest.Shutdown(srv) })
+	br := startBrokerAt(b, srv)
+	logDir := b.TempDir()
+	c := startServeChild(b, bin, br.url, logDir, "serve", []string{"--log-level", "info"},
+		append([]string{"GTTSPLIT_LOG_FORMAT=json"}, env...)...)
+	addr := childHTTP(b, filepath.Join(logDir, "serve.stderr"))
+	eventually(b, "the child ready", func() bool {
+		code, _ := tryGet(addr, "/readyz")
+		return code == http.StatusOK
+	})
+	return br, addr, c
 }
 
 // benchRuns is the number of open runs of the memory benchmarks: 10,000,

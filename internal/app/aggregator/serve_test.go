@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,26 +17,9 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
-
-// syncBuffer is a bytes.Buffer Serve may print to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
-}
 
 // TestServeShuffledDuplicatesIntegration publishes the 4B run's events in
 // a random order, a third of them twice under different Nats-Msg-Ids (so
@@ -97,7 +79,7 @@ func TestServeLiveEqualsReplayIntegration(t *testing.T) {
 	fxs := []fixture{loadFixture(t, fixture4B), loadFixture(t, fixture27B)}
 	b := startBroker(t)
 	cfg := testConfig(t, b.url)
-	var out syncBuffer
+	var out sinktest.Buffer // Serve prints to it while the test reads it
 	s := startServe(t, cfg, ServeOptions{Stdout: &out})
 	for _, fx := range fxs {
 		b.publish(t, fx.Wires...)

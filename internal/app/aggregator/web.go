@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"context"
-	"net"
 	"net/http"
 
 	"github.com/rs/zerolog"
@@ -12,7 +11,8 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
-// webSource reads the live page's runs from the service.
+// webSource reads the live page's runs from the run table: the summaries
+// from its run index (memory), a report only for a run a page shows.
 type webSource struct{ svc *runtable.Table }
 
 func (s webSource) Summaries(ctx context.Context) ([]web.Summary, error) {
@@ -31,18 +31,11 @@ func (s webSource) Report(ctx context.Context, id string) (split.Report, bool, e
 	return s.svc.Snapshot(ctx, id)
 }
 
-// mountWeb adds the live page (internal/web) to mux; addr is the
-// listener's address: on loopback there is no login, elsewhere the pages
-// need token. It returns the function that ends the live streams.
-func mountWeb(mux *http.ServeMux, svc *runtable.Table, addr net.Addr, token string, log zerolog.Logger) func() {
-	loop := false
-	if a, ok := addr.(*net.TCPAddr); ok {
-		loop = a.IP.IsLoopback()
-	}
-	h := web.New(webSource{svc}, web.Options{Token: token, Loopback: loop}, log.With().Str("component", "web").Logger())
+// mountWeb adds the live page (internal/web) to mux: on a loopback
+// listener there is no login, elsewhere the pages need token. It returns
+// the function that ends the live streams.
+func mountWeb(mux *http.ServeMux, svc *runtable.Table, loopback bool, token string, log zerolog.Logger) func() {
+	h := web.New(webSource{svc}, web.Options{Token: token, Loopback: loopback}, log.With().Str("component", "web").Logger())
 	h.Register(mux)
-	if !loop && token == "" {
-		log.Warn().Str("listen", addr.String()).Msg("http: the live page is refused on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN)")
-	}
 	return h.Close
 }

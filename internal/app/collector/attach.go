@@ -18,7 +18,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
-	"github.com/gttsplit/gttsplit/internal/redact"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 	"github.com/gttsplit/gttsplit/pkg/sources"
 	"github.com/gttsplit/gttsplit/pkg/sources/fdinfo"
 	"github.com/gttsplit/gttsplit/pkg/sources/logtail"
@@ -70,6 +70,7 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		s.log.Warn().Err(err).Msg("what an earlier attach of this run sent is not known")
 	}
 	s.provenance(ctx)
+	s.started() // the process runs already
 	red, err := redact.New(cfg.Wrap.RedactFlags)
 	if err != nil {
 		_, _ = s.close(ctx)

@@ -30,7 +30,7 @@ func TestAttachIntegration(t *testing.T) {
 	t.Parallel()
 	lines, _, _ := fixtureLines(t)
 	srv := natstest.Start(t)
-	proxy := startHoldProxy(t, srv.Addr().String())
+	proxy := natstest.StartProxy(t, srv.Addr().String())
 	js := jsConn(t, srv.ClientURL())
 
 	dir := t.TempDir()
@@ -59,7 +59,7 @@ func TestAttachIntegration(t *testing.T) {
 	runID := fmt.Sprintf("testhost-pid%d-%d", pid, start)
 
 	cfg := testConfig(t)
-	cfg.NATS.URL = proxy.url()
+	cfg.NATS.URL = proxy.URL()
 	cfg.Attach.PID = pid
 	cfg.Attach.Log = logPath
 	attach := func(ctx context.Context) <-chan error {
@@ -93,13 +93,13 @@ func TestAttachIntegration(t *testing.T) {
 
 	// Its last events reach the broker, their acks do not (yet), and it is
 	// stopped.
-	proxy.hold()
+	proxy.HoldServer()
 	require.NoError(t, os.WriteFile(g("g1"), nil, 0o644))
 	eventually(t, "the child to write 100 more lines", exists("m2"))
 	eventually(t, "700 lines in the stream", linesIn(700))
 	stop1()
 	time.Sleep(300 * time.Millisecond) // the follower stops while the acks are held
-	proxy.release()
+	proxy.ReleaseServer()
 	require.NoError(t, wait(first, "the first attach"))
 	msgs := streamOf(t, js, runID)
 	require.Zero(t, countTypes(decodedOf(msgs))[events.TypeRunFinished], "a detached collector does not finish the run")

@@ -65,6 +65,19 @@ type session struct {
 	pipe   *pipeline
 	// noSplit: the command could not be started; --out gets no split.
 	noSplit bool
+	// backPressure is the publisher's BackPressure: replay waits for a
+	// slow broker, run and attach spool.
+	backPressure time.Duration
+	// note, when set, logs what provenance found once the run started.
+	note func()
+}
+
+// started says, once, what is worth saying only about a run that started.
+func (s *session) started() {
+	if s.note != nil {
+		s.note()
+		s.note = nil
+	}
 }
 
 // newSession sets up a run's pipeline. resume is set by attach: a restarted
@@ -131,7 +144,11 @@ func (s *session) provenance(ctx context.Context) {
 			}
 			return
 		}
-		s.log.Info().Str("source_dir", dir).Msg("the working directory is not a git checkout: the split's source tree is unknown (set --source-dir)")
+		// Said once the run started (note): a command that cannot start
+		// has nothing to say about it.
+		s.note = func() {
+			s.log.Info().Str("source_dir", dir).Msg("the working directory is not a git checkout: the split's source tree is unknown (set --source-dir)")
+		}
 		return
 	}
 	s.info.SourceCommit, s.info.SourceDirty = t.Commit, t.Dirty
@@ -168,7 +185,8 @@ func (s *session) connect(ctx context.Context) (*bus.Publisher, error) {
 		}
 	}
 	pc := bus.DefaultPublisherConfig()
-	pc.MaxInFlight = n.MaxInFlight
+	pc.MaxInFlight, pc.AckTimeout = n.MaxInFlight, n.AckTimeout
+	pc.BackPressure = s.backPressure
 	pc.Spool.MaxBytes = s.cfg.Spool.MaxBytes
 	base := s.cfg.Spool.Dir
 	if base == "" {
@@ -205,14 +223,21 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 			errs = append(errs, fmt.Errorf("close publisher: %w", err))
 		}
 		dropped = s.pipe.pub.Dropped()
-		s.warnLeftover(s.pipe.pub.Leftover())
+		left := s.pipe.pub.Leftover()
+		s.warnLeftover(left)
+		if left.Events == 0 && filepath.Base(left.Dir) != s.spoolLane() {
+			// This process's own spool (the lane's was in use), empty.
+			if err := bus.RemoveSpool(left.Dir); err != nil {
+				s.log.Debug().Err(err).Str("spool", left.Dir).Msg("could not remove this process's empty spool")
+			}
+		}
 	}
 	if s.pipe.out != nil && s.noSplit {
 		// Nothing ran: a split would describe no run at all.
 		if err := s.pipe.out.abandon(); err != nil {
 			errs = append(errs, err)
 		}
-		s.log.Warn().Str("out", s.cfg.Out).Msg("no split written: the command could not be started")
+		s.log.Warn().Str("out", s.cfg.Out).Msg("nothing written under --out: the command could not be started")
 	} else if s.pipe.out != nil {
 		r := s.pipe.fold.Report()
 		if err := s.pipe.out.finish(r); err != nil {
@@ -222,6 +247,38 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 		}
 	}
 	return dropped, errors.Join(errs...)
+}
+
+// deliveryCode says at exit what became of this run's events when they
+// did not all reach the broker, and returns the exit code that says it:
+// 1 when the run's start or finish was lost (no consumer will ever see
+// the run), else 75 (cli.ExitTempFail) when events wait in the spool (a
+// later collector of the lane delivers them), else 1 when some were
+// dropped (the split is flagged events_dropped); 0 when every event was
+// delivered. Offline (no broker) it is 0.
+func (s *session) deliveryCode() int {
+	pub := s.pipe.pub
+	if pub == nil {
+		return 0
+	}
+	run := s.origin.RunID
+	dropped, left := pub.DroppedOf(run), pub.Leftover()
+	switch {
+	case pub.RunLost(run):
+		s.log.Warn().Uint64("dropped", dropped).
+			Msg("this run is lost: its start or finish could be neither delivered nor spooled (the spool's disk was full and the broker away)")
+		return cli.ExitFailure
+	case dropped > 0:
+		s.log.Warn().Uint64("dropped", dropped).Int("waiting_in_spool", left.Events).
+			Msg("events of this run were dropped (the spool was full, its disk was full, or the broker refused them): its split will be flagged events_dropped")
+		if left.Events > 0 {
+			return cli.ExitTempFail
+		}
+		return cli.ExitFailure
+	case left.Events > 0:
+		return cli.ExitTempFail
+	}
+	return 0
 }
 
 // warnLeftover says at exit what waits in the spool and what delivers it.
@@ -234,7 +291,7 @@ func (s *session) warnLeftover(left bus.Leftover) {
 	if name != s.spoolLane() {
 		// A second concurrent collector's own spool: only a collector
 		// naming it as its lane opens it again.
-		how = fmt.Sprintf("this spool is this process's own (the lane's was in use): a collector with --lane %s and --spool-dir %s delivers them, e.g. collector replay --lane %s --spool-dir %s --nats-url URL FILE", name, base, name, base)
+		how = fmt.Sprintf("this spool is this process's own (the lane's was in use): a collector with --lane %s and --spool-dir %s delivers them, e.g. collector replay --lane %s --spool-dir %s --nats-url URL", name, base, name, base)
 	}
 	s.log.Warn().Int("events", left.Events).Int64("bytes", left.Bytes).Str("spool", left.Dir).Str("delivered_by", how).
 		Msg("events left undelivered in the spool")

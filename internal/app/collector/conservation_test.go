@@ -3,11 +3,13 @@ package collector
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,11 +19,14 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/conservation"
+	"github.com/gttsplit/gttsplit/internal/disktest"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
@@ -135,29 +140,68 @@ func (s *fakeServer) exit() {
 // conservationBroker is a broker that can be stopped and started again on
 // the same port and store.
 type conservationBroker struct {
-	t     *testing.T
-	store string
-	port  int
-	srv   *server.Server
-	url   string
+	t        *testing.T
+	store    string
+	port     int
+	maxStore int64 // the server's JetStream store limit (0: natstest's)
+	srv      *server.Server
+	url      string
 }
 
-func startConservationBroker(t *testing.T) *conservationBroker {
-	b := &conservationBroker{t: t, store: t.TempDir()}
-	b.srv = natstest.StartAt(t, b.store, -1)
+func startConservationBroker(t *testing.T, maxStore int64) *conservationBroker {
+	b := &conservationBroker{t: t, store: t.TempDir(), port: -1, maxStore: maxStore}
+	b.start()
 	b.port, b.url = natstest.Port(b.srv), b.srv.ClientURL()
 	return b
 }
 
-func (b *conservationBroker) stop()  { natstest.Shutdown(b.srv) }
-func (b *conservationBroker) start() { b.srv = natstest.StartAt(b.t, b.store, b.port) }
+func (b *conservationBroker) stop() { natstest.Shutdown(b.srv) }
+
+func (b *conservationBroker) start() {
+	opts := natstest.Options(b.store, b.port)
+	if b.maxStore > 0 {
+		opts.JetStreamMaxStore = b.maxStore
+	}
+	s, err := natstest.NewServerWithOptions(opts)
+	require.NoError(b.t, err)
+	b.t.Cleanup(func() { natstest.Shutdown(s) })
+	b.srv = s
+}
+
+// fill publishes to a FILL stream of its own until the server answers
+// that its store is full (503 insufficient resources, err_code 10023).
+func (b *conservationBroker) fill(t *testing.T) {
+	t.Helper()
+	js := jsConn(t, b.url)
+	_, err := js.CreateOrUpdateStream(testCtx(t), jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill.>"}})
+	require.NoError(t, err)
+	data := make([]byte, 64<<10)
+	for i := 0; ; i++ {
+		_, err := js.Publish(testCtx(t), "fill."+strconv.Itoa(i), data)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == 10023 {
+			return
+		}
+		require.NoError(t, err)
+		require.Less(t, i, 10000, "the store never filled")
+	}
+}
+
+// free purges the FILL stream: room again.
+func (b *conservationBroker) free(t *testing.T) {
+	t.Helper()
+	st, err := jsConn(t, b.url).Stream(testCtx(t), "FILL")
+	require.NoError(t, err)
+	require.NoError(t, st.Purge(testCtx(t)))
+}
 
 // collectorFault drives one run: it attaches a collector to fs, writes
 // the log (lines is the 4B log) under its fault, and returns once every
 // event of the run should be in the broker.
 type collectorFault struct {
-	name  string
-	drive func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte)
+	name     string
+	maxStore int64 // the broker's JetStream store limit (0: natstest's)
+	drive    func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte)
 }
 
 // attachCfg is the config of an attach of fs publishing to b.
@@ -168,6 +212,29 @@ func attachCfg(t *testing.T, b *conservationBroker, fs *fakeServer) config.Colle
 	cfg.Attach.Log = fs.logPath
 	cfg.ShutdownTimeout = 5 * time.Second
 	return cfg
+}
+
+// brokerAwayToExit attaches with cfg, stops the broker at a random line,
+// lets the process write the rest and exit (its last events wait in the
+// spool), then, after beforeRestart, starts the broker again and delivers
+// the spool with a replay of no file, as the next collector start on the
+// host does.
+func brokerAwayToExit(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte, cfg config.Collector, beforeRestart func()) {
+	t.Helper()
+	done := attachAsync(testCtx(t), t, cfg)
+	k := 1 + rng.IntN(len(lines)-1)
+	fs.writeLines(lines[:k])
+	waitLines(t, fs, k)
+	b.stop()
+	fs.writeLines(lines[k:])
+	fs.exit()
+	require.NoError(t, waitErr(t, done, "attach"))
+	require.Positive(t, segmentBytes(cfg.Spool.Dir), "the run's last events wait in the spool")
+	beforeRestart()
+	b.start()
+	st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	require.NoError(t, err)
+	require.Zero(t, st.Left)
 }
 
 // attachAsync runs Attach in this process.
@@ -241,7 +308,10 @@ func cuts(rng *rand.Rand, n, k int) []int {
 
 // TestCollectorConservationIntegration drives attach runs through the
 // collector-side faults: the followed log renamed or copytruncated, a
-// partial last line, the broker down when the process exits, and the
+// partial last line, the broker down when the process exits, the spool's
+// disk full (a real ENOSPC on a tmpfs the test mounts, as root) while the
+// broker is away, the broker's store full (503 insufficient resources), a
+// broker slower than the ack timeout (a proxy delays its answers), and the
 // collector SIGKILLed and started again. For every run, every line the
 // fake server wrote must be folded exactly once from what reached the
 // broker (or the fold is not complete and says what is missing), and the
@@ -325,21 +395,60 @@ func TestCollectorConservationIntegration(t *testing.T) {
 		{name: "broker down at the process's exit (spooled, delivered by the next collector start)", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
 			cfg := attachCfg(t, b, fs)
 			cfg.ShutdownTimeout = 2 * time.Second
+			brokerAwayToExit(t, rng, b, fs, lines, cfg, func() {})
+		}},
+		{name: "spool disk full (a real ENOSPC) while the broker is away, from a random line to the process's exit", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			// The spool's disk is a tmpfs of the test (it needs root),
+			// where a collector of the lane ran before (the lane's spool
+			// holds its reserve), filled by another file.
+			disk := disktest.Tmpfs(t, 4<<20)
+			cfg := attachCfg(t, b, fs)
+			cfg.Spool.Dir = filepath.Join(disk, "spool")
+			cfg.ShutdownTimeout = 2 * time.Second
+			_, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+			require.NoError(t, err)
+			filler := disktest.Fill(t, disk, "filler")
+			// Room again when the broker is back: the next collector of
+			// the lane delivers the run's finish, which counts what was
+			// dropped.
+			brokerAwayToExit(t, rng, b, fs, lines, cfg, func() { require.NoError(t, os.Remove(filler)) })
+		}},
+		{name: "broker store full (503 insufficient resources) from a random line for 0.2–1.5 s, under attach", maxStore: 8 << 20, drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			cfg := attachCfg(t, b, fs)
+			cfg.ShutdownTimeout = 30 * time.Second // the drain backs off up to 10 s
 			done := attachAsync(testCtx(t), t, cfg)
-			k := 1 + rng.IntN(len(lines)-1)
+			k := 1 + rng.IntN(len(lines)-2)
+			m := k + 1 + rng.IntN(len(lines)-1-k)
 			fs.writeLines(lines[:k])
 			waitLines(t, fs, k)
-			b.stop()
-			fs.writeLines(lines[k:])
+			b.fill(t)
+			fs.writeLines(lines[k:m])
+			// The broker answered 10023: the collector spools (and
+			// tries the spool's head again) while the store is full.
+			eventually(t, "events spooled", func() bool { return segmentBytes(cfg.Spool.Dir) > 0 })
+			time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+			b.free(t)
+			fs.writeLines(lines[m:])
 			fs.exit()
 			require.NoError(t, waitErr(t, done, "attach"))
-			require.Positive(t, segmentBytes(cfg.Spool.Dir), "the run's last events wait in the spool")
-			b.start()
-			// The next collector start on the host (here a replay of no
-			// file) delivers the spool first.
-			st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
-			require.NoError(t, err)
-			require.Zero(t, st.Left)
+			set, _ := filepath.Glob(filepath.Join(cfg.Spool.Dir, cfg.Lane, bus.RejectedDir, "*"))
+			require.Empty(t, set, "an event set aside while the store was full")
+		}},
+		{name: "slow broker (every answer 250 ms late, nats.ack_timeout 100 ms), under attach", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			proxy := natstest.StartProxy(t, b.srv.Addr().String())
+			proxy.SetLatency(250 * time.Millisecond)
+			cfg := attachCfg(t, b, fs)
+			cfg.NATS.URL = proxy.URL()
+			cfg.NATS.AckTimeout = 100 * time.Millisecond
+			cfg.ShutdownTimeout = 30 * time.Second
+			done := attachAsync(testCtx(t), t, cfg)
+			c := cuts(rng, len(lines), 2+rng.IntN(3))
+			for i := 0; i+1 < len(c); i++ {
+				fs.writeLines(lines[c[i]:c[i+1]])
+				time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+			}
+			fs.exit()
+			require.NoError(t, waitErr(t, done, "attach"))
 		}},
 		{name: "collector SIGKILL mid-run and restart (`collector attach` binary, same --state-dir)", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
 			cfg := attachCfg(t, b, fs)
@@ -369,15 +478,16 @@ func TestCollectorConservationIntegration(t *testing.T) {
 	for fi, f := range faults {
 		t.Run(strings.Fields(f.name)[0]+"_"+strconv.Itoa(fi), func(t *testing.T) {
 			t.Parallel()
-			row := conservation.Row{Fault: f.name, Runs: n}
+			row := conservation.Row{Fault: f.name}
 			for i := range n {
 				t.Run(strconv.Itoa(i), func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(seed, uint64(fi*1000+i)))
-					b := startConservationBroker(t)
+					b := startConservationBroker(t, f.maxStore)
 					fs := startFakeServer(t)
 					fs.lines = watchLines(t, b, fs.runID)
 					f.drive(t, rng, b, fs, lines)
 					checkConservation(t, b, fs, &row)
+					row.Runs++
 				})
 			}
 			mu.Lock()
@@ -386,7 +496,10 @@ func TestCollectorConservationIntegration(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() {
-		t.Logf("collector conservation (%d runs per fault):\n%s", n, conservation.Table(rows))
+		// A fault whose runs were all skipped (no tmpfs without root) is
+		// left out.
+		done := slices.DeleteFunc(slices.Clone(rows), func(r conservation.Row) bool { return r.Runs == 0 })
+		t.Logf("collector conservation (%d runs per fault):\n%s", n, conservation.Table(done))
 	})
 }
 

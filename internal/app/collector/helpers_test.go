@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +24,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/app/collector/internal/testchild"
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
@@ -322,103 +322,15 @@ var collectorBinary = sync.OnceValues(func() (string, error) {
 	return out, nil
 })
 
-// holdProxy is a TCP proxy between the collector and a nats-server that can
-// hold back what the server sends (its acks) while letting the collector's
-// publishes through: events in flight whose acks are late, over a real
-// connection to a real server.
-type holdProxy struct {
-	ln net.Listener
-
-	mu    sync.Mutex
-	open  chan struct{} // closed while traffic flows
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func startHoldProxy(t testing.TB, target string) *holdProxy {
+// deadBroker returns the URL of a port where a nats-server listened and
+// no longer does, and that port (to start one there later).
+func deadBroker(t testing.TB) (string, int) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	dead, err := natstest.NewServer(t.TempDir(), 0)
 	require.NoError(t, err)
-	p := &holdProxy{ln: ln, open: make(chan struct{})}
-	close(p.open)
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); p.pipe(s, c, false) }()
-			go func() { defer p.wg.Done(); p.pipe(c, s, true) }()
-		}
-	}()
-	t.Cleanup(p.close)
-	return p
-}
-
-// pipe copies from src to dst; when gated, each chunk waits while held.
-func (p *holdProxy) pipe(dst, src net.Conn, gated bool) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if gated {
-				p.mu.Lock()
-				open := p.open
-				p.mu.Unlock()
-				<-open
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *holdProxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-// hold stops the server's bytes from reaching the client.
-func (p *holdProxy) hold() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.open = make(chan struct{})
-}
-
-// release lets them through again.
-func (p *holdProxy) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.open:
-	default:
-		close(p.open)
-	}
-}
-
-func (p *holdProxy) close() {
-	p.release()
-	_ = p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
+	url, port := dead.ClientURL(), natstest.Port(dead)
+	natstest.Shutdown(dead)
+	return url, port
 }
 
 // segmentBytes sums the sizes of the spool segments (*.seg) under dir (0

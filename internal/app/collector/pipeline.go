@@ -173,6 +173,7 @@ func (p *pipeline) foldRecord(r sources.Record) {
 // capture order), gtt.txt (the samples), events.jsonl (every event).
 type recorder struct {
 	dir     string
+	madeDir bool // the directory did not exist before
 	logf    *os.File
 	gtt     *os.File
 	jsonl   *events.Writer
@@ -184,17 +185,18 @@ type recorder struct {
 // files are appended to and what events.jsonl holds is folded into fold, so
 // the local split covers the whole run; otherwise they start empty.
 func newRecorder(dir, resumeRun string, fold *split.Fold) (*recorder, error) {
+	_, err := os.Stat(dir)
+	made := os.IsNotExist(err)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("out: %w", err)
 	}
-	rec := &recorder{dir: dir}
+	rec := &recorder{dir: dir, madeDir: made}
 	path := filepath.Join(dir, "events.jsonl")
 	resume := resumeRun != "" && refold(path, resumeRun, fold)
 	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	if resume {
 		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
 	}
-	var err error
 	if rec.logf, err = os.OpenFile(filepath.Join(dir, "split.log"), flags, 0o644); err != nil {
 		return nil, fmt.Errorf("out: %w", err)
 	}
@@ -284,17 +286,25 @@ func (rec *recorder) finish(r split.Report) error {
 	return rec.close()
 }
 
-// abandon closes the files and removes a split.md and split.json an earlier
-// run left in the directory, so none is mistaken for this one's.
+// abandon closes the files of a run whose command could not start and
+// removes them (empty: nothing ran), with a split.md and split.json an
+// earlier run left in the directory, so none is mistaken for this one's;
+// a directory this run made goes too.
 func (rec *recorder) abandon() error {
 	err := rec.close()
-	for _, name := range []string{"split.json", "split.md"} {
+	for _, name := range outFiles {
 		if rerr := os.Remove(filepath.Join(rec.dir, name)); rerr != nil && !os.IsNotExist(rerr) && err == nil {
 			err = fmt.Errorf("out: %w", rerr)
 		}
 	}
+	if rec.madeDir {
+		_ = os.Remove(rec.dir) // only if empty
+	}
 	return err
 }
+
+// outFiles are the files of an --out directory.
+var outFiles = []string{"split.log", "gtt.txt", "events.jsonl", "split.md", "split.json"}
 
 func (rec *recorder) close() error {
 	var first error

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
@@ -28,10 +29,7 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 	cfg := testConfig(t)
 
 	// The poison, spooled in the lane's spool with no broker.
-	dead, err := natstest.NewServer(t.TempDir(), 0)
-	require.NoError(t, err)
-	deadURL := dead.ClientURL()
-	natstest.Shutdown(dead)
+	deadURL, _ := deadBroker(t)
 	cc := bus.DefaultConnConfig()
 	cc.URL = deadURL
 	nc, err := bus.Connect(testCtx(t), cc, testLogger(t))
@@ -52,7 +50,10 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 	cfg.NATS.URL = srv.ClientURL()
 	cfg.RunID = "after-poison-1"
 	cfg.Out = t.TempDir()
-	argv := childArgv(t, "src="+absPath(t, fixture4B), "print=0:40", "exit=0")
+	// 2 ms a line: the child outlives the sampler's first sample even on
+	// a loaded machine (a child gone before it leaves the run without
+	// one, which the check below refuses).
+	argv := childArgv(t, "src="+absPath(t, fixture4B), "delay=2ms", "print=0:40", "exit=0")
 	code, err := Run(testCtx(t), cfg, argv, newTestIO().io(), testLogger(t))
 	require.NoError(t, err)
 	require.Equal(t, 0, code)
@@ -69,16 +70,14 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 
 // TestRunFullSpoolFlaggedIntegration runs with the broker away and a spool
 // that holds a fraction of the run: the rest is dropped, the run's finish
-// still goes to the spool (its reserve), the exit warns what waits where,
-// and once a broker is there the split folded from the stream, like the
-// local --out split, is flagged events_dropped.
+// still goes to the spool (its reserve), the exit warns what waits where
+// and that events of the run were dropped, and exits 75 (events wait);
+// once a broker is there the split folded from the stream, like the local
+// --out split, is flagged events_dropped.
 func TestRunFullSpoolFlaggedIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
-	dead, err := natstest.NewServer(t.TempDir(), 0)
-	require.NoError(t, err)
-	url, port := dead.ClientURL(), natstest.Port(dead)
-	natstest.Shutdown(dead)
+	url, port := deadBroker(t)
 
 	cfg := testConfig(t)
 	cfg.NATS.URL = url
@@ -90,8 +89,9 @@ func TestRunFullSpoolFlaggedIntegration(t *testing.T) {
 	argv := childArgv(t, "src="+absPath(t, fixture4B), "print=0:", "exit=0")
 	code, err := Run(testCtx(t), cfg, argv, newTestIO().io(), zerolog.New(&logs))
 	require.NoError(t, err)
-	require.Equal(t, 0, code)
+	require.Equal(t, cli.ExitTempFail, code, "the child exited 0, events wait in the spool")
 	require.Contains(t, logs.String(), `"message":"events left undelivered in the spool"`)
+	require.Contains(t, logs.String(), "events of this run were dropped")
 
 	local, err := os.ReadFile(filepath.Join(cfg.Out, "split.json"))
 	require.NoError(t, err)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -33,10 +35,17 @@ type ReplayStats struct {
 	Dropped int
 }
 
-// Replay is `collector replay FILE...`: it publishes recorded streams as
-// they are, ids included, so a replay of events already in the stream is
-// de-duplicated by JetStream and by the aggregator's fold. pace is instant,
-// original (the events' own time deltas) or Nx (N times faster).
+// Replay is `collector replay [FILE...]`: it delivers what waits in the
+// lane's spool, then publishes recorded streams as they are, ids
+// included, so a replay of events already in the stream is de-duplicated
+// by JetStream and by the aggregator's fold. With no file it only
+// delivers the spool. pace is instant, original (the events' own time
+// deltas) or Nx (N times faster). A broker that acknowledges late is
+// waited for (up to shutdown_timeout), not spooled for.
+//
+// The error carries the exit code: 75 (cli.ExitTempFail) when events
+// were left in the spool, 1 when some were dropped or the files held no
+// event and the spool none either, 128+N when signal N stopped it.
 func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, log zerolog.Logger) (ReplayStats, error) {
 	var st ReplayStats
 	if cfg.NATS.URL == "" {
@@ -55,21 +64,27 @@ func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, lo
 			return st, cli.Usage(fmt.Errorf("cannot read input: %s is a directory: give the recorded streams in it (%s/*.jsonl)", f, f))
 		}
 	}
-	c := cfg
-	c.Out = ""
-	s, err := newSession(ctx, c, "replay", false, log)
+	// replay sends other runs' events: its log names them, not a run of
+	// its own.
+	s := &session{cfg: cfg, log: log, backPressure: cfg.ShutdownTimeout}
+	s.cfg.Out = ""
+	pub, err := s.connect(ctx)
 	if err != nil {
 		return st, err
 	}
-	// replay sends other runs' events: its log names them, not a run of
-	// its own.
-	s.log = log.With().Str("component", "replay").Logger()
+	s.pipe = &pipeline{pub: pub, log: log}
+	rlog := log.With().Str("component", "replay").Logger()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go forward(ctx, io, false, func(os.Signal) { stop() })
+	var caught atomic.Pointer[os.Signal]
+	go forward(ctx, io, false, func(sig os.Signal) {
+		caught.CompareAndSwap(nil, &sig)
+		stop()
+	})
 
 	var last time.Time
 	var runErr error
+	all := map[string]int{}
 files:
 	for _, name := range files {
 		f, err := os.Open(name)
@@ -83,14 +98,13 @@ files:
 		for r.Next() {
 			ev := r.Event()
 			d, err := events.Decode(ev)
-			if err == nil {
-				runs[d.Origin.RunID]++
-			}
 			if err != nil {
 				st.Invalid++
-				s.log.Debug().Str("file", name).Int("line", r.Line()).Err(err).Msg("skipped an event")
+				rlog.Debug().Str("file", name).Int("line", r.Line()).Err(err).Msg("skipped an event")
 				continue
 			}
+			runs[d.Origin.RunID]++
+			all[d.Origin.RunID]++
 			// Pace by the latest time seen: an event stamped earlier than
 			// the one before it (a log batch is stamped with its first
 			// line) goes at once and does not make the next one wait its
@@ -107,7 +121,7 @@ files:
 				}
 				last = ev.Time()
 			}
-			if err := s.pipe.pub.Publish(ctx, ev, nil); err != nil {
+			if err := pub.Publish(ctx, ev, nil); err != nil {
 				if ctx.Err() == nil { // else stopped by a signal
 					runErr = err
 				}
@@ -122,35 +136,51 @@ files:
 			runErr = err
 			break
 		}
-		s.log.Info().Str("file", name).Int("events", st.Sent-sent).Strs("runs", runIDs(runs)).Msg("file replayed")
+		rlog.Info().Str("file", name).Int("events", st.Sent-sent).Strs("runs", runIDs(runs)).Msg("file replayed")
 	}
 	sctx, cancel := s.shutdownCtx(ctx)
 	defer cancel()
-	if err := s.pipe.pub.Flush(sctx); err != nil && runErr == nil && ctx.Err() == nil {
+	if err := pub.Flush(sctx); err != nil && runErr == nil && ctx.Err() == nil {
 		runErr = err
 	}
 	_, closeErr := s.close(sctx)
-	ps, left := s.pipe.pub.Stats(), s.pipe.pub.Leftover()
+	ps, left := pub.Stats(), pub.Leftover()
+	for run, n := range pub.DrainedRuns() {
+		all[run] += n
+	}
 	st.Delivered, st.Left, st.Dropped = int(ps.Published+ps.Drained), left.Events, int(ps.Dropped)
 	if st.Skipped+st.Invalid > 0 {
-		s.log.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be replayed")
+		rlog.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be replayed")
 	}
-	lev := s.log.Info()
+	lev := rlog.Info()
 	if st.Left > 0 || st.Dropped > 0 || st.Delivered < st.Sent {
-		lev = s.log.Warn()
+		lev = rlog.Warn()
 	}
-	lev.Int("sent", st.Sent).Int("delivered", st.Delivered).Int("left_in_spool", st.Left).Int("dropped", st.Dropped).Msg("replayed")
-	if st.Left > 0 {
+	lev.Int("sent", st.Sent).Int("delivered", st.Delivered).Int("left_in_spool", st.Left).Int("dropped", st.Dropped).
+		Strs("runs", runIDs(all)).Msg("replayed")
+	if sig := caught.Load(); sig != nil {
+		rlog.Warn().Str("signal", (*sig).String()).Msg("replay interrupted")
+		return st, errors.Join(closeErr, &cli.ExitError{Code: 128 + signalNumber(*sig)})
+	}
+	switch {
+	case st.Left > 0:
 		runErr = errors.Join(runErr, &cli.ExitError{Code: cli.ExitTempFail,
 			Err: fmt.Errorf("%d events left undelivered in the spool %s (the next collector of the lane delivers them)", st.Left, left.Dir)})
-	} else if st.Dropped > 0 {
+	case st.Dropped > 0:
 		runErr = errors.Join(runErr, fmt.Errorf("%d events dropped: refused by the broker (set aside in %s) or the spool was full",
 			st.Dropped, filepath.Join(left.Dir, bus.RejectedDir)))
-	}
-	if ctx.Err() != nil && runErr == nil {
-		return st, nil // stopped by a signal
+	case len(files) > 0 && st.Sent == 0 && st.Delivered == 0 && runErr == nil:
+		runErr = errors.New("no event was published: the files hold no event, and the spool none either")
 	}
 	return st, errors.Join(runErr, closeErr)
+}
+
+// signalNumber is the number of a caught signal (its exit code is 128+N).
+func signalNumber(sig os.Signal) int {
+	if n, ok := sig.(syscall.Signal); ok {
+		return int(n)
+	}
+	return int(syscall.SIGINT)
 }
 
 // runIDs lists the runs of a file, the first five then a count.

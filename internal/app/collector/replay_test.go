@@ -2,6 +2,7 @@ package collector
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
@@ -111,9 +113,61 @@ func TestReplayIntegration(t *testing.T) {
 	tio := o.io()
 	tio.InForeground = true // a Ctrl-C typed at a terminal stops replay too: it has no child
 	st, err = Replay(testCtx(t), cfg, []string{gapFile}, tio, testLogger(t))
-	require.NoError(t, err, "a signal is a clean stop")
+	require.Equal(t, 128+int(syscall.SIGINT), cli.Code(err), "interrupted: 130, err %v", err)
 	require.LessOrEqual(t, st.Sent, 1, "stopped in the gap")
 	requireStream()
+	o = newTestIO()
+	o.sigs <- syscall.SIGTERM
+	_, err = Replay(testCtx(t), cfg, []string{gapFile}, o.io(), testLogger(t))
+	require.Equal(t, 128+int(syscall.SIGTERM), cli.Code(err))
+}
+
+// TestReplaySpoolIntegration drains a lane's spool: `collector replay`
+// with no file, or with a file that holds no event, delivers what an
+// earlier collector of the lane left there and exits 0; with nothing in
+// the spool either, a file without events is an error (exit 1) and no
+// file at all is fine. Its log names the runs it sent, never a run
+// "replay".
+func TestReplaySpoolIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
+	recorded := readJSONL(t, file)
+	empty := filepath.Join(t.TempDir(), "empty.jsonl")
+	require.NoError(t, os.WriteFile(empty, nil, 0o644))
+	url, port := deadBroker(t)
+	cfg := testConfig(t)
+	cfg.NATS.URL = url
+	cfg.ShutdownTimeout = 2 * time.Second
+	spoolAway := func() {
+		t.Helper()
+		_, err := Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), testLogger(t))
+		require.Equal(t, cli.ExitTempFail, cli.Code(err), "err: %v", err)
+	}
+	spoolAway()
+	srv := natstest.StartAt(t, t.TempDir(), port)
+
+	var logs syncBuffer
+	st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(&logs))
+	require.NoError(t, err)
+	require.Equal(t, ReplayStats{Delivered: len(recorded)}, st)
+	require.NotContains(t, logs.String(), `"run_id":"replay"`)
+	require.Contains(t, logs.String(), `"runs":["`+recorded[0].Origin.RunID+`"]`)
+
+	natstest.Shutdown(srv)
+	spoolAway()
+	srv = natstest.StartAt(t, t.TempDir(), port)
+	st, err = Replay(testCtx(t), cfg, []string{empty}, newTestIO().io(), testLogger(t))
+	require.NoError(t, err, "the spool was delivered")
+	require.Equal(t, ReplayStats{Delivered: len(recorded)}, st)
+	require.Len(t, streamOf(t, jsConn(t, srv.ClientURL()), recorded[0].Origin.RunID), len(recorded))
+
+	_, err = Replay(testCtx(t), cfg, []string{empty}, newTestIO().io(), testLogger(t))
+	require.Equal(t, cli.ExitFailure, cli.Code(err))
+	require.ErrorContains(t, err, "no event was published")
+	st, err = Replay(testCtx(t), cfg, nil, newTestIO().io(), testLogger(t))
+	require.NoError(t, err, "nothing waited, nothing to deliver")
+	require.Zero(t, st)
 }
 
 // TestReplayNoBrokerIntegration replays with the broker away: nothing is
@@ -125,10 +179,7 @@ func TestReplayNoBrokerIntegration(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
 	recorded := readJSONL(t, file)
-	dead, err := natstest.NewServer(t.TempDir(), 0)
-	require.NoError(t, err)
-	url, port := dead.ClientURL(), natstest.Port(dead)
-	natstest.Shutdown(dead)
+	url, port := deadBroker(t)
 
 	cfg := testConfig(t)
 	cfg.NATS.URL = url
@@ -152,4 +203,68 @@ func TestReplayNoBrokerIntegration(t *testing.T) {
 	require.Equal(t, 2*len(recorded), st.Delivered, "the spool first, then the file (duplicates)")
 	require.Zero(t, st.Left)
 	require.Len(t, streamOf(t, jsConn(t, srv.ClientURL()), recorded[0].Origin.RunID), len(recorded))
+}
+
+// TestReplaySlowBrokerIntegration replays through a proxy that delays
+// every answer of a real server by three times nats.ack_timeout: the
+// broker is connected and healthy, only slow (as one under load is). The
+// late acks are back-pressure: replay sends again and waits longer,
+// delivers every event, spools none and exits 0.
+func TestReplaySlowBrokerIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
+	recorded := readJSONL(t, file)
+	srv := natstest.Start(t)
+	proxy := natstest.StartProxy(t, srv.Addr().String())
+	proxy.SetLatency(300 * time.Millisecond)
+	cfg := testConfig(t)
+	cfg.NATS.URL = proxy.URL()
+	cfg.NATS.AckTimeout = 100 * time.Millisecond
+	cfg.ShutdownTimeout = 10 * time.Second
+	var logs syncBuffer
+	st, err := Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), zerolog.New(&logs))
+	require.NoError(t, err, logs.String())
+	require.Equal(t, ReplayStats{Sent: len(recorded), Delivered: len(recorded)}, st)
+	require.Contains(t, logs.String(), "the broker is slow")
+	require.NotContains(t, logs.String(), "spooling events")
+	require.Len(t, streamOf(t, jsConn(t, srv.ClientURL()), recorded[0].Origin.RunID), len(recorded))
+}
+
+// TestReplayOwnSpoolRemovedIntegration: while another collector of the
+// lane holds the lane's spool, a replay gets a spool of its own
+// (<lane>-<pid>); once it delivered everything that spool is removed, so
+// concurrent collectors leave no directories (with their reserve files)
+// behind. One that is left events keeps it and says what delivers them.
+func TestReplayOwnSpoolRemovedIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
+	srv := natstest.Start(t)
+	cfg := testConfig(t)
+	cfg.NATS.URL = srv.ClientURL()
+	cfg.ShutdownTimeout = 2 * time.Second
+	cc := bus.DefaultConnConfig()
+	cc.URL = srv.ClientURL()
+	nc, err := bus.Connect(testCtx(t), cc, testLogger(t))
+	require.NoError(t, err)
+	pc := bus.DefaultPublisherConfig()
+	pc.Spool.Dir = filepath.Join(cfg.Spool.Dir, cfg.Lane)
+	other, err := bus.NewPublisher(nc, pc, testLogger(t)) // holds the lane's spool
+	require.NoError(t, err)
+	defer other.Close(testCtx(t))
+
+	own := filepath.Join(cfg.Spool.Dir, fmt.Sprintf("%s-%d", cfg.Lane, os.Getpid()))
+	_, err = Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), testLogger(t))
+	require.NoError(t, err)
+	_, err = os.Stat(own)
+	require.ErrorIs(t, err, os.ErrNotExist, "the replay's own spool is gone once empty")
+
+	url, _ := deadBroker(t)
+	cfg.NATS.URL = url
+	var logs syncBuffer
+	_, err = Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), zerolog.New(&logs))
+	require.Equal(t, cli.ExitTempFail, cli.Code(err))
+	require.Positive(t, segmentBytes(own), "a spool with events is kept")
+	require.Contains(t, logs.String(), "collector replay --lane "+filepath.Base(own))
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
-	"github.com/gttsplit/gttsplit/internal/redact"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 	"github.com/gttsplit/gttsplit/pkg/sources"
 	"github.com/gttsplit/gttsplit/pkg/sources/fdinfo"
 	"github.com/gttsplit/gttsplit/pkg/sources/procwrap"
@@ -28,7 +28,8 @@ const ExitCannotRun = procwrap.ExitCannotRun
 // Run is `collector run -- CMD ARGS...`: it runs the command, passes its
 // output through unchanged, samples its process tree's fdinfo, publishes
 // both, and returns the child's exit code (128+N for a signal, 127 when it
-// could not start).
+// could not start); a child's 0 gives way to the session's deliveryCode
+// (75 or 1) when the run's events did not all reach the broker.
 func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log zerolog.Logger) (int, error) {
 	s, err := newSession(ctx, cfg, cfg.RunID, false, log)
 	if err != nil {
@@ -104,6 +105,7 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 			s.pipe.mu.Lock()
 			s.pipe.detail.PID = pw.PID()
 			s.pipe.mu.Unlock()
+			s.started()
 		}
 		if r.Finished != nil {
 			mu.Lock()
@@ -184,6 +186,11 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	if err != nil {
 		s.log.Error().Err(err).Msg("the run was measured with errors")
 	}
+	// A child that succeeded gives way to what became of the run's
+	// events (a failed child's own code is kept: it says more).
+	if dc := s.deliveryCode(); code == 0 {
+		code = dc
+	}
 	return code, nil
 }
 
@@ -202,12 +209,15 @@ func cutEnv(kv string) (k, v string, ok bool) {
 // GTTSPLIT_SINKS_ISSUE_COMMENT_TOKEN, ...): never passed to the child.
 var secretEnv = regexp.MustCompile(`^GTTSPLIT_.*(TOKEN|PASSWORD|CREDS|NKEY|SEED|SECRET)`)
 
-// childEnv returns env without the collector's secrets.
+// childEnv returns env without the collector's secrets: the variables
+// secretEnv names, and every GTTSPLIT_* variable whose value holds URL
+// credentials (GTTSPLIT_NATS_URL=nats://TOKEN@host, a comment API URL
+// with a user and password).
 func childEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if secretEnv.MatchString(k) {
+		k, v, _ := strings.Cut(kv, "=")
+		if secretEnv.MatchString(k) || strings.HasPrefix(k, config.EnvPrefix+"_") && redact.URLList(v) != v {
 			continue
 		}
 		out = append(out, kv)

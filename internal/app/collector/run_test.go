@@ -193,6 +193,9 @@ func TestRunChildIntegration(t *testing.T) {
 			require.Equal(t, 127, code)
 			require.Equal(t, fmt.Sprintf("collector: cannot run %q: %s\n", tc.name, tc.why), o.stderr.String())
 			require.Empty(t, o.stdout.String())
+			left, err := os.ReadDir(cfg.Out)
+			require.NoError(t, err)
+			require.Empty(t, left, "no empty split.log, gtt.txt or events.jsonl is left")
 		}
 	})
 }

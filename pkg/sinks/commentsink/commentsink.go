@@ -19,9 +19,10 @@
 // Write makes one attempt; a Fanout retries. 403 and 429 are transient with
 // the delay the server asked for (sinks.RetryAfter): Retry-After seconds,
 // else the X-RateLimit-Reset time when X-RateLimit-Remaining is 0, else one
-// minute. 5xx answers and network errors are transient (the Fanout's
-// exponential backoff). 401, 404, 422 and other 4xx answers are permanent
-// and name the issue.
+// minute. 5xx answers, network errors and 401 (the token refused: revoked,
+// expired, the tracker's auth down; the comment waits until it works
+// again) are transient (the Fanout's exponential backoff). 404, 422 and
+// other 4xx answers are permanent and name the issue.
 //
 // # Token
 //
@@ -40,7 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gttsplit/gttsplit/internal/plugin"
-	"github.com/gttsplit/gttsplit/internal/redact"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 	"io"
 	"net/http"
 	"net/url"
@@ -560,6 +561,12 @@ func (s *Sink) statusError(iss issue, what string, resp *http.Response, data []b
 	case code == http.StatusForbidden || code == http.StatusTooManyRequests:
 		return sinks.RetryAfter(err, s.rateLimitDelay(resp.Header))
 	case code >= 500:
+		return err
+	case code == http.StatusUnauthorized:
+		// A refused token is a state of the tracker (a revoked or expired
+		// token, an auth backend down), not of the report: transient, so
+		// the comment stays pending and is sent once the token works
+		// again (the Fanout's backoff; serve re-sends it at its next start).
 		return err
 	case code == http.StatusNotFound:
 		return sinks.Permanent(notFoundError{err})

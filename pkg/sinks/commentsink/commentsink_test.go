@@ -63,31 +63,13 @@ func (c *clock) Slept() []time.Duration {
 	return append([]time.Duration(nil), c.slept...)
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers (log output).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
 	srv   *githubtest.Server
 	cfg   *commentsink.Config
 	set   sinks.Settings
 	clock *clock
-	logs  *syncBuffer
-	out   *syncBuffer
+	logs  *sinktest.Buffer
+	out   *sinktest.Buffer
 }
 
 func newEnv(t *testing.T, opts ...githubtest.Option) *env {
@@ -98,7 +80,7 @@ func newEnv(t *testing.T, opts ...githubtest.Option) *env {
 	cfg.API = srv.URL
 	cfg.DefaultIssue = issue
 	cfg.Token = token
-	e := &env{srv: srv, cfg: cfg, clock: newClock(), logs: &syncBuffer{}, out: &syncBuffer{}}
+	e := &env{srv: srv, cfg: cfg, clock: newClock(), logs: &sinktest.Buffer{}, out: &sinktest.Buffer{}}
 	e.set = sinks.Settings{
 		Logger: zerolog.New(io.MultiWriter(e.logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel),
 		Now:    e.clock.Now,
@@ -267,6 +249,28 @@ func TestServerErrorsRetriedWithBackoff(t *testing.T) {
 	require.Len(t, e.srv.Comments(issue), 1)
 }
 
+// TestRefusedTokenKeepsCommentPending: a 401 (a token revoked, expired,
+// or the tracker's auth down for a while) leaves the comment pending: it
+// is retried with the sink's backoff and posted once the token works
+// again. Before, a 401 dropped the run's comment for good.
+func TestRefusedTokenKeepsCommentPending(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var counts sinks.Counters
+	f := e.fanout(t, e.sink(t), &counts)
+	e.srv.FailNext(3, githubtest.Status(http.StatusUnauthorized))
+
+	require.NoError(t, f.Write(context.Background(), sinktest.Report("run-1")))
+	require.NoError(t, f.Flush(context.Background()))
+	require.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, e.clock.Slept(), "the sink's backoff")
+	require.Len(t, ours(e.srv.Comments(issue), "run-1"), 1, "posted once the token works again")
+	c := counts.Snapshot()["issue_comment"]
+	require.Equal(t, uint64(3), c.Retries)
+	require.Zero(t, c.Failed)
+	require.Equal(t, uint64(1), c.Delivered)
+	require.Contains(t, c.LastError, "401")
+}
+
 func TestNetworkErrorIsTransient(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -282,7 +286,7 @@ func TestNetworkErrorIsTransient(t *testing.T) {
 
 func TestPermanentErrors(t *testing.T) {
 	t.Parallel()
-	for _, code := range []int{http.StatusUnauthorized, http.StatusNotFound, http.StatusUnprocessableEntity} {
+	for _, code := range []int{http.StatusNotFound, http.StatusUnprocessableEntity} {
 		t.Run(http.StatusText(code), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
@@ -316,8 +320,9 @@ func TestPermanentErrors(t *testing.T) {
 		e := newEnv(t)
 		e.cfg.Token = "ghp_wrong"
 		err := e.sink(t).Write(context.Background(), sinktest.Report("run-1"))
-		require.True(t, sinks.IsPermanent(err), "%v", err)
+		require.False(t, sinks.IsPermanent(err), "a refused token is transient: %v", err)
 		require.ErrorContains(t, err, "401")
+		require.NotContains(t, err.Error(), "ghp_wrong")
 	})
 	t.Run("MalformedIssue", func(t *testing.T) {
 		t.Parallel()

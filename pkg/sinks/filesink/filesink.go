@@ -79,7 +79,7 @@ type Sink struct {
 }
 
 // Interface guard.
-var _ sinks.Sink = (*Sink)(nil)
+var _ sinks.BatchWriter = (*Sink)(nil)
 
 // Write renders r as Markdown and atomically replaces its run's file.
 func (s *Sink) Write(ctx context.Context, r split.Report) error {
@@ -96,6 +96,33 @@ func (s *Sink) Write(ctx context.Context, r split.Report) error {
 	}
 	s.log.Debug().Str("run_id", r.Run.ID).Str("path", name).Msg("report written")
 	return nil
+}
+
+// WriteBatch renders every report as Markdown and atomically replaces
+// their runs' files with one sync of the file system for the contents and
+// one for the renames (sinks.BatchWriter).
+func (s *Sink) WriteBatch(ctx context.Context, rs []split.Report, keep func(split.Report) bool) ([]bool, error) {
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
+	}
+	defer s.gate.Exit()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	files := make([]safefs.File, len(rs))
+	for i, r := range rs {
+		files[i] = safefs.File{Name: safefs.RunPath(r.Run.Host, r.Run.Lane, r.Run.ID, ".md"), Data: []byte(split.Markdown(r))}
+	}
+	b, err := safefs.Stage(s.root, files)
+	if err != nil {
+		return nil, fmt.Errorf("%d reports: %w", len(rs), err)
+	}
+	kept := sinks.Kept(rs, keep)
+	if err := b.Commit(kept); err != nil {
+		return nil, fmt.Errorf("%d reports: %w", len(rs), err)
+	}
+	s.log.Debug().Int("reports", len(rs)).Msg("reports written")
+	return kept, nil
 }
 
 // Close waits for writes in flight (bounded by ctx) and closes the

@@ -112,7 +112,7 @@ type Sink struct {
 }
 
 // Interface guard.
-var _ sinks.Sink = (*Sink)(nil)
+var _ sinks.BatchWriter = (*Sink)(nil)
 
 type runKey struct{ host, lane, id string }
 
@@ -208,6 +208,91 @@ func (s *Sink) Write(ctx context.Context, r split.Report) error {
 	}
 	s.log.Debug().Str("run_id", r.Run.ID).Str("path", name).Msg("report written")
 	return nil
+}
+
+// WriteBatch writes every report as Write does, with one commit for them
+// all (sinks.BatchWriter): the documents' contents are synced together,
+// then, for the reports keep takes, the documents are renamed into place
+// and their lines appended to splits.jsonl in one write, and one more sync
+// makes both durable.
+func (s *Sink) WriteBatch(ctx context.Context, rs []split.Report, keep func(split.Report) bool) ([]bool, error) {
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
+	}
+	defer s.gate.Exit()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	files := make([]safefs.File, len(rs))
+	lines := make([][]byte, len(rs))
+	for i, r := range rs {
+		doc, err := split.JSON(r)
+		if err != nil {
+			return nil, sinks.Permanent(fmt.Errorf("json sink: render run %q: %w", r.Run.ID, err))
+		}
+		var line bytes.Buffer
+		if err := json.Compact(&line, doc); err != nil {
+			return nil, sinks.Permanent(fmt.Errorf("json sink: compact run %q: %w", r.Run.ID, err))
+		}
+		line.WriteByte('\n')
+		files[i] = safefs.File{Name: safefs.RunPath(r.Run.Host, r.Run.Lane, r.Run.ID, ".json"), Data: doc}
+		lines[i] = line.Bytes()
+	}
+	b, err := safefs.Stage(s.root, files)
+	if err != nil {
+		return nil, fmt.Errorf("json sink: %d reports: %w", len(rs), err)
+	}
+	kept := sinks.Kept(rs, keep)
+	// The lines first: the renames' sync makes them durable too (a crash
+	// before it leaves at most lines of splits whose documents are the
+	// old ones, which a retry writes again, byte for byte).
+	s.mu.Lock()
+	var out bytes.Buffer
+	if s.torn {
+		out.WriteByte('\n')
+	}
+	sums := make([][sha256.Size]byte, len(rs))
+	appended := map[runKey][sha256.Size]byte{}
+	for i, r := range rs {
+		if !kept[i] {
+			continue
+		}
+		k := runKey{r.Run.Host, r.Run.Lane, r.Run.ID}
+		sums[i] = sha256.Sum256(lines[i])
+		last, ok := appended[k]
+		if !ok {
+			last, ok = s.index[k]
+		}
+		if ok && last == sums[i] {
+			continue
+		}
+		out.Write(lines[i])
+		appended[k] = sums[i]
+	}
+	if out.Len() > 0 && !(out.Len() == 1 && s.torn) {
+		n, err := s.lines.Write(out.Bytes())
+		if err != nil {
+			if n > 0 {
+				s.torn = true
+			}
+			s.mu.Unlock()
+			b.Abort()
+			return nil, fmt.Errorf("json sink: append to %s: %w", linesFile, err)
+		}
+		s.torn = false
+	}
+	s.mu.Unlock()
+	if err := b.Commit(kept); err != nil {
+		return nil, fmt.Errorf("json sink: %d reports: %w", len(rs), err)
+	}
+	// Durable now: indexed.
+	s.mu.Lock()
+	for k, sum := range appended {
+		s.index[k] = sum
+	}
+	s.mu.Unlock()
+	s.log.Debug().Int("reports", len(rs)).Msg("reports written")
+	return kept, nil
 }
 
 // append writes line (ending in '\n') to splits.jsonl in one write call.

@@ -1,6 +1,7 @@
 // Package sinktest holds what sink tests share: Memory, an in-memory sink
-// that records reports, Conformance, the suite every sink passes, and
-// Report, a filled-in report to write.
+// that records reports, Conformance, the suite every sink passes, Report,
+// a filled-in report to write, and Buffer, for the logs of a sink's or a
+// Fanout's goroutines.
 package sinktest
 
 import (

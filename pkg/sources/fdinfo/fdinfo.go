@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gttsplit/gttsplit/internal/plugin"
+	"io/fs"
 	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gttsplit/gttsplit/pkg/sources"
 	"github.com/rs/zerolog"
@@ -69,6 +72,13 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("trigger_min_gap: must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+// alive reports whether pid is a process of this PID namespace (signal 0
+// reaches it, or would but for permissions).
+func alive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 // ErrNoProcess matches (errors.Is) the error of a root PID that does not
@@ -170,6 +180,13 @@ func (s *Source) Run(ctx context.Context, emit sources.Emit) error {
 	log := s.log.With().Int("pid", pid).Logger()
 	sm, err := newSampler(s.cfg, s.readlink, log, pid)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && alive(pid) {
+			// The process runs, but not where proc_root looks (a
+			// container given the host's /proc, say): say so now rather
+			// than let the split find no sample.
+			log.Warn().Str("proc_root", s.cfg.ProcRoot).
+				Msgf("pid %d not found under %s; no fdinfo will be sampled", pid, s.cfg.ProcRoot)
+		}
 		return err
 	}
 	defer sm.close()

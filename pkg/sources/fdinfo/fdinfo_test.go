@@ -487,3 +487,45 @@ func TestSamplerKeepsPre519AmdgpuFDs(t *testing.T) {
 		require.Equal(t, []int{3}, fds, "links=%v", links)
 	}
 }
+
+// TestRunProcRootBlind: a live process (this test's own) that proc_root
+// does not show (a container given the host's /proc) is said at once, at
+// WARN, with the pid and the directory; a pid that names no process at
+// all (a child gone before the first sample) is not.
+func TestRunProcRootBlind(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := zerolog.New(zerolog.SyncWriter(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	})))
+	cfg := DefaultConfig()
+	cfg.ProcRoot, cfg.SysRoot = t.TempDir(), t.TempDir()
+	cfg.PID = os.Getpid()
+	src, err := New(cfg, sources.Settings{Logger: log})
+	require.NoError(t, err)
+	require.ErrorIs(t, src.Run(t.Context(), (&recorder{}).emit), ErrNoProcess)
+	mu.Lock()
+	out := logs.String()
+	logs.Reset()
+	mu.Unlock()
+	require.Contains(t, out, `"level":"warn"`)
+	require.Contains(t, out, fmt.Sprintf(`pid %d not found under %s; no fdinfo will be sampled`, os.Getpid(), cfg.ProcRoot))
+
+	// A pid no process has (the child exited before the first sample).
+	gone := exec.Command("true")
+	require.NoError(t, gone.Run())
+	cfg.PID = gone.Process.Pid
+	src, err = New(cfg, sources.Settings{Logger: log})
+	require.NoError(t, err)
+	require.ErrorIs(t, src.Run(t.Context(), (&recorder{}).emit), ErrNoProcess)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotContains(t, logs.String(), "not found under")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

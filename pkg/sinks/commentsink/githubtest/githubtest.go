@@ -194,6 +194,14 @@ func (s *Server) FailNext(n int, f Failure) {
 	}
 }
 
+// ClearFailures drops the failures FailNext programmed and no request
+// used yet.
+func (s *Server) ClearFailures() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fails = nil
+}
+
 // Requests returns every request received so far, in arrival order.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()

@@ -171,3 +171,108 @@ func SyncDir(root *os.Root, dir string) error {
 	}
 	return nil
 }
+
+// File is one file of a batch: its name (slash-separated, relative to the
+// root) and its content.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Batch writes several files atomically with one commit to durable
+// storage for them all (group commit), in two steps so the caller can
+// decide between them: Stage writes each file's content to a temporary
+// file beside it and makes them durable together; Commit renames the kept
+// ones over their names and makes the renames durable. Readers see each
+// file's old or new content, never a mix.
+type Batch struct {
+	root  *os.Root
+	files []File
+	tmps  []string
+	dirs  map[string]bool
+}
+
+// Stage writes the temporary files of files and makes them durable with
+// one sync of the file system (one fsync per file where the system has no
+// syncfs).
+func Stage(root *os.Root, files []File) (b *Batch, err error) {
+	b = &Batch{root: root, files: files, dirs: map[string]bool{}}
+	defer func() {
+		if err != nil {
+			b.Abort()
+		}
+	}()
+	var toSync []*os.File
+	defer func() {
+		for _, f := range toSync {
+			_ = f.Close()
+		}
+	}()
+	for _, f := range files {
+		dir, base := path.Split(f.Name)
+		if dir == "" {
+			dir = "."
+		}
+		if !b.dirs[dir] {
+			if err := root.MkdirAll(dir, 0o755); err != nil {
+				return b, fmt.Errorf("create directory %s: %w", dir, err)
+			}
+			b.dirs[dir] = true
+		}
+		var rnd [8]byte
+		_, _ = rand.Read(rnd[:])
+		tmp := path.Join(dir, "."+base+"."+hex.EncodeToString(rnd[:])+".tmp")
+		fh, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return b, fmt.Errorf("create temporary file for %s: %w", f.Name, err)
+		}
+		b.tmps = append(b.tmps, tmp)
+		if _, err := fh.Write(f.Data); err != nil {
+			_ = fh.Close()
+			return b, fmt.Errorf("write %s: %w", f.Name, err)
+		}
+		toSync = append(toSync, fh)
+	}
+	if err := syncAll(root, toSync); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+// Commit renames the temporary files whose keep is true (nil: all) over
+// their names, removes the others, and makes the renames durable with one
+// sync of the file system.
+func (b *Batch) Commit(keep []bool) error {
+	var errs []error
+	for i, f := range b.files {
+		if keep != nil && !keep[i] {
+			_ = b.root.Remove(b.tmps[i])
+			continue
+		}
+		if err := b.root.Rename(b.tmps[i], f.Name); err != nil {
+			_ = b.root.Remove(b.tmps[i])
+			errs = append(errs, fmt.Errorf("rename %s: %w", f.Name, err))
+		}
+	}
+	b.tmps = nil
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return SyncFS(b.root, b.dirNames())
+}
+
+// Abort removes the temporary files.
+func (b *Batch) Abort() {
+	for _, t := range b.tmps {
+		_ = b.root.Remove(t)
+	}
+	b.tmps = nil
+}
+
+func (b *Batch) dirNames() []string {
+	out := make([]string, 0, len(b.dirs))
+	for d := range b.dirs {
+		out = append(out, d)
+	}
+	return out
+}

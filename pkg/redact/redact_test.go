@@ -25,6 +25,20 @@ func TestArgs(t *testing.T) {
 		"not secret":         {[]string{"llama-cli", "-m", "m.gguf", "--cache-type-k", "q8_0", "-n", "-1", "--keep", "4", "-ctk", "f16"}, []string{"llama-cli", "-m", "m.gguf", "--cache-type-k", "q8_0", "-n", "-1", "--keep", "4", "-ctk", "f16"}},
 		"program not a flag": {[]string{"--token-tool", "a"}, []string{"--token-tool", "a"}},
 		"email is not a URL": {[]string{"x", "--author", "a@b.c"}, []string{"x", "--author", "a@b.c"}},
+		"token=X":            {[]string{"x", "token=tk-1", "HF_TOKEN=hf_2", "api_key=k3"}, []string{"x", "token=" + Mask, "HF_TOKEN=" + Mask, "api_key=" + Mask}},
+		"env TOKEN=X cmd":    {[]string{"env", "GITHUB_TOKEN=gh-1", "llama-server"}, []string{"env", "GITHUB_TOKEN=" + Mask, "llama-server"}},
+		"--env=API_KEY=X":    {[]string{"x", "--env=API_KEY=k", "-e", "DB_PASSWORD=p"}, []string{"x", "--env=API_KEY=" + Mask, "-e", "DB_PASSWORD=" + Mask}},
+		"name=value kept":    {[]string{"x", "mode=fast", "n=3", "=token", "a.b=c"}, []string{"x", "mode=fast", "n=3", "=token", "a.b=c"}},
+		"-H Authorization: Bearer X": {[]string{"curl", "-H", "Authorization: Bearer abc.def-1", "--header", "authorization:Basic dXNlcjpwdw=="},
+			[]string{"curl", "-H", "Authorization: Bearer " + Mask, "--header", "authorization:Basic " + Mask}},
+		"--header=Authorization: X": {[]string{"x", "--header=Authorization: token ghp_1", "--header=Proxy-Authorization: opaque-2"},
+			[]string{"x", "--header=Authorization: token " + Mask, "--header=Proxy-Authorization: " + Mask}},
+		"lone Bearer X": {[]string{"x", "--auth", "Bearer abc", "basic Zm9v"}, []string{"x", "--auth", "Bearer " + Mask, "basic " + Mask}},
+		"X-Api-Key: X":  {[]string{"x", "-H", "X-Api-Key: k-1", "-H", "Accept: application/json"}, []string{"x", "-H", "X-Api-Key: " + Mask, "-H", "Accept: application/json"}},
+		"prompt kept (a lone two-word Basic X is taken for a credential)": {[]string{"llama-cli", "-p", "The bearer of basic news: token counts", "-p", "Basic math"},
+			[]string{"llama-cli", "-p", "The bearer of basic news: token counts", "-p", "Basic " + Mask}},
+		"model names kept": {[]string{"llama-server", "--override-kv", "tokenizer.ggml.add_bos_token=bool:false", "-ot", "token_embd.weight=CPU", "--override-tensor=token_embd.weight=CPU"},
+			[]string{"llama-server", "--override-kv", "tokenizer.ggml.add_bos_token=bool:false", "-ot", "token_embd.weight=CPU", "--override-tensor=token_embd.weight=CPU"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			in := append([]string(nil), tc.in...)
@@ -55,5 +69,16 @@ func TestURL(t *testing.T) {
 		"user@host":                                    "user@host",
 	} {
 		require.Equal(t, want, URL(in), in)
+	}
+}
+
+func TestURLList(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://TOKEN@h1:4222, nats://u:p@h2:4222": "nats://" + Mask + "@h1:4222, nats://u:" + Mask + "@h2:4222",
+		"TOKEN@h1:4222,u:p@h2":                     Mask + "@h1:4222,u:" + Mask + "@h2",
+		"nats://h1:4222,h2":                        "nats://h1:4222,h2",
+		"":                                         "",
+	} {
+		require.Equal(t, want, URLList(in), in)
 	}
 }

@@ -1,0 +1,82 @@
+package aggregator
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/config"
+)
+
+// TestHTTPTokenOffLoopbackIntegration: on a non-loopback listener every
+// path but /healthz and /readyz needs http.token: the page, its live
+// streams, /runs, /runs/{id} (full splits with command lines) and
+// /metrics (unless http.metrics_public). Before, /runs, /runs/{id} and
+// /metrics answered anyone.
+func TestHTTPTokenOffLoopbackIntegration(t *testing.T) {
+	skipShort(t)
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+	run := fx.Origin.RunID
+	guarded := []string{"/runs", "/runs/" + run, "/metrics", "/partitions", "/", "/events", "/run/" + run, "/run/" + run + "/events", "/compare"}
+	open := []string{"/healthz", "/readyz"}
+
+	serveOn := func(t *testing.T, mutate func(*config.Aggregator)) string {
+		cfg := testConfig(t, b.url)
+		cfg.HTTP.Listen = "0.0.0.0:0" // not loopback: the token applies
+		mutate(&cfg)
+		s := startServe(t, cfg, ServeOptions{})
+		_, port, err := net.SplitHostPort(s.http)
+		require.NoError(t, err)
+		return "127.0.0.1:" + port
+	}
+	status := func(t *testing.T, addr, path, token string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		c := &http.Client{Timeout: waitFor, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == "text/event-stream" {
+			return resp.StatusCode // a live stream: its first event is enough
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+
+	t.Run("token", func(t *testing.T) {
+		addr := serveOn(t, func(c *config.Aggregator) { c.HTTP.Token = "s3cret" })
+		b.publish(t, fx.Wires...)
+		eventually(t, "the run is listed", func() bool { return status(t, addr, "/runs/"+run, "s3cret") == http.StatusOK })
+		for _, p := range open {
+			require.Equal(t, http.StatusOK, status(t, addr, p, ""), p)
+		}
+		for _, p := range guarded {
+			require.Equal(t, http.StatusUnauthorized, status(t, addr, p, ""), "%s without the token", p)
+			require.Equal(t, http.StatusUnauthorized, status(t, addr, p, "wrong"), "%s with a wrong token", p)
+			require.Equal(t, http.StatusOK, status(t, addr, p, "s3cret"), "%s with the token", p)
+		}
+		require.Equal(t, http.StatusSeeOther, status(t, addr, "/runs?token=s3cret", ""), "?token= sets the cookie and drops itself")
+	})
+	t.Run("no token", func(t *testing.T) {
+		addr := serveOn(t, func(*config.Aggregator) {})
+		for _, p := range open {
+			require.Equal(t, http.StatusOK, status(t, addr, p, ""), p)
+		}
+		for _, p := range guarded {
+			require.Equal(t, http.StatusForbidden, status(t, addr, p, ""), "%s is refused with no http.token", p)
+		}
+	})
+	t.Run("metrics public", func(t *testing.T) {
+		addr := serveOn(t, func(c *config.Aggregator) { c.HTTP.Token, c.HTTP.MetricsPublic = "s3cret", true })
+		require.Equal(t, http.StatusOK, status(t, addr, "/metrics", ""))
+		require.Equal(t, http.StatusUnauthorized, status(t, addr, "/runs", ""))
+	})
+}

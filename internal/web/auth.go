@@ -1,0 +1,60 @@
+package web
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"strings"
+)
+
+// Guard is who may read the aggregator's HTTP listener. On a loopback
+// address anyone may (there is no login). On any other address every path
+// it wraps needs Token: as "Authorization: Bearer TOKEN", as the cookie a
+// first visit with ?token=TOKEN sets (that visit is redirected to the
+// address without the token, so it stays out of the history), or with no
+// Token configured not at all (403). /healthz and /readyz are not wrapped.
+type Guard struct {
+	Token    string
+	Loopback bool
+}
+
+const cookieName = "gttsplit_token"
+
+// Wrap returns next behind the guard.
+func (g Guard) Wrap(next http.Handler) http.Handler {
+	if g.Loopback {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.Token == "" {
+			http.Error(w, "on a non-loopback address this path is served only with http.token set (GTTSPLIT_HTTP_TOKEN)", http.StatusForbidden)
+			return
+		}
+		if q := r.URL.Query().Get("token"); q != "" {
+			if !g.ok(q) {
+				http.Error(w, "wrong token", http.StatusUnauthorized)
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: q, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			u := *r.URL
+			v := u.Query()
+			v.Del("token")
+			u.RawQuery = v.Encode()
+			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			return
+		}
+		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && g.ok(bearer) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if c, err := r.Cookie(cookieName); err == nil && g.ok(c.Value) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gttsplit"`)
+		http.Error(w, "this path needs the token of http.token: send Authorization: Bearer TOKEN, or open the page once with ?token=TOKEN", http.StatusUnauthorized)
+	})
+}
+
+func (g Guard) ok(s string) bool {
+	return subtle.ConstantTimeCompare([]byte(s), []byte(g.Token)) == 1
+}
