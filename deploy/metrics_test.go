@@ -238,11 +238,12 @@ func TestDashboardShape(t *testing.T) {
 	}
 }
 
-// TestMetricsAreExported scrapes /metrics of a real `aggregator serve`
+// TestMetricsAreExported scrapes /metrics of a real `aggregator serve`,
+// listening beyond loopback, with http.token as prometheus.yml sends it,
 // after it folded two runs, dead-lettered an event, failed a sink's writes
-// and deferred a split (the labelled counters appear only then), and checks that every metric
-// the rules and the dashboard use is one it exports. The collector has no
-// metrics endpoint.
+// and deferred a split (the labelled counters appear only then), and
+// checks that every metric the rules and the dashboard use is one it
+// exports. The collector has no metrics endpoint.
 func TestMetricsAreExported(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aggregator serve")
@@ -251,10 +252,19 @@ func TestMetricsAreExported(t *testing.T) {
 	ports := freePorts(t, 2)
 	reports := filepath.Join(dir, "reports")
 	// One split held per sink: the failing sink defers the second run's.
-	agg := start(t, dir, "aggregator", []string{"GTTSPLIT_SINKS_MAX_PENDING=1"}, aggregatorBin(t), "serve",
+	// Listening beyond loopback, as deployed: /metrics needs http.token as
+	// a bearer token (prometheus.yml sends it), the probes need none.
+	const token = "scrape-token"
+	agg := start(t, dir, "aggregator", []string{"GTTSPLIT_SINKS_MAX_PENDING=1", "GTTSPLIT_HTTP_TOKEN=" + token}, aggregatorBin(t), "serve",
 		"--embedded-listen", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--store", filepath.Join(dir, "store"),
-		"--http", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--json-dir", filepath.Join(dir, "json"), "--file-dir", reports)
+		"--http", fmt.Sprintf("0.0.0.0:%d", ports[1]), "--json-dir", filepath.Join(dir, "json"), "--file-dir", reports)
 	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), 60*time.Second, agg)
+	if code, _, err := get(fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1]), ""); err != nil || code != 200 {
+		t.Errorf("/healthz without the token: %d %v", code, err)
+	}
+	if code, _, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]), ""); err != nil || code == 200 {
+		t.Errorf("/metrics beyond loopback answered without the token: %d %v", code, err)
+	}
 	// A file where the file sink's directory was: its writes fail.
 	if err := os.RemoveAll(reports); err != nil {
 		t.Fatal(err)
@@ -290,7 +300,7 @@ func TestMetricsAreExported(t *testing.T) {
 	}
 	var exported map[string]bool
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
-		fams, err := scrape(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]), "")
+		fams, err := scrape(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]), token)
 		if err != nil {
 			t.Fatal(err)
 		}
