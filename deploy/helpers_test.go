@@ -39,6 +39,15 @@ func repo(t testing.TB) string {
 	return dir
 }
 
+// TestMain removes the binaries the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 var (
 	binMu  sync.Mutex
 	binDir string
