@@ -240,7 +240,7 @@ func TestDashboardShape(t *testing.T) {
 
 // TestMetricsAreExported scrapes /metrics of a real `aggregator serve`,
 // listening beyond loopback, with http.token as prometheus.yml sends it,
-// after it folded two runs, dead-lettered an event, failed a sink's writes
+// after it folded three runs, dead-lettered an event, failed a sink's writes
 // and deferred a split (the labelled counters appear only then), and
 // checks that every metric the rules and the dashboard use is one it
 // exports. The collector has no metrics endpoint.
@@ -251,7 +251,8 @@ func TestMetricsAreExported(t *testing.T) {
 	dir := t.TempDir()
 	ports := freePorts(t, 2)
 	reports := filepath.Join(dir, "reports")
-	// One split held per sink: the failing sink defers the second run's.
+	// One split held per sink: of the three runs' splits, the failing sink
+	// has one in hand, holds at most one more and defers the third.
 	// Listening beyond loopback, as deployed: /metrics needs http.token as
 	// a bearer token (prometheus.yml sends it), the probes need none.
 	const token = "scrape-token"
@@ -275,7 +276,7 @@ func TestMetricsAreExported(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
 	if out, code := run(t, []string{"GTTSPLIT_SPOOL_DIR=" + filepath.Join(dir, "spool")}, collectorBin(t),
 		"replay", "--nats-url", url, filepath.Join(repo(t), "testdata/runs/4b/events.jsonl"),
-		filepath.Join(repo(t), "testdata/runs/27b/events.jsonl")); code != 0 {
+		filepath.Join(repo(t), "testdata/runs/27b/events.jsonl"), filepath.Join(repo(t), "testdata/controls/4b-ngl0/events.jsonl")); code != 0 {
 		t.Fatalf("collector replay: exit %d\n%s", code, out)
 	}
 	nc := connect(t, url, "", "")
