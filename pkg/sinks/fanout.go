@@ -48,6 +48,15 @@ type FanoutConfig struct {
 	// it the oldest queued report is dropped with ErrQueueFull. Default 64
 	// times MaxPending.
 	MaxDeferred int
+	// Keep, if set, is asked right before a report is written (for a
+	// BatchWriter, right before its batch commits) whether it is still to
+	// be written; a report it refuses is withdrawn (OutcomeWithdrawn): its
+	// run's partition moved to another aggregator, which writes it. It is
+	// called from the sinks' worker goroutines.
+	Keep func(split.Report) bool
+	// Batch caps the reports a BatchWriter sink is handed at once (group
+	// commit). Default 256.
+	Batch int
 	// AttemptTimeout bounds one Write call. Default 2m.
 	AttemptTimeout time.Duration
 	// Rand returns uniform numbers in [0, 1) for jitter; it is called from
@@ -100,6 +109,9 @@ func NewFanout(set Settings, cfg FanoutConfig, targets ...Target) (*Fanout, erro
 	}
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = 2 * time.Minute
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 256
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
@@ -452,10 +464,10 @@ func (w *worker) unqueue(it *item) {
 	}
 }
 
-// next takes the oldest waiting item, blocking until there is one. It
-// returns nil when the worker must stop: draining with an empty queue, or
-// aborted.
-func (w *worker) next() *item {
+// next takes the oldest waiting items, up to n, blocking until there is
+// one. It returns nil when the worker must stop: draining with an empty
+// queue, or aborted.
+func (w *worker) next(n int) []*item {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
@@ -463,11 +475,14 @@ func (w *worker) next() *item {
 			return nil
 		}
 		if len(w.queue) > 0 {
-			it := w.queue[0]
-			w.queue = w.queue[1:]
-			w.unqueue(it)
+			k := min(max(n, 1), len(w.queue))
+			its := append([]*item(nil), w.queue[:k]...)
+			w.queue = w.queue[k:]
+			for _, it := range its {
+				w.unqueue(it)
+			}
 			w.busy = true
-			return it
+			return its
 		}
 		if w.draining {
 			return nil
@@ -481,13 +496,16 @@ func (w *worker) next() *item {
 	}
 }
 
-// settle ends the current item: it is requeued at the back when requeue is
-// set and no newer report of its run arrived meanwhile. A reloaded report
-// keeps its body if MaxPending allows, else it is deferred again.
-func (w *worker) settle(it *item, requeue bool) {
+// settle ends an item taken by next: it is requeued at the back when
+// requeue is set and no newer report of its run arrived meanwhile. A
+// reloaded report keeps its body if MaxPending allows, else it is deferred
+// again. last says it is the last item of what next returned.
+func (w *worker) settle(it *item, requeue, last bool) {
 	redeferred := false
 	w.mu.Lock()
-	w.busy = false
+	if last {
+		w.busy = false
+	}
 	current := w.latest[it.run] == it.version
 	switch {
 	case requeue && current:
@@ -507,7 +525,7 @@ func (w *worker) settle(it *item, requeue bool) {
 		delete(w.latest, it.run)
 	}
 	it.loaded = false
-	if len(w.queue) == 0 && !w.idleClosed {
+	if last && len(w.queue) == 0 && !w.idleClosed {
 		close(w.idle)
 		w.idleClosed = true
 	}
@@ -519,81 +537,118 @@ func (w *worker) settle(it *item, requeue bool) {
 
 func (w *worker) run() {
 	defer close(w.done)
+	batch := 1
+	if _, ok := w.sink.(BatchWriter); ok {
+		batch = w.f.cfg.Batch
+	}
 	for {
-		it := w.next()
-		if it == nil {
+		its := w.next(batch)
+		if its == nil {
 			return
 		}
-		it.attempts++
-		withdrawn, err := w.attempt(it)
-		// The outcome is observed before the item is settled: Flush and
-		// Close return once every item is settled, and by then every
+		for _, it := range its {
+			it.attempts++
+		}
+		outs := w.attempt(its)
+		// The outcomes are observed before the items are settled: Flush
+		// and Close return once every item is settled, and by then every
 		// observer must have seen what happened to it.
-		switch {
-		case withdrawn:
-			w.log.Debug().Str("run_id", it.run).Msg("deferred report withdrawn: nothing to write for the run any more")
-			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeWithdrawn, Attempt: it.attempts})
-			w.settle(it, false)
-		case err == nil:
-			if w.failures > 0 {
-				w.log.Info().Int("failures", w.failures).Msg("writes succeed again")
+		var delay time.Duration
+		stop := false
+		for i, it := range its {
+			last := i == len(its)-1
+			if stop {
+				w.settle(it, true, last) // Close counts it as undelivered
+				continue
 			}
-			w.failures = 0
-			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDelivered, Attempt: it.attempts})
-			w.settle(it, false)
-		case IsPermanent(err):
-			w.setLastErr(err)
-			w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Err(err).Msg("report dropped on permanent error")
-			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeFailed, Attempt: it.attempts, Err: err})
-			w.settle(it, false)
-		case w.f.actx.Err() != nil:
-			w.settle(it, true) // Close counts it as undelivered
+			d, halt := w.outcome(it, outs[i], last)
+			delay, stop = max(delay, d), halt
+		}
+		if stop {
 			return
-		default:
-			w.setLastErr(err)
-			w.failures++
-			w.mu.Lock()
-			draining := w.draining
-			w.mu.Unlock()
-			if draining {
-				w.drainFailures++
-			}
-			if draining && w.drainFailures >= maxDrainFailures {
-				// Shutting down and the sink keeps failing: stop here; Close
-				// reports what is left as undelivered at once instead of
-				// retrying until the shutdown timeout.
-				w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Err(err).
-					Msg("write failed while shutting down; giving up on this sink")
-				w.settle(it, true)
-				return
-			}
-			delay := w.f.cfg.Retry.Delay(err, w.failures, w.f.cfg.Rand())
-			_, asked := RetryAfterDelay(err)
-			if draining && asked && !w.f.deadline.IsZero() && w.f.set.Now().Add(delay).After(w.f.deadline) {
-				// The remote end asks for a wait that ends after the
-				// shutdown deadline: give up now rather than at it.
-				w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay.Round(time.Millisecond)).Err(err).
-					Msg("write failed while shutting down, and the remote end asks to wait past the deadline; giving up on this sink")
-				w.settle(it, true)
-				return
-			}
-			if draining && !asked {
-				// Shutting down: a short backoff of our own. A wait the
-				// remote end asked for (Retry-After, a rate limit's reset)
-				// is kept, as before Close: retrying sooner only earns
-				// another refusal.
-				delay = min(delay, maxDrainDelay)
-			}
-			ev := w.log.Debug()
-			if w.failures == 1 || w.failures%warnEvery == 0 {
-				ev = w.log.Warn().Int("consecutive_failures", w.failures)
-			}
-			ev.Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay.Round(time.Millisecond)).Err(err).Msg("write failed, will retry")
-			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRetrying, Attempt: it.attempts, Err: err, Delay: delay})
-			w.settle(it, true)
+		}
+		if delay > 0 {
 			w.wait(delay)
 		}
 	}
+}
+
+// result is what one attempt did with one item.
+type result struct {
+	withdrawn bool
+	err       error
+}
+
+// outcome observes and settles one item after its attempt; it returns the
+// backoff before the next attempt (0: none), and whether the worker must
+// stop.
+func (w *worker) outcome(it *item, res result, last bool) (time.Duration, bool) {
+	err := res.err
+	switch {
+	case res.withdrawn:
+		w.log.Debug().Str("run_id", it.run).Msg("report withdrawn: nothing to write for the run here any more")
+		w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeWithdrawn, Attempt: it.attempts})
+		w.settle(it, false, last)
+	case err == nil:
+		if w.failures > 0 {
+			w.log.Info().Int("failures", w.failures).Msg("writes succeed again")
+		}
+		w.failures = 0
+		w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeDelivered, Attempt: it.attempts})
+		w.settle(it, false, last)
+	case IsPermanent(err):
+		w.setLastErr(err)
+		w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Err(err).Msg("report dropped on permanent error")
+		w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeFailed, Attempt: it.attempts, Err: err})
+		w.settle(it, false, last)
+	case w.f.actx.Err() != nil:
+		w.settle(it, true, last) // Close counts it as undelivered
+		return 0, true
+	default:
+		w.setLastErr(err)
+		w.failures++
+		w.mu.Lock()
+		draining := w.draining
+		w.mu.Unlock()
+		if draining {
+			w.drainFailures++
+		}
+		if draining && w.drainFailures >= maxDrainFailures {
+			// Shutting down and the sink keeps failing: stop here; Close
+			// reports what is left as undelivered at once instead of
+			// retrying until the shutdown timeout.
+			w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Err(err).
+				Msg("write failed while shutting down; giving up on this sink")
+			w.settle(it, true, last)
+			return 0, true
+		}
+		delay := w.f.cfg.Retry.Delay(err, w.failures, w.f.cfg.Rand())
+		_, asked := RetryAfterDelay(err)
+		if draining && asked && !w.f.deadline.IsZero() && w.f.set.Now().Add(delay).After(w.f.deadline) {
+			// The remote end asks for a wait that ends after the
+			// shutdown deadline: give up now rather than at it.
+			w.log.Warn().Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay.Round(time.Millisecond)).Err(err).
+				Msg("write failed while shutting down, and the remote end asks to wait past the deadline; giving up on this sink")
+			w.settle(it, true, last)
+			return 0, true
+		}
+		if draining && !asked {
+			// Shutting down: a short backoff of our own. A wait the
+			// remote end asked for (Retry-After, a rate limit's reset)
+			// is kept, as before Close: retrying sooner only earns
+			// another refusal.
+			delay = min(delay, maxDrainDelay)
+		}
+		ev := w.log.Debug()
+		if w.failures == 1 || w.failures%warnEvery == 0 {
+			ev = w.log.Warn().Int("consecutive_failures", w.failures)
+		}
+		ev.Str("run_id", it.run).Int("attempt", it.attempts).Dur("retry_in", delay.Round(time.Millisecond)).Err(err).Msg("write failed, will retry")
+		w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRetrying, Attempt: it.attempts, Err: err, Delay: delay})
+		w.settle(it, true, last)
+		return delay, false
+	}
+	return 0, false
 }
 
 func (w *worker) setLastErr(err error) {
@@ -610,31 +665,79 @@ func reports(n int) string {
 	return fmt.Sprintf("%d reports", n)
 }
 
-// attempt reloads a deferred item's report (withdrawn: Reload had none)
-// and writes the report.
-func (w *worker) attempt(it *item) (withdrawn bool, err error) {
-	if !it.held {
-		r, ok, err := w.reload(it.run)
-		if err != nil {
-			return false, err
+// attempt reloads the deferred items' reports (withdrawn: Reload had
+// none) and writes the reports: one Write, or one WriteBatch for them all
+// when the sink is a BatchWriter. Keep is asked right before.
+func (w *worker) attempt(its []*item) []result {
+	out := make([]result, len(its))
+	var rs []split.Report
+	var at []int
+	for i, it := range its {
+		if !it.held {
+			r, ok, err := w.reload(it.run)
+			if err != nil {
+				out[i].err = err
+				continue
+			}
+			if !ok {
+				out[i].withdrawn = true
+				continue
+			}
+			it.r, it.loaded = r, true
+			w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRequeued, Attempt: it.attempts})
+			w.mu.Lock()
+			w.reloaded++
+			n := 0
+			if w.deferred == 0 {
+				n, w.reloaded = w.reloaded, 0
+			}
+			w.mu.Unlock()
+			if n > 0 {
+				w.log.Info().Int("reloaded", n).Msg("sink caught up: every deferred report was reloaded")
+			}
 		}
-		if !ok {
-			return true, nil
-		}
-		it.r, it.loaded = r, true
-		w.observe(Event{Sink: w.name, RunID: it.run, Outcome: OutcomeRequeued, Attempt: it.attempts})
-		w.mu.Lock()
-		w.reloaded++
-		n := 0
-		if w.deferred == 0 {
-			n, w.reloaded = w.reloaded, 0
-		}
-		w.mu.Unlock()
-		if n > 0 {
-			w.log.Info().Int("reloaded", n).Msg("sink caught up: every deferred report was reloaded")
-		}
+		rs = append(rs, it.r)
+		at = append(at, i)
 	}
-	return false, w.write(it.r)
+	if len(rs) == 0 {
+		return out
+	}
+	if bw, ok := w.sink.(BatchWriter); ok {
+		written, err := w.writeBatch(bw, rs)
+		for k, i := range at {
+			switch {
+			case err != nil:
+				out[i].err = err
+			case !written[k]:
+				out[i].withdrawn = true
+			}
+		}
+		return out
+	}
+	for k, i := range at {
+		if keep := w.f.cfg.Keep; keep != nil && !keep(rs[k]) {
+			out[i].withdrawn = true
+			continue
+		}
+		out[i].err = w.write(rs[k])
+	}
+	return out
+}
+
+// writeBatch is write for a BatchWriter: one attempt for the batch.
+func (w *worker) writeBatch(bw BatchWriter, rs []split.Report) (written []bool, err error) {
+	ctx, cancel := context.WithTimeout(w.f.actx, w.f.cfg.AttemptTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = Permanent(fmt.Errorf("sink %s panicked: %v", w.name, p))
+		}
+	}()
+	written, err = bw.WriteBatch(ctx, rs, w.f.cfg.Keep)
+	if err == nil && len(written) != len(rs) {
+		err = Permanent(fmt.Errorf("sink %s: WriteBatch answered for %d of %d reports", w.name, len(written), len(rs)))
+	}
+	return written, err
 }
 
 // reload calls Reload once, bounded like a write; a panic fails the report
