@@ -192,7 +192,7 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 	if batch <= 0 {
 		batch = 256
 	}
-	n := 0
+	n, refused := 0, 0
 	for {
 		mb, err := cons.Fetch(batch, jetstream.FetchContext(ctx))
 		if err != nil {
@@ -216,7 +216,18 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 				return n, nil
 			}
 		}
-		if err := mb.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		err = mb.Error()
+		if got == 0 && noResponders(err) && refused < exportRefusals {
+			// In a cluster, a consumer just created may not be reachable
+			// from this connection's server yet: the pull request finds no
+			// one for a moment.
+			refused++
+			if err := sleepCtx(ctx, 50*time.Millisecond*time.Duration(refused)); err != nil {
+				return n, err
+			}
+			continue
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return n, fmt.Errorf("export %s: fetch: %w", stream, err)
 		}
 		if got == 0 {
@@ -224,5 +235,25 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 				return n, err
 			}
 		}
+	}
+}
+
+// exportRefusals bounds the fetches Export retries when the pull request
+// finds no responders (about 10 s in all).
+const exportRefusals = 20
+
+func noResponders(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// sleepCtx waits d or until ctx is done (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
