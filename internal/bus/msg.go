@@ -192,7 +192,8 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 	if batch <= 0 {
 		batch = 256
 	}
-	n, refused := 0, 0
+	n := 0
+	var refused Refusals
 	for {
 		mb, err := cons.Fetch(batch, jetstream.FetchContext(ctx))
 		if err != nil {
@@ -217,14 +218,9 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 			}
 		}
 		err = mb.Error()
-		if got == 0 && noResponders(err) && refused < exportRefusals {
-			// In a cluster, a consumer just created may not be reachable
-			// from this connection's server yet: the pull request finds no
-			// one for a moment.
-			refused++
-			if err := sleepCtx(ctx, 50*time.Millisecond*time.Duration(refused)); err != nil {
-				return n, err
-			}
+		if again, werr := refused.Again(ctx, got, err); werr != nil {
+			return n, werr
+		} else if again {
 			continue
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) {
@@ -238,22 +234,30 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 	}
 }
 
-// exportRefusals bounds the fetches Export retries when the pull request
-// finds no responders (about 10 s in all).
-const exportRefusals = 20
+// Refusals is a reader's patience with fetches that find no responders:
+// in a cluster, a consumer just created (an ordered consumer, say) is not
+// reachable from every node for a moment, and its first pull requests
+// come back with "no responders".
+type Refusals struct{ n int }
 
-func noResponders(err error) bool {
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
-}
+// maxRefusals bounds the fetches retried in a row (about 10 s in all).
+const maxRefusals = 20
 
-// sleepCtx waits d or until ctx is done (its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
+// Again says whether a fetch that returned got messages and the batch
+// error err is to be asked again; it waits a growing backoff first. It
+// returns ctx's error when ctx ends during the wait.
+func (r *Refusals) Again(ctx context.Context, got int, err error) (bool, error) {
+	if got > 0 || !(errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)) || r.n >= maxRefusals {
+		r.n = 0
+		return false, nil
+	}
+	r.n++
+	t := time.NewTimer(50 * time.Millisecond * time.Duration(r.n))
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
+		return true, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 }
