@@ -37,7 +37,7 @@ func BenchmarkPublishVsPublishAsync(b *testing.B) {
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(b, err)
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(bus.DefaultPublisherConfig().MaxInFlight))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(bus.DefaultConfig().MaxInFlight))
 	require.NoError(b, err)
 
 	const round = 1000

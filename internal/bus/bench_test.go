@@ -78,7 +78,7 @@ func BenchmarkPublishLogLines(b *testing.B) {
 	// For reference: nats.go's own async JetStream publish of the same
 	// bytes with the same in-flight bound, without the Publisher's
 	// bookkeeping (ordering, acks, spool).
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(bus.DefaultPublisherConfig().MaxInFlight))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(bus.DefaultConfig().MaxInFlight))
 	require.NoError(b, err)
 	subj := events.Subject(events.KindLog, o.Host, o.Lane, o.RunID)
 	start = time.Now()

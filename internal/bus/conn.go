@@ -14,100 +14,51 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/gttsplit/gttsplit/pkg/redact"
 )
 
-// ConnConfig says how to reach NATS. At most one of Token, User/Password,
-// NKeySeedFile and CredsFile is set.
-type ConnConfig struct {
-	// URL is the server URL, or several separated by commas
-	// (nats://host:4222, tls://host:4222).
-	URL string `mapstructure:"url"`
-	// Name is the client name the server shows (default "gttsplit").
-	Name string `mapstructure:"name"`
-	// Token authenticates with a bearer token.
-	Token string `mapstructure:"token"`
-	// User and Password authenticate with a user name and password.
-	User     string `mapstructure:"user"`
-	Password string `mapstructure:"password"`
-	// NKeySeedFile is a file holding an NKey user seed (SU...).
-	NKeySeedFile string `mapstructure:"nkey_seed_file"`
-	// CredsFile is a decentralised-auth credentials file (JWT and seed).
-	CredsFile string `mapstructure:"creds_file"`
-	// TLS configures the server's CA and a client certificate.
-	TLS TLSConfig `mapstructure:"tls"`
-	// ConnectTimeout bounds one connection attempt (default 5s).
-	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
-	// ReconnectWait is the pause between reconnection attempts (default 2s).
-	ReconnectWait time.Duration `mapstructure:"reconnect_wait"`
-	// FailFast makes the first connection mandatory: when no server
-	// answers (each tried for ConnectTimeout), Connect fails, naming every
-	// URL and why it could not be reached. Without it Connect returns a
-	// connection that keeps trying in the background (a collector spools
-	// meanwhile). Either way a connection that was once up reconnects for
-	// ever.
-	FailFast bool `mapstructure:"-"`
-}
-
-// TLSConfig names PEM files. CAFile alone verifies the server; CertFile and
-// KeyFile together present a client certificate.
-type TLSConfig struct {
-	CAFile   string `mapstructure:"ca_file"`
-	CertFile string `mapstructure:"cert_file"`
-	KeyFile  string `mapstructure:"key_file"`
-}
-
-// DefaultConnConfig returns the defaults (no URL: offline).
-func DefaultConnConfig() ConnConfig {
-	return ConnConfig{Name: "gttsplit", ConnectTimeout: 5 * time.Second, ReconnectWait: 2 * time.Second}
-}
-
-// Validate reports every problem at once, each prefixed with its key. It
-// does not touch the network or the files.
-func (c ConnConfig) Validate() error {
-	var errs []error
-	if c.URL == "" {
-		errs = append(errs, errors.New("url: must not be empty"))
-	}
-	auth := 0
-	for _, set := range []bool{c.Token != "", c.User != "" || c.Password != "", c.NKeySeedFile != "", c.CredsFile != ""} {
-		if set {
-			auth++
-		}
-	}
-	if auth > 1 {
-		errs = append(errs, errors.New("token, user/password, nkey_seed_file, creds_file: set at most one"))
-	}
-	if c.Password != "" && c.User == "" {
-		errs = append(errs, errors.New("user: must be set with password"))
-	}
-	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		errs = append(errs, errors.New("tls.cert_file, tls.key_file: set both or neither"))
-	}
-	if c.ConnectTimeout < 0 {
-		errs = append(errs, errors.New("connect_timeout: must not be negative"))
-	}
-	if c.ReconnectWait < 0 {
-		errs = append(errs, errors.New("reconnect_wait: must not be negative"))
-	}
-	return errors.Join(errs...)
+// DialOptions are what the program, not the configuration, decides about
+// a connection. The zero value is a collector's: a broker that is away
+// is waited for in the background.
+type DialOptions struct {
+	// Name is the client name the server shows; "" is "gttsplit".
+	Name string
+	// Required makes the broker mandatory (the aggregator): when no
+	// server answers (each tried for ConnectTimeout), Connect fails,
+	// naming every URL and why it could not be reached, and Dial fails
+	// unless the stream exists or was created. Without it Connect returns
+	// a connection that keeps trying in the background (a collector
+	// spools meanwhile). Either way a connection that was once up
+	// reconnects for ever.
+	Required bool
+	// Partitions of the events stream when Dial creates it; 0 is
+	// DefaultPartitions.
+	Partitions int
+	// ReconnectWait is the pause between reconnection attempts; 0 is 2s.
+	ReconnectWait time.Duration
 }
 
 // options turns the config into nats.go options; tlsWarn says a TLS
 // failure of a reconnect attempt.
-func (c ConnConfig) options(log zerolog.Logger, tlsWarn *tlsWarning) ([]nats.Option, error) {
-	name := c.Name
+func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning) ([]nats.Option, error) {
+	name := opt.Name
 	if name == "" {
 		name = "gttsplit"
+	}
+	reconnectWait := opt.ReconnectWait
+	if reconnectWait <= 0 {
+		reconnectWait = 2 * time.Second
 	}
 	opts := []nats.Option{
 		nats.Name(name),
 		// Keep trying for ever, in the background: a collector spools
 		// meanwhile, an aggregator waits.
 		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(!c.FailFast),
+		nats.RetryOnFailedConnect(!opt.Required),
+		nats.ReconnectWait(reconnectWait),
 		// No reconnect buffer: a publish while disconnected fails at once
 		// (and goes to the spool) instead of being replayed behind the
 		// spool's back after the reconnect, which would break the order.
@@ -143,14 +94,11 @@ func (c ConnConfig) options(log zerolog.Logger, tlsWarn *tlsWarning) ([]nats.Opt
 	if c.ConnectTimeout > 0 {
 		opts = append(opts, nats.Timeout(c.ConnectTimeout))
 	}
-	if c.ReconnectWait > 0 {
-		opts = append(opts, nats.ReconnectWait(c.ReconnectWait))
-	}
 	switch {
 	case c.Token != "":
-		opts = append(opts, nats.Token(c.Token))
+		opts = append(opts, nats.Token(c.Token.Reveal()))
 	case c.User != "":
-		opts = append(opts, nats.UserInfo(c.User, c.Password))
+		opts = append(opts, nats.UserInfo(c.User, c.Password.Reveal()))
 	case c.NKeySeedFile != "":
 		o, err := nats.NkeyOptionFromSeed(c.NKeySeedFile)
 		if err != nil {
@@ -169,25 +117,27 @@ func (c ConnConfig) options(log zerolog.Logger, tlsWarn *tlsWarning) ([]nats.Opt
 	return opts, nil
 }
 
-// Connect connects to NATS. When no server is reachable it still returns a
-// connection, which keeps reconnecting in the background (a Publisher
-// spools meanwhile); an invalid config, an unreadable key file or a refused
-// authentication is an error. The connection has no reconnect buffer, as
-// the Publisher requires. Secrets are never logged.
-func Connect(ctx context.Context, cfg ConnConfig, log zerolog.Logger) (*nats.Conn, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("nats config: %w", err)
+// Connect connects to NATS as cfg says (as Config.Validate accepts it;
+// the keys of the stream and the publisher are not read). When no server
+// is reachable it still returns a connection, which keeps reconnecting in
+// the background (a Publisher spools meanwhile), unless opt.Required; an
+// empty URL, an unreadable key file or a refused authentication is an
+// error. The connection has no reconnect buffer, as the Publisher requires.
+// Secrets are never logged.
+func Connect(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logger) (*nats.Conn, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("nats config: url: must not be empty")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	log = log.With().Str("component", "nats").Logger()
 	tlsWarn := &tlsWarning{log: log, servers: serverNames(cfg.URL)}
-	opts, err := cfg.options(log, tlsWarn)
+	opts, err := options(cfg, opt, log, tlsWarn)
 	if err != nil {
 		return nil, fmt.Errorf("nats connect: %w", err)
 	}
-	if cfg.FailFast {
+	if opt.Required {
 		// nats.go reports a refused connection only as "no servers
 		// available": dial every server first (at once, within
 		// ConnectTimeout) to say which is unreachable and why.
@@ -221,17 +171,66 @@ func Connect(ctx context.Context, cfg ConnConfig, log zerolog.Logger) (*nats.Con
 	return nc, nil
 }
 
-// ErrUnreachable is wrapped by Connect's error when FailFast is set and no
-// server could be reached.
+// Dial connects to NATS (Connect) and makes sure the events stream exists
+// (EnsureStream, with cfg's limits and opt.Partitions). With opt.Required
+// (the aggregator) the stream must be there: each attempt is bounded, one
+// a cluster dropped (a leader being elected) is tried again for up to
+// 30 s, and failing that Dial fails and closes the connection. Without it
+// (a collector) the stream is made sure of once, within 10 s, when the
+// broker is connected; failing that is a warning and publishing goes on.
+func Dial(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := Connect(ctx, cfg, opt, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	sc := cfg.StreamConfig(opt.Partitions)
+	if !opt.Required {
+		if nc.IsConnected() {
+			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err = EnsureStream(ectx, js, sc, log)
+			cancel()
+			if err != nil {
+				log.Warn().Err(err).Msg("could not make sure the stream exists; publishing anyway")
+			}
+		}
+		return nc, js, nil
+	}
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		actx, cancelAttempt := context.WithTimeout(ectx, 5*time.Second)
+		_, err = EnsureStream(actx, js, sc, log)
+		cancelAttempt()
+		if err == nil || ectx.Err() != nil ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			break
+		}
+		log.Warn().Err(err).Msg("stream not ready, retrying")
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("stream %s: %w", sc.Name, err)
+	}
+	return nc, js, nil
+}
+
+// ErrUnreachable is wrapped by Connect's error when DialOptions.Required is
+// set and no server could be reached.
 var ErrUnreachable = errors.New("no NATS server reachable")
 
 // probe dials every server of cfg.URL over TCP at once, each within
 // ConnectTimeout. It returns why each unreachable one failed ("URL: connection
 // refused") and whether any answered.
-func probe(cfg ConnConfig) (causes []string, up bool) {
+func probe(cfg Config) (causes []string, up bool) {
 	timeout := cfg.ConnectTimeout
 	if timeout <= 0 {
-		timeout = DefaultConnConfig().ConnectTimeout
+		timeout = DefaultConfig().ConnectTimeout
 	}
 	var urls []string
 	for _, raw := range strings.Split(cfg.URL, ",") {

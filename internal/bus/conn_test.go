@@ -36,10 +36,10 @@ func startWith(t *testing.T, mod func(o *server.Options)) *server.Server {
 	return s
 }
 
-func connectCfg(t *testing.T, cfg bus.ConnConfig) error {
+func connectCfg(t *testing.T, cfg bus.Config) error {
 	t.Helper()
 	cfg.ConnectTimeout = 2 * time.Second
-	nc, err := bus.Connect(context.Background(), cfg, testLogger(t))
+	nc, err := bus.Connect(context.Background(), cfg, bus.DialOptions{}, testLogger(t))
 	if err != nil {
 		return err
 	}
@@ -58,14 +58,14 @@ func TestConnectAuthIntegration(t *testing.T) {
 	skipShort(t)
 	t.Run("token", func(t *testing.T) {
 		s := startWith(t, func(o *server.Options) { o.Authorization = "s3cret" })
-		require.NoError(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), Token: "s3cret"}))
-		err := connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), Token: "wrong"})
+		require.NoError(t, connectCfg(t, bus.Config{URL: s.ClientURL(), Token: "s3cret"}))
+		err := connectCfg(t, bus.Config{URL: s.ClientURL(), Token: "wrong"})
 		require.ErrorContains(t, err, "authorization")
 	})
 	t.Run("user password", func(t *testing.T) {
 		s := startWith(t, func(o *server.Options) { o.Username, o.Password = "agg", "pw" })
-		require.NoError(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), User: "agg", Password: "pw"}))
-		require.Error(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), User: "agg", Password: "no"}))
+		require.NoError(t, connectCfg(t, bus.Config{URL: s.ClientURL(), User: "agg", Password: "pw"}))
+		require.Error(t, connectCfg(t, bus.Config{URL: s.ClientURL(), User: "agg", Password: "no"}))
 	})
 	t.Run("nkey", func(t *testing.T) {
 		kp, err := nkeys.CreateUser()
@@ -77,15 +77,15 @@ func TestConnectAuthIntegration(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "user.nk")
 		require.NoError(t, os.WriteFile(file, seed, 0o600))
 		s := startWith(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
-		require.NoError(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), NKeySeedFile: file}))
-		require.ErrorContains(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), NKeySeedFile: filepath.Join(t.TempDir(), "missing.nk")}), "nkey_seed_file")
+		require.NoError(t, connectCfg(t, bus.Config{URL: s.ClientURL(), NKeySeedFile: file}))
+		require.ErrorContains(t, connectCfg(t, bus.Config{URL: s.ClientURL(), NKeySeedFile: filepath.Join(t.TempDir(), "missing.nk")}), "nkey_seed_file")
 	})
 	t.Run("tls with client certificate", func(t *testing.T) {
 		pki := newPKI(t)
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: pki.serverCert, KeyFile: pki.serverKey, CaFile: pki.ca, Verify: true})
 		require.NoError(t, err)
 		s := startWith(t, func(o *server.Options) { o.TLSConfig, o.TLS, o.TLSVerify = tc, true, true })
-		require.NoError(t, connectCfg(t, bus.ConnConfig{URL: s.ClientURL(), TLS: bus.TLSConfig{CAFile: pki.ca, CertFile: pki.clientCert, KeyFile: pki.clientKey}}))
+		require.NoError(t, connectCfg(t, bus.Config{URL: s.ClientURL(), TLS: bus.TLSConfig{CAFile: pki.ca, CertFile: pki.clientCert, KeyFile: pki.clientKey}}))
 	})
 }
 
@@ -100,19 +100,13 @@ func TestConnectUnreachableIntegration(t *testing.T) {
 	require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond)
 }
 
-func TestConnConfigValidate(t *testing.T) {
+func TestConnectNeedsURL(t *testing.T) {
 	t.Parallel()
-	err := bus.ConnConfig{Token: "t", User: "u", TLS: bus.TLSConfig{CertFile: "c"}, ReconnectWait: -1}.Validate()
-	for _, key := range []string{"url:", "set at most one", "tls.cert_file, tls.key_file:", "reconnect_wait:"} {
-		require.ErrorContains(t, err, key)
-	}
-	require.ErrorContains(t, bus.ConnConfig{URL: "nats://x", Password: "p"}.Validate(), "user:")
-	require.NoError(t, bus.ConnConfig{URL: "nats://x"}.Validate())
-	_, err = bus.Connect(context.Background(), bus.ConnConfig{}, testLogger(t))
+	_, err := bus.Connect(context.Background(), bus.DefaultConfig(), bus.DialOptions{}, testLogger(t))
 	require.ErrorContains(t, err, "url: must not be empty")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = bus.Connect(ctx, bus.ConnConfig{URL: "nats://127.0.0.1:1"}, testLogger(t))
+	_, err = bus.Connect(ctx, bus.Config{URL: "nats://127.0.0.1:1"}, bus.DialOptions{}, testLogger(t))
 	require.ErrorIs(t, err, context.Canceled)
 }
 
@@ -168,9 +162,9 @@ func TestConnectFailFastUnreachable(t *testing.T) {
 	require.NoError(t, err)
 	refused := "nats://" + ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens there any more
-	cfg := bus.DefaultConnConfig()
-	cfg.URL, cfg.FailFast, cfg.ConnectTimeout = refused+",nats://user:pw@no-such-host.invalid:4222", true, 2*time.Second
-	nc, err := bus.Connect(context.Background(), cfg, testLogger(t))
+	cfg := bus.DefaultConfig()
+	cfg.URL, cfg.ConnectTimeout = refused+",nats://user:pw@no-such-host.invalid:4222", 2*time.Second
+	nc, err := bus.Connect(context.Background(), cfg, bus.DialOptions{Required: true}, testLogger(t))
 	require.Nil(t, nc)
 	require.ErrorIs(t, err, bus.ErrUnreachable)
 	require.ErrorContains(t, err, refused+": connection refused")
@@ -196,9 +190,9 @@ func TestConnectFailFastSilentServer(t *testing.T) {
 			go func() { <-done; c.Close() }()
 		}
 	}()
-	cfg := bus.DefaultConnConfig()
-	cfg.URL, cfg.FailFast, cfg.ConnectTimeout = "nats://"+ln.Addr().String(), true, 200*time.Millisecond
-	nc, err := bus.Connect(context.Background(), cfg, testLogger(t))
+	cfg := bus.DefaultConfig()
+	cfg.URL, cfg.ConnectTimeout = "nats://"+ln.Addr().String(), 200*time.Millisecond
+	nc, err := bus.Connect(context.Background(), cfg, bus.DialOptions{Required: true}, testLogger(t))
 	require.Nil(t, nc)
 	require.ErrorContains(t, err, cfg.URL)
 	require.ErrorContains(t, err, "timeout")
@@ -217,9 +211,9 @@ func TestConnectLogMasksToken(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	w := zerolog.SyncWriter(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }))
-	cfg := bus.DefaultConnConfig()
+	cfg := bus.DefaultConfig()
 	cfg.URL = fmt.Sprintf("nats://tok-s3cret-1@127.0.0.1:%d", natstest.Port(s))
-	nc, err := bus.Connect(context.Background(), cfg, zerolog.New(w))
+	nc, err := bus.Connect(context.Background(), cfg, bus.DialOptions{}, zerolog.New(w))
 	require.NoError(t, err)
 	require.True(t, nc.IsConnected())
 	require.Eventually(t, func() bool {
@@ -253,11 +247,10 @@ func TestConnectTLSVerifyFailureSaidOnce(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	w := zerolog.SyncWriter(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }))
-	cfg := bus.DefaultConnConfig()
+	cfg := bus.DefaultConfig()
 	cfg.URL = fmt.Sprintf("tls://127.0.0.1:%d", natstest.Port(s))
 	cfg.TLS.CAFile = other.ca // not the CA that signed the server's certificate
-	cfg.ReconnectWait = 20 * time.Millisecond
-	nc, err := bus.Connect(context.Background(), cfg, zerolog.New(w).Level(zerolog.DebugLevel))
+	nc, err := bus.Connect(context.Background(), cfg, bus.DialOptions{ReconnectWait: 20 * time.Millisecond}, zerolog.New(w).Level(zerolog.DebugLevel))
 	require.NoError(t, err, "a collector keeps trying in the background")
 	defer nc.Close()
 	require.False(t, nc.IsConnected())

@@ -29,7 +29,7 @@ func TestDirectPathOrderAcrossRestartIntegration(t *testing.T) {
 	s := natstest.StartAt(t, dir, 0)
 	jsFor(t, s)
 	cfg := pubConfig(t)
-	cfg.MaxInFlight = 64
+	cfg.NATS.MaxInFlight = 64
 	p, err := bus.NewPublisher(connect(t, s.ClientURL()), cfg, testLogger(t))
 	require.NoError(t, err)
 	defer p.Close(testCtx(t))
@@ -134,8 +134,8 @@ func TestDirectPublishWaitsForRoomIntegration(t *testing.T) {
 	require.NoError(t, silent.Flush())
 
 	cfg := pubConfig(t)
-	cfg.MaxInFlight = 1
-	cfg.AckTimeout = time.Second
+	cfg.NATS.MaxInFlight = 1
+	cfg.NATS.AckTimeout = time.Second
 	p, err := bus.NewPublisher(connect(t, s.ClientURL()), cfg, testLogger(t))
 	require.NoError(t, err)
 	defer p.Close(testCtx(t))

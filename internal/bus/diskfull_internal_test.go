@@ -122,7 +122,7 @@ func heldPublisher(t *testing.T) (*Publisher, string, int, *lockedWriter) {
 	natstest.Shutdown(dead)
 	logs := &lockedWriter{w: &bytes.Buffer{}}
 	log := zerolog.New(logs).Level(zerolog.DebugLevel)
-	nc, err := Connect(context.Background(), ConnConfig{URL: url, ConnectTimeout: time.Second, ReconnectWait: 20 * time.Millisecond}, log)
+	nc, err := Connect(context.Background(), Config{URL: url, ConnectTimeout: time.Second}, DialOptions{ReconnectWait: 20 * time.Millisecond}, log)
 	require.NoError(t, err)
 	cfg := DefaultPublisherConfig()
 	cfg.RetryInterval = 10 * time.Millisecond

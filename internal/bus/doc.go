@@ -1,9 +1,12 @@
 // Package bus carries gttsplit's CloudEvents over NATS JetStream: it
-// connects (Connect), makes sure the stream exists (EnsureStream), publishes
-// with a disk spool for when the broker is away (Publisher), and consumes
-// (Consumer) or exports (Export) what the stream holds. It never builds or
-// parses an event itself: pkg/events gives it each event's subject, id and
-// bytes, and decodes what it receives.
+// connects and makes sure the stream exists (Dial, or Connect and
+// EnsureStream), publishes with a disk spool for when the broker is away
+// (Publisher), and consumes (Consumer) or exports (Export) what the stream
+// holds. It never builds or parses an event itself: pkg/events gives it
+// each event's subject, id and bytes, and decodes what it receives.
+//
+// Config is the nats.* keys of both binaries and SpoolConfig the
+// collector's spool.* keys: Dial and NewPublisher read them as they are.
 //
 //	collector ──Publish──▶ Publisher ──async, ≤ max_in_flight──▶ JetStream GTTSPLIT (gttsplit.>)
 //	                          │  ▲                                    │

@@ -42,7 +42,7 @@ func testCtx(t testing.TB) context.Context {
 // connect connects with short reconnect waits and closes at the end.
 func connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := bus.Connect(testCtx(t), bus.ConnConfig{URL: url, ConnectTimeout: time.Second, ReconnectWait: 20 * time.Millisecond}, testLogger(t))
+	nc, err := bus.Connect(testCtx(t), bus.Config{URL: url, ConnectTimeout: time.Second}, bus.DialOptions{ReconnectWait: 20 * time.Millisecond}, testLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc
@@ -71,11 +71,11 @@ func bareJS(t testing.TB, s *server.Server) jetstream.JetStream {
 
 func pubConfig(t testing.TB) bus.PublisherConfig {
 	cfg := bus.DefaultPublisherConfig()
-	cfg.MaxInFlight = 16
-	cfg.AckTimeout = 2 * time.Second
+	cfg.NATS.MaxInFlight = 16
+	cfg.NATS.AckTimeout = 2 * time.Second
 	cfg.RetryInterval = 20 * time.Millisecond
 	cfg.Spool.Dir = t.TempDir()
-	cfg.Spool.SegmentBytes = 8 << 10 // small segments: rotation is exercised
+	cfg.SegmentBytes = 8 << 10 // small segments: rotation is exercised
 	return cfg
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,17 +35,19 @@ const maxRetryInterval = 10 * time.Second
 // 8 × AckTimeout).
 const maxPatience = 3
 
-// PublisherConfig configures a Publisher.
+// PublisherConfig is what NewPublisher needs: the keys it reads, and what
+// the program decides.
 type PublisherConfig struct {
-	// MaxInFlight bounds the events awaiting the broker's ack (default 256).
-	MaxInFlight int `mapstructure:"max_in_flight"`
-	// AckTimeout is how long an event may await its ack before it counts
-	// as lost and goes to the spool (default 5s).
-	AckTimeout time.Duration `mapstructure:"ack_timeout"`
-	// RetryInterval is how often the publisher looks for the broker while
-	// events are spooled; after failed attempts it backs off up to 10s
-	// (default 500ms).
-	RetryInterval time.Duration `mapstructure:"retry_interval"`
+	// NATS gives MaxInFlight, the bound on the events awaiting the
+	// broker's ack, and AckTimeout, how long one may await it before it
+	// counts as lost and goes to the spool.
+	NATS Config
+	// Spool gives the spools' directory and MaxBytes.
+	Spool SpoolConfig
+	// Name is this publisher's spool, a directory of Spool.Root() (the
+	// collector's lane); "" is Spool.Root() itself. One publisher at a
+	// time uses a spool.
+	Name string
 	// BackPressure, when positive, makes an ack timeout while the
 	// connection is up what it is, a slow broker, for that long: the
 	// events in flight are sent again (same ids, so a copy the broker
@@ -53,53 +56,32 @@ type PublisherConfig struct {
 	// replay, which has no source to hold up, sets it to its shutdown
 	// timeout. Zero spools them at once (run and attach: a child's or a
 	// log's output is never held up).
-	BackPressure time.Duration `mapstructure:"-"`
-	// Spool is the disk spool for when the broker is away.
-	Spool SpoolConfig `mapstructure:"spool"`
+	BackPressure time.Duration
+	// RetryInterval is how often the publisher looks for the broker while
+	// events are spooled; after failed attempts it backs off up to 10s.
+	// Zero is 500ms.
+	RetryInterval time.Duration
+	// SegmentBytes is the size at which the spool starts a new segment
+	// file. Zero is 8 MiB.
+	SegmentBytes int64
 }
 
-// SpoolConfig configures the disk spool.
-type SpoolConfig struct {
-	// Dir holds the spool's segment files; one publisher at a time.
-	Dir string `mapstructure:"dir"`
-	// MaxBytes bounds the spool on disk; when full, new events are
-	// dropped and counted (default 256 MiB).
-	MaxBytes int64 `mapstructure:"max_bytes"`
-	// SegmentBytes is the size at which a new segment file is started
-	// (default 8 MiB).
-	SegmentBytes int64 `mapstructure:"segment_bytes"`
-}
-
-// DefaultPublisherConfig returns the defaults; Spool.Dir has none.
+// DefaultPublisherConfig returns the keys' defaults.
 func DefaultPublisherConfig() PublisherConfig {
-	return PublisherConfig{
-		MaxInFlight:   256,
-		AckTimeout:    5 * time.Second,
-		RetryInterval: 500 * time.Millisecond,
-		Spool:         SpoolConfig{MaxBytes: 256 << 20, SegmentBytes: 8 << 20},
-	}
+	return PublisherConfig{NATS: DefaultConfig(), Spool: DefaultSpoolConfig()}
 }
 
-// Validate reports every problem at once, each prefixed with its key.
-func (c PublisherConfig) Validate() error {
+// Dir is the publisher's spool directory.
+func (c PublisherConfig) Dir() string { return filepath.Join(c.Spool.Root(), c.Name) }
+
+// validate checks the keys the publisher reads (their sections' Validate).
+func (c PublisherConfig) validate() error {
 	var errs []error
-	if c.MaxInFlight < 1 {
-		errs = append(errs, errors.New("max_in_flight: must be at least 1"))
+	for _, fe := range conf.Within("nats", c.NATS.Validate()) {
+		errs = append(errs, fe)
 	}
-	if c.AckTimeout <= 0 {
-		errs = append(errs, errors.New("ack_timeout: must be positive"))
-	}
-	if c.RetryInterval <= 0 {
-		errs = append(errs, errors.New("retry_interval: must be positive"))
-	}
-	if c.Spool.Dir == "" {
-		errs = append(errs, errors.New("spool.dir: must not be empty"))
-	}
-	if c.Spool.MaxBytes <= 0 {
-		errs = append(errs, errors.New("spool.max_bytes: must be positive"))
-	}
-	if c.Spool.SegmentBytes <= 0 {
-		errs = append(errs, errors.New("spool.segment_bytes: must be positive"))
+	for _, fe := range conf.Within("spool", c.Spool.Validate()) {
+		errs = append(errs, fe)
 	}
 	return errors.Join(errs...)
 }
@@ -126,6 +108,7 @@ type Publisher struct {
 	// sm.
 	slow [maxPatience]jetstream.JetStream
 	cfg  PublisherConfig
+	dir  string // cfg.Dir()
 	log  zerolog.Logger
 	sp   *spool
 
@@ -180,14 +163,20 @@ func (e *entry) results() (<-chan *jetstream.PubAck, <-chan error) {
 	return e.okc, e.errc
 }
 
-// NewPublisher opens the spool in cfg.Spool.Dir (draining what an earlier
+// NewPublisher opens the spool in cfg.Dir() (draining what an earlier
 // process left there) and starts publishing on nc, which it owns from then
 // on (Close closes it); on error the caller keeps nc. nc must have no
 // reconnect buffer (Connect makes such connections). The stream must exist
 // or be created by someone else (EnsureStream); until it does, events are
 // spooled.
 func NewPublisher(nc *nats.Conn, cfg PublisherConfig, log zerolog.Logger) (*Publisher, error) {
-	if err := cfg.Validate(); err != nil {
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 500 * time.Millisecond
+	}
+	if cfg.SegmentBytes <= 0 {
+		cfg.SegmentBytes = 8 << 20
+	}
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("publisher config: %w", err)
 	}
 	if nc.Opts.ReconnectBufSize >= 0 {
@@ -195,21 +184,22 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, log zerolog.Logger) (*Publ
 	}
 	log = log.With().Str("component", "publisher").Logger()
 	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncTimeout(cfg.AckTimeout),
+		jetstream.WithPublishAsyncTimeout(cfg.NATS.AckTimeout),
 		// Abandoned futures (after a failover) linger until they time
 		// out; leave them room beyond our own bound.
-		jetstream.WithPublishAsyncMaxPending(4*cfg.MaxInFlight+64),
+		jetstream.WithPublishAsyncMaxPending(4*cfg.NATS.MaxInFlight+64),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: jetstream: %w", err)
 	}
-	sp, err := openSpool(cfg.Spool.Dir, cfg.Spool.MaxBytes, cfg.Spool.SegmentBytes, log)
+	dir := cfg.Dir()
+	sp, err := openSpool(dir, cfg.Spool.MaxBytes, cfg.SegmentBytes, log)
 	if err != nil {
 		return nil, fmt.Errorf("publisher: %w", err)
 	}
 	p := &Publisher{
-		nc: nc, js: js, cfg: cfg, log: log, sp: sp,
-		in:      make(chan *entry, cfg.MaxInFlight),
+		nc: nc, js: js, cfg: cfg, dir: dir, log: log, sp: sp,
+		in:      make(chan *entry, cfg.NATS.MaxInFlight),
 		kick:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		abort:   make(chan struct{}),
@@ -219,7 +209,7 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, log zerolog.Logger) (*Publ
 	p.slowLog.Every = time.Minute
 	p.corrupt.Store(uint64(sp.corrupt))
 	p.spoolBytes.Store(sp.bytes())
-	p.rejectedBytes.Store(dirBytes(filepath.Join(cfg.Spool.Dir, RejectedDir)))
+	p.rejectedBytes.Store(dirBytes(filepath.Join(dir, RejectedDir)))
 	if !sp.empty() {
 		log.Info().Int64("spool_bytes", sp.bytes()).Msg("spool holds events from an earlier run, draining it first")
 	}
@@ -387,7 +377,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 			close(p.abort)
 			<-p.done
 		}
-		left := Leftover{Events: p.sp.pending(), Bytes: p.sp.bytes(), Dir: p.cfg.Spool.Dir}
+		left := Leftover{Events: p.sp.pending(), Bytes: p.sp.bytes(), Dir: p.dir}
 		if left.Events == 0 {
 			left.Bytes = 0
 		}
@@ -638,7 +628,7 @@ func (p *Publisher) accept(st *pump, e *entry) {
 		batch := []*entry{e}
 		// Take what else is waiting, to sync the spool once for all.
 	more:
-		for len(batch) < p.cfg.MaxInFlight {
+		for len(batch) < p.cfg.NATS.MaxInFlight {
 			select {
 			case e2, ok := <-p.in:
 				if !ok {
@@ -684,8 +674,8 @@ func (p *Publisher) send(w events.Wire) (jetstream.PubAckFuture, error) {
 		if p.slow[k-1] == nil {
 			var err error
 			p.slow[k-1], err = jetstream.New(p.nc,
-				jetstream.WithPublishAsyncTimeout(p.cfg.AckTimeout<<k),
-				jetstream.WithPublishAsyncMaxPending(4*p.cfg.MaxInFlight+64))
+				jetstream.WithPublishAsyncTimeout(p.cfg.NATS.AckTimeout<<k),
+				jetstream.WithPublishAsyncMaxPending(4*p.cfg.NATS.MaxInFlight+64))
 			if err != nil {
 				return nil, err
 			}
@@ -712,9 +702,9 @@ func (p *Publisher) headAcked(st *pump) {
 	st.slowSince = time.Time{}
 	if st.patience > 0 {
 		// A broker that was slow gets its room back one event at a time.
-		st.window = min(st.window+1, p.cfg.MaxInFlight)
+		st.window = min(st.window+1, p.cfg.NATS.MaxInFlight)
 	} else {
-		st.window = p.cfg.MaxInFlight
+		st.window = p.cfg.NATS.MaxInFlight
 	}
 	if e.fromSp {
 		st.headErrs = 0
@@ -785,7 +775,7 @@ func (p *Publisher) waitSlow(st *pump, err error) bool {
 	if st.slowSince.IsZero() {
 		st.slowSince = now
 		if ev := p.slowLog.Event(p.log.Warn); ev != nil {
-			ev.Err(err).Int("in_flight", len(st.inflight)).Dur("ack_timeout", p.cfg.AckTimeout<<st.patience).
+			ev.Err(err).Int("in_flight", len(st.inflight)).Dur("ack_timeout", p.cfg.NATS.AckTimeout<<st.patience).
 				Msg("the broker is slow (acks late while connected): sending again and waiting for it rather than spooling")
 		}
 	} else if now.Sub(st.slowSince) > p.cfg.BackPressure {
@@ -976,7 +966,7 @@ func (p *Publisher) spoolRefused(st *pump, err error, dropped bool) {
 		st.fullDrops = 1
 	}
 	if errors.Is(err, errDiskFull) {
-		p.log.Warn().Err(err).Str("spool", p.cfg.Spool.Dir).
+		p.log.Warn().Err(err).Str("spool", p.dir).
 			Msg("spool disk full, dropping new events until there is room or the broker is back; run starts and finishes go to the spool's reserve, else are kept in memory")
 		return
 	}
@@ -1146,7 +1136,7 @@ type rejectedRecord struct {
 
 // setAside writes w to RejectedDir and returns the file's path.
 func (p *Publisher) setAside(w events.Wire, reason error) (string, error) {
-	dir := filepath.Join(p.cfg.Spool.Dir, RejectedDir)
+	dir := filepath.Join(p.dir, RejectedDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}

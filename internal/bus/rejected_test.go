@@ -53,7 +53,7 @@ func TestSpoolRejectedSetAsideIntegration(t *testing.T) {
 	require.Equal(t, uint64(1), st.Rejected)
 	requireExactlyOnceInOrder(t, exportAll(t, js, bus.Range{}), evs)
 
-	files, err := filepath.Glob(filepath.Join(cfg.Spool.Dir, bus.RejectedDir, "*.json"))
+	files, err := filepath.Glob(filepath.Join(cfg.Dir(), bus.RejectedDir, "*.json"))
 	require.NoError(t, err)
 	require.Len(t, files, 1)
 	b, err := os.ReadFile(files[0])

@@ -31,7 +31,7 @@ func TestPublishSlowBrokerIntegration(t *testing.T) {
 			proxy := natstest.StartProxy(t, s.Addr().String())
 			proxy.SetLatency(300 * time.Millisecond)
 			cfg := pubConfig(t)
-			cfg.AckTimeout = 100 * time.Millisecond
+			cfg.NATS.AckTimeout = 100 * time.Millisecond
 			cfg.BackPressure = tc.backPressure
 			p, err := bus.NewPublisher(connect(t, proxy.URL()), cfg, testLogger(t))
 			require.NoError(t, err)

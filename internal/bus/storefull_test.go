@@ -103,7 +103,7 @@ func TestBrokerStoreFullIntegration(t *testing.T) {
 	require.NoError(t, err)
 	a := newAcks()
 	publishAll(t, p, evs, a)
-	rejected := filepath.Join(cfg.Spool.Dir, bus.RejectedDir)
+	rejected := filepath.Join(cfg.Dir(), bus.RejectedDir)
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()

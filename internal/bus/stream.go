@@ -14,66 +14,51 @@ import (
 // DefaultStream is the name of the stream that holds every gttsplit event.
 const DefaultStream = "GTTSPLIT"
 
-// MinDuplicateWindow is the shortest duplicate window EnsureStream accepts:
+// MinDuplicateWindow is the shortest nats.duplicate_window (Config.Validate):
 // a collector restarted within it re-publishes without duplicating.
 const MinDuplicateWindow = 2 * time.Minute
 
-// StreamConfig describes the JetStream stream.
+// StreamConfig is the JetStream stream EnsureStream makes sure of
+// (Config.StreamConfig derives it from the nats.* keys). A zero Name is
+// DefaultStream, zero Subjects gttsplit.>, a zero DuplicateWindow
+// MinDuplicateWindow, zero Replicas 1, zero Partitions DefaultPartitions.
 type StreamConfig struct {
-	// Name of the stream (default GTTSPLIT).
-	Name string `mapstructure:"name"`
-	// Subjects bound to it (default gttsplit.>).
-	Subjects []string `mapstructure:"subjects"`
+	Name     string
+	Subjects []string
 	// DuplicateWindow is how long JetStream remembers Nats-Msg-Id values
-	// to drop re-sent events (default and minimum 2m).
-	DuplicateWindow time.Duration `mapstructure:"duplicate_window"`
+	// to drop re-sent events.
+	DuplicateWindow time.Duration
 	// MaxAge discards events older than this (0: keep for ever).
-	MaxAge time.Duration `mapstructure:"max_age"`
+	MaxAge time.Duration
 	// MaxBytes bounds the stream's size, oldest events go first (0: no
 	// limit).
-	MaxBytes int64 `mapstructure:"max_bytes"`
-	// Replicas in a cluster (default 1).
-	Replicas int `mapstructure:"replicas"`
-	// Partitions of a new stream (default DefaultPartitions): the
-	// stream stores every event under its run's partition (see
-	// partition.go). An existing stream keeps its count.
-	Partitions int `mapstructure:"partitions"`
+	MaxBytes int64
+	// Replicas in a cluster.
+	Replicas int
+	// Partitions of a new stream: the stream stores every event under
+	// its run's partition (see partition.go). An existing stream keeps
+	// its count.
+	Partitions int
 }
 
-// DefaultStreamConfig returns the defaults.
-func DefaultStreamConfig() StreamConfig {
-	return StreamConfig{
-		Name:            DefaultStream,
-		Subjects:        []string{events.StreamSubjects},
-		DuplicateWindow: MinDuplicateWindow,
-		Replicas:        1,
-	}
-}
+// DefaultStreamConfig returns the defaults, as the zero StreamConfig
+// means them.
+func DefaultStreamConfig() StreamConfig { return StreamConfig{}.withDefaults() }
 
-// Validate reports every problem at once, each prefixed with its key.
-func (c StreamConfig) Validate() error {
-	var errs []error
+func (c StreamConfig) withDefaults() StreamConfig {
 	if c.Name == "" {
-		errs = append(errs, errors.New("name: must not be empty"))
+		c.Name = DefaultStream
 	}
 	if len(c.Subjects) == 0 {
-		errs = append(errs, errors.New("subjects: must not be empty"))
+		c.Subjects = []string{events.StreamSubjects}
 	}
-	if c.DuplicateWindow < MinDuplicateWindow {
-		errs = append(errs, fmt.Errorf("duplicate_window: must be at least %s", MinDuplicateWindow))
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = MinDuplicateWindow
 	}
-	if c.MaxAge < 0 {
-		errs = append(errs, errors.New("max_age: must not be negative"))
-	} else if c.MaxAge > 0 && c.MaxAge < c.DuplicateWindow {
-		errs = append(errs, errors.New("max_age: must not be shorter than duplicate_window"))
+	if c.Replicas == 0 {
+		c.Replicas = 1
 	}
-	if c.MaxBytes < 0 {
-		errs = append(errs, errors.New("max_bytes: must not be negative"))
-	}
-	if c.Replicas < 1 || c.Replicas > 5 {
-		errs = append(errs, errors.New("replicas: must be 1 to 5"))
-	}
-	return errors.Join(errs...)
+	return c
 }
 
 // EnsureStream creates the stream when it is missing (file storage, limits
@@ -84,9 +69,7 @@ func (c StreamConfig) Validate() error {
 // duplicate window) is logged as a warning naming the setting, keeping the
 // server's value: an operator's settings win over a client's defaults.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, log zerolog.Logger) (jetstream.Stream, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("stream config: %w", err)
-	}
+	cfg = cfg.withDefaults()
 	maxBytes := cfg.MaxBytes
 	if maxBytes == 0 {
 		maxBytes = -1

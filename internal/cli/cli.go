@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/pkg/conf"
 )
 
 // Exit codes (the README's Configuration section lists them).
@@ -54,7 +54,7 @@ func Code(err error) int {
 		return ExitOK
 	case errors.As(err, &e):
 		return e.Code
-	case errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrConfigFile):
+	case errors.Is(err, conf.ErrInvalid), errors.Is(err, conf.ErrConfigFile):
 		return ExitUsage
 	}
 	return ExitFailure
@@ -96,7 +96,27 @@ func Args(check cobra.PositionalArgs) cobra.PositionalArgs {
 	}
 }
 
-// Logger builds the process's only root logger, on stderr.
+// LogConfig is the log.* keys: the root logger that main builds. An empty
+// Level is info, an empty Format console.
+type LogConfig struct {
+	Level  string `mapstructure:"level" flag:"log-level" desc:"minimum log level: debug, info, warn or error"`
+	Format string `mapstructure:"format" desc:"log output format: console or json"`
+}
+
+// DefaultLogConfig returns the defaults of the log.* keys.
+func DefaultLogConfig() LogConfig { return LogConfig{Level: "info", Format: "console"} }
+
+// Validate reports every problem of c (conf.FieldError, keys relative to
+// log.*).
+func (c LogConfig) Validate() error {
+	var p conf.Problems
+	p.OneOf("level", c.Level, "debug", "info", "warn", "error")
+	p.OneOf("format", c.Format, "console", "json")
+	return p.Err()
+}
+
+// Logger builds the process's only root logger, on stderr, at level
+// (LogConfig.Level) in format (LogConfig.Format).
 func Logger(w io.Writer, level, format string) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {

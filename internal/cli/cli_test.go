@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/pkg/conf"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -18,7 +18,7 @@ func TestExitCodes(t *testing.T) {
 	require.Equal(t, ExitOK, Code(nil))
 	require.Equal(t, ExitFailure, Code(errors.New("x")))
 	require.Equal(t, ExitUsage, Code(Usage(errors.New("x"))))
-	require.Equal(t, ExitUsage, Code(fmt.Errorf("load: %w", config.ErrInvalid)))
+	require.Equal(t, ExitUsage, Code(fmt.Errorf("load: %w", conf.ErrInvalid)))
 	require.Equal(t, 3, Code(&ExitError{Code: 3}))
 }
 

@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/pkg/conf"
+	"github.com/gttsplit/gttsplit/pkg/sinks/commentsink"
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	yaml "go.yaml.in/yaml/v3"
@@ -73,7 +77,7 @@ func TestEnvironmentOverrides(t *testing.T) {
 	wantA.NATS.URL = "nats://broker.example:4222"
 	wantA.NATS.TLS.CAFile = "ca.pem"
 	wantA.Split.UnattributedThresholdPct = 12.5
-	wantA.Sinks.Retry.MaxBackoff = 90 * time.Second
+	wantA.Sinks.Retry.Max = 90 * time.Second
 	if diff := cmp.Diff(wantA, a); diff != "" {
 		t.Errorf("aggregator (-want +got):\n%s", diff)
 	}
@@ -355,6 +359,11 @@ func TestValidate(t *testing.T) {
 		{"issue no number", func(c *Collector) { c.Issue = "owner/repo" }, []string{"issue"}},
 		{"issue zero", func(c *Collector) { c.Issue = "owner/repo#0" }, []string{"issue"}},
 		{"issue no owner", func(c *Collector) { c.Issue = "repo#3" }, []string{"issue"}},
+		// One issue grammar for the key and the comment sink: a repo
+		// named ".." would leave the API's path; a sink refused it only
+		// when it was asked to post.
+		{"issue repo dot-dot", func(c *Collector) { c.Issue = "acme/..#1" }, []string{"issue"}},
+		{"issue number of 11 digits", func(c *Collector) { c.Issue = "acme/fleet#12345678901" }, []string{"issue"}},
 		{"url list", func(c *Collector) { c.NATS.URL = "nats://a:4222, tls://b:4223,c:4224,localhost" }, nil},
 		{"url scheme", func(c *Collector) { c.NATS.URL = "http://a:4222" }, []string{"nats.url"}},
 		{"url port", func(c *Collector) { c.NATS.URL = "nats://a:99999" }, []string{"nats.url"}},
@@ -369,7 +378,7 @@ func TestValidate(t *testing.T) {
 		{"password without user", func(c *Collector) { c.NATS.Password = "p" }, []string{"nats.user"}},
 		{"tls cert without key", func(c *Collector) { c.NATS.TLS.CertFile = "c.pem" }, []string{"nats.tls.key_file"}},
 		{"tls key without cert", func(c *Collector) { c.NATS.TLS.KeyFile = "k.pem" }, []string{"nats.tls.cert_file"}},
-		{"tls pair and ca", func(c *Collector) { c.NATS.TLS = TLS{CAFile: "ca", CertFile: "c", KeyFile: "k"} }, nil},
+		{"tls pair and ca", func(c *Collector) { c.NATS.TLS = bus.TLSConfig{CAFile: "ca", CertFile: "c", KeyFile: "k"} }, nil},
 		{"stream name", func(c *Collector) { c.NATS.Stream = "a.b" }, []string{"nats.stream"}},
 		{"empty stream", func(c *Collector) { c.NATS.Stream = "" }, []string{"nats.stream"}},
 		{"durations", func(c *Collector) {
@@ -456,10 +465,20 @@ func TestValidate(t *testing.T) {
 			a.Sinks.IssueComment.API, a.Sinks.IssueComment.DryRun = "https://api.github.com", true
 		}, nil},
 		{"default issue", func(a *Aggregator) { a.Sinks.IssueComment.DefaultIssue = "#5" }, []string{"sinks.issue_comment.default_issue"}},
+		{"default issue repo dot-dot", func(a *Aggregator) { a.Sinks.IssueComment.DefaultIssue = "acme/..#5" },
+			[]string{"sinks.issue_comment.default_issue"}},
+		// What the comment sink refuses to open with, validate refuses
+		// too (before, only serve's start did).
+		{"api with credentials", func(a *Aggregator) {
+			a.Sinks.IssueComment.API, a.Sinks.IssueComment.Token = "https://bob:pw@api.github.com", "t"
+		}, []string{"sinks.issue_comment.api"}},
+		{"api with a query", func(a *Aggregator) {
+			a.Sinks.IssueComment.API, a.Sinks.IssueComment.Token = "https://api.github.com/?x=1", "t"
+		}, []string{"sinks.issue_comment.api"}},
 		{"comment timeout", func(a *Aggregator) {
 			a.Sinks.IssueComment.API, a.Sinks.IssueComment.Token, a.Sinks.IssueComment.Timeout = "https://api.github.com", "t", 0
 		}, []string{"sinks.issue_comment.timeout"}},
-		{"max backoff", func(a *Aggregator) { a.Sinks.Retry.MaxBackoff = 0 }, []string{"sinks.retry.max_backoff"}},
+		{"max backoff", func(a *Aggregator) { a.Sinks.Retry.Max = 0 }, []string{"sinks.retry.max_backoff"}},
 		{"max pending", func(a *Aggregator) { a.Sinks.MaxPending = 0 }, []string{"sinks.max_pending"}},
 		{"format", func(a *Aggregator) { a.Format = "markdown" }, []string{"format"}},
 		{"format md", func(a *Aggregator) { a.Format = "md" }, nil},
@@ -493,11 +512,11 @@ func TestParsePaceAndIssue(t *testing.T) {
 		_, err := ParsePace(in)
 		require.Error(t, err, in)
 	}
-	owner, repo, n, err := ParseIssue("ggml-org/llama.cpp#42")
+	owner, repo, n, err := commentsink.ParseIssue("ggml-org/llama.cpp#42")
 	require.NoError(t, err)
 	require.Equal(t, []any{"ggml-org", "llama.cpp", 42}, []any{owner, repo, n})
 	for _, in := range []string{"", "a/b", "a/b#", "a/b#x", "a#1", "a/b/c#1", "a/b#-1", "a/b#99999999999999999999"} {
-		_, _, _, err := ParseIssue(in)
+		_, _, _, err := commentsink.ParseIssue(in)
 		require.Error(t, err, in)
 	}
 }
@@ -621,7 +640,7 @@ func TestProblemsHelper(t *testing.T) {
 	require.Nil(t, Problems(errors.New("plain")))
 	err := fmt.Errorf("wrapped: %w", DefaultCollector().withLane("").Validate())
 	require.Equal(t, []string{"lane"}, problemKeys(err))
-	var fe *FieldError
+	var fe *conf.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "lane", fe.Key)
 }
@@ -633,12 +652,12 @@ func (c Collector) withLane(l string) Collector { c.Lane = l; return c }
 func TestIDLimits(t *testing.T) {
 	t.Parallel()
 	ok := DefaultCollector()
-	ok.RunID, ok.Lane, ok.Host = strings.Repeat("r", MaxRunIDLen), strings.Repeat("l", MaxLaneLen), strings.Repeat("h", MaxHostLen)
+	ok.RunID, ok.Lane, ok.Host = strings.Repeat("r", conf.MaxRunIDLen), strings.Repeat("l", conf.MaxLaneLen), strings.Repeat("h", conf.MaxHostLen)
 	require.NoError(t, ok.Validate())
 
 	c := DefaultCollector()
 	c.RunID = strings.Repeat("r", 70<<10)
-	c.Lane = strings.Repeat("l", MaxLaneLen+1)
+	c.Lane = strings.Repeat("l", conf.MaxLaneLen+1)
 	c.Host = "gpu host"
 	err := c.Validate()
 	require.ErrorIs(t, err, ErrInvalid)
@@ -647,7 +666,7 @@ func TestIDLimits(t *testing.T) {
 	require.Less(t, len(err.Error()), 1000, "the long value is clipped")
 
 	c = DefaultCollector()
-	c.Host = strings.Repeat("h", MaxHostLen+1)
+	c.Host = strings.Repeat("h", conf.MaxHostLen+1)
 	require.Equal(t, []string{"host"}, problemKeys(c.Validate()))
 	c.Host = "a\x01b"
 	require.Equal(t, []string{"host"}, problemKeys(c.Validate()))

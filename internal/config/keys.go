@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/gttsplit/gttsplit/pkg/conf"
 )
 
 // KeyInfo describes one configuration key.
@@ -37,7 +40,7 @@ type KeyInfo struct {
 
 var (
 	durationType = reflect.TypeFor[time.Duration]()
-	secretType   = reflect.TypeFor[Secret]()
+	secretType   = reflect.TypeFor[conf.Secret]()
 )
 
 // leaf is one key of a config struct with its field and value.
@@ -49,7 +52,12 @@ type leaf struct {
 
 // leaves walks a config struct (or a pointer to one) in field order and
 // returns every leaf key. Nested structs are sections; every other field is
-// a leaf.
+// a leaf; a field tagged mapstructure:"-" is none.
+//
+// The field of a section may name keys of it that this binary does not
+// have (omit:"max_in_flight,ack_timeout") and give keys of it the words
+// of this binary (desc.url:"..."): a shared section leaves what an empty
+// URL means to each binary.
 func leaves(cfg any) []leaf {
 	v := reflect.ValueOf(cfg)
 	for v.Kind() == reflect.Pointer {
@@ -62,12 +70,20 @@ func leaves(cfg any) []leaf {
 		return nil
 	}
 	var out []leaf
-	walk(v, "", &out)
+	walk(v, "", nil, &out)
 	return out
 }
 
-func walk(v reflect.Value, prefix string, out *[]leaf) {
+// section is an enclosing section of a key: its path and the tag of the
+// field that holds it.
+type section struct {
+	path string
+	tag  reflect.StructTag
+}
+
+func walk(v reflect.Value, prefix string, outer []section, out *[]leaf) {
 	t := v.Type()
+fields:
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name := f.Tag.Get("mapstructure")
@@ -78,9 +94,19 @@ func walk(v reflect.Value, prefix string, out *[]leaf) {
 		if prefix != "" {
 			key = prefix + "." + name
 		}
+		desc := f.Tag.Get("desc")
+		for _, s := range outer {
+			rel := strings.TrimPrefix(key, s.path+".")
+			if slices.Contains(strings.Split(s.tag.Get("omit"), ","), rel) {
+				continue fields
+			}
+			if d, ok := s.tag.Lookup("desc." + rel); ok {
+				desc = d
+			}
+		}
 		fv := v.Field(i)
 		if fv.Kind() == reflect.Struct {
-			walk(fv, key, out)
+			walk(fv, key, append(outer[:len(outer):len(outer)], section{key, f.Tag}), out)
 			continue
 		}
 		info := KeyInfo{
@@ -90,7 +116,7 @@ func walk(v reflect.Value, prefix string, out *[]leaf) {
 			Env:         envName(key),
 			Flag:        f.Tag.Get("flag"),
 			Secret:      fv.Type() == secretType,
-			Description: f.Tag.Get("desc"),
+			Description: desc,
 		}
 		if aliases := f.Tag.Get("env"); aliases != "" {
 			info.EnvAliases = strings.Split(aliases, ",")
@@ -131,7 +157,7 @@ func plain(v reflect.Value) string {
 	case durationType:
 		return formatDuration(time.Duration(v.Int()))
 	case secretType:
-		return Secret(v.String()).String()
+		return conf.Secret(v.String()).String()
 	}
 	switch v.Kind() {
 	case reflect.String:

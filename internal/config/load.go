@@ -14,11 +14,13 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/gttsplit/gttsplit/pkg/conf"
 )
 
 // checker is a pointer to a config struct that can list its problems.
 type checker interface {
-	problems() []*FieldError
+	problems() []*conf.FieldError
 }
 
 // load fills cfg, which holds the defaults, from the file at path, the
@@ -83,7 +85,7 @@ func load(path string, fs *pflag.FlagSet, cfg checker) error {
 		}
 	}
 	rank := keyRank(ls)
-	slices.SortStableFunc(found, func(a, b *FieldError) int { return rank(a.Key) - rank(b.Key) })
+	slices.SortStableFunc(found, func(a, b *conf.FieldError) int { return rank(a.Key) - rank(b.Key) })
 	return invalid(found)
 }
 
@@ -136,7 +138,7 @@ func wholeNumberHook(from, to reflect.Type, data any) (any, error) {
 
 // unknownKeys reports every key viper holds that is no leaf of the config,
 // with the nearest known key as a suggestion.
-func unknownKeys(keys []string, ls []leaf) []*FieldError {
+func unknownKeys(keys []string, ls []leaf) []*conf.FieldError {
 	known := map[string]bool{}
 	sections := map[string]bool{}
 	for _, l := range ls {
@@ -146,7 +148,7 @@ func unknownKeys(keys []string, ls []leaf) []*FieldError {
 			sections[k] = true
 		}
 	}
-	var p problems
+	var p conf.Problems
 	slices.Sort(keys)
 	for _, k := range keys {
 		switch {
@@ -156,9 +158,9 @@ func unknownKeys(keys []string, ls []leaf) []*FieldError {
 			// fine; a section given a value fails to decode, which reports it.
 		default:
 			if s := suggest(k, ls); s != "" {
-				p.add(k, "unknown key (did you mean %s?)", s)
+				p.Add(k, "unknown key (did you mean %s?)", s)
 			} else {
-				p.add(k, "unknown key")
+				p.Add(k, "unknown key")
 			}
 		}
 	}
@@ -199,8 +201,8 @@ func editDistance(a, b string) int {
 
 // decodeProblems turns mapstructure's decode errors into key problems. The
 // "has invalid keys" errors are dropped when unknownKeys has reported them.
-func decodeProblems(err error, unknownReported bool) []*FieldError {
-	var p problems
+func decodeProblems(err error, unknownReported bool) []*conf.FieldError {
+	var p conf.Problems
 	var walk func(error)
 	walk = func(e error) {
 		switch x := e.(type) {
@@ -223,7 +225,7 @@ func decodeProblems(err error, unknownReported bool) []*FieldError {
 			if errors.As(inner, &pe) {
 				inner = fmt.Errorf("cannot parse %q as %s", fmt.Sprint(pe.Value), typeName(pe.Expected))
 			}
-			p = append(p, &FieldError{Key: key, Err: inner})
+			p = append(p, &conf.FieldError{Key: key, Err: inner})
 		case interface{ Unwrap() []error }:
 			for _, e := range x.Unwrap() {
 				walk(e)
@@ -233,9 +235,9 @@ func decodeProblems(err error, unknownReported bool) []*FieldError {
 				walk(u)
 				return
 			}
-			p = append(p, &FieldError{Key: "config", Err: e})
+			p = append(p, &conf.FieldError{Key: "config", Err: e})
 		default:
-			p = append(p, &FieldError{Key: "config", Err: e})
+			p = append(p, &conf.FieldError{Key: "config", Err: e})
 		}
 	}
 	walk(err)
@@ -260,10 +262,6 @@ func keyRank(ls []leaf) func(key string) int {
 		return len(ls)
 	}
 }
-
-// ErrConfigFile means the --config file cannot be read (it is missing,
-// or not readable); the command line is wrong, so the CLI exits 2.
-var ErrConfigFile = errors.New("cannot read the configuration file")
 
 // pathCause drops the operation and path of a *fs.PathError.
 func pathCause(err error) error {

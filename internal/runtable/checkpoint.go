@@ -152,7 +152,7 @@ func (pt *part) settleAcks(batch []pendingMsg, final bool) {
 // to maxBackoff), and a full store is said once and reported by Ready.
 func (pt *part) fail(err error) {
 	t := pt.t
-	pt.backoff = min(max(2*pt.backoff, t.cfg.CheckpointInterval), maxBackoff)
+	pt.backoff = min(max(2*pt.backoff, t.cfg.Consumer.CheckpointInterval), maxBackoff)
 	full := bus.StoreFull(err)
 	if full {
 		t.health.set("store", "the state bucket's store is full (insufficient resources): checkpoints wait and retry; events wait unacknowledged")

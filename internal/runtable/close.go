@@ -466,7 +466,7 @@ func (t *Table) Reload(ctx context.Context, sink, runID string) (split.Report, b
 // queueClosed queues a closed full state for its compaction, in the order
 // of the close times. pt.mu may be held or not: it takes nothing.
 func (pt *part) queueClosed(st *RunState) {
-	if pt.t.cfg.CompactAfter <= 0 || !st.Closed || st.Compact() {
+	if pt.t.cfg.Store.CompactAfter <= 0 || !st.Closed || st.Compact() {
 		return
 	}
 	at := st.ClosedAt
@@ -479,13 +479,13 @@ func (pt *part) queueClosed(st *RunState) {
 // a later pass. pt.ckptMu is held.
 func (pt *part) compact(ctx context.Context) {
 	t := pt.t
-	if t.cfg.CompactAfter <= 0 {
+	if t.cfg.Store.CompactAfter <= 0 {
 		return
 	}
 	now := t.cfg.Now()
 	for n := 0; n < compactBatch; n++ {
 		pt.mu.Lock()
-		if len(pt.compactQ) == 0 || now.Sub(pt.compactQ[0].at) < t.cfg.CompactAfter {
+		if len(pt.compactQ) == 0 || now.Sub(pt.compactQ[0].at) < t.cfg.Store.CompactAfter {
 			pt.mu.Unlock()
 			return
 		}
@@ -521,7 +521,7 @@ func (pt *part) compact1(ctx context.Context, c compactDue, now time.Time) bool 
 		t.log.Warn().Err(err).Str("run_id", c.id).Msg("unreadable run state not compacted")
 		return true
 	}
-	if !st.Closed || st.Compact() || now.Sub(st.ClosedAt) < t.cfg.CompactAfter {
+	if !st.Closed || st.Compact() || now.Sub(st.ClosedAt) < t.cfg.Store.CompactAfter {
 		return true
 	}
 	cb, err := MarshalState(st.compacted())
@@ -543,7 +543,7 @@ func (pt *part) compact1(ctx context.Context, c compactDue, now time.Time) bool 
 // run and how to measure it again with the event.
 func (t *Table) late(ctx context.Context, msg bus.Msg, st *RunState) error {
 	return t.deadLetter(ctx, msg, fmt.Errorf("%w: run %s was closed at %s and its state compacted after store.compact_after (%s); the event is not folded (measure the run again: `aggregator export --run %s > run.jsonl`, then `aggregator replay run.jsonl`)",
-		errLate, st.Origin.RunID, st.ClosedAt.UTC().Format(time.RFC3339), t.cfg.CompactAfter, st.Origin.RunID))
+		errLate, st.Origin.RunID, st.ClosedAt.UTC().Format(time.RFC3339), t.cfg.Store.CompactAfter, st.Origin.RunID))
 }
 
 // putSummary writes a run's summary key (the run index).

@@ -59,11 +59,12 @@ type partConsumer struct {
 // startConsumers creates the partition's consumers and starts consuming.
 func (pt *part) startConsumers(ctx context.Context) error {
 	t := pt.t
+	lanes := t.cfg.Consumer.LaneList()
 	var filters []string
-	if len(t.cfg.Lanes) == 0 {
+	if len(lanes) == 0 {
 		filters = bus.PartitionFilters(pt.p, "")
 	}
-	for _, l := range t.cfg.Lanes {
+	for _, l := range lanes {
 		filters = append(filters, bus.PartitionFilters(pt.p, l)...)
 	}
 	c, err := pt.consumer(ctx, t.cfg.Stream, filters)
@@ -73,10 +74,10 @@ func (pt *part) startConsumers(ctx context.Context) error {
 	pt.cons = append(pt.cons, c)
 	if t.legacy.Load() {
 		var lf []string
-		if len(t.cfg.Lanes) == 0 {
+		if len(lanes) == 0 {
 			lf = []string{bus.LegacyFilter(pt.p, "")}
 		}
-		for _, l := range t.cfg.Lanes {
+		for _, l := range lanes {
 			lf = append(lf, bus.LegacyFilter(pt.p, l))
 		}
 		lc, err := pt.consumer(ctx, bus.LegacyStream(t.cfg.Stream), lf)
@@ -99,7 +100,7 @@ func (pt *part) startConsumers(ctx context.Context) error {
 // and unpins it.
 func (pt *part) consumer(ctx context.Context, stream string, filters []string) (*partConsumer, error) {
 	t := pt.t
-	name := bus.ConsumerName(t.cfg.Group, pt.p)
+	name := bus.ConsumerName(t.cfg.Consumer.Durable, pt.p)
 	replicas := t.cfg.Replicas
 	if replicas <= 1 {
 		replicas = 0 // the stream's
@@ -112,9 +113,9 @@ func (pt *part) consumer(ctx context.Context, stream string, filters []string) (
 		Description:    fmt.Sprintf("gttsplit aggregator, partition %d", pt.p),
 		FilterSubjects: filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        t.cfg.AckWait,
+		AckWait:        t.cfg.Consumer.AckWait,
 		MaxDeliver:     -1,
-		MaxAckPending:  t.cfg.MaxAckPending,
+		MaxAckPending:  t.cfg.Consumer.MaxAckPending,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		PriorityPolicy: jetstream.PriorityPolicyPinned,
 		PriorityGroups: []string{ownerGroup},
@@ -173,7 +174,7 @@ func (pt *part) consume(c *partConsumer) {
 			t.log.Debug().Err(err).Int("partition", pt.p).Str("stream", c.stream).Msg("next message")
 		})
 		for ctx.Err() == nil {
-			cc, err := c.cons.Consume(handle, jetstream.PullMaxMessages(min(t.cfg.MaxAckPending, pullBatch)),
+			cc, err := c.cons.Consume(handle, jetstream.PullMaxMessages(min(t.cfg.Consumer.MaxAckPending, pullBatch)),
 				jetstream.PullPriorityGroup(ownerGroup), jetstream.PullExpiry(pullExpiry), errs)
 			if err == nil {
 				select {
@@ -336,7 +337,7 @@ func (t *Table) watchOnce(ctx context.Context) {
 	}
 	t.health.tick()
 	if t.legacy.Load() && t.part(0) != nil {
-		if gone, err := bus.RetireLegacy(wctx, t.js, t.cfg.Stream, t.cfg.Group, t.cfg.Partitions); err == nil && gone {
+		if gone, err := bus.RetireLegacy(wctx, t.js, t.cfg.Stream, t.cfg.Consumer.Durable, t.cfg.Partitions); err == nil && gone {
 			t.legacy.Store(false)
 			t.m.legacy.Set(0)
 			t.log.Info().Str("stream", bus.LegacyStream(t.cfg.Stream)).Msg("the earlier versions' partitioned stream is drained and deleted")

@@ -311,7 +311,7 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 		}
 	}
 	pt.pending = append(pt.pending, pendingMsg{ack: msg.AckRef(), run: r, gen: r.folds, at: time.Now()})
-	due = due || len(pt.pending) >= max(t.cfg.MaxAckPending/2, 1)
+	due = due || len(pt.pending) >= max(t.cfg.Consumer.MaxAckPending/2, 1)
 	pt.mu.Unlock()
 	if fresh {
 		t.m.foldSeconds.Observe(time.Since(t0).Seconds())
@@ -396,7 +396,7 @@ func (pt *part) loop(ctx context.Context) {
 		case <-pt.kick:
 			kicked = true
 		}
-		wait := pt.t.cfg.CheckpointInterval
+		wait := pt.t.cfg.Consumer.CheckpointInterval
 		if pt.backoff > 0 {
 			wait = pt.backoff // a failing bucket is not asked again at once
 			kicked = false
@@ -423,7 +423,7 @@ func (pt *part) loop(ctx context.Context) {
 func (pt *part) progress() {
 	t := pt.t
 	now := time.Now()
-	half := t.cfg.AckWait / 3
+	half := t.cfg.Consumer.AckWait / 3
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	for i := range pt.pending {

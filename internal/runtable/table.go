@@ -14,6 +14,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -41,43 +42,31 @@ const (
 
 // MaxRunIDBytes is the longest run id the table folds (the collector's
 // own bound); an event of a longer one is dead-lettered.
-const MaxRunIDBytes = 128
+const MaxRunIDBytes = conf.MaxRunIDLen
 
 // Config is what a Table needs besides the broker.
 type Config struct {
 	Fold split.Options
-	// Stream is the events stream; Group the consumer.durable the
-	// partition consumers are named after; Partitions their count.
-	Stream     string
-	Group      string
+	// Stream is the events stream.
+	Stream string
+	// Consumer is the consumer.* keys: the group the partition consumers
+	// are named after (Durable), the lanes they take (none: every lane),
+	// their AckWait and MaxAckPending, and the CheckpointInterval. Its
+	// Partitions is not read: Partitions below is the stream's.
+	Consumer ConsumerConfig
+	// Store is the store.* keys: Retention and CompactAfter.
+	Store StoreConfig
+	// Partitions is the stream's partition count (bus.Layout).
 	Partitions int
-	// Lanes restricts the partition consumers to these lanes (none:
-	// every lane).
-	Lanes []string
 	// Legacy: the earlier versions' partitioned stream is still there;
 	// each partition's owner drains its part of it too.
 	Legacy bool
-	// Retention: closed runs whose split was written longer ago are
-	// deleted (checked hourly by the owner of their partition); 0 keeps
-	// them.
-	Retention time.Duration
 	// Replicas of the partition consumers (0: the stream's).
 	Replicas int
 
+	// IdleTimeout: a run with no event for this long is folded and
+	// reported as incomplete (0: never).
 	IdleTimeout time.Duration
-	// CompactAfter is the grace a closed run keeps its full state for (a
-	// late event within it re-opens the run and folds as before); then
-	// the state is compacted, and a new event for the run is
-	// dead-lettered with reason "late". 0 never compacts.
-	CompactAfter time.Duration
-	// CheckpointInterval is how often a partition writes its changed
-	// runs' states and acknowledges their messages (0: 500ms); a
-	// checkpoint also starts early when a run is complete (its split is
-	// due) or half of MaxAckPending messages wait.
-	CheckpointInterval time.Duration
-	// AckWait and MaxAckPending are the partition consumers'.
-	AckWait       time.Duration
-	MaxAckPending int
 
 	Sinks *sinks.Fanout // nil: no sink
 	// Deliveries, when set, observes Sinks' outcomes: closed runs stay
@@ -140,14 +129,14 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	if cfg.CheckpointInterval <= 0 {
-		cfg.CheckpointInterval = defaultCheckpoint
+	if cfg.Consumer.CheckpointInterval <= 0 {
+		cfg.Consumer.CheckpointInterval = defaultCheckpoint
 	}
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = 10 * time.Second
+	if cfg.Consumer.AckWait <= 0 {
+		cfg.Consumer.AckWait = 10 * time.Second
 	}
-	if cfg.MaxAckPending <= 0 {
-		cfg.MaxAckPending = 512
+	if cfg.Consumer.MaxAckPending <= 0 {
+		cfg.Consumer.MaxAckPending = 512
 	}
 	if cfg.Deliveries != nil {
 		cfg.Deliveries.setPartitions(cfg.Partitions)
@@ -168,7 +157,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); t.watch(wctx) }()
-	go func() { defer wg.Done(); t.janitor(wctx, cfg.Retention) }()
+	go func() { defer wg.Done(); t.janitor(wctx, cfg.Store.Retention) }()
 	t.stopWatch = func() { stop(); wg.Wait() }
 	return t, nil
 }

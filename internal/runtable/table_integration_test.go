@@ -250,7 +250,7 @@ func TestClosedRunCompactIntegration(t *testing.T) {
 	b := rt.StartBroker(t)
 	const group, idle, grace = "compact", 10 * time.Minute, time.Hour
 	clk := newFakeClock()
-	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: idle, CompactAfter: grace, Now: clk.now})
+	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: idle, Store: runtable.StoreConfig{CompactAfter: grace}, Now: clk.now})
 	r.waitOwns(r.parts)
 	ctx := rt.Ctx(t)
 	id := fx.Origin.RunID
@@ -324,7 +324,7 @@ func TestExpireClosedRunsIntegration(t *testing.T) {
 	b := rt.StartBroker(t)
 	const group, grace, retention = "expire", time.Hour, 30 * 24 * time.Hour
 	clk := newFakeClock()
-	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour, CompactAfter: grace, Now: clk.now})
+	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour, Store: runtable.StoreConfig{CompactAfter: grace}, Now: clk.now})
 	r.waitOwns(r.parts)
 	ctx := rt.Ctx(t)
 	const n = 6
@@ -474,7 +474,7 @@ func TestCutOffOwnerIntegration(t *testing.T) {
 	b := rt.BrokerAt(t, srv)
 	proxy := natstest.StartProxy(t, srv.Addr().String())
 	const group = "cutoff"
-	a := startTable(t, proxy.URL(), group, runtable.Config{IdleTimeout: time.Hour, CheckpointInterval: 200 * time.Millisecond})
+	a := startTable(t, proxy.URL(), group, runtable.Config{IdleTimeout: time.Hour, Consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond}})
 	a.waitOwns(a.parts)
 	half := len(fx.Wires) / 2
 	b.Publish(t, fx.Wires[:half]...)
@@ -686,7 +686,7 @@ func TestStoreFullBacksOffIntegration(t *testing.T) {
 	st, err := b.JS.Stream(ctx, "KV_"+runtable.Bucket)
 	require.NoError(t, err)
 	cfg := st.CachedInfo().Config
-	r := startTableLog(t, b.URL, "full", runtable.Config{IdleTimeout: time.Hour, CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second},
+	r := startTableLog(t, b.URL, "full", runtable.Config{IdleTimeout: time.Hour, Consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second}},
 		zerolog.New(&logs).Level(zerolog.InfoLevel))
 	r.waitOwns(r.parts)
 	info, err := st.Info(ctx)

@@ -100,10 +100,10 @@ func startTableLog(t testing.TB, url, group string, cfg runtable.Config, log zer
 	require.NoError(t, err)
 	r := &table{t: t, nc: nc, m: runtable.NewMetrics(), closes: newCloses(), parts: lay.Partitions, done: make(chan struct{})}
 	cfg.Fold = rt.FoldOptions(t)
-	cfg.Stream, cfg.Group, cfg.Partitions, cfg.Legacy = bus.DefaultStream, group, lay.Partitions, lay.Legacy
+	cfg.Stream, cfg.Consumer.Durable, cfg.Partitions, cfg.Legacy = bus.DefaultStream, group, lay.Partitions, lay.Legacy
 	cfg.OnClose, cfg.Metrics = r.closes.add, r.m
-	if cfg.AckWait == 0 {
-		cfg.AckWait = 2 * time.Second
+	if cfg.Consumer.AckWait == 0 {
+		cfg.Consumer.AckWait = 2 * time.Second
 	}
 	r.tbl, err = runtable.New(ctx, js, kv, cfg, log)
 	require.NoError(t, err)

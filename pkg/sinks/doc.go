@@ -2,13 +2,23 @@
 // Markdown file, a JSON document and a splits.jsonl line, an issue comment)
 // and the Fanout that writes each report to every configured sink.
 //
-// Each sink type is a plugin package (filesink, jsonsink, commentsink) that
-// exports NewFactory and its Config; the aggregator builds a Registry from
-// the factories it lists and a Fanout from the sinks it configures.
+// Each sink type is a package (filesink, jsonsink, commentsink) that
+// exports its Config, the keys of its section (sinks.file.*, sinks.json.*,
+// sinks.issue_comment.*), and New; the aggregator opens the sinks its
+// configuration switches on and a Fanout over them. RetryPolicy is the
+// sinks.retry.* keys.
+//
+// # Switching a sink on
+//
+// A sink is on when its section names where it writes: sinks.file.dir,
+// sinks.json.dir, sinks.issue_comment.api (Config.Enabled). Empty, the
+// default, is off; there is no "enabled" key, so a sink cannot be on
+// without a place to write, nor configured and silently off. Every other
+// key of a sink that is off is still validated, and keeps its default.
 //
 // # Lifecycle
 //
-// A sink is built by its Factory, receives reports through Write and is
+// A sink is built by its package's New, receives reports through Write and is
 // closed once with Close. Write may be called concurrently and any number
 // of times for the same run: a later report of a run replaces the earlier
 // one (a file is rewritten, a comment edited, an identical splits.jsonl line

@@ -9,12 +9,6 @@ import (
 // permanent: IsPermanent reports true for it.
 var ErrClosed = errors.New("sinks: sink closed")
 
-// ErrDuplicateType is returned by NewRegistry for two factories of one type.
-var ErrDuplicateType = errors.New("sinks: duplicate sink type")
-
-// ErrUnknownType is returned by Registry.New for a type no factory has.
-var ErrUnknownType = errors.New("sinks: unknown sink type")
-
 // ErrQueueFull is the reason a Fanout defers a report (FanoutConfig.Reload)
 // or drops one when a sink's queue is full (see FanoutConfig.MaxPending).
 var ErrQueueFull = errors.New("sinks: queue full")

@@ -3,23 +3,27 @@ package sinks
 import (
 	"math"
 	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/conf"
 )
 
 // RetryPolicy is the capped exponential backoff with jitter a Fanout uses
-// between attempts of one sink.
+// between attempts of one sink. It is the sinks.retry.* keys: Max is
+// max_backoff; the other fields are no keys. A zero field takes
+// DefaultRetryPolicy's value.
 type RetryPolicy struct {
 	// Initial is the delay after the first failure.
-	Initial time.Duration
+	Initial time.Duration `mapstructure:"-"`
 	// Max caps every backoff delay, jitter included.
-	Max time.Duration
+	Max time.Duration `mapstructure:"max_backoff" desc:"cap on the exponential backoff between retries of a sink write"`
 	// Multiplier grows the delay after each further consecutive failure.
-	Multiplier float64
+	Multiplier float64 `mapstructure:"-"`
 	// Jitter spreads each delay uniformly over ±Jitter of itself (0.2 is
 	// ±20%), so sinks that failed together do not retry in lockstep.
-	Jitter float64
+	Jitter float64 `mapstructure:"-"`
 	// MaxHint caps a delay requested by the remote end (RetryAfter), so a
 	// bogus Retry-After cannot park a sink for days.
-	MaxHint time.Duration
+	MaxHint time.Duration `mapstructure:"-"`
 }
 
 // DefaultRetryPolicy returns 1s doubling to at most 5m with ±20% jitter and
@@ -32,6 +36,14 @@ func DefaultRetryPolicy() RetryPolicy {
 		Jitter:     0.2,
 		MaxHint:    time.Hour,
 	}
+}
+
+// Validate reports a problem of the sinks.retry.* keys (conf.FieldError):
+// a configured max_backoff is positive.
+func (p RetryPolicy) Validate() error {
+	var ps conf.Problems
+	ps.Positive("max_backoff", p.Max)
+	return ps.Err()
 }
 
 // withDefaults fills zero fields from DefaultRetryPolicy.

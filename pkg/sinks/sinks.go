@@ -2,7 +2,6 @@ package sinks
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"time"
@@ -29,7 +28,8 @@ type Sink interface {
 	Close(ctx context.Context) error
 }
 
-// Settings are what the aggregator hands every sink factory and the Fanout.
+// Settings are what the aggregator hands every sink and the Fanout besides
+// their configs.
 // The zero value is usable: see WithDefaults.
 type Settings struct {
 	// Logger is the parent logger; the zero value is disabled.
@@ -81,73 +81,3 @@ func SleepContext(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
-
-// Factory builds one type of sink from its config.
-type Factory struct {
-	// Type is the sink's config key in lower_snake_case ("file", "json",
-	// "issue_comment").
-	Type string
-	// DefaultConfig returns a pointer to a new config struct holding every
-	// default; the config loader decodes the user's keys into it.
-	DefaultConfig func() any
-	// New validates cfg (as returned by DefaultConfig, pointer or value) and
-	// builds the sink.
-	New func(cfg any, set Settings) (Sink, error)
-}
-
-// Registry maps a sink type to its factory.
-type Registry map[string]Factory
-
-// NewRegistry builds a registry; a duplicate or empty type is an error.
-func NewRegistry(fs ...Factory) (Registry, error) {
-	r := make(Registry, len(fs))
-	for _, f := range fs {
-		if f.Type == "" || f.New == nil || f.DefaultConfig == nil {
-			return nil, fmt.Errorf("sinks: incomplete factory for type %q", f.Type)
-		}
-		if _, ok := r[f.Type]; ok {
-			return nil, fmt.Errorf("%w %q", ErrDuplicateType, f.Type)
-		}
-		r[f.Type] = f
-	}
-	return r, nil
-}
-
-// New builds a sink of type typ from cfg.
-func (r Registry) New(typ string, cfg any, set Settings) (Sink, error) {
-	f, ok := r[typ]
-	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownType, typ)
-	}
-	s, err := f.New(cfg, set)
-	if err != nil {
-		return nil, err // the caller names the sink (its config key)
-	}
-	return s, nil
-}
-
-// Secret is a config string that must never be printed: fmt, JSON and text
-// marshalling show "[redacted]" (or "" when empty). Reveal returns the value.
-type Secret string
-
-const redacted = "[redacted]"
-
-// Reveal returns the secret's value, for the one place that sends it.
-func (s Secret) Reveal() string { return string(s) }
-
-// String returns "[redacted]", or "" for an empty secret.
-func (s Secret) String() string {
-	if s == "" {
-		return ""
-	}
-	return redacted
-}
-
-// GoString is String, so %#v does not print the value either.
-func (s Secret) GoString() string { return fmt.Sprintf("%q", s.String()) }
-
-// MarshalJSON writes the redacted form.
-func (s Secret) MarshalJSON() ([]byte, error) { return fmt.Appendf(nil, "%q", s.String()), nil }
-
-// MarshalText writes the redacted form (YAML, zerolog and friends).
-func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

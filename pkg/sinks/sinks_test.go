@@ -2,7 +2,6 @@ package sinks_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -73,53 +72,6 @@ func TestRetryPolicy(t *testing.T) {
 
 	var zero sinks.RetryPolicy
 	require.Equal(t, time.Second, zero.Backoff(1, 0.5), "zero policy takes the defaults")
-}
-
-func TestRegistry(t *testing.T) {
-	t.Parallel()
-	mk := func(typ string) sinks.Factory {
-		return sinks.Factory{
-			Type:          typ,
-			DefaultConfig: func() any { return &struct{}{} },
-			New: func(cfg any, set sinks.Settings) (sinks.Sink, error) {
-				return &sinktest.Memory{}, nil
-			},
-		}
-	}
-	r, err := sinks.NewRegistry(mk("file"), mk("json"))
-	require.NoError(t, err)
-	require.Len(t, r, 2)
-	s, err := r.New("json", nil, sinks.Settings{})
-	require.NoError(t, err)
-	require.NoError(t, s.Close(context.Background()))
-	_, err = r.New("nope", nil, sinks.Settings{})
-	require.ErrorIs(t, err, sinks.ErrUnknownType)
-
-	_, err = sinks.NewRegistry(mk("file"), mk("json"), mk("file"))
-	require.ErrorIs(t, err, sinks.ErrDuplicateType)
-	require.ErrorContains(t, err, `"file"`)
-	_, err = sinks.NewRegistry(sinks.Factory{Type: "x"})
-	require.Error(t, err, "a factory without New")
-}
-
-func TestSecretNeverPrinted(t *testing.T) {
-	t.Parallel()
-	type cfg struct {
-		API   string
-		Token sinks.Secret
-	}
-	c := cfg{API: "https://api.github.com", Token: "s3cr3t-value"}
-	j, err := json.Marshal(c)
-	require.NoError(t, err)
-	for _, out := range []string{
-		fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprintf("%s", c.Token),
-		fmt.Sprintf("%q", c.Token), fmt.Sprintf("%x", c.Token), string(j),
-	} {
-		require.NotContains(t, out, "s3cr3t")
-	}
-	require.Contains(t, fmt.Sprint(c), "[redacted]")
-	require.Equal(t, "s3cr3t-value", c.Token.Reveal())
-	require.Empty(t, sinks.Secret("").String(), "an unset secret shows as unset")
 }
 
 func TestSleepContext(t *testing.T) {

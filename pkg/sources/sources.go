@@ -19,9 +19,9 @@ package sources
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"time"
 
+	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/rs/zerolog"
 )
@@ -55,32 +55,48 @@ type Source interface {
 	Run(ctx context.Context, emit Emit) error
 }
 
-// Settings are what the collector hands every source factory.
+// Settings are what the collector hands every source besides its own
+// config. The zero value is usable: a disabled logger, DefaultBatchConfig.
 type Settings struct {
 	Logger zerolog.Logger
+	// Batch is how a source groups log lines into Records; a zero field
+	// takes DefaultBatchConfig's.
+	Batch BatchConfig
 }
 
-// Factory builds one type of source from its config.
-type Factory struct {
-	Type          string
-	DefaultConfig func() any
-	New           func(cfg any, set Settings) (Source, error)
+// BatchConfig is the batch.* keys: how log lines are grouped into records, and
+// so into events.
+type BatchConfig struct {
+	// MaxLines is the most lines one Record carries.
+	MaxLines int `mapstructure:"max_lines" desc:"maximum log lines in one event"`
+	// MaxDelay is the longest a line waits for its batch to fill before
+	// the batch is emitted anyway.
+	MaxDelay time.Duration `mapstructure:"max_delay" desc:"maximum time a log line waits for its batch to be published"`
 }
 
-// Registry maps a source type to its factory.
-type Registry map[string]Factory
+// DefaultBatchConfig returns the defaults of the batch.* keys.
+func DefaultBatchConfig() BatchConfig {
+	return BatchConfig{MaxLines: 256, MaxDelay: 50 * time.Millisecond}
+}
 
-// ErrDuplicateType is returned by NewRegistry for two factories of one type.
-var ErrDuplicateType = errors.New("sources: duplicate source type")
+// Validate reports every problem of b (conf.FieldError, keys relative to
+// batch.*).
+func (b BatchConfig) Validate() error {
+	var p conf.Problems
+	p.AtLeast("max_lines", int64(b.MaxLines), 1)
+	p.Positive("max_delay", b.MaxDelay)
+	return p.Err()
+}
 
-// NewRegistry builds a registry; a duplicate type is an error.
-func NewRegistry(fs ...Factory) (Registry, error) {
-	r := make(Registry, len(fs))
-	for _, f := range fs {
-		if _, ok := r[f.Type]; ok {
-			return nil, fmt.Errorf("%w %q", ErrDuplicateType, f.Type)
-		}
-		r[f.Type] = f
+// OrDefault returns b with each zero field (or a negative one) set to
+// DefaultBatchConfig's.
+func (b BatchConfig) OrDefault() BatchConfig {
+	d := DefaultBatchConfig()
+	if b.MaxLines <= 0 {
+		b.MaxLines = d.MaxLines
 	}
-	return r, nil
+	if b.MaxDelay <= 0 {
+		b.MaxDelay = d.MaxDelay
+	}
+	return b
 }

@@ -25,7 +25,7 @@ func TestServeSinkBacklogLosesNothingIntegration(t *testing.T) {
 	b := startBroker(t)
 	cfg := testConfig(t, b.url)
 	cfg.Sinks.MaxPending = 2
-	cfg.Sinks.Retry.MaxBackoff = 20 * time.Millisecond
+	cfg.Sinks.Retry.Max = 20 * time.Millisecond
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	const n = 30
 	runs := genRuns(t, n, fx)

@@ -22,6 +22,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/dirlock"
 	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/internal/runtable"
+	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -40,7 +41,7 @@ var ErrStoreInUse = dirlock.ErrLocked
 // down) and checks that the address is free, so a second aggregator on the
 // same store or port fails at once, saying which.
 func StartEmbedded(listen, store string, auth EmbeddedAuth, log zerolog.Logger) (*server.Server, error) {
-	if auth.Token == "" && auth.User == "" && !config.IsLoopbackListen(listen) {
+	if auth.Token == "" && auth.User == "" && !conf.IsLoopbackListen(listen) {
 		return nil, fmt.Errorf("embedded.listen %q is not a loopback address: the embedded NATS server needs nats.token or nats.user and nats.password there", listen)
 	}
 	if auth.Token != "" && auth.User != "" {
@@ -141,64 +142,26 @@ func (b *broker) close() {
 	}
 }
 
+// openBroker connects to cfg.NATS (bus.Dial: the broker and the events
+// stream are required), after starting the embedded server when nats.url
+// is empty.
 func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) (*broker, error) {
 	b := &broker{}
-	url := cfg.NATS.URL
-	if url == "" {
-		auth := EmbeddedAuth{Token: cfg.NATS.Token.Reveal(), User: cfg.NATS.User, Password: cfg.NATS.Password.Reveal()}
+	n := cfg.NATS
+	if n.URL == "" {
+		auth := EmbeddedAuth{Token: n.Token.Reveal(), User: n.User, Password: n.Password.Reveal()}
 		ns, err := StartEmbedded(cfg.Embedded.Listen, cfg.Embedded.Store, auth, log)
 		if err != nil {
 			return nil, err
 		}
-		b.ns, url = ns, ns.ClientURL()
+		b.ns, n.URL = ns, ns.ClientURL()
 	}
-	cc := bus.DefaultConnConfig()
-	n := cfg.NATS
-	cc.URL, cc.Name = url, "gttsplit-aggregator"
-	// An aggregator cannot work without its broker: an unreachable one is
-	// an error at start, naming the URL and the cause.
-	cc.FailFast = true
-	cc.Token, cc.User, cc.Password = n.Token.Reveal(), n.User, n.Password.Reveal()
-	cc.NKeySeedFile, cc.CredsFile = n.NKeySeedFile, n.CredsFile
-	cc.TLS = bus.TLSConfig{CAFile: n.TLS.CAFile, CertFile: n.TLS.CertFile, KeyFile: n.TLS.KeyFile}
-	if n.ConnectTimeout > 0 {
-		cc.ConnectTimeout = n.ConnectTimeout
-	}
-	nc, err := bus.Connect(ctx, cc, log)
+	nc, js, err := bus.Dial(ctx, n, bus.DialOptions{Name: "gttsplit-aggregator", Required: true, Partitions: cfg.Consumer.Partitions}, log)
 	if err != nil {
 		b.close()
 		return nil, err
 	}
-	b.nc = nc
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.close()
-		return nil, err
-	}
-	b.js = js
-	sc := bus.DefaultStreamConfig()
-	sc.Name = n.Stream
-	sc.Replicas, sc.MaxAge, sc.MaxBytes, sc.DuplicateWindow = n.Replicas, n.StreamMaxAge, n.StreamMaxBytes, n.DuplicateWindow
-	sc.Partitions = cfg.Consumer.Partitions
-	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		// Each attempt bounded: a request the cluster dropped (a leader
-		// being elected) is sent again instead of waiting out the 30 s.
-		actx, cancelAttempt := context.WithTimeout(ectx, 5*time.Second)
-		_, err = bus.EnsureStream(actx, js, sc, log)
-		cancelAttempt()
-		if err == nil || ectx.Err() != nil ||
-			errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-			break
-		}
-		log.Warn().Err(err).Msg("stream not ready, retrying")
-		time.Sleep(time.Second)
-	}
-	if err != nil {
-		b.close()
-		return nil, fmt.Errorf("stream %s: %w", sc.Name, err)
-	}
+	b.nc, b.js = nc, js
 	return b, nil
 }
 
@@ -319,10 +282,8 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	if err != nil {
 		return fail(err)
 	}
-	tc := runtable.Config{Fold: foldOpts, Stream: n.Stream, Group: cfg.Consumer.Durable, Partitions: layout.Partitions,
-		Lanes: cfg.Consumer.LaneList(), Legacy: layout.Legacy, Replicas: n.Replicas, IdleTimeout: cfg.IdleTimeout,
-		CompactAfter: cfg.Store.CompactAfter, Retention: cfg.Store.Retention, CheckpointInterval: cfg.Consumer.CheckpointInterval,
-		AckWait: cfg.Consumer.AckWait, MaxAckPending: cfg.Consumer.MaxAckPending,
+	tc := runtable.Config{Fold: foldOpts, Stream: n.Stream, Consumer: cfg.Consumer, Store: cfg.Store,
+		Partitions: layout.Partitions, Legacy: layout.Legacy, Replicas: n.Replicas, IdleTimeout: cfg.IdleTimeout,
 		Sinks: fan, Deliveries: deliv, OnClose: opt.OnClose, Metrics: m}
 	if opt.Stdout != nil {
 		tc.Print = func(r split.Report) { _ = WriteReport(opt.Stdout, cfg.Format, r) }
@@ -414,14 +375,8 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 	return errors.Join(errs...)
 }
 
-// FoldOptions builds the fold's options from the config.
-func FoldOptions(cfg config.Aggregator) (split.Options, error) {
-	p, err := split.NewParser(cfg.Split.TracePattern, cfg.Split.TraceNamePattern)
-	if err != nil {
-		return split.Options{}, err
-	}
-	return split.Options{Parser: p, UnattributedThresholdPct: cfg.Split.UnattributedThresholdPct}, nil
-}
+// FoldOptions builds the fold's options from the split.* keys.
+func FoldOptions(cfg config.Aggregator) (split.Options, error) { return cfg.Split.Options() }
 
 // WriteReport writes a report as text, md or json. JSON is one compact
 // object per line (JSON Lines), so several runs on stdout stay

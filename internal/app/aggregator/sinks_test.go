@@ -3,8 +3,6 @@ package aggregator
 import (
 	"context"
 	"io"
-	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -12,10 +10,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
-	"github.com/gttsplit/gttsplit/pkg/sinks/commentsink"
 	"github.com/gttsplit/gttsplit/pkg/sinks/commentsink/githubtest"
-	"github.com/gttsplit/gttsplit/pkg/sinks/filesink"
-	"github.com/gttsplit/gttsplit/pkg/sinks/jsonsink"
 	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
 )
 
@@ -44,45 +39,11 @@ func TestOpenSinksOnDefaults(t *testing.T) {
 	}
 }
 
-// TestSinkOptionsHaveKeys holds every option of every sink's Config to a
-// key of the aggregator's configuration (same name), so a new sink option
-// cannot be left without a default, a key, an environment variable and a
-// validate check.
-func TestSinkOptionsHaveKeys(t *testing.T) {
-	t.Parallel()
-	keys := map[string]bool{}
-	for _, k := range config.Keys(config.DefaultAggregator()) {
-		keys[k.Key] = true
-	}
-	for typ, c := range map[string]any{
-		"file":          filesink.Config{},
-		"json":          jsonsink.Config{},
-		"issue_comment": commentsink.Config{},
-	} {
-		ty := reflect.TypeOf(c)
-		var missing []string
-		for i := range ty.NumField() {
-			name := ty.Field(i).Tag.Get("mapstructure")
-			if name == "" || name == "-" {
-				continue
-			}
-			if key := "sinks." + typ + "." + name; !keys[key] {
-				missing = append(missing, key)
-			}
-		}
-		slices.Sort(missing)
-		require.Empty(t, missing, "%s sink options without an aggregator config key", typ)
-	}
-}
-
 // TestCommentTimeoutReachesTheSink: the configured request timeout is the
 // one the sink's requests get (a tracker that answers slower than it is a
-// transient failure), and the aggregator's default is the sink's own.
+// transient failure).
 func TestCommentTimeoutReachesTheSink(t *testing.T) {
 	t.Parallel()
-	sinkDefault := commentsink.NewFactory().DefaultConfig().(*commentsink.Config).Timeout
-	require.Equal(t, sinkDefault, config.DefaultAggregator().Sinks.IssueComment.Timeout)
-
 	gh := githubtest.New(t, githubtest.WithListDelay(2*time.Second))
 	gh.AddIssue("org/repo#1")
 	cfg := config.DefaultAggregator()

@@ -71,7 +71,7 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	}
 	s.provenance(ctx)
 	s.started() // the process runs already
-	red, err := redact.New(cfg.Wrap.RedactFlags)
+	red, err := cfg.Wrap.Redactor()
 	if err != nil {
 		_, _ = s.close(ctx)
 		return cli.Usage(fmt.Errorf("wrap.redact_flags: %w", err))
@@ -93,14 +93,9 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		}
 		return err
 	}
-	set := sources.Settings{Logger: s.log}
-	fc := fdinfo.DefaultConfig()
-	fc.PID = pid
-	fc.ProcRoot, fc.SysRoot = procRoot, cfg.Sample.SysRoot
-	fc.Interval, fc.RescanInterval = cfg.Sample.Interval, cfg.Sample.RescanInterval
+	set := sources.Settings{Logger: s.log, Batch: cfg.Batch}
 	trigger, onLine := newTrigger()
-	fc.Trigger, fc.TriggerMinGap = trigger, cfg.Sample.TriggerMinGap
-	sampler, err := fdinfo.New(fc, set)
+	sampler, err := fdinfo.New(cfg.Sample, fdinfo.Process{PID: pid, Trigger: trigger}, set)
 	if err != nil {
 		_, _ = s.close(ctx)
 		return err
@@ -130,16 +125,9 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		return err
 	})}
 	if cfg.Attach.Log != "" {
-		lt := logtail.NewFactory()
-		lc := lt.DefaultConfig().(*logtail.Config)
+		lc := logtail.DefaultConfig()
 		lc.Path, lc.StateDir, lc.RunID, lc.Done = cfg.Attach.Log, stateDir, runID, done
-		if cfg.Batch.MaxLines > 0 {
-			lc.MaxBatchLines = cfg.Batch.MaxLines
-		}
-		if cfg.Batch.MaxDelay > 0 {
-			lc.MaxBatchDelay = cfg.Batch.MaxDelay
-		}
-		tail, err := lt.New(lc, set)
+		tail, err := logtail.New(lc, set)
 		if err != nil {
 			_, _ = s.close(ctx)
 			return cli.Usage(err)

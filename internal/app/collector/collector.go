@@ -26,7 +26,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
@@ -155,59 +154,27 @@ func (s *session) provenance(ctx context.Context) {
 	s.pipe.detail.SourceDir = dir
 }
 
+// connect dials the broker (bus.Dial: a broker that is away is waited
+// for, the events go to the spool meanwhile) and opens the publisher on
+// the lane's spool.
 func (s *session) connect(ctx context.Context) (*bus.Publisher, error) {
-	n := s.cfg.NATS
-	cc := bus.DefaultConnConfig()
-	cc.URL = n.URL
-	cc.Name = "gttsplit-collector"
-	cc.Token, cc.User, cc.Password = n.Token.Reveal(), n.User, n.Password.Reveal()
-	cc.NKeySeedFile, cc.CredsFile = n.NKeySeedFile, n.CredsFile
-	cc.TLS = bus.TLSConfig{CAFile: n.TLS.CAFile, CertFile: n.TLS.CertFile, KeyFile: n.TLS.KeyFile}
-	if n.ConnectTimeout > 0 {
-		cc.ConnectTimeout = n.ConnectTimeout
-	}
-	nc, err := bus.Connect(ctx, cc, s.log)
+	nc, _, err := bus.Dial(ctx, s.cfg.NATS, bus.DialOptions{Name: "gttsplit-collector"}, s.log)
 	if err != nil {
 		return nil, err
 	}
-	if nc.IsConnected() {
-		js, err := jetstream.New(nc)
-		if err == nil {
-			sc := bus.DefaultStreamConfig()
-			sc.Name = n.Stream
-			sc.Replicas, sc.MaxAge, sc.MaxBytes, sc.DuplicateWindow = n.Replicas, n.StreamMaxAge, n.StreamMaxBytes, n.DuplicateWindow
-			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = bus.EnsureStream(ectx, js, sc, s.log)
-			cancel()
-		}
-		if err != nil {
-			s.log.Warn().Err(err).Msg("could not make sure the stream exists; publishing anyway")
-		}
-	}
-	pc := bus.DefaultPublisherConfig()
-	pc.MaxInFlight, pc.AckTimeout = n.MaxInFlight, n.AckTimeout
-	pc.BackPressure = s.backPressure
-	pc.Spool.MaxBytes = s.cfg.Spool.MaxBytes
-	base := s.cfg.Spool.Dir
-	if base == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			cache = os.TempDir()
-		}
-		base = filepath.Join(cache, "gttsplit", "spool")
-	}
+	pc := bus.PublisherConfig{NATS: s.cfg.NATS, Spool: s.cfg.Spool, BackPressure: s.backPressure}
 	// One spool per lane, so a crashed collector's events are drained by the
 	// next collector of its lane; a second concurrent collector of the lane
 	// gets its own.
 	lane := s.spoolLane()
 	var pub *bus.Publisher
-	for _, dir := range []string{filepath.Join(base, lane), filepath.Join(base, fmt.Sprintf("%s-%d", lane, os.Getpid()))} {
-		pc.Spool.Dir = dir
+	for _, name := range []string{lane, fmt.Sprintf("%s-%d", lane, os.Getpid())} {
+		pc.Name = name
 		pub, err = bus.NewPublisher(nc, pc, s.log)
 		if err == nil {
 			return pub, nil
 		}
-		s.log.Debug().Err(err).Str("spool", dir).Msg("spool not usable")
+		s.log.Debug().Err(err).Str("spool", pc.Dir()).Msg("spool not usable")
 	}
 	nc.Close()
 	return nil, fmt.Errorf("spool: %w", err)
@@ -305,12 +272,9 @@ func (s *session) spoolLane() string {
 	return s.cfg.Lane
 }
 
+// shutdownCtx bounds the work left at shutdown by shutdown_timeout.
 func (s *session) shutdownCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := s.cfg.ShutdownTimeout
-	if d <= 0 {
-		d = 30 * time.Second
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), d)
+	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 }
 
 // GenerateRunID makes a run id from the host and the time: readable,

@@ -30,12 +30,12 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 
 	// The poison, spooled in the lane's spool with no broker.
 	deadURL, _ := deadBroker(t)
-	cc := bus.DefaultConnConfig()
+	cc := bus.DefaultConfig()
 	cc.URL = deadURL
-	nc, err := bus.Connect(testCtx(t), cc, testLogger(t))
+	nc, err := bus.Connect(testCtx(t), cc, bus.DialOptions{}, testLogger(t))
 	require.NoError(t, err)
 	pc := bus.DefaultPublisherConfig()
-	pc.Spool.Dir = filepath.Join(cfg.Spool.Dir, cfg.Lane)
+	pc.Spool.Dir, pc.Name = cfg.Spool.Dir, cfg.Lane
 	p, err := bus.NewPublisher(nc, pc, testLogger(t))
 	require.NoError(t, err)
 	o := events.Origin{RunID: strings.Repeat("r", 70<<10), Host: "testhost", Lane: cfg.Lane}
@@ -45,7 +45,7 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, p.Close(ctx))
-	require.Positive(t, segmentBytes(pc.Spool.Dir))
+	require.Positive(t, segmentBytes(pc.Dir()))
 
 	cfg.NATS.URL = srv.ClientURL()
 	cfg.RunID = "after-poison-1"
@@ -60,7 +60,7 @@ func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 
 	recorded := readJSONL(t, filepath.Join(cfg.Out, "events.jsonl"))
 	requireExactlyOnce(t, streamOf(t, jsConn(t, srv.ClientURL()), cfg.RunID), recorded, cfg.RunID, 40)
-	files, err := filepath.Glob(filepath.Join(pc.Spool.Dir, bus.RejectedDir, "*.json"))
+	files, err := filepath.Glob(filepath.Join(pc.Dir(), bus.RejectedDir, "*.json"))
 	require.NoError(t, err)
 	require.Len(t, files, 1, "the refused event is set aside")
 	b, err := os.ReadFile(files[0])
@@ -99,10 +99,10 @@ func TestRunFullSpoolFlaggedIntegration(t *testing.T) {
 
 	srv := natstest.StartAt(t, t.TempDir(), port)
 	pc := bus.DefaultPublisherConfig()
-	pc.Spool.Dir = filepath.Join(cfg.Spool.Dir, cfg.Lane)
-	cc := bus.DefaultConnConfig()
+	pc.Spool.Dir, pc.Name = cfg.Spool.Dir, cfg.Lane
+	cc := bus.DefaultConfig()
 	cc.URL = srv.ClientURL()
-	nc, err := bus.Connect(testCtx(t), cc, testLogger(t))
+	nc, err := bus.Connect(testCtx(t), cc, bus.DialOptions{}, testLogger(t))
 	require.NoError(t, err)
 	p, err := bus.NewPublisher(nc, pc, testLogger(t))
 	require.NoError(t, err)

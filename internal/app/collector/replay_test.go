@@ -244,12 +244,12 @@ func TestReplayOwnSpoolRemovedIntegration(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.NATS.URL = srv.ClientURL()
 	cfg.ShutdownTimeout = 2 * time.Second
-	cc := bus.DefaultConnConfig()
+	cc := bus.DefaultConfig()
 	cc.URL = srv.ClientURL()
-	nc, err := bus.Connect(testCtx(t), cc, testLogger(t))
+	nc, err := bus.Connect(testCtx(t), cc, bus.DialOptions{}, testLogger(t))
 	require.NoError(t, err)
 	pc := bus.DefaultPublisherConfig()
-	pc.Spool.Dir = filepath.Join(cfg.Spool.Dir, cfg.Lane)
+	pc.Spool.Dir, pc.Name = cfg.Spool.Dir, cfg.Lane
 	other, err := bus.NewPublisher(nc, pc, testLogger(t)) // holds the lane's spool
 	require.NoError(t, err)
 	defer other.Close(testCtx(t))

@@ -37,33 +37,18 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	}
 	s.provenance(ctx)
 
-	pc := procwrap.DefaultConfig()
-	pc.Command = argv
-	pc.SetTraceEnv, pc.AddVerbose = cfg.Wrap.SetTraceEnv, cfg.Wrap.AddVerbose
-	if cfg.Wrap.KillGrace > 0 {
-		pc.KillGrace = cfg.Wrap.KillGrace
-	}
-	if cfg.Batch.MaxLines > 0 {
-		pc.BatchLines = cfg.Batch.MaxLines
-	}
-	if cfg.Batch.MaxDelay > 0 {
-		pc.BatchDelay = cfg.Batch.MaxDelay
-	}
-	red, err := redact.New(cfg.Wrap.RedactFlags)
+	red, err := cfg.Wrap.Redactor()
 	if err != nil {
 		_, _ = s.close(ctx)
 		return 1, cli.Usage(fmt.Errorf("wrap.redact_flags: %w", err))
 	}
-	pc.Redact = red.Args
+	trigger, onLine := newTrigger()
 	// The child gets the collector's environment without the collector's
 	// own secrets.
-	pc.BaseEnv = childEnv(os.Environ())
-	pc.Stdin, pc.Stdout, pc.Stderr = io.Stdin, io.Stdout, io.Stderr
-	pc.Run = s.info
-	trigger, onLine := newTrigger()
-	pc.OnLine = onLine
-	set := sources.Settings{Logger: s.log}
-	pw, err := procwrap.New(pc, set)
+	opt := procwrap.Options{Command: argv, BaseEnv: childEnv(os.Environ()), Run: s.info, OnLine: onLine,
+		Stdin: io.Stdin, Stdout: io.Stdout, Stderr: io.Stderr}
+	set := sources.Settings{Logger: s.log, Batch: cfg.Batch}
+	pw, err := procwrap.New(cfg.Wrap, opt, set)
 	if err != nil {
 		_, _ = s.close(ctx)
 		return 1, err
@@ -80,12 +65,7 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 		}
 	}
 
-	fc := fdinfo.DefaultConfig()
-	fc.PIDFunc = pw.WaitPID
-	fc.ProcRoot, fc.SysRoot = cfg.Sample.ProcRoot, cfg.Sample.SysRoot
-	fc.Interval, fc.RescanInterval = cfg.Sample.Interval, cfg.Sample.RescanInterval
-	fc.Trigger, fc.TriggerMinGap = trigger, cfg.Sample.TriggerMinGap
-	sampler, err := fdinfo.New(fc, set)
+	sampler, err := fdinfo.New(cfg.Sample, fdinfo.Process{PIDFunc: pw.WaitPID, Trigger: trigger}, set)
 	if err != nil {
 		_, _ = s.close(ctx)
 		return 1, err
@@ -142,7 +122,7 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 	// grandchild that kept the tree alive is not waited for.
 	go func() {
 		select {
-		case <-time.After(2 * fc.Interval):
+		case <-time.After(2 * cfg.Sample.Interval):
 			stopSampler()
 		case <-sampleCtx.Done():
 		}

@@ -26,7 +26,7 @@
 //
 // # Token
 //
-// The token (Config.Token, which the aggregator fills from
+// The token (Config.Token: the key sinks.issue_comment.token, set through
 // GTTSPLIT_COMMENT_TOKEN) is sent only in the Authorization header of
 // requests to the configured API host, never logged, never part of an error
 // and never printed by a dry run. A pagination link to another host is
@@ -40,8 +40,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gttsplit/gttsplit/internal/plugin"
-	"github.com/gttsplit/gttsplit/pkg/redact"
 	"io"
 	"net/http"
 	"net/url"
@@ -51,6 +49,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gttsplit/gttsplit/pkg/conf"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/sinks/internal/gate"
 	"github.com/gttsplit/gttsplit/pkg/split"
@@ -65,70 +65,67 @@ const (
 	perPage    = 100
 )
 
-// Config is the issue comment sink's configuration.
+// Config is the sinks.issue_comment.* keys. The sink is on when API is
+// set: the zero Config is off (DefaultConfig only sets Timeout).
 type Config struct {
 	// API is the REST API base URL: https://api.github.com for GitHub, or
 	// a Gitea/Forgejo server's https://HOST/api/v1.
-	API string `mapstructure:"api"`
+	API string `mapstructure:"api" flag:"comment-api" desc:"issue tracker API base URL (e.g. https://api.github.com), the token read from GTTSPLIT_COMMENT_TOKEN; empty disables the comment sink"`
 	// DefaultIssue ("OWNER/REPO#N") receives the reports of runs that name
 	// no issue; empty skips them.
-	DefaultIssue string `mapstructure:"default_issue"`
+	DefaultIssue string `mapstructure:"default_issue" flag:"comment-issue" desc:"issue OWNER/REPO#N for runs that name none"`
 	// DryRun prints what would be posted instead of calling the API.
-	DryRun bool `mapstructure:"dry_run"`
-	// Token authenticates to the API (Authorization: Bearer). The
-	// aggregator fills it from the environment (GTTSPLIT_COMMENT_TOKEN);
-	// it prints as "[redacted]".
-	Token sinks.Secret `mapstructure:"token"`
+	DryRun bool `mapstructure:"dry_run" flag:"comment-dry-run" desc:"print what would be posted instead of posting it"`
+	// Token authenticates to the API (Authorization: Bearer); it prints
+	// as "[redacted]".
+	Token conf.Secret `mapstructure:"token" env:"GTTSPLIT_COMMENT_TOKEN" desc:"API token of the comment sink; never printed"`
 	// Timeout bounds one HTTP request.
-	Timeout time.Duration `mapstructure:"timeout"`
+	Timeout time.Duration `mapstructure:"timeout" desc:"time one request to the tracker API may take"`
 }
 
-// Validate reports every problem of c, each prefixed with its key. It does
-// not touch the network.
-func (c *Config) Validate() error {
-	var errs []error
-	if u, err := url.Parse(c.API); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" ||
-		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		why := ""
-		if err == nil && u.User != nil {
-			why = " (credentials do not belong in it: the token comes from GTTSPLIT_COMMENT_TOKEN)"
+// DefaultConfig returns the defaults of the sinks.issue_comment.* keys:
+// off, a 30 s request timeout.
+func DefaultConfig() Config { return Config{Timeout: 30 * time.Second} }
+
+// Enabled reports whether c switches the sink on.
+func (c Config) Enabled() bool { return c.API != "" }
+
+// Validate reports every problem of c (conf.FieldError, keys relative to
+// sinks.issue_comment.*). It does not touch the network.
+func (c Config) Validate() error {
+	var p conf.Problems
+	if c.API != "" {
+		if err := conf.HTTPURL(c.API); err != nil {
+			p.Check("api", err)
+		} else if u, _ := url.Parse(c.API); u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			why := ""
+			if u.User != nil {
+				why = " (credentials do not belong in it: the token comes from GTTSPLIT_COMMENT_TOKEN)"
+			}
+			p.Add("api", "%q is not an http(s) base URL%s", redact.URL(c.API), why)
 		}
-		errs = append(errs, fmt.Errorf("api: %q is not an http(s) base URL%s", redact.URL(c.API), why))
+		if c.Token == "" && !c.DryRun {
+			p.Add("token", "must be set when sinks.issue_comment.api is (GTTSPLIT_COMMENT_TOKEN), unless sinks.issue_comment.dry_run")
+		}
 	}
 	if c.DefaultIssue != "" {
-		if _, err := parseIssue(c.DefaultIssue); err != nil {
-			errs = append(errs, fmt.Errorf("default_issue: %w", err))
-		}
+		_, _, _, err := ParseIssue(c.DefaultIssue)
+		p.Check("default_issue", err)
 	}
-	if c.Token == "" && !c.DryRun {
-		errs = append(errs, errors.New("token: must be set (GTTSPLIT_COMMENT_TOKEN) unless dry_run is true"))
-	}
-	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("timeout: must be positive, got %s", c.Timeout))
-	}
-	return errors.Join(errs...)
+	p.Positive("timeout", c.Timeout)
+	return p.Err()
 }
 
-// NewFactory returns the factory of the "issue_comment" sink.
-func NewFactory() sinks.Factory {
-	return sinks.Factory{
-		Type: typeName,
-		DefaultConfig: func() any {
-			return &Config{API: "https://api.github.com", Timeout: 30 * time.Second}
-		},
-		New: newSink,
-	}
-}
-
-func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
-	c, err := plugin.Config[Config]("issue comment sink", cfg)
-	if err != nil {
+// New builds the comment sink of cfg, which must be valid and on
+// (Enabled).
+func New(cfg Config, set sinks.Settings) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := c.Validate(); err != nil {
-		return nil, err
+	if !cfg.Enabled() {
+		return nil, errors.New("api: must not be empty")
 	}
-	api, _ := url.Parse(strings.TrimSuffix(c.API, "/"))
+	api, _ := url.Parse(strings.TrimSuffix(cfg.API, "/"))
 	var transport *http.Transport
 	if t, ok := http.DefaultTransport.(*http.Transport); ok {
 		transport = t.Clone()
@@ -137,9 +134,9 @@ func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
 	}
 	set = set.WithDefaults()
 	s := &Sink{
-		cfg:    c,
+		cfg:    cfg,
 		api:    api,
-		client: &http.Client{Transport: transport, Timeout: c.Timeout},
+		client: &http.Client{Transport: transport, Timeout: cfg.Timeout},
 		set:    set,
 		log:    set.Logger.With().Str("component", "sink").Str("sink", typeName).Logger(),
 		locks:  make(map[string]chan struct{}),
@@ -619,18 +616,36 @@ type issue struct {
 	number      int
 }
 
-var issueRE = regexp.MustCompile(`^([A-Za-z0-9][A-Za-z0-9._-]{0,99})/([A-Za-z0-9._-]{1,100})#([1-9][0-9]{0,9})$`)
+var (
+	issueRE = regexp.MustCompile(`^([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)#([0-9]+)$`)
+	ownerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+)
 
-func parseIssue(s string) (issue, error) {
+// ParseIssue parses an issue reference OWNER/REPO#N (N ≥ 1, at most 10
+// digits; OWNER starting with a letter or digit; each name at most 100
+// characters, REPO neither "." nor ".."): the collector's issue key, the
+// default_issue key, a run's issue.
+func ParseIssue(s string) (owner, repo string, number int, err error) {
 	m := issueRE.FindStringSubmatch(s)
-	if m == nil || m[2] == "." || m[2] == ".." {
-		return issue{}, fmt.Errorf("issue %q is not OWNER/REPO#N", s)
+	if m == nil || !ownerRE.MatchString(m[1]) || len(m[2]) > 100 || m[2] == "." || m[2] == ".." {
+		return "", "", 0, fmt.Errorf("%q is not OWNER/REPO#N", s)
 	}
 	n, err := strconv.Atoi(m[3])
-	if err != nil {
-		return issue{}, fmt.Errorf("issue %q: %w", s, err)
+	if err != nil || n < 1 {
+		return "", "", 0, fmt.Errorf("%q: issue number must be a positive integer", s)
 	}
-	return issue{owner: m[1], repo: m[2], number: n}, nil
+	if len(m[3]) > 10 {
+		return "", "", 0, fmt.Errorf("%q: issue number has more than 10 digits", s)
+	}
+	return m[1], m[2], n, nil
+}
+
+func parseIssue(s string) (issue, error) {
+	owner, repo, n, err := ParseIssue(s)
+	if err != nil {
+		return issue{}, fmt.Errorf("issue %w", err)
+	}
+	return issue{owner: owner, repo: repo, number: n}, nil
 }
 
 // String returns "owner/repo#n".

@@ -76,11 +76,11 @@ func newEnv(t *testing.T, opts ...githubtest.Option) *env {
 	t.Helper()
 	srv := githubtest.New(t, append([]githubtest.Option{githubtest.WithToken(token)}, opts...)...)
 	srv.AddIssue(issue)
-	cfg := commentsink.NewFactory().DefaultConfig().(*commentsink.Config)
+	cfg := commentsink.DefaultConfig()
 	cfg.API = srv.URL
 	cfg.DefaultIssue = issue
 	cfg.Token = token
-	e := &env{srv: srv, cfg: cfg, clock: newClock(), logs: &sinktest.Buffer{}, out: &sinktest.Buffer{}}
+	e := &env{srv: srv, cfg: &cfg, clock: newClock(), logs: &sinktest.Buffer{}, out: &sinktest.Buffer{}}
 	e.set = sinks.Settings{
 		Logger: zerolog.New(io.MultiWriter(e.logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel),
 		Now:    e.clock.Now,
@@ -92,7 +92,7 @@ func newEnv(t *testing.T, opts ...githubtest.Option) *env {
 
 func (e *env) sink(t *testing.T) sinks.Sink {
 	t.Helper()
-	s, err := commentsink.NewFactory().New(e.cfg, e.set)
+	s, err := commentsink.New(*e.cfg, e.set)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s
@@ -526,12 +526,14 @@ func TestGiteaBasePath(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	f := commentsink.NewFactory()
-	require.Equal(t, "issue_comment", f.Type)
-	cfg := f.DefaultConfig().(*commentsink.Config)
-	require.Equal(t, "https://api.github.com", cfg.API)
+	cfg := commentsink.DefaultConfig()
+	require.False(t, cfg.Enabled(), "off by default")
+	require.NoError(t, cfg.Validate())
+	_, err := commentsink.New(cfg, sinks.Settings{})
+	require.ErrorContains(t, err, "api: must not be empty")
 
-	err := cfg.Validate()
+	cfg.API = "https://api.github.com"
+	err = cfg.Validate()
 	require.ErrorContains(t, err, "token: must be set")
 	cfg.DryRun = true
 	require.NoError(t, cfg.Validate(), "a dry run needs no token")
@@ -541,7 +543,7 @@ func TestConfigValidate(t *testing.T) {
 	for _, want := range []string{"api:", "default_issue:", "token:", "timeout:"} {
 		require.ErrorContains(t, err, want, "every problem reported at once")
 	}
-	_, err = f.New(&bad, sinks.Settings{})
+	_, err = commentsink.New(bad, sinks.Settings{})
 	require.Error(t, err)
 }
 

@@ -74,10 +74,20 @@ func TestParseIssue(t *testing.T) {
 		require.Equal(t, in, iss.String())
 	}
 	for _, in := range []string{"", "acme/fleet", "acme#1", "acme/fleet#0", "acme/fleet#-1", "acme/fleet#1x",
-		"acme/../x#1", "acme/..#1", "acme/.#1", ".x/y#1", "a/b/c#1", "a b/c#1", "acme/fleet#99999999999", "acme/fleet#7\n"} {
+		"acme/../x#1", "acme/..#1", "acme/.#1", ".x/y#1", "a/b/c#1", "a b/c#1", "acme/fleet#99999999999", "acme/fleet#7\n",
+		"a/b#", "a/b#x", "a#1", "a/b#99999999999999999999", strings.Repeat("o", 101) + "/r#1"} {
 		_, err := parseIssue(in)
 		require.Error(t, err, "%q", in)
 	}
+	owner, repo, n, err := ParseIssue("ggml-org/llama.cpp#42")
+	require.NoError(t, err)
+	require.Equal(t, []any{"ggml-org", "llama.cpp", 42}, []any{owner, repo, n})
+	_, _, _, err = ParseIssue("owner/repo")
+	require.EqualError(t, err, `"owner/repo" is not OWNER/REPO#N`)
+	_, _, _, err = ParseIssue("owner/repo#0")
+	require.EqualError(t, err, `"owner/repo#0": issue number must be a positive integer`)
+	_, err = parseIssue("acme/..#1")
+	require.EqualError(t, err, `issue "acme/..#1" is not OWNER/REPO#N`)
 }
 
 func TestNextPage(t *testing.T) {

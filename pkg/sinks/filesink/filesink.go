@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gttsplit/gttsplit/internal/plugin"
 	"os"
 
 	"github.com/gttsplit/gttsplit/pkg/sinks"
@@ -27,39 +26,23 @@ import (
 
 const typeName = "file"
 
-// Config is the file sink's configuration.
+// Config is the sinks.file.* keys. The sink is on when Dir is set: the
+// zero Config (the default) is off.
 type Config struct {
 	// Dir is the directory reports are written under; it is created if
 	// missing.
-	Dir string `mapstructure:"dir"`
+	Dir string `mapstructure:"dir" flag:"file-dir" desc:"directory for one Markdown report per run; empty disables the file sink"`
 }
 
-// Validate reports every problem of c, each prefixed with its key.
-func (c *Config) Validate() error {
-	if c.Dir == "" {
-		return errors.New("dir: must not be empty")
-	}
-	return nil
-}
+// Enabled reports whether c switches the sink on.
+func (c Config) Enabled() bool { return c.Dir != "" }
 
-// NewFactory returns the factory of the "file" sink.
-func NewFactory() sinks.Factory {
-	return sinks.Factory{
-		Type:          typeName,
-		DefaultConfig: func() any { return &Config{Dir: "splits"} },
-		New:           newSink,
+// New opens the file sink on cfg.Dir, which must be set (Enabled).
+func New(cfg Config, set sinks.Settings) (*Sink, error) {
+	if !cfg.Enabled() {
+		return nil, errors.New("dir: must not be empty")
 	}
-}
-
-func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
-	c, err := plugin.Config[Config]("file sink", cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	root, err := safefs.OpenRoot(c.Dir)
+	root, err := safefs.OpenRoot(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}

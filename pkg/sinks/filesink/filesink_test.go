@@ -18,10 +18,7 @@ import (
 
 func newSink(t *testing.T, dir string) sinks.Sink {
 	t.Helper()
-	f := filesink.NewFactory()
-	cfg := f.DefaultConfig().(*filesink.Config)
-	cfg.Dir = dir
-	s, err := f.New(cfg, sinks.Settings{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	s, err := filesink.New(filesink.Config{Dir: dir}, sinks.Settings{Logger: zerolog.New(zerolog.NewTestWriter(t))})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s
@@ -153,13 +150,10 @@ func TestSymlinkInsideDirCannotEscape(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	f := filesink.NewFactory()
-	require.Equal(t, "file", f.Type)
-	_, err := f.New(&filesink.Config{}, sinks.Settings{})
+	require.False(t, filesink.Config{}.Enabled(), "the zero Config is off")
+	_, err := filesink.New(filesink.Config{}, sinks.Settings{})
 	require.ErrorContains(t, err, "dir: must not be empty")
-	_, err = f.New(struct{}{}, sinks.Settings{})
-	require.Error(t, err)
-	s, err := f.New(filesink.Config{Dir: t.TempDir()}, sinks.Settings{})
-	require.NoError(t, err, "a Config value is accepted too")
+	s, err := filesink.New(filesink.Config{Dir: t.TempDir()}, sinks.Settings{})
+	require.NoError(t, err)
 	require.NoError(t, s.Close(context.Background()))
 }

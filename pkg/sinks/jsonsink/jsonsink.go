@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gttsplit/gttsplit/internal/plugin"
 	"io"
 	"io/fs"
 	"os"
@@ -44,39 +43,24 @@ const (
 	linesFile = safefs.LinesFile
 )
 
-// Config is the JSON sink's configuration.
+// Config is the sinks.json.* keys. The sink is on when Dir is set: the
+// zero Config (the default) is off.
 type Config struct {
 	// Dir is the directory documents and splits.jsonl are written under;
 	// it is created if missing.
-	Dir string `mapstructure:"dir"`
+	Dir string `mapstructure:"dir" flag:"json-dir" desc:"directory for one JSON report per run and splits.jsonl; empty disables the JSON sink"`
 }
 
-// Validate reports every problem of c, each prefixed with its key.
-func (c *Config) Validate() error {
-	if c.Dir == "" {
-		return errors.New("dir: must not be empty")
-	}
-	return nil
-}
+// Enabled reports whether c switches the sink on.
+func (c Config) Enabled() bool { return c.Dir != "" }
 
-// NewFactory returns the factory of the "json" sink.
-func NewFactory() sinks.Factory {
-	return sinks.Factory{
-		Type:          typeName,
-		DefaultConfig: func() any { return &Config{Dir: "splits"} },
-		New:           newSink,
+// New opens the JSON sink on cfg.Dir, which must be set (Enabled), and
+// rebuilds its index from splits.jsonl.
+func New(cfg Config, set sinks.Settings) (*Sink, error) {
+	if !cfg.Enabled() {
+		return nil, errors.New("dir: must not be empty")
 	}
-}
-
-func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
-	c, err := plugin.Config[Config]("json sink", cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	root, err := safefs.OpenRoot(c.Dir)
+	root, err := safefs.OpenRoot(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -87,12 +71,12 @@ func newSink(cfg any, set sinks.Settings) (sinks.Sink, error) {
 	}
 	if err := s.load(); err != nil {
 		_ = root.Close()
-		return nil, fmt.Errorf("directory %q: %w", c.Dir, err)
+		return nil, fmt.Errorf("directory %q: %w", cfg.Dir, err)
 	}
 	f, err := root.OpenFile(linesFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		_ = root.Close()
-		return nil, fmt.Errorf("cannot open %q for appending: %w", filepath.Join(c.Dir, linesFile), pathCause(err))
+		return nil, fmt.Errorf("cannot open %q for appending: %w", filepath.Join(cfg.Dir, linesFile), pathCause(err))
 	}
 	s.lines = f
 	s.gate = gate.New(s.release)

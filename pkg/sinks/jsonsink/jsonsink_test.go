@@ -23,10 +23,7 @@ import (
 
 func newSink(t *testing.T, dir string) sinks.Sink {
 	t.Helper()
-	f := jsonsink.NewFactory()
-	cfg := f.DefaultConfig().(*jsonsink.Config)
-	cfg.Dir = dir
-	s, err := f.New(cfg, sinks.Settings{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	s, err := jsonsink.New(jsonsink.Config{Dir: dir}, sinks.Settings{Logger: zerolog.New(zerolog.NewTestWriter(t))})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s

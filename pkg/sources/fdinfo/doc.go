@@ -5,7 +5,7 @@
 //
 // # Lifecycle
 //
-// Run resolves the root PID (Config.PID, or Config.PIDFunc, which may block
+// Run resolves the root PID (Process.PID, or Process.PIDFunc, which may block
 // until a wrapped child started), then emits one Record{Sample} per
 // Config.Interval, the first at once. Sample.Seq counts ticks from 1. Run
 // returns nil when ctx is cancelled or when the root process is gone (its

@@ -13,8 +13,9 @@ import (
 // Sampling this very process for one tick: it has no DRM fds.
 func Example() {
 	cfg := fdinfo.DefaultConfig()
-	cfg.PID = os.Getpid()
-	src, err := fdinfo.New(cfg, sources.Settings{})
+	var proc fdinfo.Process
+	proc.PID = os.Getpid()
+	src, err := fdinfo.New(cfg, proc, sources.Settings{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -22,7 +23,7 @@ func Example() {
 	errStop := errors.New("one sample is enough")
 	err = src.Run(context.Background(), func(_ context.Context, r sources.Record) error {
 		for _, p := range r.Sample.Procs {
-			if p.PID == cfg.PID {
+			if p.PID == proc.PID {
 				fmt.Println("seq", r.Sample.Seq, "DRM fds:", len(p.FDs))
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gttsplit/gttsplit/internal/plugin"
 	"io/fs"
 	"os"
 	"sync"
@@ -12,66 +11,67 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/sources"
 	"github.com/rs/zerolog"
 )
 
-// Type is the source type name in configuration.
-const Type = "fdinfo"
+// component names the source in its log lines.
+const component = "fdinfo"
 
-// Config configures the sampler.
+// Config is the sample.* keys: how often and where the sampler reads.
 type Config struct {
-	// PID is the root of the sampled process tree.
-	PID int `mapstructure:"pid"`
-	// PIDFunc, when PID is 0, returns the root PID; it may block until the
-	// process exists (procwrap's WaitPID).
-	PIDFunc func(ctx context.Context) (int, error) `mapstructure:"-"`
-	// ProcRoot and SysRoot are where procfs and sysfs are mounted.
-	ProcRoot string `mapstructure:"proc_root"`
-	SysRoot  string `mapstructure:"sys_root"`
 	// Interval is the time between samples.
-	Interval time.Duration `mapstructure:"interval"`
+	Interval time.Duration `mapstructure:"interval" flag:"interval" desc:"time between two fdinfo samples"`
+	// ProcRoot and SysRoot are where procfs and sysfs are mounted.
+	ProcRoot string `mapstructure:"proc_root" flag:"proc-root" desc:"root of the proc file system"`
+	SysRoot  string `mapstructure:"sys_root" desc:"root of the sys file system, read for the GPU cards' GTT totals"`
 	// RescanInterval is the least time between two searches for the
 	// process tree, the DRM fds and the cards.
-	RescanInterval time.Duration `mapstructure:"rescan_interval"`
-	// Trigger, when set, asks for a sample at once (a memory-relevant log
-	// line arrived), between the ticks of Interval. Triggered samples are
-	// at least TriggerMinGap apart from any other sample: a trigger that
-	// comes sooner is served TriggerMinGap after the last sample.
-	Trigger       <-chan struct{} `mapstructure:"-"`
-	TriggerMinGap time.Duration   `mapstructure:"trigger_min_gap"`
+	RescanInterval time.Duration `mapstructure:"rescan_interval" desc:"time between rescans for new processes and file descriptors"`
+	// TriggerMinGap is the least time between a sample Process.Trigger
+	// asked for and the sample before it: a trigger that comes sooner is
+	// served TriggerMinGap after the last sample.
+	TriggerMinGap time.Duration `mapstructure:"trigger_min_gap" desc:"least time between a sample taken at once at a memory-relevant log line and the sample before it"`
 }
 
-// DefaultConfig returns the defaults of every configurable field.
+// DefaultConfig returns the defaults of the sample.* keys.
 func DefaultConfig() Config {
 	return Config{
+		Interval:       100 * time.Millisecond,
 		ProcRoot:       "/proc",
 		SysRoot:        "/sys",
-		Interval:       100 * time.Millisecond,
 		RescanInterval: time.Second,
 		TriggerMinGap:  5 * time.Millisecond,
 	}
 }
 
-// Validate reports every problem of the configuration at once.
+// Validate reports every problem of c at once (conf.FieldError, keys
+// relative to sample.*).
 func (c Config) Validate() error {
-	var errs []error
-	if c.PID < 0 || c.PID == 0 && c.PIDFunc == nil {
-		errs = append(errs, errors.New("pid: must be a process id"))
-	}
-	if c.ProcRoot == "" {
-		errs = append(errs, errors.New("proc_root: must not be empty"))
-	}
-	if c.Interval <= 0 {
-		errs = append(errs, errors.New("interval: must be positive"))
-	}
-	if c.RescanInterval <= 0 {
-		errs = append(errs, errors.New("rescan_interval: must be positive"))
-	}
+	var p conf.Problems
+	p.Positive("interval", c.Interval)
+	p.NotEmpty("proc_root", c.ProcRoot)
+	p.NotEmpty("sys_root", c.SysRoot)
+	p.Positive("rescan_interval", c.RescanInterval)
 	if c.TriggerMinGap < 0 {
-		errs = append(errs, errors.New("trigger_min_gap: must not be negative"))
+		p.Add("trigger_min_gap", "must not be negative")
 	}
-	return errors.Join(errs...)
+	return p.Err()
+}
+
+// Process is what a Source samples and when, besides its ticks; the
+// program sets it (no key does).
+type Process struct {
+	// PID is the root of the sampled process tree.
+	PID int
+	// PIDFunc, when PID is 0, returns the root PID; it may block until the
+	// process exists (procwrap's WaitPID).
+	PIDFunc func(ctx context.Context) (int, error)
+	// Trigger, when set, asks for a sample at once (a memory-relevant log
+	// line arrived), between the ticks of Config.Interval (see
+	// Config.TriggerMinGap).
+	Trigger <-chan struct{}
 }
 
 // alive reports whether pid is a process of this PID namespace (signal 0
@@ -87,8 +87,9 @@ var ErrNoProcess = errors.New("fdinfo: no such process")
 
 // Source samples one process tree.
 type Source struct {
-	cfg Config
-	log zerolog.Logger
+	cfg  Config
+	proc Process
+	log  zerolog.Logger
 	// readlink is os.Readlink; tests replace it to make ordinary fds of a
 	// real process look like DRM fds.
 	readlink func(string) (string, error)
@@ -132,44 +133,29 @@ func (s *Source) count(t time.Time, triggered bool) {
 
 var _ sources.Source = (*Source)(nil)
 
-// New builds a Source from cfg.
-func New(cfg Config, set sources.Settings) (*Source, error) {
+// New builds a Source that samples proc as cfg says.
+func New(cfg Config, proc Process, set sources.Settings) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if proc.PID < 0 || proc.PID == 0 && proc.PIDFunc == nil {
+		return nil, errors.New("pid: must be a process id")
+	}
 	return &Source{
 		cfg:      cfg,
-		log:      set.Logger.With().Str("component", Type).Logger(),
+		proc:     proc,
+		log:      set.Logger.With().Str("component", component).Logger(),
 		readlink: os.Readlink,
 	}, nil
-}
-
-// NewFactory returns the factory of the fdinfo source. Its config is a
-// *Config (or Config).
-func NewFactory() sources.Factory {
-	return sources.Factory{
-		Type: Type,
-		DefaultConfig: func() any {
-			c := DefaultConfig()
-			return &c
-		},
-		New: func(cfg any, set sources.Settings) (sources.Source, error) {
-			c, err := plugin.Config[Config]("fdinfo", cfg)
-			if err != nil {
-				return nil, err
-			}
-			return New(c, set)
-		},
-	}
 }
 
 // Run samples until ctx is done or the root process is gone; both return
 // nil. See the package documentation.
 func (s *Source) Run(ctx context.Context, emit sources.Emit) error {
-	pid := s.cfg.PID
+	pid := s.proc.PID
 	if pid == 0 {
 		var err error
-		pid, err = s.cfg.PIDFunc(ctx)
+		pid, err = s.proc.PIDFunc(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -223,7 +209,7 @@ func (s *Source) Run(ctx context.Context, emit sources.Emit) error {
 			case <-ticker.C:
 				deferred = nil
 				break wait
-			case <-s.cfg.Trigger:
+			case <-s.proc.Trigger:
 				if gap := s.cfg.TriggerMinGap - time.Since(last); gap > 0 {
 					if deferred == nil {
 						deferred = time.After(gap)

@@ -286,12 +286,13 @@ func TestRunStopsWhenRootGone(t *testing.T) {
 	tr.addProc(100, 1, "llama-cli", 5000)
 	tr.addFD(100, 3, "/dev/dri/renderD128", fixture(t, "amdgpu-6.13"))
 	cfg := DefaultConfig()
+	var proc Process
 	cfg.ProcRoot, cfg.SysRoot = tr.proc, tr.sys
 	cfg.Interval = 2 * time.Millisecond
 	cfg.RescanInterval = 5 * time.Millisecond
 	var pidCalls int
-	cfg.PIDFunc = func(context.Context) (int, error) { pidCalls++; return 100, nil }
-	src, err := New(cfg, sources.Settings{Logger: testLogger(t)})
+	proc.PIDFunc = func(context.Context) (int, error) { pidCalls++; return 100, nil }
+	src, err := New(cfg, proc, sources.Settings{Logger: testLogger(t)})
 	require.NoError(t, err)
 	rec := &recorder{onSample: func(n int) {
 		if n == 5 {
@@ -311,24 +312,25 @@ func TestRunErrors(t *testing.T) {
 	t.Parallel()
 	tr := newTree(t, false, true)
 	cfg := DefaultConfig()
+	var proc Process
 	cfg.ProcRoot, cfg.SysRoot = tr.proc, tr.sys
 
-	cfg.PID = 4242
-	src, err := New(cfg, sources.Settings{})
+	proc.PID = 4242
+	src, err := New(cfg, proc, sources.Settings{})
 	require.NoError(t, err)
 	err = src.Run(t.Context(), (&recorder{}).emit)
 	require.ErrorIs(t, err, ErrNoProcess)
 
-	cfg.PID = 0
+	proc.PID = 0
 	boom := errors.New("child could not start")
-	cfg.PIDFunc = func(context.Context) (int, error) { return 0, boom }
-	src, err = New(cfg, sources.Settings{})
+	proc.PIDFunc = func(context.Context) (int, error) { return 0, boom }
+	src, err = New(cfg, proc, sources.Settings{})
 	require.NoError(t, err)
 	require.ErrorIs(t, src.Run(t.Context(), (&recorder{}).emit), boom)
 
 	// Cancelled while waiting for the PID: not an error.
-	cfg.PIDFunc = func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() }
-	src, err = New(cfg, sources.Settings{})
+	proc.PIDFunc = func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() }
+	src, err = New(cfg, proc, sources.Settings{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -336,8 +338,8 @@ func TestRunErrors(t *testing.T) {
 
 	// A downstream failure is this source's error.
 	tr.addProc(100, 1, "x", 1)
-	cfg.PIDFunc, cfg.PID = nil, 100
-	src, err = New(cfg, sources.Settings{})
+	proc.PIDFunc, proc.PID = nil, 100
+	src, err = New(cfg, proc, sources.Settings{})
 	require.NoError(t, err)
 	closed := errors.New("pipeline closed")
 	require.ErrorIs(t, src.Run(t.Context(), func(context.Context, sources.Record) error { return closed }), closed)
@@ -346,21 +348,19 @@ func TestRunErrors(t *testing.T) {
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	err := Config{}.Validate()
-	for _, want := range []string{"pid: must be a process id", "proc_root: must not be empty", "interval: must be positive", "rescan_interval: must be positive"} {
+	for _, want := range []string{"proc_root: must not be empty", "sys_root: must not be empty",
+		"interval: must be a positive duration, got 0s", "rescan_interval: must be a positive duration, got 0s"} {
 		require.ErrorContains(t, err, want)
 	}
-	f := NewFactory()
-	require.Equal(t, "fdinfo", f.Type)
-	c, ok := f.DefaultConfig().(*Config)
-	require.True(t, ok)
+	c := DefaultConfig()
+	require.NoError(t, c.Validate())
 	require.Equal(t, "/proc", c.ProcRoot)
 	require.Equal(t, 100*time.Millisecond, c.Interval)
-	c.PID = 1
-	src, err := f.New(c, sources.Settings{})
+	_, err = New(c, Process{}, sources.Settings{})
+	require.ErrorContains(t, err, "pid: must be a process id")
+	src, err := New(c, Process{PID: 1}, sources.Settings{})
 	require.NoError(t, err)
 	require.IsType(t, &Source{}, src)
-	_, err = f.New("x", sources.Settings{})
-	require.Error(t, err)
 }
 
 // startChild starts the test binary as a child that lives until its stdin
@@ -393,9 +393,10 @@ func TestRealProc(t *testing.T) {
 	fakeFD := int(f.Fd())
 
 	cfg := DefaultConfig()
-	cfg.PID = self
+	var proc Process
+	proc.PID = self
 	cfg.SysRoot = t.TempDir()
-	src, err := New(cfg, sources.Settings{Logger: testLogger(t)})
+	src, err := New(cfg, proc, sources.Settings{Logger: testLogger(t)})
 	require.NoError(t, err)
 
 	// Plain: no DRM fds at all.
@@ -437,10 +438,11 @@ func TestRealProc(t *testing.T) {
 func TestRealProcRootExits(t *testing.T) {
 	cmd, stdin := startChild(t)
 	cfg := DefaultConfig()
-	cfg.PID = cmd.Process.Pid
+	var proc Process
+	proc.PID = cmd.Process.Pid
 	cfg.SysRoot = t.TempDir()
 	cfg.Interval = 5 * time.Millisecond
-	src, err := New(cfg, sources.Settings{Logger: testLogger(t)})
+	src, err := New(cfg, proc, sources.Settings{Logger: testLogger(t)})
 	require.NoError(t, err)
 	rec := &recorder{onSample: func(n int) {
 		if n == 2 {
@@ -502,9 +504,10 @@ func TestRunProcRootBlind(t *testing.T) {
 		return logs.Write(b)
 	})))
 	cfg := DefaultConfig()
+	var proc Process
 	cfg.ProcRoot, cfg.SysRoot = t.TempDir(), t.TempDir()
-	cfg.PID = os.Getpid()
-	src, err := New(cfg, sources.Settings{Logger: log})
+	proc.PID = os.Getpid()
+	src, err := New(cfg, proc, sources.Settings{Logger: log})
 	require.NoError(t, err)
 	require.ErrorIs(t, src.Run(t.Context(), (&recorder{}).emit), ErrNoProcess)
 	mu.Lock()
@@ -517,8 +520,8 @@ func TestRunProcRootBlind(t *testing.T) {
 	// A pid no process has (the child exited before the first sample).
 	gone := exec.Command("true")
 	require.NoError(t, gone.Run())
-	cfg.PID = gone.Process.Pid
-	src, err = New(cfg, sources.Settings{Logger: log})
+	proc.PID = gone.Process.Pid
+	src, err = New(cfg, proc, sources.Settings{Logger: log})
 	require.NoError(t, err)
 	require.ErrorIs(t, src.Run(t.Context(), (&recorder{}).emit), ErrNoProcess)
 	mu.Lock()

@@ -40,16 +40,17 @@ func spikeRun(t *testing.T, trigger bool, interval, spikeLen time.Duration, n in
 	}
 
 	cfg := DefaultConfig()
-	cfg.PID = 100
+	var proc Process
+	proc.PID = 100
 	cfg.ProcRoot, cfg.SysRoot = tr.proc, tr.sys
 	cfg.Interval = interval
 	cfg.RescanInterval = time.Hour
 	var ch chan struct{}
 	if trigger {
 		ch = make(chan struct{}, 1)
-		cfg.Trigger = ch
+		proc.Trigger = ch
 	}
-	src, err := New(cfg, sources.Settings{Logger: testLogger(t)})
+	src, err := New(cfg, proc, sources.Settings{Logger: testLogger(t)})
 	require.NoError(t, err)
 	rec := &recorder{}
 	done := make(chan error, 1)
@@ -142,13 +143,14 @@ func TestTriggerRespectsMinGap(t *testing.T) {
 	tr.addProc(100, 1, "llama-server", 5000)
 	tr.addFD(100, 3, "/dev/dri/renderD128", spikeText(100))
 	cfg := DefaultConfig()
-	cfg.PID = 100
+	var proc Process
+	proc.PID = 100
 	cfg.ProcRoot, cfg.SysRoot = tr.proc, tr.sys
 	cfg.Interval = time.Hour // only the first sample and triggered ones
 	cfg.TriggerMinGap = 30 * time.Millisecond
 	ch := make(chan struct{}, 1)
-	cfg.Trigger = ch
-	src, err := New(cfg, sources.Settings{Logger: testLogger(t)})
+	proc.Trigger = ch
+	src, err := New(cfg, proc, sources.Settings{Logger: testLogger(t)})
 	require.NoError(t, err)
 	got := make(chan int, 16)
 	rec := &recorder{onSample: func(n int) { got <- n }}

@@ -38,7 +38,7 @@ func TestRestartResumesAfterAckedPrefix(t *testing.T) {
 
 	const k = 3
 	cfg, _ := config(t, path, state)
-	cfg.MaxBatchLines = 4
+	cfg.Batch.MaxLines = 4
 	s1 := &sink{ack: func(i int) bool { return i < k || i == k+1 }}
 	r1 := start(t, cfg, s1)
 	// Written in pieces, with a partial line at the end, so that batches
@@ -66,7 +66,7 @@ func TestRestartResumesAfterAckedPrefix(t *testing.T) {
 	write(t, w, joinLines(all[37:]))
 
 	cfg2, done2 := config(t, path, state)
-	cfg2.MaxBatchLines = 4
+	cfg2.Batch.MaxLines = 4
 	close(done2)
 	s2 := &sink{}
 	require.NoError(t, start(t, cfg2, s2).wait(t))
@@ -129,7 +129,7 @@ func TestDoneWaitsForAcks(t *testing.T) {
 	state := t.TempDir()
 	require.NoError(t, os.WriteFile(path, []byte(joinLines(numbered("l", 0, 10))), 0o644))
 	cfg, done := config(t, path, state)
-	cfg.MaxBatchLines = 3
+	cfg.Batch.MaxLines = 3
 	s := &sink{ack: func(int) bool { return false }}
 	r := start(t, cfg, s)
 	s.waitLines(t, 10)

@@ -19,8 +19,8 @@
 // arrives. Lines longer than MaxLineBytes are cut into pieces. NUL bytes
 // are dropped from Text (see Rotation); a line of NULs only is skipped.
 // Consecutive lines are emitted as one sources.Record{Lines: ...} of up to
-// MaxBatchLines lines, at the latest MaxBatchDelay after its first line was
-// read. Every line has Stream (default "log"), Time (when it was read) and
+// Settings.Batch.MaxLines lines, at the latest Settings.Batch.MaxDelay after
+// its first line was read. Every line has Stream (default "log"), Time (when it was read) and
 // Seq, numbered from FirstSeq (default 1) and continued across restarts and
 // rotations.
 //

@@ -26,8 +26,7 @@ func Example() {
 		return
 	}
 
-	f := logtail.NewFactory()
-	cfg := f.DefaultConfig().(*logtail.Config)
+	cfg := logtail.DefaultConfig()
 	cfg.Path = path
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.RunID = "example"
@@ -35,7 +34,7 @@ func Example() {
 	close(exited) // the attached process is gone
 	cfg.Done = exited
 
-	src, err := f.New(cfg, sources.Settings{})
+	src, err := logtail.New(cfg, sources.Settings{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -23,6 +23,7 @@ var _ sources.Source = (*follower)(nil)
 // returned (not concurrently); each call starts from the checkpoint.
 type follower struct {
 	cfg       Config
+	batch     sources.BatchConfig
 	log       zerolog.Logger
 	absPath   string
 	statePath string // "" when checkpointing is off
@@ -35,8 +36,9 @@ func newFollower(c Config, set sources.Settings) *follower {
 	}
 	fl := &follower{
 		cfg:     c,
+		batch:   set.Batch.OrDefault(),
 		absPath: abs,
-		log:     set.Logger.With().Str("component", typeName).Str("path", c.Path).Logger(),
+		log:     set.Logger.With().Str("component", component).Str("path", c.Path).Logger(),
 	}
 	if c.StateDir != "" {
 		fl.statePath = filepath.Join(c.StateDir, stateFileName(c.RunID, abs))
@@ -53,11 +55,12 @@ type inflight struct {
 // tail is the state of one Run call; only Run's goroutine touches it,
 // except inflight.acked and ackCh, which Ack closures use.
 type tail struct {
-	cfg  Config
-	log  zerolog.Logger
-	path string
-	emit sources.Emit
-	now  func() time.Time
+	cfg      Config
+	batchCfg sources.BatchConfig
+	log      zerolog.Logger
+	path     string
+	emit     sources.Emit
+	now      func() time.Time
 
 	// The file being read.
 	f        *os.File
@@ -98,6 +101,7 @@ func (fl *follower) Run(ctx context.Context, emit sources.Emit) error {
 	}
 	t := &tail{
 		cfg:       fl.cfg,
+		batchCfg:  fl.batch,
 		log:       fl.log,
 		path:      fl.cfg.Path,
 		emit:      emit,
@@ -236,7 +240,7 @@ func (t *tail) loop(ctx context.Context) error {
 		}
 		wait := t.cfg.PollInterval
 		if len(t.batch) > 0 {
-			due := t.batchStart.Add(t.cfg.MaxBatchDelay).Sub(t.now())
+			due := t.batchStart.Add(t.batchCfg.MaxDelay).Sub(t.now())
 			if due <= 0 {
 				if err := t.flushBatch(ctx); err != nil {
 					return err
@@ -431,7 +435,7 @@ func (t *tail) takeLine(ctx context.Context) error {
 	}
 	t.batch = append(t.batch, split.Line{Stream: t.cfg.Stream, Seq: t.nextSeq, Text: string(text), Time: now})
 	t.nextSeq++
-	if len(t.batch) >= t.cfg.MaxBatchLines {
+	if len(t.batch) >= t.batchCfg.MaxLines {
 		return t.flushBatch(ctx)
 	}
 	return nil

@@ -87,15 +87,21 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	}
 }
 
+// testConfig is a follower's config and the batching its Settings give.
+type testConfig struct {
+	logtail.Config
+	Batch sources.BatchConfig
+}
+
 // config returns a fast-polling config following path, with its own Done.
-func config(t *testing.T, path, stateDir string) (*logtail.Config, chan struct{}) {
+func config(t *testing.T, path, stateDir string) (*testConfig, chan struct{}) {
 	t.Helper()
-	cfg := logtail.NewFactory().DefaultConfig().(*logtail.Config)
+	cfg := &testConfig{Config: logtail.DefaultConfig(), Batch: sources.DefaultBatchConfig()}
 	cfg.Path = path
 	cfg.StateDir = stateDir
 	cfg.RunID = "run-1"
 	cfg.PollInterval = 5 * time.Millisecond
-	cfg.MaxBatchDelay = 5 * time.Millisecond
+	cfg.Batch.MaxDelay = 5 * time.Millisecond
 	cfg.AckWait = patience
 	done := make(chan struct{})
 	cfg.Done = done
@@ -108,9 +114,9 @@ type running struct {
 	errc   chan error
 }
 
-func start(t *testing.T, cfg *logtail.Config, s *sink) *running {
+func start(t *testing.T, cfg *testConfig, s *sink) *running {
 	t.Helper()
-	src, err := logtail.NewFactory().New(cfg, sources.Settings{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	src, err := logtail.New(cfg.Config, sources.Settings{Logger: zerolog.New(zerolog.NewTestWriter(t)), Batch: cfg.Batch})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, errc: make(chan error, 1)}

@@ -82,7 +82,7 @@ func TestBatchesAreBoundedAndConsecutive(t *testing.T) {
 	want := numbered("line", 0, 1000)
 	require.NoError(t, os.WriteFile(path, []byte(joinLines(want)), 0o644))
 	cfg, done := config(t, path, "")
-	cfg.MaxBatchLines = 7
+	cfg.Batch.MaxLines = 7
 	close(done)
 	s := &sink{}
 	require.NoError(t, start(t, cfg, s).wait(t))
@@ -160,29 +160,21 @@ func TestEmitErrorFailsTheSource(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	f := logtail.NewFactory()
-	require.Equal(t, "logtail", f.Type)
-
-	cfg := f.DefaultConfig().(*logtail.Config)
-	require.NoError(t, (&logtail.Config{Path: "x", Stream: "log", PollInterval: 1, MaxBatchLines: 1, MaxLineBytes: 1}).Validate())
+	cfg := logtail.DefaultConfig()
+	require.NoError(t, logtail.Config{Path: "x", Stream: "log", PollInterval: 1, MaxLineBytes: 1}.Validate())
 	cfg.PollInterval = 0
-	cfg.MaxBatchLines = 0
 	cfg.MaxLineBytes = -1
-	cfg.MaxBatchDelay = -1
 	cfg.AckWait = -1
 	cfg.Stream = ""
-	_, err := f.New(cfg, sources.Settings{})
+	_, err := logtail.New(cfg, sources.Settings{})
 	require.Error(t, err)
-	for _, key := range []string{"path:", "stream:", "poll_interval:", "max_batch_lines:", "max_batch_delay:", "max_line_bytes:", "ack_wait:"} {
+	for _, key := range []string{"path:", "stream:", "poll_interval:", "max_line_bytes:", "ack_wait:"} {
 		require.Contains(t, err.Error(), key)
 	}
 
-	_, err = f.New("nope", sources.Settings{})
-	require.ErrorContains(t, err, "wrong config type: string")
-
-	ok := *f.DefaultConfig().(*logtail.Config)
+	ok := logtail.DefaultConfig()
 	ok.Path = "llama.log"
-	src, err := f.New(ok, sources.Settings{})
+	src, err := logtail.New(ok, sources.Settings{})
 	require.NoError(t, err)
 	require.NotNil(t, src)
 }
@@ -193,7 +185,7 @@ func TestStateDirUnusable(t *testing.T) {
 	blocker := filepath.Join(dir, "file")
 	require.NoError(t, os.WriteFile(blocker, nil, 0o644))
 	cfg, _ := config(t, filepath.Join(dir, "llama.log"), filepath.Join(blocker, "state"))
-	src, err := logtail.NewFactory().New(cfg, sources.Settings{})
+	src, err := logtail.New(cfg.Config, sources.Settings{})
 	require.NoError(t, err)
 	err = src.Run(context.Background(), (&sink{}).emit)
 	require.ErrorContains(t, err, "create state dir")

@@ -19,20 +19,20 @@
 //
 // Cancelling the context of Run stops the child: it is sent SIGTERM, and
 // SIGKILL after Config.KillGrace. Run then still emits the remaining lines
-// and the Finished record under a fresh deadline of Config.DrainTimeout.
+// and the Finished record under a fresh deadline of Options.DrainTimeout.
 //
 // # Output
 //
-// Both streams reach Config.Stdout and Config.Stderr byte for byte, in the
+// Both streams reach Options.Stdout and Options.Stderr byte for byte, in the
 // chunks the child wrote. Each complete line is also captured: its text
 // without the trailing "\n" (a "\r" is kept), its stream ("stdout" or
 // "stderr"), its capture time and a sequence number from one counter shared
 // by both streams, starting at 1, in capture order. A last line without a
 // newline is captured when the child exits. A line longer than
-// Config.MaxLineBytes is captured in pieces of that size.
+// Options.MaxLineBytes is captured in pieces of that size.
 //
 // Capture never slows the child down: captured lines wait in a buffer of
-// Config.BufferBytes, and when the downstream is slower than the child the
+// Options.BufferBytes, and when the downstream is slower than the child the
 // lines that do not fit are counted (Dropped) instead of blocking the
 // passthrough. A dropped line still consumes its sequence number, so the gap
 // shows where lines are missing. Each Record{Lines} holds lines of one

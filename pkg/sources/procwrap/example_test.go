@@ -13,10 +13,9 @@ import (
 // comes back as records.
 func Example() {
 	cfg := procwrap.DefaultConfig()
-	cfg.Command = []string{"echo", "hello world"}
 	cfg.AddVerbose = false
-	cfg.Stdout = io.Discard
-	src, err := procwrap.New(cfg, sources.Settings{})
+	opt := procwrap.Options{Command: []string{"echo", "hello world"}, Stdout: io.Discard}
+	src, err := procwrap.New(cfg, opt, sources.Settings{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gttsplit/gttsplit/internal/plugin"
 	"io"
 	"io/fs"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gttsplit/gttsplit/pkg/conf"
+	"github.com/gttsplit/gttsplit/pkg/redact"
 	"github.com/gttsplit/gttsplit/pkg/sources"
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/rs/zerolog"
@@ -23,8 +24,8 @@ import (
 // trace; Config.SetTraceEnv sets it to "1" unless it is already set.
 const TraceEnv = "GGML_HRX_HOST_WEIGHT_TRACE"
 
-// Type is the source type name in configuration.
-const Type = "procwrap"
+// component names the source in its log lines.
+const component = "procwrap"
 
 // Exit statuses that ExitCode reports besides the child's own.
 const (
@@ -34,99 +35,107 @@ const (
 	exitSignalBase = 128
 )
 
-// Config configures the wrapper. Fields tagged "-" are set by the program,
-// not by configuration files.
+// Config is the wrap.* keys: how `collector run` starts its child.
 type Config struct {
+	// SetTraceEnv sets GGML_HRX_HOST_WEIGHT_TRACE=1 unless it is set.
+	SetTraceEnv bool `mapstructure:"set_trace_env" desc:"set GGML_HRX_HOST_WEIGHT_TRACE=1 for the child unless it is set"`
+	// AddVerbose appends "-v" unless a verbosity flag is present.
+	AddVerbose bool `mapstructure:"add_verbose" desc:"append -v to the child's arguments unless a verbosity flag is there"`
+	// KillGrace is how long a child has between SIGTERM (context
+	// cancelled, or a SIGTERM or SIGINT forwarded with Signal) and
+	// SIGKILL, and how long Run waits for its output pipes to close after
+	// it exited (a grandchild may hold them).
+	KillGrace time.Duration `mapstructure:"kill_grace" desc:"time the child gets after a forwarded signal before it is killed"`
+	// RedactFlags names the flags whose values are masked in the command
+	// line the Started record reports (see pkg/redact; the child gets its
+	// argv unchanged).
+	RedactFlags string `mapstructure:"redact_flags" desc:"regexp on the names of flags (without dashes) and of NAME=VALUE arguments whose values are masked in the recorded command (--name VALUE, --name=VALUE, name=VALUE); Authorization credentials (Bearer, Basic) and URL credentials are always masked"`
+}
+
+// DefaultConfig returns the defaults of the wrap.* keys.
+func DefaultConfig() Config {
+	return Config{
+		SetTraceEnv: true,
+		AddVerbose:  true,
+		KillGrace:   10 * time.Second,
+		RedactFlags: redact.DefaultFlagPattern,
+	}
+}
+
+// Validate reports every problem of c at once (conf.FieldError, keys
+// relative to wrap.*).
+func (c Config) Validate() error {
+	var p conf.Problems
+	p.Positive("kill_grace", c.KillGrace)
+	if _, err := c.Redactor(); err != nil {
+		p.Add("redact_flags", "does not compile: %w", err)
+	}
+	return p.Err()
+}
+
+// Redactor returns the Redactor of RedactFlags.
+func (c Config) Redactor() (*redact.Redactor, error) { return redact.New(c.RedactFlags) }
+
+// Options are what the program decides about the child (no key does).
+type Options struct {
 	// Command is the program and its arguments; Command[0] is looked up in
 	// $PATH when it has no slash.
-	Command []string `mapstructure:"-"`
+	Command []string
 	// Env holds KEY=VALUE pairs added to the child's environment.
-	Env []string `mapstructure:"-"`
-	// Redact, if set, masks secrets in the argv recorded in the Started
-	// record (the child gets the argv unchanged).
-	Redact func(argv []string) []string `mapstructure:"-"`
+	Env []string
 	// BaseEnv is the environment the child inherits; nil means os.Environ().
-	BaseEnv []string `mapstructure:"-"`
+	BaseEnv []string
 	// Dir is the child's working directory; "" means the collector's.
-	Dir string `mapstructure:"-"`
+	Dir string
 	// Run is copied into the Started record; Command and Started are filled
 	// in by the source.
-	Run split.RunInfo `mapstructure:"-"`
+	Run split.RunInfo
 
 	// Stdin is the child's standard input; nil means os.Stdin.
-	Stdin io.Reader `mapstructure:"-"`
+	Stdin io.Reader
 	// Stdout and Stderr receive the child's output unchanged; nil means
 	// os.Stdout and os.Stderr. Each is written from its own goroutine, so
 	// one writer given for both must be safe for concurrent use.
-	Stdout io.Writer `mapstructure:"-"`
-	Stderr io.Writer `mapstructure:"-"`
-
-	// SetTraceEnv sets GGML_HRX_HOST_WEIGHT_TRACE=1 unless it is set.
-	SetTraceEnv bool `mapstructure:"set_trace_env"`
-	// AddVerbose appends "-v" unless a verbosity flag is present.
-	AddVerbose bool `mapstructure:"add_verbose"`
-	// KillGrace is how long a child has between SIGTERM (context cancelled,
-	// or a SIGTERM or SIGINT forwarded with Signal) and SIGKILL, and how long Run waits for its output pipes to close
-	// after it exited (a grandchild may hold them).
-	KillGrace time.Duration `mapstructure:"kill_grace"`
-	// DrainTimeout bounds emitting the last lines and the Finished record
-	// after the context was cancelled.
-	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
-	// BatchLines is the most lines in one Record; BatchDelay is the longest
-	// a captured line waits before its batch is emitted.
-	BatchLines int           `mapstructure:"batch_lines"`
-	BatchDelay time.Duration `mapstructure:"batch_delay"`
-	// BufferBytes bounds the captured lines waiting for the downstream
-	// (text plus a fixed overhead per line); lines beyond it are dropped.
-	BufferBytes int `mapstructure:"buffer_bytes"`
+	Stdout io.Writer
+	Stderr io.Writer
 	// OnLine, when set, is called with every captured line as it is read,
 	// before it waits for its batch (the collector's sampler uses it to
 	// sample at once at a memory-relevant line). It must not block and
 	// must not keep text.
-	OnLine func(text []byte) `mapstructure:"-"`
-	// MaxLineBytes is the longest line captured in one piece.
-	MaxLineBytes int `mapstructure:"max_line_bytes"`
+	OnLine func(text []byte)
+
+	// DrainTimeout bounds emitting the last lines and the Finished record
+	// after the context was cancelled; 0 is 5s.
+	DrainTimeout time.Duration
+	// BufferBytes bounds the captured lines waiting for the downstream
+	// (text plus a fixed overhead per line); lines beyond it are dropped.
+	// 0 is 16 MiB.
+	BufferBytes int
+	// MaxLineBytes is the longest line captured in one piece; 0 is 1 MiB.
+	MaxLineBytes int
 }
 
-// DefaultConfig returns the defaults of every configurable field.
-func DefaultConfig() Config {
-	return Config{
-		SetTraceEnv:  true,
-		AddVerbose:   true,
-		KillGrace:    10 * time.Second,
-		DrainTimeout: 5 * time.Second,
-		BatchLines:   256,
-		BatchDelay:   100 * time.Millisecond,
-		BufferBytes:  16 << 20,
-		MaxLineBytes: 1 << 20,
+// withDefaults sets the zero fields of o to what their docs say.
+func (o Options) withDefaults() Options {
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
 	}
-}
-
-// Validate reports every problem of the configuration at once.
-func (c Config) Validate() error {
-	var errs []error
-	if len(c.Command) == 0 || c.Command[0] == "" {
-		errs = append(errs, errors.New("command: must not be empty"))
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
 	}
-	if c.KillGrace <= 0 {
-		errs = append(errs, errors.New("kill_grace: must be positive"))
+	if o.Stdin == nil {
+		o.Stdin = os.Stdin
 	}
-	if c.DrainTimeout <= 0 {
-		errs = append(errs, errors.New("drain_timeout: must be positive"))
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 5 * time.Second
 	}
-	if c.BatchLines <= 0 {
-		errs = append(errs, errors.New("batch_lines: must be positive"))
+	if o.MaxLineBytes <= 0 {
+		o.MaxLineBytes = 1 << 20
 	}
-	if c.BatchDelay <= 0 {
-		errs = append(errs, errors.New("batch_delay: must be positive"))
+	if o.BufferBytes <= 0 {
+		o.BufferBytes = 16 << 20
 	}
-	if c.MaxLineBytes <= 0 {
-		errs = append(errs, errors.New("max_line_bytes: must be positive"))
-	}
-	if c.BufferBytes < c.MaxLineBytes+lineOverhead {
-		errs = append(errs, errors.New("buffer_bytes: must hold at least one line of max_line_bytes"))
-	}
-	return errors.Join(errs...)
+	return o
 }
 
 // ErrCannotRun matches (errors.Is) the error of a command that could not be
@@ -159,10 +168,13 @@ func (e *StartError) Is(target error) bool { return target == ErrCannotRun }
 
 // Source runs one child process. Its methods are safe for concurrent use.
 type Source struct {
-	cfg  Config
-	log  zerolog.Logger
-	argv []string
-	env  []string
+	cfg   Config
+	opt   Options
+	batch sources.BatchConfig
+	red   *redact.Redactor
+	log   zerolog.Logger
+	argv  []string
+	env   []string
 
 	runOnce  sync.Once
 	pidReady chan struct{} // closed once the child started or failed to
@@ -179,50 +191,38 @@ type Source struct {
 
 var _ sources.Source = (*Source)(nil)
 
-// New builds a Source from cfg: it decides the final command line and
+// New builds a Source that runs opt.Command as cfg says, batching its
+// lines as set.Batch says: it decides the final command line and
 // environment but starts nothing.
-func New(cfg Config, set sources.Settings) (*Source, error) {
+func New(cfg Config, opt Options, set sources.Settings) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Stdout == nil {
-		cfg.Stdout = os.Stdout
+	if len(opt.Command) == 0 || opt.Command[0] == "" {
+		return nil, errors.New("command: must not be empty")
 	}
-	if cfg.Stderr == nil {
-		cfg.Stderr = os.Stderr
+	opt = opt.withDefaults()
+	if opt.BufferBytes < opt.MaxLineBytes+lineOverhead {
+		return nil, errors.New("buffer_bytes: must hold at least one line of max_line_bytes")
 	}
-	if cfg.Stdin == nil {
-		cfg.Stdin = os.Stdin
+	red, err := cfg.Redactor()
+	if err != nil {
+		return nil, err
 	}
+	batch := set.Batch.OrDefault()
 	s := &Source{
 		cfg:      cfg,
-		argv:     commandLine(cfg.Command, cfg.AddVerbose),
-		env:      environment(cfg.BaseEnv, cfg.Env, cfg.SetTraceEnv),
+		opt:      opt,
+		batch:    batch,
+		red:      red,
+		argv:     commandLine(opt.Command, cfg.AddVerbose),
+		env:      environment(opt.BaseEnv, opt.Env, cfg.SetTraceEnv),
 		pidReady: make(chan struct{}),
 		exitCode: -1,
-		q:        newLineQueueHook(cfg.BufferBytes, cfg.BatchLines, cfg.OnLine),
+		q:        newLineQueueHook(opt.BufferBytes, batch.MaxLines, opt.OnLine),
 	}
-	s.log = set.Logger.With().Str("component", Type).Str("command", cfg.Command[0]).Logger()
+	s.log = set.Logger.With().Str("component", component).Str("command", opt.Command[0]).Logger()
 	return s, nil
-}
-
-// NewFactory returns the factory of the procwrap source. Its config is a
-// *Config (or Config) whose Command the program fills in.
-func NewFactory() sources.Factory {
-	return sources.Factory{
-		Type: Type,
-		DefaultConfig: func() any {
-			c := DefaultConfig()
-			return &c
-		},
-		New: func(cfg any, set sources.Settings) (sources.Source, error) {
-			c, err := plugin.Config[Config]("procwrap", cfg)
-			if err != nil {
-				return nil, err
-			}
-			return New(c, set)
-		},
-	}
 }
 
 // Argv returns the command line that Run executes (with "-v" when it was
@@ -232,15 +232,9 @@ func (s *Source) Argv() []string { return append([]string(nil), s.argv...) }
 // Env returns the environment the child gets.
 func (s *Source) Env() []string { return append([]string(nil), s.env...) }
 
-// CommandLine returns Argv quoted for a POSIX shell, secrets masked by
-// Config.Redact, as reported in the Started record and logged.
-func (s *Source) CommandLine() string {
-	argv := s.argv
-	if s.cfg.Redact != nil {
-		argv = s.cfg.Redact(argv)
-	}
-	return shellQuote(argv)
-}
+// CommandLine returns Argv quoted for a POSIX shell, secrets masked as
+// Config.RedactFlags says, as reported in the Started record and logged.
+func (s *Source) CommandLine() string { return shellQuote(s.red.Args(s.argv)) }
 
 // WaitPID blocks until the child started and returns its PID; it returns
 // ErrNotStarted (or the start error) when the child could not be started,
@@ -343,10 +337,10 @@ func (s *Source) run(ctx context.Context, emit sources.Emit) error {
 	}
 	cmd := exec.CommandContext(ctx, s.argv[0], s.argv[1:]...)
 	cmd.Env = s.env
-	cmd.Dir = s.cfg.Dir
-	cmd.Stdin = s.cfg.Stdin
-	stdout := &capture{q: s.q, stream: "stdout", out: s.cfg.Stdout, max: s.cfg.MaxLineBytes, log: s.log}
-	stderr := &capture{q: s.q, stream: "stderr", out: s.cfg.Stderr, max: s.cfg.MaxLineBytes, log: s.log}
+	cmd.Dir = s.opt.Dir
+	cmd.Stdin = s.opt.Stdin
+	stdout := &capture{q: s.q, stream: "stdout", out: s.opt.Stdout, max: s.opt.MaxLineBytes, log: s.log}
+	stderr := &capture{q: s.q, stream: "stderr", out: s.opt.Stderr, max: s.opt.MaxLineBytes, log: s.log}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -389,10 +383,10 @@ func (s *Source) run(ctx context.Context, emit sources.Emit) error {
 		s.q.close()
 	}()
 
-	info := s.cfg.Run
+	info := s.opt.Run
 	info.Command = s.CommandLine()
 	info.Started = started
-	p := &pump{q: s.q, emit: emit, batchLines: s.cfg.BatchLines, batchDelay: s.cfg.BatchDelay}
+	p := &pump{q: s.q, emit: emit, batchLines: s.batch.MaxLines, batchDelay: s.batch.MaxDelay}
 	p.pending = append(p.pending, sources.Record{Started: &info})
 
 	err := p.run(ctx)
@@ -413,7 +407,7 @@ func (s *Source) run(ctx context.Context, emit sources.Emit) error {
 	dctx := ctx
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		dctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DrainTimeout)
+		dctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.opt.DrainTimeout)
 		defer cancel()
 	}
 	if err != nil { // ctx was cancelled while lines were pending

@@ -121,6 +121,8 @@ func (r *recorder) finished(t *testing.T) *split.FinishInfo {
 
 type child struct {
 	cfg    Config
+	opt    Options
+	batch  sources.BatchConfig
 	stdout *syncBuffer
 	stderr *syncBuffer
 }
@@ -132,20 +134,21 @@ func newChild(t *testing.T, ops ...string) *child {
 	require.NoError(t, err)
 	c := &child{stdout: newSyncBuffer(""), stderr: newSyncBuffer("")}
 	c.cfg = DefaultConfig()
-	c.cfg.Command = append([]string{exe}, ops...)
+	c.opt.Command = append([]string{exe}, ops...)
 	// GORACE: a child built with -race would otherwise sleep 1s at exit.
-	c.cfg.BaseEnv = []string{testchild.EnvSwitch + "=1", "PATH=" + os.Getenv("PATH"), "GORACE=atexit_sleep_ms=0"}
-	c.cfg.Stdin = strings.NewReader("")
-	c.cfg.Stdout = c.stdout
-	c.cfg.Stderr = c.stderr
-	c.cfg.BatchDelay = 5 * time.Millisecond
+	c.opt.BaseEnv = []string{testchild.EnvSwitch + "=1", "PATH=" + os.Getenv("PATH"), "GORACE=atexit_sleep_ms=0"}
+	c.opt.Stdin = strings.NewReader("")
+	c.opt.Stdout = c.stdout
+	c.opt.Stderr = c.stderr
+	c.batch = sources.DefaultBatchConfig()
+	c.batch.MaxDelay = 5 * time.Millisecond
 	c.cfg.KillGrace = 5 * time.Second
 	return c
 }
 
 func (c *child) source(t *testing.T) *Source {
 	t.Helper()
-	s, err := New(c.cfg, sources.Settings{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	s, err := New(c.cfg, c.opt, sources.Settings{Logger: zerolog.New(zerolog.NewTestWriter(t)), Batch: c.batch})
 	require.NoError(t, err)
 	return s
 }
@@ -253,7 +256,7 @@ func TestMixedStreamsShareOneCounter(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
 
 	c := newChild(t, "chunk=3", "mix="+path)
-	c.cfg.BatchLines = 16
+	c.batch.MaxLines = 16
 	_, rec := c.run(t)
 
 	var wantOut, wantErr []string
@@ -292,7 +295,7 @@ func TestLongLineIsCapturedInPieces(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
 
 	c := newChild(t, "chunk=33", "cat="+path)
-	c.cfg.MaxLineBytes = 100
+	c.opt.MaxLineBytes = 100
 	_, rec := c.run(t)
 	require.Equal(t, content, string(c.stdout.Bytes()))
 	require.Equal(t, []string{"short", long[:100], long[100:200], long[200:], "end"}, texts(rec.lines(t), ""))
@@ -337,7 +340,7 @@ func TestVerbosityFlag(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(got[0], "args=")), &seen))
 			require.Equal(t, want, seen)
 			require.Equal(t, s.CommandLine(), rec.records()[0].Started.Command)
-			require.Equal(t, shellQuote(append([]string{c.cfg.Command[0]}, want...)), rec.records()[0].Started.Command)
+			require.Equal(t, shellQuote(append([]string{c.opt.Command[0]}, want...)), rec.records()[0].Started.Command)
 		})
 	}
 }
@@ -361,8 +364,8 @@ func TestTraceEnv(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := newChild(t, "env="+TraceEnv, "env=GTTSPLIT_EXTRA")
-			c.cfg.BaseEnv = append(c.cfg.BaseEnv, tc.base...)
-			c.cfg.Env = append([]string{"GTTSPLIT_EXTRA=yes"}, tc.extra...)
+			c.opt.BaseEnv = append(c.opt.BaseEnv, tc.base...)
+			c.opt.Env = append([]string{"GTTSPLIT_EXTRA=yes"}, tc.extra...)
 			c.cfg.SetTraceEnv = tc.set
 			_, rec := c.run(t)
 			require.Equal(t, []string{tc.want, "env GTTSPLIT_EXTRA=yes"}, texts(rec.lines(t), "stdout"))
@@ -402,7 +405,7 @@ func startWaiting(t *testing.T, mode string, mutate func(*Config)) (*Source, *re
 	t.Helper()
 	c := newChild(t, "wait="+mode)
 	c.stdout = newSyncBuffer("ready\n")
-	c.cfg.Stdout = c.stdout
+	c.opt.Stdout = c.stdout
 	if mutate != nil {
 		mutate(&c.cfg)
 	}
@@ -479,10 +482,8 @@ func TestCancelStopsChild(t *testing.T) {
 
 func TestMissingExecutable(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
-	cfg.Command = []string{"gttsplit-no-such-command", "-m", "x"}
-	cfg.BaseEnv = []string{"PATH=" + t.TempDir()}
-	s, err := New(cfg, sources.Settings{})
+	opt := Options{Command: []string{"gttsplit-no-such-command", "-m", "x"}, BaseEnv: []string{"PATH=" + t.TempDir()}}
+	s, err := New(DefaultConfig(), opt, sources.Settings{})
 	require.NoError(t, err)
 	rec := &recorder{}
 	err = s.Run(t.Context(), rec.emit)
@@ -514,9 +515,7 @@ func TestNotExecutable(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "script")
 	require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\n"), 0o644))
-	cfg := DefaultConfig()
-	cfg.Command = []string{path}
-	s, err := New(cfg, sources.Settings{})
+	s, err := New(DefaultConfig(), Options{Command: []string{path}}, sources.Settings{})
 	require.NoError(t, err)
 	err = s.Run(t.Context(), (&recorder{}).emit)
 	require.ErrorIs(t, err, ErrCannotRun)
@@ -536,10 +535,10 @@ func TestSlowDownstreamNeverBlocksPassthrough(t *testing.T) {
 	}
 	c := newChild(t, fmt.Sprintf("flood=%d", n))
 	c.stdout = newSyncBuffer(fmt.Sprintf("flood line %d of %d\n", n, n))
-	c.cfg.Stdout = c.stdout
-	c.cfg.BufferBytes = 8 << 10
-	c.cfg.MaxLineBytes = 1 << 10
-	c.cfg.BatchLines = 64
+	c.opt.Stdout = c.stdout
+	c.opt.BufferBytes = 8 << 10
+	c.opt.MaxLineBytes = 1 << 10
+	c.batch.MaxLines = 64
 	s := c.source(t)
 	rec := &recorder{before: c.stdout.seen}
 	require.NoError(t, s.Run(t.Context(), rec.emit))
@@ -581,27 +580,23 @@ func TestDownstreamFailureLetsChildFinish(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
-	cfg.BatchLines = 0
+	require.True(t, cfg.AddVerbose)
+	require.True(t, cfg.SetTraceEnv)
+	require.NoError(t, cfg.Validate())
 	cfg.KillGrace = -time.Second
+	cfg.RedactFlags = "(token"
 	err := cfg.Validate()
-	require.ErrorContains(t, err, "command: must not be empty")
-	require.ErrorContains(t, err, "batch_lines: must be positive")
-	require.ErrorContains(t, err, "kill_grace: must be positive")
-	_, err = New(cfg, sources.Settings{})
+	require.ErrorContains(t, err, "kill_grace: must be a positive duration, got -1s")
+	require.ErrorContains(t, err, "redact_flags: does not compile")
+	_, err = New(cfg, Options{Command: []string{"true"}}, sources.Settings{})
 	require.Error(t, err)
-
-	f := NewFactory()
-	require.Equal(t, "procwrap", f.Type)
-	def, ok := f.DefaultConfig().(*Config)
-	require.True(t, ok)
-	require.True(t, def.AddVerbose)
-	require.True(t, def.SetTraceEnv)
-	def.Command = []string{"true"}
-	src, err := f.New(def, sources.Settings{})
+	_, err = New(DefaultConfig(), Options{}, sources.Settings{})
+	require.ErrorContains(t, err, "command: must not be empty")
+	_, err = New(DefaultConfig(), Options{Command: []string{"true"}, BufferBytes: 10}, sources.Settings{})
+	require.ErrorContains(t, err, "buffer_bytes: must hold at least one line")
+	src, err := New(DefaultConfig(), Options{Command: []string{"true"}}, sources.Settings{})
 	require.NoError(t, err)
 	require.IsType(t, &Source{}, src)
-	_, err = f.New(42, sources.Settings{})
-	require.Error(t, err)
 }
 
 func TestShellQuote(t *testing.T) {

@@ -1,0 +1,116 @@
+package runtable
+
+import (
+	"strings"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/conf"
+)
+
+// ConsumerConfig is the consumer.* keys: the group of aggregators that
+// share the runs' partitions (its name, its partitions and their leases,
+// which fleet.Member holds) and how each partition is consumed. A zero
+// AckWait, MaxAckPending or CheckpointInterval takes the table's fallback
+// (10s, 512, 500ms); the keys' defaults are DefaultConsumerConfig's.
+type ConsumerConfig struct {
+	// Durable names the group: its partition consumers are
+	// <Durable>-pNN, its leases lease.<Durable>.N.
+	Durable string `mapstructure:"durable" desc:"name of the aggregators' group: aggregators with the same name share the partitions (consumers <durable>-pNN, leases lease.<durable>.N)"`
+	// AckWait and MaxAckPending are the partition consumers'.
+	AckWait       time.Duration `mapstructure:"ack_wait" desc:"time after which an unacknowledged message is redelivered"`
+	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages of a partition delivered and not yet acknowledged; a checkpoint starts once half of them wait"`
+	// CheckpointInterval is how often a partition writes its changed
+	// runs' states and acknowledges their messages; a checkpoint also
+	// starts early when a run is complete (its split is due) or half of
+	// MaxAckPending messages wait.
+	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often a partition's changed runs' states are written to the state bucket and their messages acknowledged (also when a run is complete, or half of max_ack_pending messages wait); a longer one writes each busy run less often, a shorter one folds less again after a crash; at most half of ack_wait"`
+	// Partitions is the count a stream is created (or first
+	// partitioned) with; an existing stream keeps its own (Config.Partitions).
+	Partitions int `mapstructure:"partitions" desc:"partitions of the runs when the events stream is created or first partitioned (an existing one keeps its count); each is owned by one aggregator at a time"`
+	// LeaseTTL is a partition lease's time to live (fleet.Config.LeaseTTL).
+	LeaseTTL time.Duration `mapstructure:"lease_ttl" desc:"time to live of a partition's lease: a killed or cut-off aggregator's partitions are taken over this long after its last renewal (a stopping one hands them over at once); it must outlast a cluster electing a new leader (about 10 s)"`
+	// Lanes restricts the partition consumers to these lanes,
+	// comma-separated (see LaneList); empty is every lane.
+	Lanes string `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`
+}
+
+// DefaultConsumerConfig returns the defaults of the consumer.* keys.
+func DefaultConsumerConfig() ConsumerConfig {
+	return ConsumerConfig{
+		Durable:            "gttsplit-aggregator",
+		AckWait:            10 * time.Second,
+		MaxAckPending:      4096,
+		CheckpointInterval: 2 * time.Second,
+		Partitions:         16,
+		LeaseTTL:           15 * time.Second,
+	}
+}
+
+// LaneList returns the lanes of Lanes (nil: every lane).
+func (c ConsumerConfig) LaneList() []string {
+	var out []string
+	for _, l := range strings.Split(c.Lanes, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Validate reports every problem of c (conf.FieldError, keys relative to
+// consumer.*).
+func (c ConsumerConfig) Validate() error {
+	var p conf.Problems
+	p.Check("durable", conf.Name(c.Durable))
+	p.Positive("ack_wait", c.AckWait)
+	if ci, w := c.CheckpointInterval, c.AckWait; ci <= 0 {
+		p.Positive("checkpoint_interval", ci)
+	} else if w > 0 && ci > w/2 {
+		// A message is acknowledged after the checkpoint that holds it:
+		// well before the server would deliver it again.
+		p.Add("checkpoint_interval", "must be at most half of consumer.ack_wait (%s), got %s", w, ci)
+	}
+	if n := c.Partitions; n < 1 || n > 1024 {
+		p.Add("partitions", "must be 1 to 1024, got %d", n)
+	}
+	for _, l := range c.LaneList() {
+		p.Check("lanes", conf.Token(l, conf.MaxLaneLen))
+	}
+	p.AtLeast("max_ack_pending", int64(c.MaxAckPending), 1)
+	if l := c.LeaseTTL; l < 3*time.Second {
+		p.Add("lease_ttl", "must be at least 3s, got %s", l)
+	}
+	return p.Err()
+}
+
+// StoreConfig is the store.* keys: how long the state bucket keeps what.
+// Zero keeps everything.
+type StoreConfig struct {
+	// Retention: closed runs whose split was written longer ago are
+	// deleted (checked hourly by the owner of their partition); 0 keeps
+	// them.
+	Retention time.Duration `mapstructure:"retention" desc:"closed runs whose split was written longer ago are deleted from the state bucket (checked hourly); 0 keeps them"`
+	// CompactAfter is the grace a closed run keeps its full state for (a
+	// late event within it re-opens the run and folds as before); then
+	// the state is compacted, and a new event for the run is
+	// dead-lettered with reason "late". 0 never compacts.
+	CompactAfter time.Duration `mapstructure:"compact_after" desc:"a closed run keeps its full fold state this long (a late event re-opens it and folds as before), then only a compact record (its split and what it folded); a new event after that is dead-lettered with reason late; 0 keeps the full state"`
+}
+
+// DefaultStoreConfig returns the defaults of the store.* keys.
+func DefaultStoreConfig() StoreConfig {
+	return StoreConfig{Retention: 30 * 24 * time.Hour, CompactAfter: time.Hour}
+}
+
+// Validate reports every problem of c (conf.FieldError, keys relative to
+// store.*).
+func (c StoreConfig) Validate() error {
+	var p conf.Problems
+	if c.Retention < 0 {
+		p.Add("retention", "must not be negative, got %s", c.Retention)
+	}
+	if c.CompactAfter < 0 {
+		p.Add("compact_after", "must not be negative, got %s", c.CompactAfter)
+	}
+	return p.Err()
+}
