@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -193,49 +192,4 @@ func parseWhen(s string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-11-07T14:03:11Z) nor a duration back from now (24h, 90m)", s)
 	}
 	return t, nil
-}
-
-func newQuickstart(stdout io.Writer) *cobra.Command {
-	var out string
-	var timeout time.Duration
-	c := &cobra.Command{
-		Use:   "quickstart [--out DIR] [FILE...]",
-		Short: "Run the whole pipeline on the embedded default with the recorded runs",
-		Long: `quickstart runs the real pipeline in one process: an aggregator with an embedded
-NATS server (a fresh store and a free port) consumes; a collector publishes
-recorded runs to it over NATS exactly as 'collector replay' would; every
-run's split is folded, printed, and written to the file and JSON sinks under
---out (reports/ and json/), and with --comment-api posted to each run's
-issue as 'aggregator serve' does (token in GTTSPLIT_COMMENT_TOKEN). It exits
-once every run was written.
-
-Without FILE it uses the bundled 4B and 27B runs, testdata/runs/*/events.jsonl
-(run it from the repository's root).`,
-		Example: `  go run ./cmd/aggregator quickstart
-  aggregator quickstart --out /tmp/q my-run/events.jsonl`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig(cmd)
-			if err != nil {
-				return err
-			}
-			if len(args) == 0 {
-				args, _ = filepath.Glob(filepath.Join("testdata", "runs", "*", "events.jsonl"))
-				if len(args) == 0 {
-					return cli.Usage(errors.New("no FILE given and no testdata/runs/*/events.jsonl here: run it from the repository's root"))
-				}
-			}
-			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			err = aggregator.Quickstart(ctx, cfg, args, out, timeout, stdout, log)
-			if errors.Is(err, aggregator.ErrInput) {
-				return cli.Usage(err)
-			}
-			return err
-		},
-	}
-	c.Flags().StringVar(&out, "out", "quickstart-out", "directory for the file and JSON sinks")
-	c.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up when the splits are not all written by then")
-	addFlags(c.Flags(), "format", "log-level", "comment-api", "comment-issue", "comment-dry-run")
-	return c
 }

@@ -1,4 +1,4 @@
-package aggregator
+package main
 
 import (
 	"context"
@@ -6,25 +6,75 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
 
+	"github.com/gttsplit/gttsplit/internal/app/aggregator"
 	"github.com/gttsplit/gttsplit/internal/app/collector"
+	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
-// Quickstart runs the real pipeline on the embedded default, in one
+func newQuickstart(stdout io.Writer) *cobra.Command {
+	var out string
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "quickstart [--out DIR] [FILE...]",
+		Short: "Run the whole pipeline on the embedded default with the recorded runs",
+		Long: `quickstart runs the real pipeline in one process: an aggregator with an embedded
+NATS server (a fresh store and a free port) consumes; a collector publishes
+recorded runs to it over NATS exactly as 'collector replay' would; every
+run's split is folded, printed, and written to the file and JSON sinks under
+--out (reports/ and json/), and with --comment-api posted to each run's
+issue as 'aggregator serve' does (token in GTTSPLIT_COMMENT_TOKEN). It exits
+once every run was written.
+
+Without FILE it uses the bundled 4B and 27B runs, testdata/runs/*/events.jsonl
+(run it from the repository's root).`,
+		Example: `  go run ./cmd/aggregator quickstart
+  aggregator quickstart --out /tmp/q my-run/events.jsonl`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				args, _ = filepath.Glob(filepath.Join("testdata", "runs", "*", "events.jsonl"))
+				if len(args) == 0 {
+					return cli.Usage(errors.New("no FILE given and no testdata/runs/*/events.jsonl here: run it from the repository's root"))
+				}
+			}
+			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = quickstart(ctx, cfg, args, out, timeout, stdout, log)
+			if errors.Is(err, aggregator.ErrInput) {
+				return cli.Usage(err)
+			}
+			return err
+		},
+	}
+	c.Flags().StringVar(&out, "out", "quickstart-out", "directory for the file and JSON sinks")
+	c.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up when the splits are not all written by then")
+	addFlags(c.Flags(), "format", "log-level", "comment-api", "comment-issue", "comment-dry-run")
+	return c
+}
+
+// quickstart runs the real pipeline on the embedded default, in one
 // process: an aggregator with an embedded NATS server (fresh store, free
 // port) consumes; a collector publishes the recorded streams to it over
 // NATS as `collector replay` does; each run's split is printed and written
 // to the file and JSON sinks under outDir; it returns once every run in the
 // files was written (or ctx ends, or the timeout passes).
-func Quickstart(ctx context.Context, cfg config.Aggregator, files []string, outDir string, timeout time.Duration, stdout io.Writer, log zerolog.Logger) error {
+func quickstart(ctx context.Context, cfg config.Aggregator, files []string, outDir string, timeout time.Duration, stdout io.Writer, log zerolog.Logger) error {
 	want, err := runIDs(files)
 	if err != nil {
 		return err
@@ -53,7 +103,7 @@ func Quickstart(ctx context.Context, cfg config.Aggregator, files []string, outD
 		done = map[string]bool{}
 	)
 	ready := make(chan string, 1)
-	opt := ServeOptions{
+	opt := aggregator.ServeOptions{
 		Stdout: stdout,
 		Ready:  func(url string) { ready <- url },
 		OnClose: func(id string, _ split.Report) {
@@ -69,7 +119,7 @@ func Quickstart(ctx context.Context, cfg config.Aggregator, files []string, outD
 		},
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- Serve(serveCtx, c, opt, log) }()
+	go func() { serveErr <- aggregator.Serve(serveCtx, c, opt, log) }()
 	var url string
 	select {
 	case url = <-ready:
@@ -113,7 +163,7 @@ func runIDs(files []string) (map[string]bool, error) {
 	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInput, err)
+			return nil, fmt.Errorf("%w: %w", aggregator.ErrInput, err)
 		}
 		r := events.NewReader(f)
 		for r.Next() {
