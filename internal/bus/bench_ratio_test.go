@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/internal/perftest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
@@ -34,10 +35,7 @@ import (
 //	go test ./internal/bus -run '^$' -bench PublishVsPublishAsync -benchtime 20000x
 func BenchmarkPublishVsPublishAsync(b *testing.B) {
 	s, p := benchPublisher(b)
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(b, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(bus.DefaultConfig().MaxInFlight))
+	js, err := jetstream.New(natstest.Connect(b, s.ClientURL()), jetstream.WithPublishAsyncMaxPending(bus.DefaultConfig().MaxInFlight))
 	require.NoError(b, err)
 
 	const round = 1000

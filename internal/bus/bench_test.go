@@ -12,7 +12,6 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
@@ -63,9 +62,7 @@ func BenchmarkPublishLogLines(b *testing.B) {
 	b.StopTimer()
 	require.Equal(b, uint64(b.N), p.Stats().Published)
 
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(b, err)
-	defer nc.Close()
+	nc := natstest.Connect(b, s.ClientURL())
 	start = time.Now()
 	for _, w := range wires {
 		if err := nc.Publish("bench.core", w); err != nil {

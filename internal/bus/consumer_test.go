@@ -12,7 +12,6 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -229,13 +228,9 @@ func TestEnsureStreamNeverLowers(t *testing.T) {
 func TestEnsureStreamReplicasOnCluster(t *testing.T) {
 	skipShort(t)
 	c := natstest.StartCluster(t, 3)
-	nc, err := nats.Connect(c.URLs())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := natstest.JetStream(t, c.URLs())
 	ctx := testCtx(t)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}, Storage: jetstream.FileStorage,
 		Replicas: 3, MaxAge: time.Hour, Duplicates: 2 * time.Minute,
 	})
@@ -401,12 +396,7 @@ func TestExportOnEveryClusterNode(t *testing.T) {
 	ctx := testCtx(t)
 	var jss []jetstream.JetStream
 	for _, s := range c.Servers {
-		nc, err := nats.Connect(s.ClientURL())
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		jss = append(jss, js)
+		jss = append(jss, natstest.JetStream(t, s.ClientURL()))
 	}
 	cfg := bus.DefaultStreamConfig()
 	cfg.Replicas = 3

@@ -11,7 +11,6 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/natstest"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -126,9 +125,7 @@ func TestDirectPathOrderAcrossRestartIntegration(t *testing.T) {
 func TestDirectPublishWaitsForRoomIntegration(t *testing.T) {
 	skipShort(t)
 	s := natstest.Start(t)
-	silent, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	defer silent.Close()
+	silent := natstest.Connect(t, s.ClientURL())
 	sub, err := silent.SubscribeSync("gttsplit.>")
 	require.NoError(t, err)
 	require.NoError(t, silent.Flush())

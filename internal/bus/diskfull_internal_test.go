@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -186,12 +184,8 @@ func TestPublisherDiskFullHoldsRunEvents(t *testing.T) {
 	require.Zero(t, acked.Load())
 
 	srv := natstest.StartAt(t, t.TempDir(), port)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = EnsureStream(context.Background(), js, DefaultStreamConfig(), zerolog.Nop())
+	js := natstest.JetStream(t, srv.ClientURL())
+	_, err := EnsureStream(context.Background(), js, DefaultStreamConfig(), zerolog.Nop())
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return acked.Load() == 2 }, 30*time.Second, 10*time.Millisecond, "the held start and finish are delivered")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/nats-io/nats-server/v2/server"
@@ -61,12 +62,7 @@ func jsFor(t testing.TB, s *server.Server) jetstream.JetStream {
 // bareJS is a JetStream context on s, creating nothing.
 func bareJS(t testing.TB, s *server.Server) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	return js
+	return natstest.JetStream(t, s.ClientURL())
 }
 
 func pubConfig(t testing.TB) bus.PublisherConfig {

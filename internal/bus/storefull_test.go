@@ -84,9 +84,7 @@ func TestBrokerStoreFullIntegration(t *testing.T) {
 	// subscriber sees every attempt, stored or not).
 	var mu sync.Mutex
 	attempts := 0
-	nc, err := nats.Connect(st.srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, st.srv.ClientURL())
 	_, err = nc.Subscribe("gttsplit.>", func(m *nats.Msg) {
 		if m.Header.Get(jetstream.MsgIDHeader) == evs[0].ID() {
 			mu.Lock()

@@ -66,12 +66,7 @@ func replicasOf(url string) int {
 
 func connect(t *testing.T, url string) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	return js
+	return natstest.JetStream(t, url)
 }
 
 // handler is a member's Handler recording into the fleet.

@@ -1,7 +1,8 @@
 // Package natstest runs a real, embedded nats-server with JetStream for
 // tests: never a mock. Start gives a server on a free port with its store
 // in t.TempDir(); NewServer gives one on a chosen store directory and port,
-// for restart tests (same store, same port) and testscript Setup.
+// for restart tests (same store, same port) and testscript Setup. Connect
+// and JetStream give a test a client on it, closed when the test ends.
 package natstest
 
 import (
@@ -100,6 +101,31 @@ func Port(s *server.Server) int {
 		return a.Port
 	}
 	return 0
+}
+
+// Connect connects to url (a server's ClientURL, or a cluster's URLs),
+// fails the test when it cannot, and closes the connection when the test
+// ends. The connection reconnects for ever, every 50 ms (a test restarts
+// or kills servers); opts come after that and may change it.
+func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatalf("natstest: connect to %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream connects to url as Connect does and returns a JetStream
+// context on the connection.
+func JetStream(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(Connect(t, url, opts...))
+	if err != nil {
+		t.Fatalf("natstest: jetstream on %s: %v", url, err)
+	}
+	return js
 }
 
 // Cluster is n embedded JetStream servers routed into one cluster, each

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gttsplit/gttsplit/internal/natstest"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -29,26 +28,18 @@ func TestRestartKeepsStoreIntegration(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.ClientURL())
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage})
 	require.NoError(t, err)
 	_, err = js.Publish(ctx, "t.1", []byte("kept"))
 	require.NoError(t, err)
-	nc.Close()
+	js.Conn().Close()
 	natstest.Shutdown(s)
 	natstest.Shutdown(s) // idempotent
 
 	s2 := natstest.StartAt(t, dir, port)
 	require.Equal(t, port, natstest.Port(s2))
-	nc2, err := nats.Connect(s2.ClientURL())
-	require.NoError(t, err)
-	defer nc2.Close()
-	js2, err := jetstream.New(nc2)
-	require.NoError(t, err)
-	stream, err := js2.Stream(ctx, "T")
+	stream, err := natstest.JetStream(t, s2.ClientURL()).Stream(ctx, "T")
 	require.NoError(t, err)
 	msg, err := stream.GetMsg(ctx, 1)
 	require.NoError(t, err)
@@ -60,12 +51,7 @@ func TestStartIntegration(t *testing.T) {
 		t.Skip("integration test: starts nats-server")
 	}
 	s := natstest.Start(t)
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	info, err := js.AccountInfo(context.Background())
+	info, err := natstest.JetStream(t, s.ClientURL()).AccountInfo(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, info.Streams)
 }

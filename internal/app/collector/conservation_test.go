@@ -266,10 +266,8 @@ type lineWatcher struct {
 
 func watchLines(t *testing.T, b *conservationBroker, runID string) *lineWatcher {
 	w := &lineWatcher{seqs: map[uint64]bool{}}
-	nc, err := nats.Connect(b.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	_, err = nc.Subscribe(events.StreamSubjects, func(m *nats.Msg) {
+	nc := natstest.Connect(t, b.url, nats.ReconnectWait(20*time.Millisecond))
+	_, err := nc.Subscribe(events.StreamSubjects, func(m *nats.Msg) {
 		d, err := events.DecodeBytes(m.Data)
 		if err != nil || d.Origin.RunID != runID {
 			return

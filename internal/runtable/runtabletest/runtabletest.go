@@ -266,9 +266,7 @@ func BrokerAt(t testing.TB, srv *server.Server) *Broker {
 // Connect opens a connection of its own (closed at the end of the test).
 func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, url)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return nc, js
