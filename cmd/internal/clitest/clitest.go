@@ -35,7 +35,6 @@
 package clitest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +55,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/gttsplit/gttsplit/pkg/sources/procwrap/procwraptest"
 )
 
 // WaitTimeout bounds waitfile and waithttp. It is generous: a loaded
@@ -162,10 +163,13 @@ func copyTree(src, dst string) error {
 // after CODE and the GGML_HRX_HOST_WEIGHT_TRACE variable it was given.
 //
 // With $FAKELLAMA_WAIT_SAMPLED set to the gtt.txt of `collector run --out`,
-// it exits only once that file holds a sample of its pid (or after
-// [WaitTimeout]): a real llama-cli lives for seconds and is always
-// sampled, while this one would otherwise often exit before the first
-// sample, and the split's flags would depend on the machine's load.
+// it exits only once that file holds a sample of its pid (or after a
+// minute): a real llama-cli lives for seconds and is always sampled, while
+// this one would otherwise often exit before the first sample, and the
+// split's flags would depend on the machine's load.
+//
+// It is the tests' one child program (procwraptest) under the command
+// line a script shows.
 func FakeLlama() {
 	if len(os.Args) < 3 {
 		fmt.Fprintln(os.Stderr, "usage: fakellama LOG CODE [ARGS...]")
@@ -182,46 +186,17 @@ func FakeLlama() {
 			os.Exit(1)
 		}
 	}
-	f, err := os.Open(os.Args[1])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fakellama:", err)
-		os.Exit(1)
-	}
-	if _, err := io.Copy(os.Stderr, f); err != nil {
-		os.Exit(1)
-	}
-	f.Close()
+	ops := []string{"err=" + os.Args[1]}
 	if path := os.Getenv("FAKELLAMA_WAIT_SAMPLED"); path != "" {
-		waitSampled(path)
+		ops = append(ops, "sampled="+path)
 	}
-	switch os.Args[2] {
+	switch code := os.Args[2]; code {
 	case "TERM", "INT", "KILL":
-		sig := map[string]syscall.Signal{"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "KILL": syscall.SIGKILL}[os.Args[2]]
-		// The Go runtime re-raises an unhandled SIGTERM/SIGINT with the
-		// default action, so the parent sees a death by signal.
-		_ = syscall.Kill(os.Getpid(), sig)
-		time.Sleep(10 * time.Second)
-		os.Exit(1)
+		ops = append(ops, "kill="+code)
+	default:
+		ops = append(ops, "exit="+code)
 	}
-	code, err := strconv.Atoi(os.Args[2])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fakellama: CODE is a number or TERM, INT, KILL")
-		os.Exit(2)
-	}
-	os.Exit(code)
-}
-
-// waitSampled waits until path holds a "# sample" line of this process.
-func waitSampled(path string) {
-	mark := []byte(fmt.Sprintf(" pid=%d\n", os.Getpid()))
-	deadline := time.Now().Add(WaitTimeout)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, mark) {
-			return
-		}
-		time.Sleep(pollEvery)
-	}
-	fmt.Fprintf(os.Stderr, "fakellama: no sample of pid %d in %s after %s\n", os.Getpid(), path, WaitTimeout)
+	os.Exit(procwraptest.Main(ops))
 }
 
 // Commands returns the custom script commands (see the package doc).

@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gttsplit/gttsplit/internal/app/collector/internal/testchild"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/sources/procwrap/procwraptest"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -41,7 +41,7 @@ func TestAttachIntegration(t *testing.T) {
 	}
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	child := exec.Command(exe, testchild.Arg, "src="+absPath(t, fixture4B), "logto="+logPath, "delay=1ms",
+	child := exec.Command(exe, procwraptest.Arg, "src="+absPath(t, fixture4B), "logto="+logPath, "delay=1ms",
 		"print=0:300", "rotate", "print=300:600", "mark="+g("m1"), "gate="+g("g1"),
 		"print=600:700", "mark="+g("m2"), "gate="+g("g2"),
 		"print=700:900", "rotate", "print=900:1000", "mark="+g("m3"), "gate="+g("g3"),

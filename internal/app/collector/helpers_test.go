@@ -20,11 +20,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/gttsplit/gttsplit/internal/app/collector/internal/testchild"
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/sources/procwrap/procwraptest"
 )
 
 // binDir holds the binaries the tests build (cmd/collector); TestMain
@@ -32,8 +32,8 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == testchild.Arg {
-		os.Exit(testchild.Main(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == procwraptest.Arg {
+		os.Exit(procwraptest.Main(os.Args[2:]))
 	}
 	// The children re-execute this binary; built with -race it would
 	// sleep a second at exit.
@@ -95,15 +95,15 @@ func childArgv(t testing.TB, ops ...string) []string {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	return append([]string{exe, testchild.Arg}, ops...)
+	return append([]string{exe, procwraptest.Arg}, ops...)
 }
 
 // readRecord reads what a child's record operation wrote.
-func readRecord(t testing.TB, path string) testchild.Record {
+func readRecord(t testing.TB, path string) procwraptest.Record {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	var r testchild.Record
+	var r procwraptest.Record
 	require.NoError(t, json.Unmarshal(b, &r))
 	return r
 }
@@ -114,10 +114,10 @@ func fixtureLines(t testing.TB) (lines [][]byte, stdout, stderr []byte) {
 	t.Helper()
 	b, err := os.ReadFile(fixture4B)
 	require.NoError(t, err)
-	lines = testchild.Lines(b)
+	lines = procwraptest.Lines(b)
 	require.Equal(t, 1564, len(lines))
 	for i, l := range lines {
-		if testchild.ToStdout(i) {
+		if procwraptest.ToStdout(i) {
 			stdout = append(stdout, l...)
 		} else {
 			stderr = append(stderr, l...)

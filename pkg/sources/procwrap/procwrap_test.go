@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gttsplit/gttsplit/pkg/sources"
-	"github.com/gttsplit/gttsplit/pkg/sources/procwrap/internal/testchild"
+	"github.com/gttsplit/gttsplit/pkg/sources/procwrap/procwraptest"
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -24,8 +24,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(testchild.EnvSwitch) == "1" {
-		os.Exit(testchild.Main(os.Args[1:]))
+	if len(os.Args) > 1 && os.Args[1] == procwraptest.Arg {
+		os.Exit(procwraptest.Main(os.Args[2:]))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -134,9 +134,9 @@ func newChild(t *testing.T, ops ...string) *child {
 	require.NoError(t, err)
 	c := &child{stdout: newSyncBuffer(""), stderr: newSyncBuffer("")}
 	c.cfg = DefaultConfig()
-	c.opt.Command = append([]string{exe}, ops...)
+	c.opt.Command = append([]string{exe, procwraptest.Arg}, ops...)
 	// GORACE: a child built with -race would otherwise sleep 1s at exit.
-	c.opt.BaseEnv = []string{testchild.EnvSwitch + "=1", "PATH=" + os.Getenv("PATH"), "GORACE=atexit_sleep_ms=0"}
+	c.opt.BaseEnv = []string{"PATH=" + os.Getenv("PATH"), "GORACE=atexit_sleep_ms=0"}
 	c.opt.Stdin = strings.NewReader("")
 	c.opt.Stdout = c.stdout
 	c.opt.Stderr = c.stderr
@@ -332,7 +332,7 @@ func TestVerbosityFlag(t *testing.T) {
 			if tc.wantV {
 				want = append(want, "-v")
 			}
-			require.Equal(t, want, s.Argv()[1:])
+			require.Equal(t, want, s.Argv()[2:])
 			// The child saw exactly that argv.
 			got := texts(rec.lines(t), "stdout")
 			require.Len(t, got, 1)
@@ -340,7 +340,7 @@ func TestVerbosityFlag(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(got[0], "args=")), &seen))
 			require.Equal(t, want, seen)
 			require.Equal(t, s.CommandLine(), rec.records()[0].Started.Command)
-			require.Equal(t, shellQuote(append([]string{c.opt.Command[0]}, want...)), rec.records()[0].Started.Command)
+			require.Equal(t, shellQuote(append(c.opt.Command[:2:2], want...)), rec.records()[0].Started.Command)
 		})
 	}
 }

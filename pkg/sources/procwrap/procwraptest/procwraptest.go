@@ -1,36 +1,56 @@
-// Package testchild is the child process of the collector's tests: a tiny
-// program driven by its arguments, standing in for llama.cpp. The test
-// binary re-executes itself with Arg as its first argument, and TestMain
-// calls Main with the arguments after it.
+// Package procwraptest is the child process of the tests of what wraps a
+// process (procwrap, collector run and attach): a tiny program driven by
+// its arguments, standing in for llama.cpp. A test binary re-executes
+// itself with Arg as its first argument, and its TestMain calls Main with
+// the arguments after it:
+//
+//	func TestMain(m *testing.M) {
+//		if len(os.Args) > 1 && os.Args[1] == procwraptest.Arg {
+//			os.Exit(procwraptest.Main(os.Args[2:]))
+//		}
+//		...
+//	}
 //
 // Each argument is one operation, run in order; arguments that are not an
-// operation (such as an appended "-v" or a "--verbose" the test passes to
+// operation (such as an appended "-v" or a "--verbose" a test passes to
 // keep the collector from appending one) are ignored:
 //
+//	args          print "args=" and the JSON of all arguments to stdout
+//	pid           print "pid=<own pid>" to stdout
+//	env=NAME      print "env NAME=VALUE" or "env NAME unset" to stdout
 //	record=FILE   write the argv, environment and pid as JSON (a Record) to FILE
+//	delay=D       sleep D after each line that print, cat and err write
+//	chunk=N       cat, err and mix write in pieces of N bytes
+//	cat=FILE      copy FILE to stdout (line by line when delay is set)
+//	err=FILE      copy FILE to stderr (line by line when delay is set)
+//	mix=FILE      copy FILE's lines alternately to stdout and stderr
+//	flood=N       print N numbered lines to stdout
 //	src=FILE      the lines later print operations print (split into lines,
 //	              each with its "\n", a last line without one kept as it is)
 //	print=A:B     print lines A (inclusive) to B (exclusive, empty: to the
 //	              end) of src; line i goes to stdout when ToStdout(i), else
 //	              to stderr, or to the log file after logto
-//	err=FILE      print every line of FILE to stderr
-//	delay=D       sleep D after each printed line (a time.Duration)
 //	logto=FILE    print to FILE (created, appended to) instead of stdout/stderr
 //	rotate        rename the log file to FILE.N (N counts rotations from 1)
 //	              and continue in a new FILE, as logrotate's rename does
 //	mark=FILE     create FILE (tells the test a point was reached)
 //	gate=FILE     wait until FILE exists (at most a minute)
+//	sampled=FILE  wait until FILE (a gtt.txt) holds a sample of this process
+//	              (at most a minute; then say so on stderr and go on)
 //	wait=MODE     print "ready" to stdout, wait for SIGTERM or SIGINT and print
 //	              "got SIGNAME" to stderr; MODE "die" then dies by that
-//	              signal, "exit" exits 42
+//	              signal, "exit" exits 42; MODE "ignore" ignores SIGTERM and
+//	              sleeps until killed
+//	kill=SIG      die by signal SIG (TERM, INT or KILL)
 //	exit=N        exit with status N
-package testchild
+package procwraptest
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -41,8 +61,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Arg is the first argument that turns the test binary into the child.
-const Arg = "gttsplit-collector-testchild"
+// Arg is the first argument that turns a test binary into the child.
+const Arg = "gttsplit-testchild"
 
 // maxWait bounds every wait of the child, so a failed test leaves no
 // process behind for long.
@@ -87,6 +107,7 @@ func Lines(b []byte) [][]byte {
 type child struct {
 	lines   [][]byte
 	delay   time.Duration
+	chunk   int
 	logPath string
 	logf    *os.File
 	rotated int
@@ -104,26 +125,37 @@ func Main(args []string) int {
 		op, val, _ := strings.Cut(a, "=")
 		var err error
 		switch op {
+		case "args":
+			b, _ := json.Marshal(args)
+			_, err = fmt.Fprintf(os.Stdout, "args=%s\n", b)
+		case "pid":
+			_, err = fmt.Fprintf(os.Stdout, "pid=%d\n", os.Getpid())
+		case "env":
+			if v, ok := os.LookupEnv(val); ok {
+				_, err = fmt.Fprintf(os.Stdout, "env %s=%s\n", val, v)
+			} else {
+				_, err = fmt.Fprintf(os.Stdout, "env %s unset\n", val)
+			}
 		case "record":
 			err = record(val)
+		case "delay":
+			c.delay, err = time.ParseDuration(val)
+		case "chunk":
+			c.chunk, err = strconv.Atoi(val)
+		case "cat":
+			err = c.copyFile(os.Stdout, val)
+		case "err":
+			err = c.copyFile(os.Stderr, val)
+		case "mix":
+			err = c.mix(val)
+		case "flood":
+			err = flood(val)
 		case "src":
 			var b []byte
 			b, err = os.ReadFile(val)
 			c.lines = Lines(b)
 		case "print":
 			err = c.print(val)
-		case "err":
-			var b []byte
-			if b, err = os.ReadFile(val); err == nil {
-				for _, l := range Lines(b) {
-					if _, err = os.Stderr.Write(l); err != nil {
-						break
-					}
-					c.sleep()
-				}
-			}
-		case "delay":
-			c.delay, err = time.ParseDuration(val)
 		case "logto":
 			c.logPath = val
 			c.logf, err = os.OpenFile(val, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -133,8 +165,14 @@ func Main(args []string) int {
 			err = os.WriteFile(val, nil, 0o644)
 		case "gate":
 			err = gate(val)
+		case "sampled":
+			if err := sampled(val); err != nil {
+				fmt.Fprintln(os.Stderr, "testchild:", err)
+			}
 		case "wait":
 			return wait(val)
+		case "kill":
+			return kill(val)
 		case "exit":
 			code, err := strconv.Atoi(val)
 			if err != nil {
@@ -163,10 +201,75 @@ func record(path string) error {
 	return os.Rename(tmp, path)
 }
 
+// write writes b to w in pieces of c.chunk bytes (at once when 0).
+func (c *child) write(w io.Writer, b []byte) error {
+	chunk := c.chunk
+	if chunk <= 0 {
+		chunk = len(b)
+	}
+	for len(b) > 0 {
+		n := min(chunk, len(b))
+		if _, err := w.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
 func (c *child) sleep() {
 	if c.delay > 0 {
 		time.Sleep(c.delay)
 	}
+}
+
+// copyFile writes the file at path to w: at once (in pieces of chunk),
+// or line by line with delay after each when delay is set.
+func (c *child) copyFile(w io.Writer, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if c.delay <= 0 {
+		return c.write(w, b)
+	}
+	for _, l := range Lines(b) {
+		if err := c.write(w, l); err != nil {
+			return err
+		}
+		c.sleep()
+	}
+	return nil
+}
+
+func (c *child) mix(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for i, l := range Lines(b) {
+		w := os.Stdout
+		if i%2 == 1 {
+			w = os.Stderr
+		}
+		if err := c.write(w, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func flood(val string) error {
+	n, err := strconv.Atoi(val)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "flood line %d of %d\n", i, n)
+	}
+	_, err = os.Stdout.Write(b.Bytes())
+	return err
 }
 
 func (c *child) print(val string) error {
@@ -219,23 +322,62 @@ func (c *child) rotate() error {
 	return err
 }
 
-func gate(path string) error {
+// until polls cond every 5 ms for at most maxWait.
+func until(what string, cond func() bool) error {
 	deadline := time.Now().Add(maxWait)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
+	for !cond() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("gate %s: still closed after %s", path, maxWait)
+			return fmt.Errorf("%s: still not so after %s", what, maxWait)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return nil
+}
+
+func gate(path string) error {
+	return until("gate "+path, func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
+}
+
+// sampled waits until path holds a "# sample" line of this process: a
+// real llama-cli lives for seconds and is always sampled, while a child
+// that exits at once often is not.
+func sampled(path string) error {
+	mark := fmt.Appendf(nil, " pid=%d\n", os.Getpid())
+	return until("no sample of this process in "+path, func() bool {
+		b, err := os.ReadFile(path)
+		return err == nil && bytes.Contains(b, mark)
+	})
+}
+
+// kill dies by the named signal (TERM, INT, KILL). The Go runtime
+// re-raises an unhandled SIGTERM or SIGINT with the default action, so
+// the parent sees a death by signal.
+func kill(name string) int {
+	sig, ok := map[string]syscall.Signal{"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "KILL": syscall.SIGKILL}[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "testchild: kill=%s: not TERM, INT or KILL\n", name)
+		return 2
+	}
+	_ = syscall.Kill(os.Getpid(), sig)
+	time.Sleep(maxWait)
+	return 2
 }
 
 func wait(mode string) int {
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	if mode == "ignore" {
+		signal.Ignore(syscall.SIGTERM)
+	} else {
+		signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	}
 	fmt.Fprintln(os.Stdout, "ready")
+	if mode == "ignore" {
+		time.Sleep(maxWait)
+		return 3
+	}
 	var sig os.Signal
 	select {
 	case sig = <-ch:
