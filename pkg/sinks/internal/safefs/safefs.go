@@ -122,21 +122,11 @@ func unwrapPath(err error) error {
 // it writes a temporary file in the same directory, syncs it, renames it
 // over name and syncs the directory. Readers see the old or the new content,
 // never a mix. Temporary names start with '.', which Component never
-// produces.
+// produces. Batch is the same for several files with one sync for all.
 func WriteAtomic(root *os.Root, name string, data []byte) (err error) {
-	dir, base := path.Split(name)
-	if dir == "" {
-		dir = "."
-	}
-	if err := root.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create directory %s: %w", dir, err)
-	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := path.Join(dir, "."+base+"."+hex.EncodeToString(rnd[:])+".tmp")
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	tmp, f, err := writeTemp(root, File{Name: name, Data: data}, nil)
 	if err != nil {
-		return fmt.Errorf("create temporary file for %s: %w", name, err)
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -144,9 +134,6 @@ func WriteAtomic(root *os.Root, name string, data []byte) (err error) {
 			_ = root.Remove(tmp)
 		}
 	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", name, err)
 	}
@@ -156,7 +143,39 @@ func WriteAtomic(root *os.Root, name string, data []byte) (err error) {
 	if err := root.Rename(tmp, name); err != nil {
 		return fmt.Errorf("rename %s: %w", name, err)
 	}
-	return SyncDir(root, dir)
+	return SyncDir(root, path.Dir(name))
+}
+
+// writeTemp creates the directory of file.Name (unless made says it was)
+// and a new temporary file beside it, named ".<base>.<random>.tmp", and
+// writes file.Data to it. On success the caller owns the open file; on an
+// error nothing is left behind.
+func writeTemp(root *os.Root, file File, made map[string]bool) (tmp string, f *os.File, err error) {
+	dir, base := path.Split(file.Name)
+	if dir == "" {
+		dir = "."
+	}
+	if !made[dir] {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, fmt.Errorf("create directory %s: %w", dir, err)
+		}
+		if made != nil {
+			made[dir] = true
+		}
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp = path.Join(dir, "."+base+"."+hex.EncodeToString(rnd[:])+".tmp")
+	f, err = root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", nil, fmt.Errorf("create temporary file for %s: %w", file.Name, err)
+	}
+	if _, err := f.Write(file.Data); err != nil {
+		_ = f.Close()
+		_ = root.Remove(tmp)
+		return "", nil, fmt.Errorf("write %s: %w", file.Name, err)
+	}
+	return tmp, f, nil
 }
 
 // SyncDir fsyncs a directory so a rename or create in it is durable.
@@ -209,28 +228,11 @@ func Stage(root *os.Root, files []File) (b *Batch, err error) {
 		}
 	}()
 	for _, f := range files {
-		dir, base := path.Split(f.Name)
-		if dir == "" {
-			dir = "."
-		}
-		if !b.dirs[dir] {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return b, fmt.Errorf("create directory %s: %w", dir, err)
-			}
-			b.dirs[dir] = true
-		}
-		var rnd [8]byte
-		_, _ = rand.Read(rnd[:])
-		tmp := path.Join(dir, "."+base+"."+hex.EncodeToString(rnd[:])+".tmp")
-		fh, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		tmp, fh, err := writeTemp(root, f, b.dirs)
 		if err != nil {
-			return b, fmt.Errorf("create temporary file for %s: %w", f.Name, err)
+			return b, err
 		}
 		b.tmps = append(b.tmps, tmp)
-		if _, err := fh.Write(f.Data); err != nil {
-			_ = fh.Close()
-			return b, fmt.Errorf("write %s: %w", f.Name, err)
-		}
 		toSync = append(toSync, fh)
 	}
 	if err := syncAll(root, toSync); err != nil {
