@@ -242,3 +242,13 @@ func TestPathTraversal(t *testing.T) {
 	require.Len(t, readLines(t, dir), len(sinktest.HostileIDs)+1)
 	requireConfined(t, dir)
 }
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	require.False(t, jsonsink.Config{}.Enabled(), "the zero Config is off")
+	_, err := jsonsink.New(jsonsink.Config{}, sinks.Settings{})
+	require.ErrorContains(t, err, "dir: must not be empty")
+	s, err := jsonsink.New(jsonsink.Config{Dir: t.TempDir()}, sinks.Settings{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close(context.Background()))
+}
