@@ -112,6 +112,7 @@ func TestSecretNeverPrinted(t *testing.T) {
 	j, err := json.Marshal(c)
 	require.NoError(t, err)
 	for _, out := range []string{
+		//lint:ignore S1025 the %s verb is what is tested
 		fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprintf("%s", c.Token),
 		fmt.Sprintf("%q", c.Token), fmt.Sprintf("%x", c.Token), string(j),
 	} {
