@@ -235,7 +235,7 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 	// The log lines no rule reads are counted, not unescaped (most of a
 	// batch).
 	lf := t.parser.NewLineFilter()
-	d, err := msg.DecodeFiltered(lf.Keep)
+	d, err := msg.DecodeFiltered(lf)
 	if err != nil {
 		return t.deadLetter(ctx, msg, err)
 	}

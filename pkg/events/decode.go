@@ -133,20 +133,6 @@ func DecodeFiltered(b []byte, f LineFilter) (Decoded, error) {
 	return DecodeBytes(b)
 }
 
-// DecodeBytesFiltered is DecodeFiltered with the filter's Keep given as a
-// function (nil: keep every line).
-func DecodeBytesFiltered(b []byte, keep func(seg []byte) bool) (Decoded, error) {
-	if keep == nil {
-		return DecodeFiltered(b, nil)
-	}
-	return DecodeFiltered(b, keepFunc(keep))
-}
-
-// keepFunc is a LineFilter of a function.
-type keepFunc func(seg []byte) bool
-
-func (k keepFunc) Keep(seg []byte) bool { return k(seg) }
-
 // DecodeBytes is Unmarshal followed by Decode.
 func DecodeBytes(b []byte) (Decoded, error) {
 	if d, ok := decodeOnePass(b); ok {

@@ -10,14 +10,19 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
-// requireFilteredMatches holds DecodeBytesFiltered(b, keep) to DecodeBytes:
+// keepFunc is a LineFilter of a function.
+type keepFunc func(seg []byte) bool
+
+func (k keepFunc) Keep(seg []byte) bool { return k(seg) }
+
+// requireFilteredMatches holds DecodeFiltered(b, keep) to DecodeBytes:
 // the same acceptance; a kept line is the line DecodeBytes gives at its
 // seq, in order; the span is every line DecodeBytes gives; the rest is
 // equal. It returns both decodings (want, got).
 func requireFilteredMatches(t *testing.T, b []byte, keep func([]byte) bool) (Decoded, Decoded, bool) {
 	t.Helper()
 	want, werr := DecodeBytes(b)
-	got, gerr := DecodeBytesFiltered(b, keep)
+	got, gerr := DecodeFiltered(b, keepFunc(keep))
 	require.Equal(t, werr == nil, gerr == nil, "accepted alike: %v / %v", werr, gerr)
 	if werr != nil {
 		return want, got, false
@@ -59,7 +64,7 @@ func foldOf(t *testing.T, p *split.Parser, evs ...[]byte) string {
 			d, err = DecodeBytes(b)
 		} else {
 			lf := p.NewLineFilter()
-			d, err = DecodeBytesFiltered(b, lf.Keep)
+			d, err = DecodeFiltered(b, lf)
 			if err == nil && d.Span != nil && lf.SkippedMarker() && f.WantsDebug() {
 				d, err = DecodeBytes(b)
 			}
@@ -110,7 +115,7 @@ func TestDecodeFilteredFoldsTheSame(t *testing.T) {
 	require.Equal(t, foldOf(t, nil, evs...), foldOf(t, p, evs...))
 	f := split.NewFold(split.Options{})
 	for _, b := range evs {
-		d, err := DecodeBytesFiltered(b, func([]byte) bool { return false })
+		d, err := DecodeFiltered(b, keepFunc(func([]byte) bool { return false }))
 		require.NoError(t, err)
 		f.Apply(d.Input())
 	}

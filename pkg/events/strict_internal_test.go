@@ -58,7 +58,7 @@ func TestLogLinesOfWrongTypesAreInvalid(t *testing.T) {
 		_, err = DecodeBytes(b)
 		require.ErrorIs(t, err, ErrInvalid, "%s: DecodeBytes", c.name)
 		for _, keep := range []bool{true, false} {
-			_, err = DecodeBytesFiltered(b, func([]byte) bool { return keep })
+			_, err = DecodeFiltered(b, keepFunc(func([]byte) bool { return keep }))
 			require.ErrorIs(t, err, ErrInvalid, "%s: filtered, keep %v", c.name, keep)
 		}
 		_, err = DecodeFiltered(b, split.MustParser().NewLineFilter())
