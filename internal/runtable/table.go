@@ -103,8 +103,9 @@ type Table struct {
 	m      *Metrics
 	index  *Index
 
-	// mu guards byPart and leases. Lock order: Table.mu, then part.mu; neither is
-	// held across a write to the broker.
+	// mu guards byPart and leases. It is taken last: no other lock is
+	// taken while it is held (a partition's ckptMu may be held when it is
+	// taken), and it is never held across a write to the broker.
 	mu     sync.RWMutex
 	byPart map[int]*part
 	// leases are the partitions' leases from the start of Acquired (a
