@@ -16,6 +16,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // Tuning of the run table.
@@ -99,7 +100,7 @@ type Table struct {
 	log    zerolog.Logger
 	js     jetstream.JetStream
 	st     *store
-	parser *split.Parser
+	parser *llamalog.Parser
 	m      *Metrics
 	index  *Index
 
@@ -155,7 +156,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	}
 	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{}}
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
-		t.parser = split.MustParser()
+		t.parser = llamalog.MustParser()
 	}
 	t.index = newIndex()
 	if err := t.index.start(ctx, kv, log); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 	jsoniter "github.com/json-iterator/go"
 )
 
@@ -107,8 +108,8 @@ func Unmarshal(b []byte) (ev event.Event, err error) {
 
 // LineFilter chooses, of the lines of a log-lines event, those a consumer
 // needs, before their text is unescaped: DecodeFiltered unescapes and keeps
-// only those. *split.LineFilter is the fold's (the lines no rule can read
-// are counted, not kept).
+// only those. *llamalog.LineFilter is the fold's (the lines no rule can
+// read are counted, not kept).
 type LineFilter interface {
 	// Keep reports whether the consumer needs a line, given its text as
 	// the event's JSON string holds it: the bytes between the quotes,
@@ -117,7 +118,7 @@ type LineFilter interface {
 	Keep(seg []byte) bool
 }
 
-var _ LineFilter = (*split.LineFilter)(nil)
+var _ LineFilter = (*llamalog.LineFilter)(nil)
 
 // DecodeFiltered is DecodeBytes for a consumer that applies the lines to
 // a fold and needs only some of them: a log-lines event keeps in Lines only

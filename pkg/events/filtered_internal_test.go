@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // keepFunc is a LineFilter of a function.
@@ -53,7 +54,7 @@ func requireFilteredMatches(t *testing.T, b []byte, keep func([]byte) bool) (Dec
 // new. With p, each event is decoded filtered by p's LineFilter, as the
 // aggregator does: whole when the filter skipped a possible -v marker and
 // the fold still looks for one.
-func foldOf(t *testing.T, p *split.Parser, evs ...[]byte) string {
+func foldOf(t *testing.T, p *llamalog.Parser, evs ...[]byte) string {
 	t.Helper()
 	f := split.NewFold(split.Options{})
 	var fresh []bool
@@ -96,7 +97,7 @@ func jsonOf(t *testing.T, v any) string {
 // split: the filter is applied).
 func TestDecodeFilteredFoldsTheSame(t *testing.T) {
 	t.Parallel()
-	p := split.MustParser()
+	p := llamalog.MustParser()
 	evs := fixtureEvents(t)
 	var held, total int
 	for _, b := range evs {
@@ -146,7 +147,7 @@ func FuzzDecodeFilteredMatches(f *testing.F) {
 		f.Add([]byte(head+d), uint8(0))
 		f.Add([]byte(head+d), uint8(1))
 	}
-	p := split.MustParser()
+	p := llamalog.MustParser()
 	d, err := DecodeBytes([]byte(verbose))
 	if err != nil {
 		f.Fatal(err)

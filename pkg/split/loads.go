@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // loadAcc is one model load: its model buffer lines and the contexts
@@ -13,15 +15,15 @@ type loadAcc struct {
 	file        string
 	role        string
 	port        int
-	marker      bool      // opened by a "loaded meta data" line
-	models      []*Record // into the report's records (not copies: 160 bytes each)
+	marker      bool               // opened by a "loaded meta data" line
+	models      []*llamalog.Record // into the report's records (not copies: 160 bytes each)
 	modelClosed bool
 	ctxs        []*ctxAcc
 	unknown     []BufferLine
 	// mmproj/CLIP: the backend it runs on and its weights' size line.
 	mmproj   bool
 	clipDev  string
-	clipSize *Record
+	clipSize *llamalog.Record
 	ended    string // why it is no longer live ("" while live)
 	// devices are the devices its "using device" lines name.
 	devices []string
@@ -100,13 +102,13 @@ func (f *figures) add(g figures) {
 	f.reservationLost = f.reservationLost || g.reservationLost
 }
 
-func bufLine(r Record, row string) BufferLine {
+func bufLine(r llamalog.Record, row string) BufferLine {
 	return BufferLine{Line: r.Seq, Func: r.Func, Name: r.Name, Kind: r.BufKind, MiB: MiB(r.MiB), Row: row}
 }
 
 // addModel counts a model buffer line in the row its device (r.Name)
 // gives: remote devices in none, host memory apart, the rest in GTT.
-func (f *figures) addModel(r Record) {
+func (f *figures) addModel(r llamalog.Record) {
 	switch {
 	case IsRemoteBuffer(r.Name):
 		// Nor does a load on remote devices only: 0 here, not unknown.

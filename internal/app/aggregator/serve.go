@@ -24,6 +24,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // embeddedMaxPayload lets a run's state (one bucket value) be larger than
@@ -416,7 +417,7 @@ func Serve(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zer
 
 // FoldOptions builds the fold's options from the config.
 func FoldOptions(cfg config.Aggregator) (split.Options, error) {
-	p, err := split.NewParser(cfg.Split.TracePattern, cfg.Split.TraceNamePattern)
+	p, err := llamalog.NewParser(cfg.Split.TracePattern, cfg.Split.TraceNamePattern)
 	if err != nil {
 		return split.Options{}, err
 	}
