@@ -7,29 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// fixtureLines returns up to max distinct lines of the shared fixtures, so
-// every fuzz target's seed corpus covers the real formats.
-func fixtureLines(t testing.TB, glob string, max int) []string {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", glob))
-	seen := map[string]bool{}
-	var out []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if !seen[l] && len(out) < max {
-				seen[l] = true
-				out = append(out, l)
-			}
-		}
-	}
-	return out
-}
+	"github.com/gttsplit/gttsplit/internal/perftest"
+)
 
 func FuzzParseFDInfo(f *testing.F) {
 	for _, s := range propertySamples() {
@@ -136,7 +116,7 @@ func FuzzReadLog(f *testing.F) {
 	f.Add([]byte(propertyLog))
 	f.Add([]byte("no newline MiB"))
 	f.Add([]byte("\n\n\r\n MiB \n"))
-	lines := fixtureLines(f, "runs/4b/split.log", 400)
+	lines := perftest.FixtureLines(f, "runs/4b/split.log", 400)
 	f.Add([]byte(strings.Join(lines, "\n")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a := NewFold(Options{})

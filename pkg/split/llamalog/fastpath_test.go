@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gttsplit/gttsplit/internal/perftest"
 )
 
 // The plain forms of the allocation-free parsing and folding steps: what
@@ -169,7 +171,7 @@ func TestParseScratchSameRecords(t *testing.T) {
 	sc := &Scratch{}
 	n := 0
 	for _, glob := range []string{"runs/*/split.log", "logs/*.log"} {
-		for _, l := range fixtureLines(t, glob, 1<<20) {
+		for _, l := range perftest.FixtureLines(t, glob, 1<<20) {
 			var scratch []byte
 			s := Payload([]byte(l), &scratch)
 			r, ok := p.ParseWith(1, s, sc)
@@ -218,7 +220,7 @@ func stripANSIPlain(dst, src []byte) []byte {
 // FuzzStripANSIMatchesPlain holds the run-at-a-time stripANSI to the byte
 // by byte form.
 func FuzzStripANSIMatchesPlain(f *testing.F) {
-	for _, l := range fixtureLines(f, "runs/4b/split.log", 200) {
+	for _, l := range perftest.FixtureLines(f, "runs/4b/split.log", 200) {
 		f.Add([]byte(l))
 	}
 	for _, s := range []string{"\x1b", "a\x1b", "a\x1b[", "a\x1b[1", "\x1b[0m\x1b[1;33mx\x1bqy\x1b\x1b[m", "\x1b[\x7fz"} {

@@ -3,42 +3,19 @@ package llamalog
 import (
 	"bytes"
 	"math"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
-)
 
-// fixtureLines returns up to max distinct lines of the shared fixtures, so
-// every fuzz target's seed corpus covers the real formats.
-func fixtureLines(t testing.TB, glob string, max int) []string {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join("..", "..", "..", "testdata", glob))
-	seen := map[string]bool{}
-	var out []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if !seen[l] && len(out) < max {
-				seen[l] = true
-				out = append(out, l)
-			}
-		}
-	}
-	return out
-}
+	"github.com/gttsplit/gttsplit/internal/perftest"
+)
 
 // addLineSeeds seeds a line fuzz target with the fixtures' lines.
 func addLineSeeds(f *testing.F) {
-	for _, l := range fixtureLines(f, "runs/*/split.log", 3000) {
+	for _, l := range perftest.FixtureLines(f, "runs/*/split.log", 3000) {
 		f.Add([]byte(l))
 	}
-	for _, l := range fixtureLines(f, "logs/*.log", 2000) {
+	for _, l := range perftest.FixtureLines(f, "logs/*.log", 2000) {
 		f.Add([]byte(l))
 	}
 }
