@@ -390,3 +390,37 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// On a cluster, Export reads the whole stream from every node, again and
+// again: an ordered consumer just created on the stream's leader may not
+// be reachable from another node for a moment (its pull request finds no
+// responders), and Export asks again rather than failing.
+func TestExportOnEveryClusterNode(t *testing.T) {
+	skipShort(t)
+	c := natstest.StartCluster(t, 3)
+	ctx := testCtx(t)
+	var jss []jetstream.JetStream
+	for _, s := range c.Servers {
+		nc, err := nats.Connect(s.ClientURL())
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		jss = append(jss, js)
+	}
+	cfg := bus.DefaultStreamConfig()
+	cfg.Replicas = 3
+	_, err := bus.EnsureStream(ctx, jss[0], cfg, zerolog.Nop())
+	require.NoError(t, err)
+	for i := range 20 {
+		_, err := jss[0].Publish(ctx, fmt.Sprintf("gttsplit.log.0.h.l.run-%d", i), []byte("{}"))
+		require.NoError(t, err)
+	}
+	for round := range 30 {
+		for i, js := range jss {
+			n, err := bus.Export(ctx, js, bus.DefaultStream, bus.Range{}, func(bus.Msg) error { return nil })
+			require.NoError(t, err, "round %d, node %d", round, i)
+			require.Equal(t, 20, n)
+		}
+	}
+}

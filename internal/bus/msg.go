@@ -193,6 +193,7 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 		batch = 256
 	}
 	n := 0
+	var refused Refusals
 	for {
 		mb, err := cons.Fetch(batch, jetstream.FetchContext(ctx))
 		if err != nil {
@@ -216,7 +217,13 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 				return n, nil
 			}
 		}
-		if err := mb.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		err = mb.Error()
+		if again, werr := refused.Again(ctx, got, err); werr != nil {
+			return n, werr
+		} else if again {
+			continue
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return n, fmt.Errorf("export %s: fetch: %w", stream, err)
 		}
 		if got == 0 {
@@ -224,5 +231,33 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 				return n, err
 			}
 		}
+	}
+}
+
+// Refusals is a reader's patience with fetches that find no responders:
+// in a cluster, a consumer just created (an ordered consumer, say) is not
+// reachable from every node for a moment, and its first pull requests
+// come back with "no responders".
+type Refusals struct{ n int }
+
+// maxRefusals bounds the fetches retried in a row (about 10 s in all).
+const maxRefusals = 20
+
+// Again says whether a fetch that returned got messages and the batch
+// error err is to be asked again; it waits a growing backoff first. It
+// returns ctx's error when ctx ends during the wait.
+func (r *Refusals) Again(ctx context.Context, got int, err error) (bool, error) {
+	if got > 0 || !(errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)) || r.n >= maxRefusals {
+		r.n = 0
+		return false, nil
+	}
+	r.n++
+	t := time.NewTimer(50 * time.Millisecond * time.Duration(r.n))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
 	}
 }

@@ -233,6 +233,9 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 	if !pt.lease.Valid() {
 		return errNotOwned
 	}
+	if !bus.Folded(msg.Subject()) {
+		return msg.Ack() // a split or a dead letter: the partition's filter takes every kind
+	}
 	if msg.Metadata().NumDelivered > 1 {
 		t.m.redelivered.Inc()
 	}

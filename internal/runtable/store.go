@@ -237,12 +237,15 @@ func (s *store) load(ctx context.Context, prefix string, fn func(entry) error) e
 		return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 	}
 	left := info.NumPending
+	var refused bus.Refusals
 	for left > 0 {
 		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchContext(ctx))
 		if err != nil {
 			return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 		}
+		got := 0
 		for m := range batch.Messages() {
+			got++
 			left--
 			md, err := m.Metadata()
 			if err != nil {
@@ -261,7 +264,13 @@ func (s *store) load(ctx context.Context, prefix string, fn func(entry) error) e
 				left = 0
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		err = batch.Error()
+		if again, werr := refused.Again(ctx, got, err); werr != nil {
+			return fmt.Errorf("state bucket: keys %s: cut short: %w", prefix, werr)
+		} else if again {
+			continue
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 		}
 		if err := ctx.Err(); err != nil {

@@ -101,10 +101,6 @@ func newBarChart(r split.Report, scaleTo float64, g barGeom) *BarChart {
 	}
 	ticks, top := niceTicks(maxT, g.ticks)
 	scale := (g.right - g.left) / top
-	// The rest is "not attributed" only when the rows it is the rest of
-	// are known (the peak and a model load): before the log's model load
-	// is folded it is unknown, not the whole peak.
-	restUnknown := r.UnattributedMiB == nil
 	c := &BarChart{Width: g.w, Left: g.left, Right: g.right, BarHeight: barH}
 	lay := func(name string, parts []split.BarPart, total, shown float64, y float64) Bar {
 		b := Bar{Name: name, TotalMiB: shown, Y: y}
@@ -115,8 +111,7 @@ func newBarChart(r split.Report, scaleTo float64, g barGeom) *BarChart {
 			if total > 0 {
 				share = p.MiB / total * 100
 			}
-			unknown := p.Unknown || (p.Key == "unattributed" && restUnknown)
-			b.Segments = append(b.Segments, Segment{Key: p.Key, Label: p.Label, MiB: p.MiB, X: x, W: w, Share: share, Unknown: unknown})
+			b.Segments = append(b.Segments, Segment{Key: p.Key, Label: p.Label, MiB: p.MiB, X: x, W: w, Share: share, Unknown: p.Unknown})
 			x = r1(x + w)
 		}
 		return b

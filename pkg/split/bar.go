@@ -25,7 +25,9 @@ type BarPart struct {
 // sample (the rows, then not attributed), and the totals they are drawn
 // against; ok is false when the peak is unknown. Unknown rows count 0.
 // When the rows add up to more than the total, the bar is drawn against
-// their sum and not attributed is 0.
+// their sum and not attributed is 0. The rest is marked Unknown while the
+// report's not attributed is (a run in progress whose model load is not
+// read yet): it is then the part not known yet, not memory unaccounted.
 func BarParts(r Report) (peak, final []BarPart, peakTotal, finalTotal float64, ok bool) {
 	if r.PeakGTTMiB == nil {
 		return nil, nil, 0, 0, false
@@ -48,7 +50,8 @@ func BarParts(r Report) (peak, final []BarPart, peakTotal, finalTotal float64, o
 	}
 	with := func(total float64) []BarPart {
 		out := append([]BarPart(nil), rows...)
-		return append(out, BarPart{Key: "unattributed", Label: "not attributed", Glyph: "·", MiB: math.Max(0, total-attributed)})
+		return append(out, BarPart{Key: "unattributed", Label: "not attributed", Glyph: "·", MiB: math.Max(0, total-attributed),
+			Unknown: r.UnattributedMiB == nil})
 	}
 	peakTotal = v(r.PeakGTTMiB)
 	peak = with(peakTotal)
@@ -91,7 +94,11 @@ func textBar(parts []BarPart, total float64) string {
 	}
 	var b strings.Builder
 	for i, p := range parts {
-		b.WriteString(strings.Repeat(p.Glyph, n[i]))
+		g := p.Glyph
+		if p.Unknown {
+			g = " "
+		}
+		b.WriteString(strings.Repeat(g, n[i]))
 	}
 	b.WriteString(strings.Repeat(" ", BarWidth-used))
 	return b.String()
@@ -112,6 +119,10 @@ func TextBars(r Report) string {
 	}
 	var legend []string
 	for _, p := range peak {
+		if p.Key == "unattributed" && p.Unknown {
+			legend = append(legend, "(blank: not known yet)")
+			continue
+		}
 		legend = append(legend, p.Glyph+" "+p.Label)
 	}
 	fmt.Fprintf(&b, "       %s\n", strings.Join(legend, "  "))

@@ -125,4 +125,9 @@ func TestTextBars(t *testing.T) {
 	over := Report{PeakGTTMiB: m(100), ModelGTTMiB: m(150), StateMiB: m(50)}
 	require.Contains(t, TextBars(over), "peak  ["+strings.Repeat("█", 38)+strings.Repeat("▒", 12)+"] 100.0 MiB")
 	require.Empty(t, TextBars(Report{}))
+	// A run in progress: the peak is known, the log's rows are not yet,
+	// so the rest is unknown, not 100 % not attributed.
+	live := Report{PeakGTTMiB: m(20497)}
+	require.Equal(t, "peak  ["+strings.Repeat(" ", BarWidth)+"] 20497.0 MiB\n"+
+		"       █ model buffer  ▓ packed copies  ▒ KV + state  ░ compute + output  (blank: not known yet)\n", TextBars(live))
 }

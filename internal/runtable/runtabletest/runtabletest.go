@@ -375,13 +375,20 @@ func (b *Broker) StreamMsgs(t testing.TB, filters ...string) []jetstream.Msg {
 	info, err := c.Info(ctx)
 	require.NoError(t, err)
 	var out []jetstream.Msg
+	var refused bus.Refusals
 	for uint64(len(out)) < info.NumPending {
 		batch, err := c.Fetch(int(info.NumPending)-len(out), jetstream.FetchMaxWait(5*time.Second))
 		require.NoError(t, err)
+		got := len(out)
 		for m := range batch.Messages() {
 			out = append(out, m)
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		err = batch.Error()
+		if again, werr := refused.Again(ctx, len(out)-got, err); again || werr != nil {
+			require.NoError(t, werr)
+			continue
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) {
 			require.NoError(t, err)
 		}
 	}
