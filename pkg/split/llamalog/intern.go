@@ -5,10 +5,10 @@ package llamalog
 // allocates nothing: the strings earlier lines gave (function, buffer and
 // device names, model files: a log repeats a few dozen) are reused, and a
 // trace line's tensor name is left for TakeTraceName instead of
-// Record.Name.
-// Parse without one makes every string afresh; the records are otherwise
-// equal (FuzzParseLeavesMatchPlain, TestParseScratchSameRecords). The
-// zero value is ready to use; a Scratch serves one goroutine.
+// Record.Name. Parse without one makes every string afresh; the records
+// are otherwise equal (FuzzParseLeavesMatchPlain,
+// TestParseScratchSameRecords). The zero value is ready to use; a Scratch
+// serves one goroutine.
 type Scratch struct {
 	strs *[strCacheSize]string // made at the first string
 	// name is the tensor name of the trace line just parsed (nil: none),

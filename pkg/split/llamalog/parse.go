@@ -976,7 +976,8 @@ func parseMarker(r Record, s []byte, m litMask) (Record, bool) {
 		}
 	case m.has(litFitProjected):
 		// The fit's projection follows its dry runs; where no bracket
-		// start was printed, it closes one around them (loads.go).
+		// start was printed, it closes one around them (package split's
+		// reader).
 		r.Kind, r.Text = KindFitBracket, "projected"
 		return r, true
 	case m.has(litWarmup):
