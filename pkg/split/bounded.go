@@ -213,7 +213,7 @@ func (st *state) keep(k lineKey, r llamalog.Record) {
 
 // keepRecord adds a record to st.records, keeping at most limit of them.
 // When the room is full a record goes (maybe the new one): the first in
-// evictLess's order, the earliest of the lowest class of evictClass (the
+// evictKey.less's order, the earliest of the lowest class of evictClass (the
 // superseded kinds first, the model-load lines last), except that the
 // latest limit/4 of each of the classes 0 and 1 always stay. So a log with
 // more model loads than the room holds keeps the last loads' buffer lines
@@ -308,19 +308,8 @@ func evictClass(r llamalog.Record) int8 {
 	return 1
 }
 
-// evictLess is the order in which kept records are dropped (but for the
-// floors of keepRecord): by class (see evictClass), then earliest by
-// position first (a later reservation, table or load supersedes an
-// earlier one). It is a fixed total order, so the records a class keeps
-// are its greatest whatever the order of arrival.
-func evictLess(ak lineKey, a llamalog.Record, bk lineKey, b llamalog.Record) bool {
-	x := evictKey{seq: ak.seq, stream: ak.stream, class: evictClass(a), kind: a.Kind}
-	y := evictKey{seq: bk.seq, stream: bk.stream, class: evictClass(b), kind: b.Kind}
-	return x.less(&y)
-}
-
-// evictKey is what evictLess compares of a kept record, with the record's
-// index in st.records.
+// evictKey is what the eviction order (less) compares of a kept record,
+// with the record's index in st.records.
 type evictKey struct {
 	seq    uint64
 	stream string
@@ -329,6 +318,11 @@ type evictKey struct {
 	kind   llamalog.Kind
 }
 
+// less is the order in which kept records are dropped (but for the floors
+// of keepRecord): by class (see evictClass), then earliest by position
+// first (a later reservation, table or load supersedes an earlier one). It
+// is a fixed total order, so the records a class keeps are its greatest
+// whatever the order of arrival.
 func (a *evictKey) less(b *evictKey) bool {
 	if a.class != b.class {
 		return a.class < b.class
@@ -339,7 +333,7 @@ func (a *evictKey) less(b *evictKey) bool {
 	return a.kind < b.kind
 }
 
-// evictOrder returns the kept records' keys in evictLess's order, built
+// evictOrder returns the kept records' keys in evictKey.less's order, built
 // when missing (a new or restored state).
 func (st *state) evictOrder() *evictQueue {
 	if st.evict == nil || st.evict.len() != len(st.records) {
@@ -371,7 +365,7 @@ func (st *state) evictOrder() *evictQueue {
 	return st.evict
 }
 
-// evictQueue holds the kept records' keys in evictLess's order: per class,
+// evictQueue holds the kept records' keys in evictKey.less's order: per class,
 // sorted, the first to go at the head.
 // Lines mostly arrive in position order, so a key is appended to its class
 // and the first dropped from a head; only a line older than its class's

@@ -16,9 +16,16 @@ import (
 // replaced, kept here as the reference the fuzz targets below hold them
 // to.
 
+// evictLess is evictKey.less of two records.
+func evictLess(ak lineKey, a llamalog.Record, bk lineKey, b llamalog.Record) bool {
+	x := evictKey{seq: ak.seq, stream: ak.stream, class: evictClass(a), kind: a.Kind}
+	y := evictKey{seq: bk.seq, stream: bk.stream, class: evictClass(b), kind: b.Kind}
+	return x.less(&y)
+}
+
 // FuzzKeepRecordMatchesSort holds the bounded record store (sorted queues
 // whose heads are replaced in place) to its plain form: every record
-// applied, each class's sorted in evictLess's order; classes 0 and 1 get
+// applied, each class's sorted in evictKey.less's order; classes 0 and 1 get
 // up to limit/4 each, class 2 as many of the rest as it has, then class 1,
 // then class 0; each class keeps its last. The input is a stream of
 // records (kind, stream, position) in any order, each position once.

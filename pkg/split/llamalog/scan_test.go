@@ -212,3 +212,24 @@ func FuzzRelevantMatchesPlain(f *testing.F) {
 		}
 	})
 }
+
+// anchorLinesPlain is the straightforward search anchorLines stands for:
+// every anchor in turn, the line of each hit.
+func anchorLinesPlain(anchors [][]byte, chunk []byte, starts []int) []int {
+	for _, a := range anchors {
+		for off := 0; ; {
+			i := bytes.Index(chunk[off:], a)
+			if i < 0 {
+				break
+			}
+			i += off
+			starts = append(starts, bytes.LastIndexByte(chunk[:i], '\n')+1)
+			e := bytes.IndexByte(chunk[i:], '\n')
+			if e < 0 {
+				break
+			}
+			off = i + e + 1
+		}
+	}
+	return starts
+}
