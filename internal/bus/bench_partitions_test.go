@@ -287,9 +287,7 @@ func recordedEvents(b *testing.B) [][]byte {
 	for _, run := range []string{"4b", "27b"} {
 		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "runs", run, "events.jsonl"))
 		require.NoError(b, err)
-		for _, l := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
-			out = append(out, l)
-		}
+		out = append(out, bytes.Split(bytes.TrimSpace(data), []byte("\n"))...)
 	}
 	return out
 }

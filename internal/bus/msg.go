@@ -120,10 +120,10 @@ func (m Msg) Metadata() Metadata { return m.meta }
 // Decode decodes the event (events.DecodeBytes).
 func (m Msg) Decode() (events.Decoded, error) { return events.DecodeBytes(m.m.Data()) }
 
-// DecodeFiltered decodes the event keeping only the log lines keep takes
-// (events.DecodeBytesFiltered).
-func (m Msg) DecodeFiltered(keep func(seg []byte) bool) (events.Decoded, error) {
-	return events.DecodeBytesFiltered(m.m.Data(), keep)
+// DecodeFiltered decodes the event keeping only the log lines f keeps
+// (events.DecodeFiltered).
+func (m Msg) DecodeFiltered(f events.LineFilter) (events.Decoded, error) {
+	return events.DecodeFiltered(m.m.Data(), f)
 }
 
 // Ack acknowledges the message; it is not delivered again.

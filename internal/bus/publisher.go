@@ -112,7 +112,10 @@ type Publisher struct {
 	log  zerolog.Logger
 	sp   *spool
 
-	mu      sync.RWMutex // held for reading while an entry is handed over
+	// mu is held for reading while an entry is handed over. Lock order:
+	// mu, then sm, then dropMu (Publish takes sm under mu, the pump
+	// dropMu under sm); mu must not be taken after sm or dropMu.
+	mu      sync.RWMutex
 	closed  bool
 	in      chan *entry
 	kick    chan struct{} // Publish put the first entry in flight: look at it
@@ -121,7 +124,8 @@ type Publisher struct {
 	done    chan struct{} // closed when the pump returned
 
 	// sm guards the pump's state, which Publish's direct path shares:
-	// the pump holds it while it acts, never while it waits.
+	// the pump holds it while it acts, never while it waits. sm must not
+	// be taken after dropMu.
 	sm     sync.Mutex
 	st     *pump
 	queued int           // entries handed over on in, not yet taken
@@ -136,9 +140,10 @@ type Publisher struct {
 	dropLog                                                 LogLimit
 	slowLog                                                 LogLimit // the slow broker's warning (Every: a minute)
 	left                                                    Leftover // set by Close, under mu
-	dropMu                                                  sync.Mutex
-	dropRuns                                                map[string]runDrops // by run token
-	drainedRuns                                             map[string]int      // by run token, under dropMu
+	// dropMu is taken last: nothing is locked while it is held.
+	dropMu      sync.Mutex
+	dropRuns    map[string]runDrops // by run token
+	drainedRuns map[string]int      // by run token, under dropMu
 }
 
 // entry is one event (or a Flush barrier) on its way.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // parBlock is how much of the file each piece of a parallel read starts
@@ -17,7 +18,7 @@ const parBlock = 512 << 10
 
 // readLogParallel feeds the log r (a file of size bytes when opened) to
 // feed, on workers goroutines: each reads a piece of the file with ReadAt
-// and scans it (split.Parser.ScanPiece, a pure function of the bytes),
+// and scans it (llamalog.Parser.ScanPiece, a pure function of the bytes),
 // and the calling goroutine applies the pieces in file order, so the fold
 // is the one Fold.ReadLog gives. The file is cut into blocks of block
 // bytes; a piece is the lines that start in its block (a line is read on
@@ -92,7 +93,7 @@ type piece struct {
 	k    int64
 	buf  []byte
 	data []byte // the lines that start in block k
-	pc   split.Piece
+	pc   llamalog.Piece
 	err  error
 }
 

@@ -1,6 +1,7 @@
 // Package perftest builds the large logs the performance benchmarks read.
 // They are made from the repository's fixtures on the fly, in memory or in
-// a temporary directory, never stored.
+// a temporary directory, never stored. FixtureLines gives the fixtures'
+// lines to seed the fuzz targets.
 package perftest
 
 import (
@@ -11,12 +12,37 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"testing"
 )
 
 // Root is the repository root (found from this file's place).
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// FixtureLines returns up to max distinct lines of the fixtures that glob
+// names under testdata/ (every fuzz target's seed corpus covers the real
+// formats).
+func FixtureLines(t testing.TB, glob string, max int) []string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(Root(), "testdata", glob))
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if !seen[l] && len(out) < max {
+				seen[l] = true
+				out = append(out, l)
+			}
+		}
+	}
+	return out
 }
 
 // Run4B is the 4B run's verbose log (testdata/runs/4b/split.log).

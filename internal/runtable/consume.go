@@ -146,8 +146,10 @@ func (pt *part) consume(c *partConsumer) {
 	t := pt.t
 	go func() {
 		defer close(c.done)
-		// mu is held while a message is handled; once stopped, a message
-		// still delivered is handed back for the next owner at once.
+		// mu is held while a message is handled (it is taken before
+		// every lock handle takes: part.mu, the dead letters'); once
+		// stopped, a message still delivered is handed back for the next
+		// owner at once.
 		var mu sync.Mutex
 		stopped := false
 		handle := func(jm jetstream.Msg) {
@@ -224,6 +226,8 @@ func (pt *part) unpin(ctx context.Context) {
 // health is what Ready reports: conditions by name, each reported once it
 // lasted missedWatches checks (one slow answer is not a fault).
 type health struct {
+	// mu is taken last (under a partition's ckptMu): no other lock is
+	// taken while it is held.
 	mu    sync.Mutex
 	conds map[string]string
 	seen  map[string]int

@@ -24,6 +24,8 @@ const (
 // deadLetters remembers which dead letters were counted (a redelivered
 // poison message is dead-lettered once), and rate-limits their warnings.
 type deadLetters struct {
+	// mu is taken last (under the consumer's handler lock): no other
+	// lock is taken while it is held.
 	mu   sync.Mutex
 	seen map[string]bool
 	log  bus.LogLimit

@@ -14,6 +14,8 @@ import (
 // until then, and the partition's next owner (or this aggregator after a
 // restart) writes the split to the sinks again (they are idempotent).
 type Deliveries struct {
+	// mu is taken last (under a partition's ckptMu, or the Fanout's mu
+	// when it tells Observe): no other lock is taken while it is held.
 	mu    sync.Mutex
 	sinks int
 	// runs: run -> what each sink did with its latest split: settled

@@ -23,9 +23,10 @@ type part struct {
 	lease *fleet.Lease
 	cons  []*partConsumer // the partition's consumer (and the legacy one)
 
-	// mu guards the fields below. Lock order: Table.mu, then part.mu;
-	// part.mu is never held across a write to the broker (the fenced
-	// writes take the lease's own lock).
+	// mu guards the fields below. It is taken after ckptMu and after the
+	// consumer's handler lock (consume), and no other lock is taken while
+	// it is held; it is never held across a write to the broker (the
+	// fenced writes take the lease's own lock).
 	mu       sync.Mutex
 	runs     map[string]*liveRun
 	pending  []pendingMsg
@@ -34,7 +35,10 @@ type part struct {
 	ckpt time.Time
 
 	// ckptMu makes the partition's checkpoints and closes run one at a
-	// time (the loop's, and Release's last one).
+	// time (the loop's, and Release's last one). It is taken first: a
+	// checkpoint holds it while it takes mu, the lease's lock (the fenced
+	// writes), Table.mu, and the sinks' and Deliveries' locks (a closed
+	// run's split); ckptMu must not be taken while any of them is held.
 	ckptMu  sync.Mutex
 	backoff time.Duration // after a failed checkpoint
 	failing bool          // the last checkpoint failed (logged once)
@@ -238,7 +242,7 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 	// The log lines no rule reads are counted, not unescaped (most of a
 	// batch).
 	lf := t.parser.NewLineFilter()
-	d, err := msg.DecodeFiltered(lf.Keep)
+	d, err := msg.DecodeFiltered(lf)
 	if err != nil {
 		return t.deadLetter(ctx, msg, err)
 	}

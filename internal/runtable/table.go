@@ -17,6 +17,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // Tuning of the run table.
@@ -88,12 +89,13 @@ type Table struct {
 	log    zerolog.Logger
 	js     jetstream.JetStream
 	st     *store
-	parser *split.Parser
+	parser *llamalog.Parser
 	m      *Metrics
 	index  *Index
 
-	// mu guards byPart and leases. Lock order: Table.mu, then part.mu; neither is
-	// held across a write to the broker.
+	// mu guards byPart and leases. It is taken last: no other lock is
+	// taken while it is held (a partition's ckptMu may be held when it is
+	// taken), and it is never held across a write to the broker.
 	mu     sync.RWMutex
 	byPart map[int]*part
 	// leases are the partitions' leases from the start of Acquired (a
@@ -143,7 +145,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	}
 	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{}}
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
-		t.parser = split.MustParser()
+		t.parser = llamalog.MustParser()
 	}
 	t.index = newIndex()
 	if err := t.index.start(ctx, kv, log); err != nil {

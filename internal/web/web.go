@@ -83,7 +83,10 @@ type Handler struct {
 	tmpl  *template.Template
 	guard Guard
 
-	refresh sync.Mutex // one refresh of the listing at a time
+	// refresh makes one refresh of the listing at a time; it is held
+	// while the source is read and while mu is taken: mu must not be
+	// held when refresh is taken.
+	refresh sync.Mutex
 	mu      sync.Mutex
 	cache   map[string]cached // run id → its row, while unchanged
 	list    *listing

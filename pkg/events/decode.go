@@ -11,6 +11,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 	jsoniter "github.com/json-iterator/go"
 )
 
@@ -107,8 +108,8 @@ func Unmarshal(b []byte) (ev event.Event, err error) {
 
 // LineFilter chooses, of the lines of a log-lines event, those a consumer
 // needs, before their text is unescaped: DecodeFiltered unescapes and keeps
-// only those. *split.LineFilter is the fold's (the lines no rule can read
-// are counted, not kept).
+// only those. *llamalog.LineFilter is the fold's (the lines no rule can
+// read are counted, not kept).
 type LineFilter interface {
 	// Keep reports whether the consumer needs a line, given its text as
 	// the event's JSON string holds it: the bytes between the quotes,
@@ -117,7 +118,7 @@ type LineFilter interface {
 	Keep(seg []byte) bool
 }
 
-var _ LineFilter = (*split.LineFilter)(nil)
+var _ LineFilter = (*llamalog.LineFilter)(nil)
 
 // DecodeFiltered is DecodeBytes for a consumer that applies the lines to
 // a fold and needs only some of them: a log-lines event keeps in Lines only
@@ -132,20 +133,6 @@ func DecodeFiltered(b []byte, f LineFilter) (Decoded, error) {
 	}
 	return DecodeBytes(b)
 }
-
-// DecodeBytesFiltered is DecodeFiltered with the filter's Keep given as a
-// function (nil: keep every line).
-func DecodeBytesFiltered(b []byte, keep func(seg []byte) bool) (Decoded, error) {
-	if keep == nil {
-		return DecodeFiltered(b, nil)
-	}
-	return DecodeFiltered(b, keepFunc(keep))
-}
-
-// keepFunc is a LineFilter of a function.
-type keepFunc func(seg []byte) bool
-
-func (k keepFunc) Keep(seg []byte) bool { return k(seg) }
 
 // DecodeBytes is Unmarshal followed by Decode.
 func DecodeBytes(b []byte) (Decoded, error) {

@@ -8,16 +8,22 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
-// requireFilteredMatches holds DecodeBytesFiltered(b, keep) to DecodeBytes:
+// keepFunc is a LineFilter of a function.
+type keepFunc func(seg []byte) bool
+
+func (k keepFunc) Keep(seg []byte) bool { return k(seg) }
+
+// requireFilteredMatches holds DecodeFiltered(b, keep) to DecodeBytes:
 // the same acceptance; a kept line is the line DecodeBytes gives at its
 // seq, in order; the span is every line DecodeBytes gives; the rest is
 // equal. It returns both decodings (want, got).
 func requireFilteredMatches(t *testing.T, b []byte, keep func([]byte) bool) (Decoded, Decoded, bool) {
 	t.Helper()
 	want, werr := DecodeBytes(b)
-	got, gerr := DecodeBytesFiltered(b, keep)
+	got, gerr := DecodeFiltered(b, keepFunc(keep))
 	require.Equal(t, werr == nil, gerr == nil, "accepted alike: %v / %v", werr, gerr)
 	if werr != nil {
 		return want, got, false
@@ -48,7 +54,7 @@ func requireFilteredMatches(t *testing.T, b []byte, keep func([]byte) bool) (Dec
 // new. With p, each event is decoded filtered by p's LineFilter, as the
 // aggregator does: whole when the filter skipped a possible -v marker and
 // the fold still looks for one.
-func foldOf(t *testing.T, p *split.Parser, evs ...[]byte) string {
+func foldOf(t *testing.T, p *llamalog.Parser, evs ...[]byte) string {
 	t.Helper()
 	f := split.NewFold(split.Options{})
 	var fresh []bool
@@ -59,7 +65,7 @@ func foldOf(t *testing.T, p *split.Parser, evs ...[]byte) string {
 			d, err = DecodeBytes(b)
 		} else {
 			lf := p.NewLineFilter()
-			d, err = DecodeBytesFiltered(b, lf.Keep)
+			d, err = DecodeFiltered(b, lf)
 			if err == nil && d.Span != nil && lf.SkippedMarker() && f.WantsDebug() {
 				d, err = DecodeBytes(b)
 			}
@@ -91,7 +97,7 @@ func jsonOf(t *testing.T, v any) string {
 // split: the filter is applied).
 func TestDecodeFilteredFoldsTheSame(t *testing.T) {
 	t.Parallel()
-	p := split.MustParser()
+	p := llamalog.MustParser()
 	evs := fixtureEvents(t)
 	var held, total int
 	for _, b := range evs {
@@ -110,7 +116,7 @@ func TestDecodeFilteredFoldsTheSame(t *testing.T) {
 	require.Equal(t, foldOf(t, nil, evs...), foldOf(t, p, evs...))
 	f := split.NewFold(split.Options{})
 	for _, b := range evs {
-		d, err := DecodeBytesFiltered(b, func([]byte) bool { return false })
+		d, err := DecodeFiltered(b, keepFunc(func([]byte) bool { return false }))
 		require.NoError(t, err)
 		f.Apply(d.Input())
 	}
@@ -141,7 +147,7 @@ func FuzzDecodeFilteredMatches(f *testing.F) {
 		f.Add([]byte(head+d), uint8(0))
 		f.Add([]byte(head+d), uint8(1))
 	}
-	p := split.MustParser()
+	p := llamalog.MustParser()
 	d, err := DecodeBytes([]byte(verbose))
 	if err != nil {
 		f.Fatal(err)

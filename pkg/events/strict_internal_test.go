@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // logLinesEvent is a log-lines event of run r whose id names lines
@@ -58,10 +58,10 @@ func TestLogLinesOfWrongTypesAreInvalid(t *testing.T) {
 		_, err = DecodeBytes(b)
 		require.ErrorIs(t, err, ErrInvalid, "%s: DecodeBytes", c.name)
 		for _, keep := range []bool{true, false} {
-			_, err = DecodeBytesFiltered(b, func([]byte) bool { return keep })
+			_, err = DecodeFiltered(b, keepFunc(func([]byte) bool { return keep }))
 			require.ErrorIs(t, err, ErrInvalid, "%s: filtered, keep %v", c.name, keep)
 		}
-		_, err = DecodeFiltered(b, split.MustParser().NewLineFilter())
+		_, err = DecodeFiltered(b, llamalog.MustParser().NewLineFilter())
 		require.ErrorIs(t, err, ErrInvalid, "%s: the fold's filter", c.name)
 		require.False(t, errors.Is(err, ErrUnknownType))
 	}

@@ -82,7 +82,10 @@ type Fanout struct {
 	abort context.CancelFunc
 	actx  context.Context // cancelled when Close gives up
 
-	mu        sync.RWMutex // guards closing against Write's enqueue
+	// mu guards closing against Write's enqueue. Lock order: mu, then a
+	// worker's mu (Write holds mu for reading while it enqueues and tells
+	// the Observer); mu must not be taken while a worker's mu is held.
+	mu        sync.RWMutex
 	closing   bool
 	closeDone chan struct{}
 	// deadline is Close's context's deadline (zero: none), set before the
@@ -344,6 +347,9 @@ type worker struct {
 	sink Sink
 	log  zerolog.Logger
 
+	// mu is taken after the Fanout's mu, and no other lock is taken
+	// while it is held: the Observer, Keep, Reload and the sink are
+	// called without it.
 	mu          sync.Mutex
 	queue       []*item          // waiting, oldest first
 	queued      map[string]*item // run id → its waiting item

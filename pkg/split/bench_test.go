@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gttsplit/gttsplit/internal/perftest"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 var (
@@ -41,7 +42,7 @@ func benchLogs(b *testing.B) {
 		}
 		denseLog = dense.Bytes()
 
-		p := MustParser()
+		p := llamalog.MustParser()
 		var quiet bytes.Buffer
 		for _, l := range bytes.SplitAfter(src, []byte("\n")) {
 			if !p.Relevant(l, true) {
@@ -151,29 +152,6 @@ func BenchmarkParseFoldServer(b *testing.B) {
 	parseFold(b, serverLog)
 }
 
-// BenchmarkScanAnchorsPlain and BenchmarkScanAnchors compare the plain
-// anchor search (each anchor in turn) with the grouped one, on the
-// server log.
-func BenchmarkScanAnchorsPlain(b *testing.B) {
-	benchScanAnchors(b, func(c []byte, s []int) []int { return anchorLinesPlain(pieceAnchors, c, s) })
-}
-
-// BenchmarkScanAnchors is the grouped search.
-func BenchmarkScanAnchors(b *testing.B) { benchScanAnchors(b, scanAnchorLines) }
-
-func benchScanAnchors(b *testing.B, scan func([]byte, []int) []int) {
-	benchLogs(b)
-	data := serverLog
-	b.SetBytes(int64(len(data)))
-	var starts []int
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for off := 0; off < len(data); off += chunkSize {
-			starts = scan(data[off:min(off+chunkSize, len(data))], starts[:0])
-		}
-	}
-}
-
 // BenchmarkNaiveRegexpPerLine is the design the block scanner replaces: a
 // scanner visiting every line and trying the buffer regexp on each.
 func BenchmarkNaiveRegexpPerLine(b *testing.B) {
@@ -188,7 +166,7 @@ func BenchmarkNaiveRegexpPerLine(b *testing.B) {
 		var scratch []byte
 		n := 0
 		for sc.Scan() {
-			p := Payload(sc.Bytes(), &scratch)
+			p := llamalog.Payload(sc.Bytes(), &scratch)
 			if re.Match(p) || tr.Match(p) {
 				n++
 			}

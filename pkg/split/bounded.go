@@ -9,6 +9,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // The fold's state is bounded whatever the log holds, so a run's persisted
@@ -37,12 +39,12 @@ const FlagStateCapped = "state_capped"
 // with the largest resident= (ties: the lowest position), the last line by
 // position, how many lines, and the distinct tensor names (as hashes).
 type traceAcc struct {
-	N     int     `json:"n"`
-	Max   *Record `json:"max,omitempty"`
-	MaxS  string  `json:"max_s,omitempty"` // stream of Max
-	Last  *Record `json:"last,omitempty"`
-	LastS string  `json:"last_s,omitempty"` // stream of Last
-	Names hashSet `json:"names"`
+	N     int              `json:"n"`
+	Max   *llamalog.Record `json:"max,omitempty"`
+	MaxS  string           `json:"max_s,omitempty"` // stream of Max
+	Last  *llamalog.Record `json:"last,omitempty"`
+	LastS string           `json:"last_s,omitempty"` // stream of Last
+	Names hashSet          `json:"names"`
 }
 
 // posLess orders lines by position: sequence number, then stream.
@@ -53,25 +55,25 @@ func posLess(aSeq uint64, aStream string, bSeq uint64, bStream string) bool {
 	return aStream < bStream
 }
 
-func (t *traceAcc) add(stream string, r Record) {
+func (t *traceAcc) add(stream string, r llamalog.Record) {
 	t.addHashed(stream, r, nameHash(r.Name), r.Name != "")
 }
 
 // addHashed is add with the tensor name given as its nameHash (named
 // false: no name; r.Name is not used). Max and Last are overwritten in place, so a
 // trace line allocates nothing.
-func (t *traceAcc) addHashed(stream string, r Record, name uint64, named bool) {
+func (t *traceAcc) addHashed(stream string, r llamalog.Record, name uint64, named bool) {
 	t.N++
 	r.Name = ""
 	if t.Max == nil || r.MiB > t.Max.MiB || r.MiB == t.Max.MiB && posLess(r.Seq, stream, t.Max.Seq, t.MaxS) {
 		if t.Max == nil {
-			t.Max = new(Record)
+			t.Max = new(llamalog.Record)
 		}
 		*t.Max, t.MaxS = r, stream
 	}
 	if t.Last == nil || posLess(t.Last.Seq, t.LastS, r.Seq, stream) {
 		if t.Last == nil {
-			t.Last = new(Record)
+			t.Last = new(llamalog.Record)
 		}
 		*t.Last, t.LastS = r, stream
 	}
@@ -187,18 +189,18 @@ func (s *hashSet) UnmarshalJSON(data []byte) error {
 
 // keep routes one parsed relevant line (applied for the first time) into
 // the bounded state.
-func (st *state) keep(k lineKey, r Record) {
+func (st *state) keep(k lineKey, r llamalog.Record) {
 	switch r.Kind {
-	case KindTrace:
+	case llamalog.KindTrace:
 		st.Trace.add(k.stream, r)
-	case KindMalformed:
+	case llamalog.KindMalformed:
 		st.Malformed++
-	case KindSummary:
+	case llamalog.KindSummary:
 		// never added to any row: nothing to keep
-	case KindBuild, KindVerbosity, KindLegacy:
+	case llamalog.KindBuild, llamalog.KindVerbosity, llamalog.KindLegacy:
 		// Only the first line of each kind (by position) is used.
 		if st.firsts == nil {
-			st.firsts = map[Kind]keyedRecord{}
+			st.firsts = map[llamalog.Kind]keyedRecord{}
 		}
 		if f, ok := st.firsts[r.Kind]; !ok || posLess(r.Seq, k.stream, f.Seq, f.Stream) {
 			st.firsts[r.Kind] = keyedRecord{Stream: k.stream, Record: r}
@@ -211,7 +213,7 @@ func (st *state) keep(k lineKey, r Record) {
 
 // keepRecord adds a record to st.records, keeping at most limit of them.
 // When the room is full a record goes (maybe the new one): the first in
-// evictLess's order, the earliest of the lowest class of evictClass (the
+// evictKey.less's order, the earliest of the lowest class of evictClass (the
 // superseded kinds first, the model-load lines last), except that the
 // latest limit/4 of each of the classes 0 and 1 always stay. So a log with
 // more model loads than the room holds keeps the last loads' buffer lines
@@ -224,7 +226,7 @@ func (st *state) keep(k lineKey, r Record) {
 // from every record at once. Below the limit a record is appended; at the
 // limit it takes the slot of the one that goes (see evictQueue, built
 // then): no allocation, and for lines applied in order no search.
-func (st *state) keepRecord(k lineKey, r Record, limit int) {
+func (st *state) keepRecord(k lineKey, r llamalog.Record, limit int) {
 	e := evictKey{seq: k.seq, stream: k.stream, class: evictClass(r), kind: r.Kind}
 	if n := len(st.records); n < limit {
 		e.slot = int32(n)
@@ -288,11 +290,11 @@ func (st *state) growRecords(n int) {
 // buffers), 2 for the model-load lines (load, model buffer and context
 // lines, and the markers of which loads are live: draft, router, mmproj,
 // --fit; the devices a load uses).
-func evictClass(r Record) int8 {
+func evictClass(r llamalog.Record) int8 {
 	switch r.Kind {
-	case KindLoad, KindContext, KindRole, KindRouter, KindClip, KindFitBracket, KindDevice:
+	case llamalog.KindLoad, llamalog.KindContext, llamalog.KindRole, llamalog.KindRouter, llamalog.KindClip, llamalog.KindFitBracket, llamalog.KindDevice:
 		return 2
-	case KindBuffer:
+	case llamalog.KindBuffer:
 		switch r.BufKind {
 		case "model":
 			return 2
@@ -300,33 +302,27 @@ func evictClass(r Record) int8 {
 			return 0
 		}
 		return 1
-	case KindEcho, KindBreakdownHead, KindBreakdownRow, KindOutputRealloc:
+	case llamalog.KindEcho, llamalog.KindBreakdownHead, llamalog.KindBreakdownRow, llamalog.KindOutputRealloc:
 		return 0
 	}
 	return 1
 }
 
-// evictLess is the order in which kept records are dropped (but for the
-// floors of keepRecord): by class (see evictClass), then earliest by
-// position first (a later reservation, table or load supersedes an
-// earlier one). It is a fixed total order, so the records a class keeps
-// are its greatest whatever the order of arrival.
-func evictLess(ak lineKey, a Record, bk lineKey, b Record) bool {
-	x := evictKey{seq: ak.seq, stream: ak.stream, class: evictClass(a), kind: a.Kind}
-	y := evictKey{seq: bk.seq, stream: bk.stream, class: evictClass(b), kind: b.Kind}
-	return x.less(&y)
-}
-
-// evictKey is what evictLess compares of a kept record, with the record's
-// index in st.records.
+// evictKey is what the eviction order (less) compares of a kept record,
+// with the record's index in st.records.
 type evictKey struct {
 	seq    uint64
 	stream string
 	slot   int32
 	class  int8
-	kind   Kind
+	kind   llamalog.Kind
 }
 
+// less is the order in which kept records are dropped (but for the floors
+// of keepRecord): by class (see evictClass), then earliest by position
+// first (a later reservation, table or load supersedes an earlier one). It
+// is a fixed total order, so the records a class keeps are its greatest
+// whatever the order of arrival.
 func (a *evictKey) less(b *evictKey) bool {
 	if a.class != b.class {
 		return a.class < b.class
@@ -337,7 +333,7 @@ func (a *evictKey) less(b *evictKey) bool {
 	return a.kind < b.kind
 }
 
-// evictOrder returns the kept records' keys in evictLess's order, built
+// evictOrder returns the kept records' keys in evictKey.less's order, built
 // when missing (a new or restored state).
 func (st *state) evictOrder() *evictQueue {
 	if st.evict == nil || st.evict.len() != len(st.records) {
@@ -369,7 +365,7 @@ func (st *state) evictOrder() *evictQueue {
 	return st.evict
 }
 
-// evictQueue holds the kept records' keys in evictLess's order: per class,
+// evictQueue holds the kept records' keys in evictKey.less's order: per class,
 // sorted, the first to go at the head.
 // Lines mostly arrive in position order, so a key is appended to its class
 // and the first dropped from a head; only a line older than its class's
@@ -493,7 +489,7 @@ func (f *capFrontier) beforeSeq(c int8, seq uint64) bool {
 // table of a load whose own lines are gone, which cannot be placed.
 func (f *capFrontier) orphan(kr *keyedRecord) bool {
 	switch kr.Kind {
-	case KindBuild, KindVerbosity, KindLegacy:
+	case llamalog.KindBuild, llamalog.KindVerbosity, llamalog.KindLegacy:
 		return false // the first of each, kept apart
 	}
 	return evictClass(kr.Record) < 2 && f.before(2, kr.Seq, kr.Stream)
@@ -502,7 +498,7 @@ func (f *capFrontier) orphan(kr *keyedRecord) bool {
 // keyedRecord is a Record with its stream (a persisted record).
 type keyedRecord struct {
 	Stream string `json:"s"`
-	Record
+	llamalog.Record
 }
 
 // sortedRecords returns the kept records and the first build, verbosity

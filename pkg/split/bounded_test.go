@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -215,8 +216,8 @@ func TestLegacyStateRestores(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &m))
 	recs := m["records"].([]any)
 	for i, l := range lines {
-		r, ok := MustParser().Parse(uint64(i+1), Payload([]byte(l), new([]byte)))
-		if ok && (r.Kind == KindTrace || r.Kind == KindMalformed) {
+		r, ok := llamalog.MustParser().Parse(uint64(i+1), llamalog.Payload([]byte(l), new([]byte)))
+		if ok && (r.Kind == llamalog.KindTrace || r.Kind == llamalog.KindMalformed) {
 			recs = append(recs, map[string]any{"s": "stderr", "seq": r.Seq, "k": r.Kind, "name": r.Name, "mib": r.MiB})
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // Flag names (docs/accounting.md rule 12). They appear in a report in this order.
@@ -89,14 +91,14 @@ type ctxAcc struct {
 	kv, rs                       float64
 	other                        float64 // state buffers outside the KV/RS rule
 	hostKV                       float64
-	reservations                 [][]Record
-	cur                          []Record
+	reservations                 [][]llamalog.Record
+	cur                          []llamalog.Record
 	output                       float64
 	hostOutput                   float64
 	lines                        []BufferLine
 }
 
-func (c *ctxAcc) compute(r Record) {
+func (c *ctxAcc) compute(r llamalog.Record) {
 	// A compute line for a buffer type the current reservation already
 	// has starts the next reservation (llama.cpp prints one line per
 	// buffer type per reservation).
@@ -109,7 +111,7 @@ func (c *ctxAcc) compute(r Record) {
 	c.cur = append(c.cur, r)
 }
 
-func (c *ctxAcc) lastReservation() []Record {
+func (c *ctxAcc) lastReservation() []llamalog.Record {
 	if len(c.cur) > 0 {
 		return c.cur
 	}
@@ -127,7 +129,7 @@ func (c *ctxAcc) nReservations() int {
 	return n
 }
 
-func sameName(rs []Record, name string) bool {
+func sameName(rs []llamalog.Record, name string) bool {
 	for _, r := range rs {
 		if r.Name == name {
 			return true
@@ -140,7 +142,7 @@ type table struct {
 	port int
 	seq  uint64
 	next uint64 // the line a next row must be on
-	rows []Record
+	rows []llamalog.Record
 }
 
 // Report computes the split from everything applied so far. It does not
@@ -192,7 +194,7 @@ func mib(v float64) *MiB { m := MiB(v); return &m }
 
 // bufferRow maps a buffer line to its row: model, kv, rs, compute, output,
 // mmproj, or "unknown".
-func bufferRow(r Record) string {
+func bufferRow(r llamalog.Record) string {
 	fn := strings.TrimPrefix(r.Func, "~")
 	switch k := r.BufKind; {
 	case k == "model":

@@ -3,8 +3,10 @@ package split
 import (
 	"errors"
 	"regexp"
+	"regexp/syntax"
 
 	"github.com/gttsplit/gttsplit/pkg/conf"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // Config is the split.* keys of the aggregator: how events are folded into
@@ -12,7 +14,7 @@ import (
 type Config struct {
 	// UnattributedThresholdPct is Options.UnattributedThresholdPct.
 	UnattributedThresholdPct float64 `mapstructure:"unattributed_threshold_pct" flag:"threshold" desc:"unattributed share of peak GTT, in percent (0-100], above which the check is raised"`
-	// TracePattern and TraceNamePattern are NewParser's patterns.
+	// TracePattern and TraceNamePattern are llamalog.NewParser's patterns.
 	TracePattern     string `mapstructure:"trace_pattern" desc:"regexp with one capture group: the resident MiB of a host-weight trace line"`
 	TraceNamePattern string `mapstructure:"trace_name_pattern" desc:"regexp with one capture group: the tensor name of a host-weight trace line"`
 }
@@ -34,18 +36,23 @@ func (c Config) Validate() error {
 	if t := c.UnattributedThresholdPct; !(t > 0 && t <= 100) {
 		p.Add("unattributed_threshold_pct", "must be in (0, 100], got %v", t)
 	}
-	for _, f := range []struct{ key, pattern string }{
-		{"trace_pattern", c.TracePattern},
-		{"trace_name_pattern", c.TraceNamePattern},
+	for _, f := range []struct{ key, pattern, trace, name string }{
+		{"trace_pattern", c.TracePattern, c.TracePattern, DefaultTraceNamePattern},
+		{"trace_name_pattern", c.TraceNamePattern, DefaultTracePattern, c.TraceNamePattern},
 	} {
-		_, err := compileOneGroup(f.key, f.pattern)
-		var pe *PatternError
+		if f.pattern == "" { // NewParser's default, but no pattern as a key
+			p.Add(f.key, "%q must have exactly one capture group, has 0", f.pattern)
+			continue
+		}
+		_, err := llamalog.NewParser(f.trace, f.name)
+		var se *syntax.Error
+		var pe *llamalog.PatternError
 		switch {
 		case err == nil:
-		case errors.Is(err, errOneGroup):
-			p.Add(f.key, "%q must have exactly one capture group, has %d", f.pattern, regexp.MustCompile(f.pattern).NumSubexp())
+		case errors.As(err, &se):
+			p.Add(f.key, "does not compile: %w", se)
 		case errors.As(err, &pe):
-			p.Add(f.key, "does not compile: %w", pe.Err)
+			p.Add(f.key, "%q must have exactly one capture group, has %d", f.pattern, regexp.MustCompile(f.pattern).NumSubexp())
 		default:
 			p.Check(f.key, err)
 		}
@@ -55,7 +62,7 @@ func (c Config) Validate() error {
 
 // Options returns the fold's options c sets.
 func (c Config) Options() (Options, error) {
-	parser, err := NewParser(c.TracePattern, c.TraceNamePattern)
+	parser, err := llamalog.NewParser(c.TracePattern, c.TraceNamePattern)
 	if err != nil {
 		return Options{}, err
 	}

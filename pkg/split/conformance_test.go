@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -235,12 +236,12 @@ func TestMmprojWeightsBehindAWrapperPrefix(t *testing.T) {
 		require.InDelta(t, 811.79, val(r.Models[1].ModelGTTMiB), 1e-9)
 	}
 	// Still a word of its own: a longer function name is not the loader's.
-	p := MustParser()
+	p := llamalog.MustParser()
 	_, ok := p.Parse(1, []byte("x: my_load_hparams: model size: 1.00 MiB"))
 	require.False(t, ok)
 	rec, ok := p.Parse(1, []byte("[srv] clip_model_load: model size:     595.49 MB"))
 	require.True(t, ok)
-	require.Equal(t, KindClip, rec.Kind)
+	require.Equal(t, llamalog.KindClip, rec.Kind)
 	require.InDelta(t, 595.49, rec.MiB, 1e-9)
 }
 
@@ -327,4 +328,12 @@ func TestFitProbeToldByItsProjection(t *testing.T) {
 	require.Contains(t, r.Flags, FlagFitProbe)
 	require.Equal(t, StatusOK, checkNamed(t, r, "breakdown_model").Status)
 	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "model 3000 MiB", "the exit table, not the probe's 2900")
+}
+
+func TestParseMalformedBufferLineIsCounted(t *testing.T) {
+	t.Parallel()
+	r := foldLog(t, verbose+load+"load_tensors:         HRX0 model buffer size =  nan MiB\nload_tensors:         HRX0 model buffer size =  1.00 MiB\n")
+	require.Equal(t, 1, r.Detail.LinesSkipped)
+	require.Contains(t, r.Flags, FlagLinesSkipped)
+	require.InDelta(t, 1, val(r.ModelGTTMiB), 1e-9)
 }

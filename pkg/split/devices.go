@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // The device table (docs/accounting.md rules 16 to 18): the counted
@@ -104,7 +106,7 @@ func lineClass(bl BufferLine) string {
 	if bl.Kind == "model" || strings.HasSuffix(bl.Kind, " model") {
 		return "model"
 	}
-	switch bufferRow(Record{Func: bl.Func, BufKind: bl.Kind}) {
+	switch bufferRow(llamalog.Record{Func: bl.Func, BufKind: bl.Kind}) {
 	case "kv", "rs", "state":
 		return "state"
 	}

@@ -1,25 +1,7 @@
 package split
 
-import (
-	"errors"
-	"fmt"
-)
-
-var errOneGroup = errors.New("must have exactly one capture group")
+import "errors"
 
 // ErrParse marks input that could not be parsed (a samples file that is not
 // one, for example). Callers test it with errors.Is.
 var ErrParse = errors.New("split: parse error")
-
-// PatternError reports a bad configurable pattern.
-type PatternError struct {
-	Key     string
-	Pattern string
-	Err     error
-}
-
-func (e *PatternError) Error() string {
-	return fmt.Sprintf("%s: %q: %v", e.Key, e.Pattern, e.Err)
-}
-
-func (e *PatternError) Unwrap() error { return e.Err }

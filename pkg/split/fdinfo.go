@@ -364,3 +364,5 @@ func regionName(b []byte) string {
 	}
 	return string(b)
 }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }

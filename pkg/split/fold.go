@@ -9,16 +9,26 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // Options tune the fold.
 type Options struct {
 	// Parser classifies lines; nil means the default trace grammar.
-	Parser *Parser
+	Parser *llamalog.Parser
 	// UnattributedThresholdPct flags a run whose unattributed rest exceeds
 	// this share of the peak; 0 means the default, 10.
 	UnattributedThresholdPct float64
 }
+
+// DefaultTracePattern and DefaultTraceNamePattern are the host-weight
+// trace patterns a Parser is built with by default (the aggregator's
+// split.trace_pattern and split.trace_name_pattern keys).
+const (
+	DefaultTracePattern     = llamalog.DefaultTracePattern
+	DefaultTraceNamePattern = llamalog.DefaultTraceNamePattern
+)
 
 // DefaultThresholdPct is the default unattributed threshold (docs/accounting.md rule 10).
 const DefaultThresholdPct = 10
@@ -29,13 +39,13 @@ const DefaultThresholdPct = 10
 // Seq) and a sample by Seq, so duplicates count once and arrival order does
 // not matter. A Fold is not safe for concurrent use.
 type Fold struct {
-	p       *Parser
+	p       *llamalog.Parser
 	thr     float64
 	st      state
 	scratch []byte
-	ps      parseScratch // the parser's: strings seen before, a trace line's name
-	lineT   int64        // AddLine: the capture time of the line being applied (unix ns; 0 unknown)
-	names   *nameCache   // a log read in bulk: the trace names' hashes (nil: none)
+	ps      llamalog.Scratch // the parser's: strings seen before, a trace line's name
+	lineT   int64            // AddLine: the capture time of the line being applied (unix ns; 0 unknown)
+	names   *nameCache       // a log read in bulk: the trace names' hashes (nil: none)
 }
 
 type lineKey struct {
@@ -56,7 +66,7 @@ type state struct {
 	// evict orders records for eviction (built when the cap is reached).
 	evict *evictQueue
 	// firsts holds the first build, verbosity and legacy line.
-	firsts map[Kind]keyedRecord
+	firsts map[llamalog.Kind]keyedRecord
 	// Capped counts the distinct lines that went to records (kept or not).
 	Capped int `json:"capped,omitempty"`
 	// Dropped has bit c set when the cap left out lines of eviction class
@@ -254,7 +264,7 @@ type clientGTT struct {
 // defaultParser is the parser of the folds given none: one for all of
 // them (a Parser is safe for concurrent use; compiling its patterns for
 // each fold cost every open run 3 KiB).
-var defaultParser = sync.OnceValue(MustParser)
+var defaultParser = sync.OnceValue(llamalog.MustParser)
 
 // NewFold returns an empty fold.
 func NewFold(o Options) *Fold {
@@ -347,40 +357,27 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 		// the same here, so that a saved log folds to the same split.
 		b = validUTF8(b)
 	}
-	s := Payload(b, &f.scratch)
-	if f.p.traceNeedsMiB {
-		// The default trace, most lines of a traced load: parse's first
-		// check, its record made in place (only the name's hash is kept).
-		if v, ok := defaultTrace(s); ok {
-			name := traceName(s)
-			var h uint64
-			if f.names != nil {
-				h = f.names.hash(name)
-			} else {
-				h = nameHash(name)
-			}
-			f.st.Trace.addHashed(stream, Record{Seq: seq, Kind: KindTrace, MiB: v, Port: RouterPort(b)}, h, len(name) > 0)
-			return
-		}
-	}
-	k := lineKey{stream, seq}
-	var r Record
-	var ok bool
-	if f.p.traceNeedsMiB {
-		r, ok = f.p.parseRest(Record{Seq: seq}, s, &f.ps)
-	} else {
-		r, ok = f.p.parse(seq, s, &f.ps)
-	}
+	s := llamalog.Payload(b, &f.scratch)
+	r, ok := f.p.ParseWith(seq, s, &f.ps)
 	if !ok {
 		return
 	}
-	r.Port = RouterPort(b)
-	if r.Kind == KindTrace {
-		// The name was only hashed: the hash is all that is kept.
-		f.st.Trace.addHashed(stream, r, f.ps.name, f.ps.named)
+	r.Port = llamalog.RouterPort(b)
+	if r.Kind == llamalog.KindTrace {
+		// Most lines of a traced load: only the tensor name's hash is
+		// kept.
+		name := f.ps.TakeTraceName()
+		var h uint64
+		if f.names != nil {
+			h = f.names.hash(name)
+		} else {
+			h = nameHash(name)
+		}
+		f.st.Trace.addHashed(stream, r, h, len(name) > 0)
 		return
 	}
-	if r.Kind == KindDebugMarker {
+	k := lineKey{stream, seq}
+	if r.Kind == llamalog.KindDebugMarker {
 		// Only the presence of a -v marker matters: keep one (the first by
 		// position, so the state does not depend on arrival order).
 		if f.st.DebugSeq == 0 || seq < f.st.DebugSeq {
@@ -389,16 +386,34 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 		return
 	}
 	switch r.Kind {
-	case KindLoad:
+	case llamalog.KindLoad:
 		f.st.addMarker(marker{Kind: MarkerModelLoad, Seq: seq, Stream: stream, T: f.lineT})
-	case KindContext:
+	case llamalog.KindContext:
 		f.st.addMarker(marker{Kind: MarkerContext, Seq: seq, Stream: stream, T: f.lineT})
-	case KindBuild:
+	case llamalog.KindBuild:
 		f.st.HaveBuild = true
-	case KindVerbosity:
+	case llamalog.KindVerbosity:
 		f.st.HaveVerbosity = true
 	}
 	f.st.keep(k, r)
+}
+
+// WantsDebug reports whether the fold still looks for a line only -v
+// prints (see llamalog.LineFilter).
+func (f *Fold) WantsDebug() bool { return f.st.DebugSeq == 0 }
+
+// MarkLines counts lines lo..hi of stream as read (as AddLine does for a
+// line that is not relevant) and reports whether any of them was new.
+func (f *Fold) MarkLines(stream string, lo, hi uint64) bool {
+	if hi < lo {
+		return false
+	}
+	rs := f.st.Lines[stream]
+	if i := sortSearch(rs, lo); i < len(rs) && rs[i][0] <= lo && rs[i][1] >= hi {
+		return false // all read before
+	}
+	f.markLines(stream, lo, hi)
+	return true
 }
 
 // markLines records that lines lo..hi of stream were read (ReadLog parses
@@ -532,7 +547,7 @@ func (f *Fold) UnmarshalJSON(b []byte) error {
 	for _, r := range p.Records {
 		k := lineKey{r.Stream, r.Seq}
 		switch r.Kind {
-		case KindBuild, KindVerbosity, KindLegacy, KindTrace, KindMalformed, KindSummary:
+		case llamalog.KindBuild, llamalog.KindVerbosity, llamalog.KindLegacy, llamalog.KindTrace, llamalog.KindMalformed, llamalog.KindSummary:
 			st.keep(k, r.Record) // first-only kinds; trace and malformed only in old states
 		default:
 			if i, ok := at[k]; ok {

@@ -9,7 +9,7 @@ type Input struct {
 	Run *RunInfo
 	// Lines are log lines of one stream. With Span set they are the lines
 	// a filter kept of the lines Span covers, and the others are counted
-	// as read without being applied (see LineFilter and MarkLines).
+	// as read without being applied (see llamalog.LineFilter and MarkLines).
 	Lines []Line
 	Span  *LineSpan
 	// Sample is one sampling tick.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // loadAcc is one model load: its model buffer lines and the contexts
@@ -13,15 +15,15 @@ type loadAcc struct {
 	file        string
 	role        string
 	port        int
-	marker      bool      // opened by a "loaded meta data" line
-	models      []*Record // into the report's records (not copies: 160 bytes each)
+	marker      bool               // opened by a "loaded meta data" line
+	models      []*llamalog.Record // into the report's records (not copies: 160 bytes each)
 	modelClosed bool
 	ctxs        []*ctxAcc
 	unknown     []BufferLine
 	// mmproj/CLIP: the backend it runs on and its weights' size line.
 	mmproj   bool
 	clipDev  string
-	clipSize *Record
+	clipSize *llamalog.Record
 	ended    string // why it is no longer live ("" while live)
 	// devices are the devices its "using device" lines name.
 	devices []string
@@ -100,31 +102,31 @@ func (f *figures) add(g figures) {
 	f.reservationLost = f.reservationLost || g.reservationLost
 }
 
-func bufLine(r Record, row string) BufferLine {
+func bufLine(r llamalog.Record, row string) BufferLine {
 	return BufferLine{Line: r.Seq, Func: r.Func, Name: r.Name, Kind: r.BufKind, MiB: MiB(r.MiB), Row: row}
 }
 
-// loadFigures sums a load's model buffers and its contexts' buffers.
 // addModel counts a model buffer line in the row its device (r.Name)
 // gives: remote devices in none, host memory apart, the rest in GTT.
-func (g *figures) addModel(r Record) {
+func (f *figures) addModel(r llamalog.Record) {
 	switch {
 	case IsRemoteBuffer(r.Name):
 		// Nor does a load on remote devices only: 0 here, not unknown.
-		g.remote = append(g.remote, bufLine(r, "remote"))
-		g.haveModel = true
+		f.remote = append(f.remote, bufLine(r, "remote"))
+		f.haveModel = true
 	case IsHostBuffer(r.Name):
 		// A load with host buffers only put 0 MiB in GTT: 0, not unknown.
-		g.host += r.MiB
-		g.haveHost, g.haveModel = true, true
-		g.lines = append(g.lines, bufLine(r, "model_host"))
+		f.host += r.MiB
+		f.haveHost, f.haveModel = true, true
+		f.lines = append(f.lines, bufLine(r, "model_host"))
 	default:
-		g.model += r.MiB
-		g.haveModel = true
-		g.lines = append(g.lines, bufLine(r, "model"))
+		f.model += r.MiB
+		f.haveModel = true
+		f.lines = append(f.lines, bufLine(r, "model"))
 	}
 }
 
+// loadFigures sums a load's model buffers and its contexts' buffers.
 func loadFigures(l *loadAcc) figures {
 	var g figures
 	for _, m := range l.models {

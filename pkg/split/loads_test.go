@@ -282,29 +282,6 @@ func TestWhyTheModelRowIsNull(t *testing.T) {
 	require.Contains(t, Text(r), "the model row is unknown")
 }
 
-func TestRouterPort(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]int{
-		"[47161] 0.00.483.095 I load_tensors: x":    47161,
-		"\x1b[0m[  801] load_tensors: x":            801,
-		"[1700000000] llm_load_tensors: x":          0, // legacy unix-seconds time stamp
-		"load_tensors: [47161] x":                   0,
-		"[0m[47161] 0.00.483.095 I load_tensors: x": 47161,
-		// Behind a supervisor's prefix.
-		"Mar 12 07:01:05 strix1 llama-server[433748]: [47161] 0.00.483.095 I load_tensors: x": 47161,
-		"Mar 12 07:01:05 strix1 llama-server: [ 8080] load_tensors: x":                        8080,
-		"llama-server-1  | [47161] 0.00.483.095 I load_tensors: x":                            47161,
-		"2026-03-12T07:01:05.123456789Z [47161] load_tensors: x":                              47161,
-		"[pod/llama-server-0/server] [47161] load_tensors: x":                                 47161,
-		"llama-server-1  | load_tensors: [47161] x":                                           0,
-		"Mar 12 07:01:05 strix1 llama-server[4337]: load_tensors: x":                          0,
-		"srv  load_model: [47161] x":                                                          0,
-		"2026-03-12T07:01:05Z [1700000000] llm_load_tensors: x":                               0,
-	} {
-		require.Equal(t, want, RouterPort([]byte(in)), in)
-	}
-}
-
 // The split states the sampling the collector had (its run-finished event).
 func TestSplitStatesItsSampling(t *testing.T) {
 	t.Parallel()
@@ -318,18 +295,4 @@ func TestSplitStatesItsSampling(t *testing.T) {
 	require.NotNil(t, r.Detail.Sampling)
 	require.Equal(t, SamplingDetail{IntervalMs: 100, Samples: 412, Triggered: 37, LargestGapMs: 104.5}, *r.Detail.Sampling)
 	require.Contains(t, Text(r), "sampling: every 100.0 ms, 412 samples (37 of them at memory-relevant log lines), largest gap 104.5 ms")
-}
-
-func TestMemoryLine(t *testing.T) {
-	t.Parallel()
-	for line, want := range map[string]bool{
-		"load_tensors:        ROCm0 model buffer size =  2375.91 MiB":                         true,
-		"hrx: host-weight pack    name=a type=q4_K bytes=1 packed=1 resident=1.0 MiB":         true,
-		strings.TrimSuffix(load, "\n"):                                                        true,
-		"llama_context: constructing llama_context":                                           true,
-		"print_info: n_ctx_train      = 40960":                                                false,
-		"slot print_timing: id  9 | task 0 | prompt eval time =     176.94 ms /    22 tokens": false,
-	} {
-		require.Equal(t, want, MemoryLine([]byte(line)), line)
-	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // logReader reads a run's kept records in log order and sorts them into
@@ -24,19 +26,19 @@ type logReader struct {
 	// the latest "using device" line of each device name (its description
 	// and PCI address).
 	devs    map[int][]string
-	devInfo map[string]*Record
+	devInfo map[string]*llamalog.Record
 
 	tables   []*table
 	brackets []bracket
-	echoes   []Record
+	echoes   []llamalog.Record
 
-	haveLoad  bool    // a load marker was read
-	haveBuf   bool    // a buffer line was read
-	verbose   bool    // a line only -v prints was read
-	verbosity int64   // the first "verbosity = N" (-1: none)
-	build     *Record // the first build line
-	legacy    bool    // a pre-b1843 totals line was read
-	realloc   bool    // the output buffer was reallocated
+	haveLoad  bool             // a load marker was read
+	haveBuf   bool             // a buffer line was read
+	verbose   bool             // a line only -v prints was read
+	verbosity int64            // the first "verbosity = N" (-1: none)
+	build     *llamalog.Record // the first build line
+	legacy    bool             // a pre-b1843 totals line was read
+	realloc   bool             // the output buffer was reallocated
 
 	// warn holds the warnings of single records, in log order.
 	warn []string
@@ -50,7 +52,7 @@ func newLogReader() *logReader {
 		pending:   map[int]string{},
 		spawned:   map[string]int{},
 		devs:      map[int][]string{},
-		devInfo:   map[string]*Record{},
+		devInfo:   map[string]*llamalog.Record{},
 		verbosity: -1,
 	}
 }
@@ -58,28 +60,28 @@ func newLogReader() *logReader {
 // recordReaders is the grammar of the kept records: the method that reads
 // each kind. Trace, malformed and summary lines never reach the reader
 // (the fold folds, counts or drops them as they come).
-var recordReaders = [...]func(*logReader, *Record){
-	KindLoad:          (*logReader).load,
-	KindRole:          (*logReader).role,
-	KindClip:          (*logReader).clip,
-	KindRouter:        (*logReader).router,
-	KindFitBracket:    (*logReader).fitBracket,
-	KindContext:       (*logReader).context,
-	KindBuffer:        (*logReader).buffer,
-	KindEcho:          (*logReader).echo,
-	KindBreakdownHead: (*logReader).tableHead,
-	KindBreakdownRow:  (*logReader).tableRow,
-	KindBuild:         (*logReader).buildLine,
-	KindVerbosity:     (*logReader).verbosityLine,
-	KindDebugMarker:   (*logReader).debugMarker,
-	KindLegacy:        (*logReader).legacyLine,
-	KindOutputRealloc: (*logReader).outputRealloc,
-	KindDevice:        (*logReader).device,
+var recordReaders = [...]func(*logReader, *llamalog.Record){
+	llamalog.KindLoad:          (*logReader).load,
+	llamalog.KindRole:          (*logReader).role,
+	llamalog.KindClip:          (*logReader).clip,
+	llamalog.KindRouter:        (*logReader).router,
+	llamalog.KindFitBracket:    (*logReader).fitBracket,
+	llamalog.KindContext:       (*logReader).context,
+	llamalog.KindBuffer:        (*logReader).buffer,
+	llamalog.KindEcho:          (*logReader).echo,
+	llamalog.KindBreakdownHead: (*logReader).tableHead,
+	llamalog.KindBreakdownRow:  (*logReader).tableRow,
+	llamalog.KindBuild:         (*logReader).buildLine,
+	llamalog.KindVerbosity:     (*logReader).verbosityLine,
+	llamalog.KindDebugMarker:   (*logReader).debugMarker,
+	llamalog.KindLegacy:        (*logReader).legacyLine,
+	llamalog.KindOutputRealloc: (*logReader).outputRealloc,
+	llamalog.KindDevice:        (*logReader).device,
 }
 
 // read reads one record. r points into the fold's state: it is kept (a
 // model buffer line, the build line) but never changed.
-func (rd *logReader) read(r *Record) {
+func (rd *logReader) read(r *llamalog.Record) {
 	if int(r.Kind) < len(recordReaders) {
 		if f := recordReaders[r.Kind]; f != nil {
 			f(rd, r)
@@ -89,7 +91,7 @@ func (rd *logReader) read(r *Record) {
 
 // newLoad opens a load at r on r's port; it takes the role announced for
 // the port's next load.
-func (rd *logReader) newLoad(r *Record, marker bool) *loadAcc {
+func (rd *logReader) newLoad(r *llamalog.Record, marker bool) *loadAcc {
 	l := &loadAcc{seq: r.Seq, port: r.Port, marker: marker}
 	if p := rd.pending[r.Port]; p != "" {
 		l.role = p
@@ -114,7 +116,7 @@ func (rd *logReader) ctxOwner(port int) *loadAcc {
 
 // ctxOf is the current context of r's port (r opens one when there is
 // none); a context's line closes the current load's model lines.
-func (rd *logReader) ctxOf(r *Record) *ctxAcc {
+func (rd *logReader) ctxOf(r *llamalog.Record) *ctxAcc {
 	l := rd.ctxOwner(r.Port)
 	if len(l.ctxs) == 0 {
 		l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
@@ -127,7 +129,7 @@ func (rd *logReader) ctxOf(r *Record) *ctxAcc {
 
 // mmprojOf returns the port's current mmproj load if fresh says it can
 // take r, or a new one.
-func (rd *logReader) mmprojOf(r *Record, fresh func(*loadAcc) bool) *loadAcc {
+func (rd *logReader) mmprojOf(r *llamalog.Record, fresh func(*loadAcc) bool) *loadAcc {
 	if l := rd.cur[r.Port]; l != nil && l.mmproj && fresh(l) {
 		return l
 	}
@@ -138,7 +140,7 @@ func (rd *logReader) mmprojOf(r *Record, fresh func(*loadAcc) bool) *loadAcc {
 
 // load reads "loaded meta data with N key-value pairs ... from FILE": a
 // new load of FILE (an mmproj when a clip loader prints it).
-func (rd *logReader) load(r *Record) {
+func (rd *logReader) load(r *llamalog.Record) {
 	rd.haveLoad = true
 	l := rd.newLoad(r, true)
 	rd.takeDevices(l)
@@ -150,12 +152,12 @@ func (rd *logReader) load(r *Record) {
 
 // role reads "loading draft model '<file>'": the role of the port's next
 // load.
-func (rd *logReader) role(r *Record) { rd.pending[r.Port] = r.Text }
+func (rd *logReader) role(r *llamalog.Record) { rd.pending[r.Port] = r.Text }
 
 // clip reads the mmproj/CLIP lines: the backend the projector runs on
 // ("CLIP using <dev> backend", or the fallback to the CPU) and its
 // weights' size ("model size: N MiB").
-func (rd *logReader) clip(r *Record) {
+func (rd *logReader) clip(r *llamalog.Record) {
 	switch r.Text {
 	case "backend":
 		// A fallback line after "CLIP using" corrects the device.
@@ -174,7 +176,7 @@ func (rd *logReader) clip(r *Record) {
 
 // router reads the llama-server router's lines: a child spawned on a port,
 // and a child stopped or exited, which ends the loads of its port.
-func (rd *logReader) router(r *Record) {
+func (rd *logReader) router(r *llamalog.Record) {
 	switch r.Text {
 	case "spawn":
 		rd.spawned[r.Name] = int(r.Int)
@@ -197,7 +199,7 @@ func (rd *logReader) router(r *Record) {
 
 // fitBracket reads the lines around a --fit probe: its start, its end (or
 // the warm-up after it), and the fit's projection.
-func (rd *logReader) fitBracket(r *Record) {
+func (rd *logReader) fitBracket(r *llamalog.Record) {
 	switch r.Text {
 	case "start":
 		rd.fitStart(r)
@@ -220,7 +222,7 @@ func (rd *logReader) lastBracket(port int) int {
 
 // fitStart opens a bracket; a second start inside an open bracket is the
 // same fit.
-func (rd *logReader) fitStart(r *Record) {
+func (rd *logReader) fitStart(r *llamalog.Record) {
 	if last := rd.lastBracket(r.Port); last >= 0 && rd.brackets[last].end == 0 {
 		return
 	}
@@ -232,7 +234,7 @@ func (rd *logReader) fitStart(r *Record) {
 // since the last table before it, which is the probe's. Without such a
 // table there is nothing to set apart (a -v probe is told by its 0.00 MiB
 // load).
-func (rd *logReader) fitProjected(r *Record) {
+func (rd *logReader) fitProjected(r *llamalog.Record) {
 	last := rd.lastBracket(r.Port)
 	if last >= 0 && rd.brackets[last].end == 0 {
 		return
@@ -253,7 +255,7 @@ func (rd *logReader) fitProjected(r *Record) {
 }
 
 // fitEnd closes the port's open bracket.
-func (rd *logReader) fitEnd(r *Record) {
+func (rd *logReader) fitEnd(r *llamalog.Record) {
 	for j := len(rd.brackets) - 1; j >= 0; j-- {
 		if rd.brackets[j].port == r.Port && rd.brackets[j].end == 0 {
 			rd.brackets[j].end = r.Seq
@@ -266,7 +268,7 @@ func (rd *logReader) fitEnd(r *Record) {
 // which llama.cpp prints for each device of a load before the load's
 // "loaded meta data" line: a device of the port's next load, or of the
 // current one when its marker came first and it has no model line yet.
-func (rd *logReader) device(r *Record) {
+func (rd *logReader) device(r *llamalog.Record) {
 	rd.devInfo[r.Name] = r
 	if l := rd.cur[r.Port]; l != nil && l.marker && len(l.models) == 0 && !l.modelClosed && !l.mmproj {
 		if !slices.Contains(l.devices, r.Name) {
@@ -289,7 +291,7 @@ func (rd *logReader) takeDevices(l *loadAcc) {
 
 // context reads "constructing llama_context": a new context of the port's
 // load, which closes the load's model lines.
-func (rd *logReader) context(r *Record) {
+func (rd *logReader) context(r *llamalog.Record) {
 	l := rd.ctxOwner(r.Port)
 	if cl := rd.cur[r.Port]; cl != nil {
 		cl.modelClosed = true
@@ -299,7 +301,7 @@ func (rd *logReader) context(r *Record) {
 
 // buffer reads a "<name> <kind> buffer size = N MiB" line by the row its
 // kind goes to.
-func (rd *logReader) buffer(r *Record) {
+func (rd *logReader) buffer(r *llamalog.Record) {
 	rd.haveBuf = true
 	switch kind := bufferRow(*r); kind {
 	case "model":
@@ -320,7 +322,7 @@ func (rd *logReader) buffer(r *Record) {
 // modelBuffer reads a model buffer line: one of the current load's, or
 // the first of a new load (after the current one's contexts, or where the
 // log prints no load marker).
-func (rd *logReader) modelBuffer(r *Record) {
+func (rd *logReader) modelBuffer(r *llamalog.Record) {
 	l := rd.cur[r.Port]
 	if l == nil || l.modelClosed || l.mmproj {
 		l = rd.newLoad(r, false)
@@ -335,7 +337,7 @@ func (rd *logReader) modelBuffer(r *Record) {
 // compute reservation: a cache line after a reservation is the next
 // context (the only sign of one before b4881, which printed no
 // "constructing llama_context").
-func (rd *logReader) cacheBuffer(r *Record, kind string) {
+func (rd *logReader) cacheBuffer(r *llamalog.Record, kind string) {
 	if l := rd.ctxOwner(r.Port); len(l.ctxs) > 0 && l.ctxs[len(l.ctxs)-1].nReservations() > 0 {
 		l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
 	}
@@ -358,7 +360,7 @@ func (rd *logReader) cacheBuffer(r *Record, kind string) {
 
 // outputBuffer reads an output (or input) buffer line of the port's
 // current context.
-func (rd *logReader) outputBuffer(r *Record) {
+func (rd *logReader) outputBuffer(r *llamalog.Record) {
 	x := rd.ctxOf(r)
 	bl := bufLine(*r, offGTT(r, &x.hostOutput))
 	if bl.Row == "" {
@@ -371,7 +373,7 @@ func (rd *logReader) outputBuffer(r *Record) {
 // offGTT is the row of a context's buffer line that is not this host's
 // GTT: "remote" for a remote device's (in no row), "host" for host
 // memory's (added to *host); "" for GTT.
-func offGTT(r *Record, host *float64) string {
+func offGTT(r *llamalog.Record, host *float64) string {
 	switch {
 	case IsRemoteBuffer(r.Name):
 		return "remote"
@@ -384,7 +386,7 @@ func offGTT(r *Record, host *float64) string {
 
 // mmprojCompute reads a compute buffer line of the mmproj/CLIP model
 // (alloc_compute_meta).
-func (rd *logReader) mmprojCompute(r *Record) {
+func (rd *logReader) mmprojCompute(r *llamalog.Record) {
 	l := rd.mmprojOf(r, func(*loadAcc) bool { return true })
 	if len(l.ctxs) == 0 {
 		l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
@@ -394,7 +396,7 @@ func (rd *logReader) mmprojCompute(r *Record) {
 
 // unknownBuffer keeps a buffer line of a kind gttsplit does not know with
 // the port's load: listed, in no row.
-func (rd *logReader) unknownBuffer(r *Record, kind string) {
+func (rd *logReader) unknownBuffer(r *llamalog.Record, kind string) {
 	bl := bufLine(*r, kind)
 	l := rd.ctxOwner(r.Port)
 	l.unknown = append(l.unknown, bl)
@@ -402,7 +404,7 @@ func (rd *logReader) unknownBuffer(r *Record, kind string) {
 
 // echo reads a teardown echo of a compute buffer; its "matches
 // expectation" form is printed at the debug level only: a -v line.
-func (rd *logReader) echo(r *Record) {
+func (rd *logReader) echo(r *llamalog.Record) {
 	rd.echoes = append(rd.echoes, *r)
 	if r.Match {
 		rd.verbose = true
@@ -410,14 +412,14 @@ func (rd *logReader) echo(r *Record) {
 }
 
 // tableHead opens a memory-breakdown table.
-func (rd *logReader) tableHead(r *Record) {
+func (rd *logReader) tableHead(r *llamalog.Record) {
 	rd.tables = append(rd.tables, &table{seq: r.Seq, next: r.Seq + 1, port: r.Port})
 }
 
 // tableRow reads a row of a memory-breakdown table: it belongs to the
 // table whose header or last row is the line just before it; a stray row
 // is ignored.
-func (rd *logReader) tableRow(r *Record) {
+func (rd *logReader) tableRow(r *llamalog.Record) {
 	if n := len(rd.tables); n > 0 && rd.tables[n-1].next == r.Seq {
 		rd.tables[n-1].rows = append(rd.tables[n-1].rows, *r)
 		rd.tables[n-1].next++
@@ -425,28 +427,28 @@ func (rd *logReader) tableRow(r *Record) {
 }
 
 // buildLine keeps the first build line.
-func (rd *logReader) buildLine(r *Record) {
+func (rd *logReader) buildLine(r *llamalog.Record) {
 	if rd.build == nil {
 		rd.build = r
 	}
 }
 
 // verbosityLine keeps the first "verbosity = N".
-func (rd *logReader) verbosityLine(r *Record) {
+func (rd *logReader) verbosityLine(r *llamalog.Record) {
 	if rd.verbosity < 0 {
 		rd.verbosity = r.Int
 	}
 }
 
 // debugMarker reads a line only -v prints.
-func (rd *logReader) debugMarker(*Record) { rd.verbose = true }
+func (rd *logReader) debugMarker(*llamalog.Record) { rd.verbose = true }
 
 // legacyLine reads a pre-b1843 totals line.
-func (rd *logReader) legacyLine(*Record) { rd.legacy = true }
+func (rd *logReader) legacyLine(*llamalog.Record) { rd.legacy = true }
 
 // outputRealloc reads "output_reserve: reallocating output buffer": a
 // warning, never added.
-func (rd *logReader) outputRealloc(r *Record) {
+func (rd *logReader) outputRealloc(r *llamalog.Record) {
 	rd.realloc = true
 	rd.warn = append(rd.warn, fmt.Sprintf("line %d: the output buffer was reallocated from %.2f to %.2f MiB after the reservation", r.Seq, r.Expect, r.MiB))
 }

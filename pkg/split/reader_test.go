@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -11,13 +12,13 @@ import (
 // their records with a new logReader, one record kind method at a time.
 func readLines(t *testing.T, lines ...string) *logReader {
 	t.Helper()
-	p := MustParser()
+	p := llamalog.MustParser()
 	rd := newLogReader()
 	var scratch []byte
 	for i, l := range lines {
-		r, ok := p.Parse(uint64(i+1), Payload([]byte(l), &scratch))
+		r, ok := p.Parse(uint64(i+1), llamalog.Payload([]byte(l), &scratch))
 		require.True(t, ok, "not a relevant line: %q", l)
-		r.Port = RouterPort([]byte(l))
+		r.Port = llamalog.RouterPort([]byte(l))
 		rd.read(&r)
 	}
 	return rd

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // logRows reads the kept records (by position) and fills the report's
@@ -285,7 +287,7 @@ func (c *computation) unknownRows(rd *logReader, ports []int) {
 
 // echoCheck turns the teardown echoes that do not match their reservation
 // into a warning and a check; echoes are never added (rule 6).
-func (c *computation) echoCheck(echoes []Record) {
+func (c *computation) echoCheck(echoes []llamalog.Record) {
 	var mismatch []string
 	for _, e := range echoes {
 		if !e.Match {

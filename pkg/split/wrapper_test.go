@@ -81,33 +81,3 @@ func TestRealLogsBehindWrappers(t *testing.T) {
 		}
 	}
 }
-
-// FuzzRouterPort holds RouterPort to a port it can name: 0, or the number
-// of a "[port] " in the line; and a port at a bare line's start is found
-// behind each wrapper's prefix.
-func FuzzRouterPort(f *testing.F) {
-	for _, s := range []string{"[47161] 0.00.483.095 I load_tensors: x", "]", "[]", " ]", "[1]", "a [1] x", "x: [ 1] ", "\x1b[0m[  801] x", "[0m[1] x"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		p := RouterPort(b)
-		if p < 0 || p > 99999 {
-			t.Fatalf("%q: port %d", b, p)
-		}
-		if p > 0 && !bytes.Contains(b, []byte(fmt.Sprintf("%d] ", p))) {
-			t.Fatalf("%q: port %d is not in the line", b, p)
-		}
-		if bytes.IndexByte(b, '\n') >= 0 || p == 0 || RouterPort(b) != p {
-			return
-		}
-		for name, prefix := range wrappers {
-			if len(prefix)+len(b) > wrapperSpan {
-				continue
-			}
-			// A port at the bare line's start is found behind the prefix.
-			if got := RouterPort(append([]byte(prefix), b...)); got != p && portAt(b, skipColour(b, 0)) == p {
-				t.Fatalf("%q behind %s: port %d, bare %d", b, name, got, p)
-			}
-		}
-	})
-}

@@ -131,10 +131,6 @@ func (b *testBroker) publishRaw(t testing.TB, subject string, data []byte) {
 	t.Helper()
 	b.PublishRaw(t, subject, data)
 }
-func (b *testBroker) consumerIdle(t testing.TB, durable string) bool {
-	t.Helper()
-	return b.Idle(t, durable)
-}
 func (b *testBroker) consumerInfo(durable string) (*jetstream.ConsumerInfo, error) {
 	return b.ConsumerInfo(durable)
 }

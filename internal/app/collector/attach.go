@@ -184,7 +184,9 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 // own id and the fold drops the lines it already has). Draining first keeps
 // that re-read, and the duplicate traffic, small.
 type detacher struct {
-	mu          sync.RWMutex // held for reading while a log record is handed over
+	// mu is held for reading while a log record is handed over: it is
+	// taken before the pipeline's mu and the publisher's locks.
+	mu          sync.RWMutex
 	detaching   bool
 	sourcesDone chan struct{} // closed when the sources returned
 }

@@ -37,7 +37,10 @@ type pipeline struct {
 	// run-finished event).
 	sampling func() *split.Sampling
 
-	mu      sync.Mutex // serialises emit: sources run concurrently
+	// mu serialises emit: sources run concurrently. It is taken after
+	// the detacher's mu and before the publisher's locks (emit publishes
+	// under it).
+	mu      sync.Mutex
 	fold    *split.Fold
 	sent    *sentLog // what was handed on, for the run-finished event
 	events  atomic.Uint64

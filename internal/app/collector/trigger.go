@@ -3,6 +3,7 @@ package collector
 import (
 	"github.com/gttsplit/gttsplit/pkg/sources/fdinfo"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // newTrigger returns a channel that asks the fdinfo sampler for a sample at
@@ -14,7 +15,7 @@ import (
 func newTrigger() (chan struct{}, func([]byte)) {
 	ch := make(chan struct{}, 1)
 	return ch, func(text []byte) {
-		if split.MemoryLine(text) {
+		if llamalog.MemoryLine(text) {
 			select {
 			case ch <- struct{}{}:
 			default:

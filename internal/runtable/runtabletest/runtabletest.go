@@ -29,6 +29,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // FoldOptions are the fold's options of an aggregator with the default
@@ -36,7 +37,7 @@ import (
 func FoldOptions(t testing.TB) split.Options {
 	t.Helper()
 	d := config.DefaultAggregator()
-	p, err := split.NewParser(d.Split.TracePattern, d.Split.TraceNamePattern)
+	p, err := llamalog.NewParser(d.Split.TracePattern, d.Split.TraceNamePattern)
 	require.NoError(t, err)
 	return split.Options{Parser: p, UnattributedThresholdPct: d.Split.UnattributedThresholdPct}
 }

@@ -157,6 +157,9 @@ type Sink struct {
 	log    zerolog.Logger
 	gate   *gate.Gate
 
+	// Lock order: an issue's semaphore (locks), then mu or outMu, one at
+	// a time (post holds its issue's); mu is never held while a
+	// semaphore is awaited or outMu is taken.
 	mu     sync.Mutex
 	locks  map[string]chan struct{} // issue → one-slot semaphore
 	posted map[postKey]posted       // what this process last left on the issue

@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package split
+package llamalog
 
 // usePairScan is false: the pair scan's kernel is written for amd64 only.
 var usePairScan = false

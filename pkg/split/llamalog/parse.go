@@ -1,4 +1,4 @@
-package split
+package llamalog
 
 import (
 	"bytes"
@@ -245,13 +245,17 @@ func isDebugMarker(line []byte) bool {
 // lines irrelevant to the split.
 func (p *Parser) Parse(seq uint64, s []byte) (Record, bool) { return p.parse(seq, s, nil) }
 
-// parse is Parse with a fold's scratch (nil: none): with one, the strings
-// of the record come from its cache and a trace line's name is left in
-// sc.name (hashed) instead of r.Name.
-func (p *Parser) parse(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
+// ParseWith is Parse with a Scratch (nil: none): with one, the strings of
+// the record come from its cache, and a trace line's tensor name is left
+// for sc.TakeTraceName instead of r.Name.
+func (p *Parser) ParseWith(seq uint64, s []byte, sc *Scratch) (Record, bool) {
+	return p.parse(seq, s, sc)
+}
+
+func (p *Parser) parse(seq uint64, s []byte, sc *Scratch) (Record, bool) {
 	r := Record{Seq: seq}
 	if sc != nil {
-		sc.name, sc.named = 0, false
+		sc.name = nil
 	}
 	if p.traceNeedsMiB {
 		if v, ok := defaultTrace(s); ok {
@@ -277,7 +281,7 @@ func (p *Parser) parse(seq uint64, s []byte, sc *parseScratch) (Record, bool) {
 }
 
 // parseRest is parse past the trace check.
-func (p *Parser) parseRest(r Record, s []byte, sc *parseScratch) (Record, bool) {
+func (p *Parser) parseRest(r Record, s []byte, sc *Scratch) (Record, bool) {
 	if i := bytes.Index(s, aBufferSize); i >= 0 {
 		return parseBuffer(r, s, i, sc)
 	}
@@ -382,14 +386,14 @@ func defaultTrace(s []byte) (float64, bool) {
 }
 
 // traceNameTo returns a trace line's tensor name as r.Name: as a string
-// without a scratch; with one, "" and the name's hash left in sc.name (no
-// string made).
-func traceNameTo(sc *parseScratch, name []byte) string {
+// without a scratch; with one, "" and the name left in sc.name (no string
+// made).
+func traceNameTo(sc *Scratch, name []byte) string {
 	if sc == nil {
 		return string(name)
 	}
 	if len(name) > 0 {
-		sc.name, sc.named = nameHash(name), true
+		sc.name = name
 	}
 	return ""
 }
@@ -428,7 +432,7 @@ func leadingDigits(b []byte) []byte {
 // the ~llama_context echo; i is the index of "buffer size". It allocates
 // nothing for a line whose strings sc holds (parseBufferPlain is the
 // plain form FuzzParseLeavesMatchPlain holds it to).
-func parseBuffer(r Record, s []byte, i int, sc *parseScratch) (Record, bool) {
+func parseBuffer(r Record, s []byte, i int, sc *Scratch) (Record, bool) {
 	// The last ": " before "buffer size" ends the function name, so a
 	// wrapper's own prefix ("Mar 12 07:01:05 host python[433748]: ",
 	// "llama-cpp  | ") stays out of the buffer type.
@@ -492,7 +496,7 @@ func parseBuffer(r Record, s []byte, i int, sc *parseScratch) (Record, bool) {
 // bufferWords splits the words before "buffer size" as strings.Fields
 // would: the first is the name, the others joined by one blank the buffer
 // type. ok is false when there is no word.
-func bufferWords(b []byte, sc *parseScratch) (name, kind string, ok bool) {
+func bufferWords(b []byte, sc *Scratch) (name, kind string, ok bool) {
 	if !isASCII(b) {
 		// Unicode blanks: strings.Fields itself.
 		f := strings.Fields(string(b))
@@ -736,7 +740,7 @@ func isBreakdownHead(s []byte) bool { return bytes.Contains(s, []byte("memory br
 // It allocates only the row's integers for a line whose strings sc holds
 // (parseBreakdownPlain is the plain form FuzzParseLeavesMatchPlain holds
 // it to).
-func parseBreakdown(r Record, s []byte, sc *parseScratch) (Record, bool) {
+func parseBreakdown(r Record, s []byte, sc *Scratch) (Record, bool) {
 	if isBreakdownHead(s) {
 		r.Kind = KindBreakdownHead
 		return r, true
@@ -848,7 +852,7 @@ func trimASCIISpace(b []byte) []byte {
 
 // funcName is the last blank-separated word of what precedes a line's
 // first ": " (the C function; a wrapper's prefix goes).
-func funcName(b []byte, sc *parseScratch) string {
+func funcName(b []byte, sc *Scratch) string {
 	e := len(b)
 	for e > 0 && b[e-1] == ' ' {
 		e--
@@ -890,7 +894,7 @@ func mibOrMB(b []byte) (float64, bool) {
 
 // loadFile returns the function and the file of a "loaded meta data with N
 // key-value pairs and M tensors from FILE (version ...)" line.
-func loadFile(s []byte, sc *parseScratch) (fn, file string) {
+func loadFile(s []byte, sc *Scratch) (fn, file string) {
 	if c := lastColonBlank(s[:bytes.Index(s, aLoad)]); c > 0 {
 		fn = funcName(s[:c], sc)
 	}
@@ -972,7 +976,8 @@ func parseMarker(r Record, s []byte, m litMask) (Record, bool) {
 		}
 	case m.has(litFitProjected):
 		// The fit's projection follows its dry runs; where no bracket
-		// start was printed, it closes one around them (loads.go).
+		// start was printed, it closes one around them (package split's
+		// reader).
 		r.Kind, r.Text = KindFitBracket, "projected"
 		return r, true
 	case m.has(litWarmup):
@@ -991,7 +996,7 @@ func parseMarker(r Record, s []byte, m litMask) (Record, bool) {
 // parentheses of its own ("AMD Radeon Graphics (RADV GFX1151)"): the groups
 // are read as balanced parentheses from the end. It returns false for a
 // line of another shape ("using device 0 (...) as main device").
-func parseDevice(r Record, s []byte, sc *parseScratch) (Record, bool) {
+func parseDevice(r Record, s []byte, sc *Scratch) (Record, bool) {
 	i := bytes.Index(s, aDevice)
 	if c := lastColonBlank(s[:i]); c > 0 {
 		r.Func = funcName(s[:c], sc)

@@ -1,4 +1,4 @@
-package split
+package llamalog
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ func FuzzScanAnchorLinesMatchesPlain(f *testing.F) {
 	}
 	f.Add([]byte("uMiB\nmodel size:z\n=instance name=\nfff draft modelfitting params\n"))
 	for _, p := range []string{"runs/4b/split.log", "logs/router.log", "logs/two_models.log", "logs/b4000_legacy.log"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "testdata", filepath.FromSlash(p)))
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", filepath.FromSlash(p)))
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func FuzzPairScanMatchesPlain(f *testing.F) {
 		}
 	}
 	for _, p := range []string{"runs/4b/split.log", "logs/router.log", "logs/two_models.log", "logs/b4000_legacy.log"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "testdata", filepath.FromSlash(p)))
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", filepath.FromSlash(p)))
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func TestScanPieceWithoutPairScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"runs/4b/split.log", "runs/27b/split.log", "logs/router.log", "logs/two_models.log", "logs/b4000_legacy.log", "logs/b9200_not_verbose.log"} {
-		log, err := os.ReadFile(filepath.Join("..", "..", "testdata", filepath.FromSlash(name)))
+		log, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", filepath.FromSlash(name)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,4 +211,25 @@ func FuzzRelevantMatchesPlain(f *testing.F) {
 			}
 		}
 	})
+}
+
+// anchorLinesPlain is the straightforward search anchorLines stands for:
+// every anchor in turn, the line of each hit.
+func anchorLinesPlain(anchors [][]byte, chunk []byte, starts []int) []int {
+	for _, a := range anchors {
+		for off := 0; ; {
+			i := bytes.Index(chunk[off:], a)
+			if i < 0 {
+				break
+			}
+			i += off
+			starts = append(starts, bytes.LastIndexByte(chunk[:i], '\n')+1)
+			e := bytes.IndexByte(chunk[i:], '\n')
+			if e < 0 {
+				break
+			}
+			off = i + e + 1
+		}
+	}
+	return starts
 }

@@ -1,4 +1,4 @@
-package split
+package llamalog
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package split
+package llamalog
 
 import (
 	"testing"
@@ -36,5 +36,19 @@ func TestParseDeviceLine(t *testing.T) {
 	} {
 		r, ok := p.Parse(3, []byte(bad))
 		require.False(t, ok && r.Kind == KindDevice, bad)
+	}
+}
+
+func TestMemoryLine(t *testing.T) {
+	t.Parallel()
+	for line, want := range map[string]bool{
+		"load_tensors:        ROCm0 model buffer size =  2375.91 MiB":                                                         true,
+		"hrx: host-weight pack    name=a type=q4_K bytes=1 packed=1 resident=1.0 MiB":                                         true,
+		"llama_model_loader: loaded meta data with 30 key-value pairs and 400 tensors from m.gguf (version GGUF V3 (latest))": true,
+		"llama_context: constructing llama_context":                                                                           true,
+		"print_info: n_ctx_train      = 40960":                                                                                false,
+		"slot print_timing: id  9 | task 0 | prompt eval time =     176.94 ms /    22 tokens":                                 false,
+	} {
+		require.Equal(t, want, MemoryLine([]byte(line)), line)
 	}
 }

@@ -1,6 +1,8 @@
-package split
+package llamalog
 
 import (
+	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -106,66 +108,64 @@ func TestParseBufferLineVariants(t *testing.T) {
 	}
 }
 
-func TestParseMalformedBufferLineIsCounted(t *testing.T) {
+func TestRouterPort(t *testing.T) {
 	t.Parallel()
-	r := foldLog(t, verbose+load+"load_tensors:         HRX0 model buffer size =  nan MiB\nload_tensors:         HRX0 model buffer size =  1.00 MiB\n")
-	require.Equal(t, 1, r.Detail.LinesSkipped)
-	require.Contains(t, r.Flags, FlagLinesSkipped)
-	require.InDelta(t, 1, val(r.ModelGTTMiB), 1e-9)
-}
-
-func TestParseSize(t *testing.T) {
-	t.Parallel()
-	cases := map[string]int64{"0": 0, "20 MiB": 20 << 20, "155068 KiB": 155068 << 10, "4096": 4096, "1 GiB": 1 << 30, "12 kB": 12 << 10}
-	for in, want := range cases {
-		got, ok := ParseSize([]byte(in))
-		require.True(t, ok, in)
-		require.Equal(t, want, got, in)
-	}
-	for _, bad := range []string{"", "MiB", "-1", "12 TiB", "1.5 MiB", "99999999999999999999"} {
-		_, ok := ParseSize([]byte(bad))
-		require.False(t, ok, bad)
-	}
-}
-
-func TestParseFDInfoVariants(t *testing.T) {
-	t.Parallel()
-	// kernels 6.5 to about 6.7: the core header, then amdgpu's own copy with
-	// the fence-context client id; the first id wins.
-	dup := "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t1181\ndrm-driver:\tamdgpu\ndrm-client-id:\t30\ndrm-pdev:\t0000:04:00.0\npasid:\t32785\ndrm-driver:\tamdgpu\ndrm-pdev:\t0000:04:00.0\ndrm-client-id:\t18446744073709551\ndrm-memory-vram:\t155068 KiB\ndrm-memory-gtt: \t20480 KiB\n"
-	c, v := ParseFDInfo([]byte(dup))
-	require.Equal(t, FDAmdgpu, v)
-	require.Equal(t, "30", c.ClientID)
-	require.Equal(t, int64(20480<<10), c.GTTBytes)
-	require.Equal(t, "drm-memory-gtt", c.Key)
-
-	// Kernels 5.14 to 5.18: no drm- keys; the pasid keys the client.
-	old := "pos:\t0\nflags:\t02100002\npdev:\t0000:04:00.0\npasid:\t32785\nvram mem:\t155068 kB\ngtt mem:\t20480 kB\ncpu mem:\t0 kB\ngfx0:\t0.00%\n"
-	c, v = ParseFDInfo([]byte(old))
-	require.Equal(t, FDAmdgpu, v)
-	require.Equal(t, "pasid-32785", c.ClientID)
-	require.Equal(t, "0000:04:00.0", c.PDev)
-	require.Equal(t, int64(20480<<10), c.GTTBytes)
-	require.Equal(t, "gtt mem", c.Key)
-
-	// drm-total-gtt wins over drm-memory-gtt; drm-total-cycles is not memory.
-	both := "drm-driver:\tamdgpu\ndrm-client-id:\t1\ndrm-pdev:\t0000:04:00.0\ndrm-total-cycles-gfx:\t99\ndrm-total-gtt:\t22 MiB\ndrm-memory-gtt: \t20480 KiB\n"
-	c, v = ParseFDInfo([]byte(both))
-	require.Equal(t, FDAmdgpu, v)
-	require.Equal(t, int64(22<<20), c.GTTBytes)
-
-	for name, in := range map[string]string{
-		"dma-buf":       "pos:\t0\nflags:\t02\nmnt_id:\t15\nino:\t99\nsize:\t4194304\ncount:\t1\nexp_name:\tamdgpu\n",
-		"kfd":           "pos:\t0\nflags:\t02\nmnt_id:\t1\nino:\t2\n",
-		"xe":            "drm-driver:\txe\ndrm-client-id:\t3\ndrm-total-gtt:\t192 KiB\n",
-		"amdxdna":       "drm-driver:\tamdxdna_accel_driver\ndrm-client-id:\t76\ndrm-pdev:\t0000:c5:00.1\ndrm-total-memory:\t0\n",
-		"old, no pasid": "pdev:\t0000:04:00.0\nvram mem:\t1024 kB\ngtt mem:\t2048 kB\n",
-		"no id":         "drm-driver:\tamdgpu\ndrm-pdev:\t0000:04:00.0\ndrm-total-gtt:\t2 MiB\n",
-		"cut":           "drm-driver:\tamdgpu\ndrm-client-id:\t1\ndrm-pdev:\t0000:04:00.0\ndrm-total-gtt:\t2",
+	for in, want := range map[string]int{
+		"[47161] 0.00.483.095 I load_tensors: x":    47161,
+		"\x1b[0m[  801] load_tensors: x":            801,
+		"[1700000000] llm_load_tensors: x":          0, // legacy unix-seconds time stamp
+		"load_tensors: [47161] x":                   0,
+		"[0m[47161] 0.00.483.095 I load_tensors: x": 47161,
+		// Behind a supervisor's prefix.
+		"Mar 12 07:01:05 strix1 llama-server[433748]: [47161] 0.00.483.095 I load_tensors: x": 47161,
+		"Mar 12 07:01:05 strix1 llama-server: [ 8080] load_tensors: x":                        8080,
+		"llama-server-1  | [47161] 0.00.483.095 I load_tensors: x":                            47161,
+		"2026-03-12T07:01:05.123456789Z [47161] load_tensors: x":                              47161,
+		"[pod/llama-server-0/server] [47161] load_tensors: x":                                 47161,
+		"llama-server-1  | load_tensors: [47161] x":                                           0,
+		"Mar 12 07:01:05 strix1 llama-server[4337]: load_tensors: x":                          0,
+		"srv  load_model: [47161] x":                                                          0,
+		"2026-03-12T07:01:05Z [1700000000] llm_load_tensors: x":                               0,
 	} {
-		want := map[string]FDVerdict{"dma-buf": FDNotDRM, "kfd": FDNotDRM, "xe": FDOtherDriver, "amdxdna": FDOtherDriver,
-			"old, no pasid": FDUnsupported, "no id": FDMalformed, "cut": FDMalformed}[name]
-		_, v := ParseFDInfo([]byte(in))
-		require.Equal(t, want, v, name)
+		require.Equal(t, want, RouterPort([]byte(in)), in)
 	}
+}
+
+// wrappers are the prefixes a supervisor writes in front of every line of
+// a process's output (the split package folds real logs behind each).
+var wrappers = map[string]string{
+	"journald": "Mar 12 07:01:05 strix1 llama-server[433748]: ",
+	"compose":  "llama-server-1  | ",
+	"runtime":  "2026-03-12T07:01:05.123456789Z ",
+	"kubectl":  "[pod/llama-server-0/server] ",
+}
+
+// FuzzRouterPort holds RouterPort to a port it can name: 0, or the number
+// of a "[port] " in the line; and a port at a bare line's start is found
+// behind each wrapper's prefix.
+func FuzzRouterPort(f *testing.F) {
+	for _, s := range []string{"[47161] 0.00.483.095 I load_tensors: x", "]", "[]", " ]", "[1]", "a [1] x", "x: [ 1] ", "\x1b[0m[  801] x", "[0m[1] x"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := RouterPort(b)
+		if p < 0 || p > 99999 {
+			t.Fatalf("%q: port %d", b, p)
+		}
+		if p > 0 && !bytes.Contains(b, []byte(fmt.Sprintf("%d] ", p))) {
+			t.Fatalf("%q: port %d is not in the line", b, p)
+		}
+		if bytes.IndexByte(b, '\n') >= 0 || p == 0 || RouterPort(b) != p {
+			return
+		}
+		for name, prefix := range wrappers {
+			if len(prefix)+len(b) > wrapperSpan {
+				continue
+			}
+			// A port at the bare line's start is found behind the prefix.
+			if got := RouterPort(append([]byte(prefix), b...)); got != p && portAt(b, skipColour(b, 0)) == p {
+				t.Fatalf("%q behind %s: port %d, bare %d", b, name, got, p)
+			}
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package split
+package llamalog
 
 import (
 	"bytes"
@@ -9,9 +9,10 @@ import (
 // LineFilter picks, from the lines of one log batch, those that may be
 // relevant to a fold, from each line's text as a JSON string holds it (the
 // bytes between the string's quotes, escapes and all), so that a decoder
-// need not unescape the others: Keep false means that AddLine of that line
-// would only count it (Fold.MarkLines counts it), as long as the fold no
-// longer looks for a -v marker (Fold.WantsDebug false). A line that may be
+// need not unescape the others: Keep false means that a fold given that
+// line would only count it (split.Fold.MarkLines counts it), as long as the
+// fold no longer looks for a -v marker (split.Fold.WantsDebug false). A
+// line that may be
 // one is not kept either, but SkippedMarker says so: a fold that still
 // looks for one must take the batch whole. Use a new LineFilter for each
 // batch.
@@ -63,10 +64,6 @@ func (lf *LineFilter) Keep(seg []byte) bool {
 // marker.
 func (lf *LineFilter) SkippedMarker() bool { return lf.marker }
 
-// WantsDebug reports whether the fold still looks for a line only -v
-// prints (see LineFilter).
-func (f *Fold) WantsDebug() bool { return f.st.DebugSeq == 0 }
-
 // anchorBytes marks the bytes of every anchor and -v marker.
 var anchorBytes = func() (t [256]bool) {
 	for _, set := range [][][]byte{pieceAnchors, debugMarkers} {
@@ -93,18 +90,4 @@ func escapesAnchorByte(seg []byte) bool {
 		}
 		seg = seg[i+n:]
 	}
-}
-
-// MarkLines counts lines lo..hi of stream as read (as AddLine does for a
-// line that is not relevant) and reports whether any of them was new.
-func (f *Fold) MarkLines(stream string, lo, hi uint64) bool {
-	if hi < lo {
-		return false
-	}
-	rs := f.st.Lines[stream]
-	if i := sortSearch(rs, lo); i < len(rs) && rs[i][0] <= lo && rs[i][1] >= hi {
-		return false // all read before
-	}
-	f.markLines(stream, lo, hi)
-	return true
 }
