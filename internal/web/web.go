@@ -23,7 +23,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -236,7 +235,7 @@ func (h *Handler) row(ctx context.Context, s Summary) (row Row, ok, read bool) {
 }
 
 func rowOf(s Summary, r split.Report) Row {
-	row := Row{ID: s.ID, Host: s.Host, Lane: s.Lane, State: s.State, Model: ModelName(r), Issue: r.Run.Issue,
+	row := Row{ID: s.ID, Host: s.Host, Lane: s.Lane, State: s.State, Model: split.ModelName(r), Issue: r.Run.Issue,
 		Flags: r.Flags, Peak: r.PeakGTTMiB, Final: r.FinalGTTMiB, Complete: r.Run.Complete, ControlOf: r.Run.ControlOf}
 	if t, err := time.Parse(time.RFC3339Nano, r.Run.Started); err == nil {
 		row.Started = t
@@ -244,26 +243,6 @@ func rowOf(s Summary, r split.Report) Row {
 		row.Started = s.LastEvent
 	}
 	return row
-}
-
-// ModelName is the model file a run measured: its main load's file, else
-// the command's -m/--model argument, as a base name.
-func ModelName(r split.Report) string {
-	for _, m := range r.Models {
-		if m.File != "" && (m.Role == "main" || m.Role == "model") {
-			return path.Base(m.File)
-		}
-	}
-	f := strings.Fields(r.Run.Command)
-	for i, a := range f {
-		switch {
-		case (a == "-m" || a == "--model") && i+1 < len(f):
-			return path.Base(f[i+1])
-		case strings.HasPrefix(a, "--model="):
-			return path.Base(strings.TrimPrefix(a, "--model="))
-		}
-	}
-	return ""
 }
 
 // Filter selects runs of the list.
@@ -548,7 +527,7 @@ type runPage struct {
 }
 
 func (h *Handler) runData(id string, rep split.Report) runPage {
-	return runPage{Title: "gttsplit: run " + id, ID: id, R: rep, Model: ModelName(rep), Bars: NewBarChart(rep), Timeline: NewTimeline(rep), DeviceBars: NewDeviceChart(rep),
+	return runPage{Title: "gttsplit: run " + id, ID: id, R: rep, Model: split.ModelName(rep), Bars: NewBarChart(rep), Timeline: NewTimeline(rep), DeviceBars: NewDeviceChart(rep),
 		Live: liveUpdates{Target: "run", URL: "/run/" + url.PathEscape(id) + "/events", Event: "run"}}
 }
 
