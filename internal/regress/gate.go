@@ -221,7 +221,7 @@ func checkText(c GateCheck, growth *float64) string {
 	var s string
 	switch {
 	case c.Kind == "growth" && c.Limit == nil:
-		s = fmt.Sprintf("%s: the baseline's is unknown", c.Name)
+		s = fmt.Sprintf("%s unknown, and the baseline's too", c.Name)
 		if c.Value != nil {
 			s = fmt.Sprintf("%s %s: the baseline's is unknown", c.Name, unit(float64(*c.Value)))
 		}

@@ -107,6 +107,8 @@ func TestGateGrowth(t *testing.T) {
 	require.Equal(t, "fail: packed 795.8 MiB: the baseline's is unknown", texts(g)[2])
 	g = regress.Gate([]regress.Input{{Report: noTrace}}, &regress.Input{Report: r4}, regress.Limits{MaxGrowthPct: pct(50)})
 	require.Equal(t, "fail: packed unknown, limit 1193.7 MiB (baseline 795.8 MiB + 50 %)", texts(g)[2])
+	g = regress.Gate([]regress.Input{{Report: noTrace}}, &regress.Input{Report: noTrace}, regress.Limits{MaxGrowthPct: pct(50)})
+	require.Equal(t, "fail: packed unknown, and the baseline's too", texts(g)[2])
 	g = regress.Gate([]regress.Input{{Report: noTrace}}, &regress.Input{Report: r4}, regress.Limits{MaxGrowthPct: pct(50), AllowUnknown: true})
 	require.True(t, g.Pass)
 }

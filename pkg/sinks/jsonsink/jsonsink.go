@@ -44,6 +44,10 @@ const (
 	linesFile = safefs.LinesFile
 )
 
+// LinesFile is the name of the append-only file of every split under the
+// sink's directory.
+const LinesFile = linesFile
+
 // Config is the JSON sink's configuration.
 type Config struct {
 	// Dir is the directory documents and splits.jsonl are written under;
