@@ -2,7 +2,8 @@
 // as /metrics: the runs across hosts and lanes (newest activity first,
 // paged, filterable, updated live through server-sent events), a run's
 // page with its split as stacked bars and its GTT timeline (updated live
-// too), and a page comparing two runs. It is read-only. Everything is
+// too), a page comparing two runs, and a lane's trend over llama.cpp
+// builds (trend.go). It is read-only. Everything is
 // rendered on the server from embedded templates (html/template, SVG for
 // the charts): no build step, no CDN, no script beyond a few lines of
 // EventSource, so it works offline.
@@ -43,6 +44,9 @@ type Summary struct {
 	ID, Host, Lane string
 	State          string // open, finished or closed
 	LastEvent      time.Time
+	// Split is a closed run's figures (nil when the source has none:
+	// the trend page then reads its report).
+	Split *split.Figures
 }
 
 // Source is where the pages read runs from (the aggregator's service).
@@ -141,13 +145,15 @@ func New(src Source, opt Options, log zerolog.Logger) *Handler {
 }
 
 // Register adds the pages to mux: / (the runs), /events (the list's live
-// updates), /run/{id}, /run/{id}/events (its live updates) and /compare.
+// updates), /run/{id}, /run/{id}/events (its live updates), /compare and
+// /trend.
 func (h *Handler) Register(mux *http.ServeMux) {
 	mux.Handle("GET /{$}", h.page(h.runs))
 	mux.Handle("GET /events", h.page(h.events))
 	mux.Handle("GET /run/{id}", h.page(h.run))
 	mux.Handle("GET /run/{id}/events", h.page(h.runEvents))
 	mux.Handle("GET /compare", h.page(h.compare))
+	mux.Handle("GET /trend", h.page(h.trend))
 }
 
 // Close ends the live streams (call it when the server shuts down).
@@ -657,6 +663,9 @@ var funcs = template.FuncMap{
 		return fmt.Sprintf("%+.1f", float64(*v))
 	},
 	"flagText": func(f string) string { return split.FlagText[f] },
+	"trendq":   TrendQuery,
+	"dot":      func(l TrendLine, x, y float64) trendMark { return markOf(l, x, y, false) },
+	"dotAt":    func(l TrendLine, d TrendDot) trendMark { return markOf(l, d.X, d.Y, d.Marked) },
 	"add":      func(a, b float64) float64 { return a + b },
 	"sub":      func(a, b float64) float64 { return a - b },
 	"mul":      func(a, b float64) float64 { return a * b },
