@@ -31,15 +31,6 @@ const (
 // probe of /readyz (prometheus.yml's gttsplit-readyz job).
 var notOurs = map[string]bool{"up": true, "probe_success": true}
 
-// issue27 are the lane gauges another change adds to the aggregator's
-// /metrics (issue 27). Until a scrape shows them the test leaves them out;
-// once it does, they are checked like the others (and this list can go).
-var issue27 = map[string]bool{
-	"gttsplit_lane_split_mib":               true,
-	"gttsplit_lane_split_ratio":             true,
-	"gttsplit_lane_split_timestamp_seconds": true,
-}
-
 func promParser() parser.Parser { return parser.NewParser(parser.Options{}) }
 
 // parseRules parses a rules file with Prometheus' own parser (what
@@ -292,7 +283,7 @@ func TestMetricsAreExported(t *testing.T) {
 	missing := func(exported map[string]bool) []string {
 		var out []string
 		for n := range used {
-			if !exported[n] && !notOurs[n] && !issue27[n] {
+			if !exported[n] && !notOurs[n] {
 				out = append(out, n)
 			}
 		}
@@ -312,12 +303,5 @@ func TestMetricsAreExported(t *testing.T) {
 	}
 	for _, n := range missing(exported) {
 		t.Errorf("%s is used by %s but aggregator serve does not export it", n, strings.Join(slices.Compact(used[n]), ", "))
-	}
-	for n := range issue27 {
-		if exported[n] {
-			t.Logf("%s is exported now: remove it from issue27", n)
-		} else {
-			t.Logf("%s (issue 27's lane gauges) is not exported yet: not checked", n)
-		}
 	}
 }
