@@ -323,7 +323,7 @@ func (f *Reports) Stored(ctx context.Context, keep func(runtable.RunSummary) boo
 			return out, fmt.Errorf("run %s: %w", s.ID, err)
 		}
 		out.FromState++
-		out.Runs = append(out.Runs, regress.RunOf(regress.Input{Report: runtable.Report(st)}))
+		out.Runs = append(out.Runs, regress.Run{ID: s.ID, Host: s.Host, Lane: s.Lane, F: split.FiguresOf(runtable.Report(st))})
 	}
 	return out, nil
 }
