@@ -305,3 +305,47 @@ func TestMetricsAreExported(t *testing.T) {
 		t.Errorf("%s is used by %s but aggregator serve does not export it", n, strings.Join(slices.Compact(used[n]), ", "))
 	}
 }
+
+// TestRegressionsDocAlert: the alert docs/regressions.md shows parses with
+// Prometheus' own parser and is the rule of gttsplit-rules.yml by that
+// name, expression and annotations alike.
+func TestRegressionsDocAlert(t *testing.T) {
+	doc := readFile(t, "docs/regressions.md")
+	i := strings.Index(doc, "```yaml\ngroups:\n")
+	if i < 0 {
+		t.Fatal("docs/regressions.md lost its alert")
+	}
+	block := doc[i+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	shown, errs := parseRules(t, []byte(block))
+	if len(errs) > 0 {
+		t.Fatalf("docs/regressions.md: %v", errs)
+	}
+	rules, errs := parseRules(t, []byte(readFile(t, rulesFile)))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	n := 0
+	for _, g := range shown.Groups {
+		for _, r := range g.Rules {
+			n++
+			found := false
+			for _, rg := range rules.Groups {
+				for _, rr := range rg.Rules {
+					if rr.Alert == r.Alert {
+						found = true
+						if rr.Expr != r.Expr || rr.Annotations["summary"] != r.Annotations["summary"] {
+							t.Errorf("%s: docs/regressions.md shows %q (%q), %s has %q (%q)", r.Alert, r.Expr, r.Annotations["summary"], rulesFile, rr.Expr, rr.Annotations["summary"])
+						}
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s: not a rule of %s", r.Alert, rulesFile)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("docs/regressions.md shows no rule")
+	}
+}
