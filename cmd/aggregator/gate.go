@@ -78,14 +78,9 @@ $GITHUB_STEP_SUMMARY. See docs/regressions.md.`,
 			if len(baseSamples) > 0 && baseline == "" {
 				return cli.Usage(errors.New("--baseline-samples goes with --baseline"))
 			}
-			cfg, err := loadConfigExcept(cmd, "format")
+			_, finder, err := openReports(cmd, "format")
 			if err != nil {
 				return err
-			}
-			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
-			finder, err := aggregator.NewReports(cfg, log)
-			if err != nil {
-				return cli.Usage(err)
 			}
 			defer finder.Close()
 			// Any input the gate cannot read is a usage error: exit 1 is
@@ -138,22 +133,11 @@ $GITHUB_STEP_SUMMARY. See docs/regressions.md.`,
 // writeGate prints the gate's verdict; github also appends the Markdown
 // summary to $GITHUB_STEP_SUMMARY when it is set.
 func writeGate(w io.Writer, format string, g regress.GateResult) error {
-	var out string
-	switch format {
-	case "json":
-		b, err := regress.GateJSON(g)
-		if err != nil {
-			return err
-		}
-		out = string(b)
-	case "md":
-		out = regress.GateMarkdown(g)
-	case "github":
-		out = regress.GateText(g) + "\n" + regress.GateAnnotations(g)
-	default:
-		out = regress.GateText(g)
+	text := func() string { return regress.GateText(g) }
+	if format == "github" {
+		text = func() string { return regress.GateText(g) + "\n" + regress.GateAnnotations(g) }
 	}
-	if _, err := io.WriteString(w, strings.TrimRight(out, "\n")+"\n"); err != nil {
+	if err := writeFormatted(w, format, text, func() string { return regress.GateMarkdown(g) }, func() ([]byte, error) { return regress.GateJSON(g) }); err != nil {
 		return err
 	}
 	if p := os.Getenv("GITHUB_STEP_SUMMARY"); format == "github" && p != "" {
@@ -170,6 +154,42 @@ func writeGate(w io.Writer, format string, g regress.GateResult) error {
 		}
 	}
 	return nil
+}
+
+// writeFormatted writes the output of format (json, md, else text) and a
+// final newline.
+func writeFormatted(w io.Writer, format string, text, md func() string, js func() ([]byte, error)) error {
+	var out string
+	switch format {
+	case "json":
+		b, err := js()
+		if err != nil {
+			return err
+		}
+		out = string(b)
+	case "md":
+		out = md()
+	default:
+		out = text()
+	}
+	_, err := io.WriteString(w, strings.TrimRight(out, "\n")+"\n")
+	return err
+}
+
+// openReports is the finder of the commands that read runs (compare, gate,
+// history): the config with the command's flags (but its own flags named
+// local, see loadConfigExcept) and a logger on stderr.
+func openReports(cmd *cobra.Command, local ...string) (config.Aggregator, *aggregator.Reports, error) {
+	cfg, err := loadConfigExcept(cmd, local...)
+	if err != nil {
+		return cfg, nil, err
+	}
+	log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+	finder, err := aggregator.NewReports(cfg, log)
+	if err != nil {
+		return cfg, nil, cli.Usage(err)
+	}
+	return cfg, finder, nil
 }
 
 // loadConfigExcept is loadConfig with the command's own flags named local

@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/gttsplit/gttsplit/internal/app/aggregator"
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/regress"
 	"github.com/gttsplit/gttsplit/internal/runtable"
@@ -43,14 +41,9 @@ See docs/regressions.md.`,
 			if !slices.Contains([]string{"text", "md", "json"}, format) {
 				return cli.Usage(fmt.Errorf("--format: %q is not text, md or json", format))
 			}
-			cfg, err := loadConfigExcept(cmd, "format", "threshold")
+			_, finder, err := openReports(cmd, "format", "threshold")
 			if err != nil {
 				return err
-			}
-			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
-			finder, err := aggregator.NewReports(cfg, log)
-			if err != nil {
-				return cli.Usage(err)
 			}
 			defer finder.Close()
 			f := regress.Filter{Host: host, Lane: lane, Model: model}
@@ -77,21 +70,8 @@ See docs/regressions.md.`,
 				}
 			}
 			h := regress.NewHistory(runs, f, thr)
-			var out string
-			switch format {
-			case "json":
-				b, err := regress.HistoryJSON(h)
-				if err != nil {
-					return err
-				}
-				out = string(b)
-			case "md":
-				out = regress.HistoryMarkdown(h)
-			default:
-				out = regress.HistoryText(h)
-			}
-			_, err = io.WriteString(stdout, strings.TrimRight(out, "\n")+"\n")
-			return err
+			return writeFormatted(stdout, format, func() string { return regress.HistoryText(h) },
+				func() string { return regress.HistoryMarkdown(h) }, func() ([]byte, error) { return regress.HistoryJSON(h) })
 		},
 	}
 	f := c.Flags()

@@ -270,21 +270,17 @@ func num(v float64) string {
 }
 
 // ParsePct parses a percentage limit: "10", "10%" or "10 %" (0 or more).
-func ParsePct(s string) (float64, error) {
-	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "%"))
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return 0, fmt.Errorf("%q is not a percentage (write 10 or 10%%)", s)
-	}
-	return v, nil
-}
+func ParsePct(s string) (float64, error) { return parseLimit(s, "%", "a percentage (write 10 or 10%)") }
 
 // ParseMiB parses a size limit in MiB: "4096" or "4096MiB" (0 or more).
-func ParseMiB(s string) (float64, error) {
-	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "MiB"))
+func ParseMiB(s string) (float64, error) { return parseLimit(s, "MiB", "a size in MiB (write 4096)") }
+
+// parseLimit parses a number of 0 or more, with or without its unit.
+func parseLimit(s, unit, what string) (float64, error) {
+	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), unit))
 	v, err := strconv.ParseFloat(t, 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return 0, fmt.Errorf("%q is not a size in MiB (write 4096)", s)
+		return 0, fmt.Errorf("%q is not %s", s, what)
 	}
 	return v, nil
 }

@@ -43,12 +43,13 @@ func limitsText(l Limits) string {
 
 func (g GateResult) verdict() string {
 	if g.Pass {
-		return fmt.Sprintf("PASS: %s", plural(len(g.Runs), "run", "runs")+" passed")
+		return fmt.Sprintf("PASS: %s", Count(len(g.Runs), "run", "runs")+" passed")
 	}
-	return fmt.Sprintf("FAIL: %d of %s failed", g.Failed, plural(len(g.Runs), "run", "runs"))
+	return fmt.Sprintf("FAIL: %d of %s failed", g.Failed, Count(len(g.Runs), "run", "runs"))
 }
 
-func plural(n int, one, many string) string {
+// Count says n things: "1 run", "2 runs".
+func Count(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}

@@ -1,6 +1,7 @@
 package regress
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -13,16 +14,9 @@ import (
 
 // Title names a group: "strix01 gpu0 Qwen3.5-4B-Q4_K_M.gguf".
 func (g Group) Title() string {
-	s := or(g.Host, "(no host)") + " " + or(g.Lane, "(no lane)") + " " + or(g.Model, "(model unknown)")
+	s := cmp.Or(g.Host, "(no host)") + " " + cmp.Or(g.Lane, "(no lane)") + " " + cmp.Or(g.Model, "(model unknown)")
 	if g.Control {
 		s += " (controls: offload off)"
-	}
-	return s
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
 	}
 	return s
 }
@@ -52,7 +46,7 @@ func ChangeText(c Change) string {
 func StartedText(s string) string {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return or(s, "unknown")
+		return cmp.Or(s, "unknown")
 	}
 	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
@@ -62,7 +56,7 @@ func ShortCommit(c string) string {
 	if len(c) > 9 {
 		return c[:9]
 	}
-	return or(c, "unknown")
+	return cmp.Or(c, "unknown")
 }
 
 func buildText(r Row) string {
@@ -109,7 +103,7 @@ func HistoryText(h History) string {
 		if gi > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "%s: %s (%s)\n", g.Title(), plural(len(g.Rows), "run", "runs"), thresholdText(h))
+		fmt.Fprintf(&b, "%s: %s (%s)\n", g.Title(), Count(len(g.Rows), "run", "runs"), thresholdText(h))
 		head := []string{"build", "commit", "started (UTC)"}
 		for _, p := range split.FigureParts {
 			head = append(head, p.Label)
@@ -174,7 +168,7 @@ func HistoryMarkdown(h History) string {
 	}
 	var b strings.Builder
 	for _, g := range h.Groups {
-		fmt.Fprintf(&b, "### %s\n\n%s, %s.\n\n", mdEscape(g.Title()), plural(len(g.Rows), "run", "runs"), thresholdText(h))
+		fmt.Fprintf(&b, "### %s\n\n%s, %s.\n\n", mdEscape(g.Title()), Count(len(g.Rows), "run", "runs"), thresholdText(h))
 		b.WriteString("| build | commit | started (UTC) |")
 		for _, p := range split.FigureParts {
 			b.WriteString(" " + p.Label + " |")

@@ -422,6 +422,15 @@ func TestBrowserPages(t *testing.T) {
 	// mobile viewport widens itself to what overflows, so the page is held
 	// to the device's 390 px, not to innerWidth.)
 	const phone = 390.0
+	// readableAt390 checks the page at 390 px: no sideways scroll, and
+	// chart labels of 10 px or more (they were about 5 px once).
+	readableAt390 := func(ctx context.Context, what string) {
+		t.Helper()
+		require.LessOrEqual(t, eval(ctx, `document.documentElement.scrollWidth`), phone, "%s: a sideways scroll at 390 px", what)
+		font := eval(ctx, minFontJS)
+		t.Logf("smallest %s label at 390 px: %.1f px", what, font)
+		require.GreaterOrEqual(t, font, 10.0, "%s labels at 390 px", what)
+	}
 	ctx = step()
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile),
@@ -444,10 +453,7 @@ func TestBrowserPages(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#peak-marker-narrow")),
 		shot("run-4b-390"),
 	))
-	require.LessOrEqual(t, eval(ctx, `document.documentElement.scrollWidth`), phone, "a sideways scroll at 390 px")
-	font = eval(ctx, minFontJS)
-	t.Logf("smallest chart label at 390 px: %.1f px", font)
-	require.GreaterOrEqual(t, font, 10.0, "chart labels at 390 px (they were about 5 px)")
+	readableAt390(ctx, "run page chart")
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1100, 1300)))
 
 	// The compare page: the difference of the peaks and the verdict.
@@ -499,8 +505,5 @@ func TestBrowserPages(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#trend-narrow")),
 		shot("trend-390"),
 	))
-	require.LessOrEqual(t, eval(ctx, `document.documentElement.scrollWidth`), phone, "a sideways scroll at 390 px")
-	font = eval(ctx, minFontJS)
-	t.Logf("smallest trend label at 390 px: %.1f px", font)
-	require.GreaterOrEqual(t, font, 10.0, "trend labels at 390 px")
+	readableAt390(ctx, "trend chart")
 }

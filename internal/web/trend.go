@@ -266,9 +266,9 @@ func (h *Handler) trend(w http.ResponseWriter, r *http.Request) {
 	}
 	g := hist.Groups[0]
 	p.Title = "gttsplit: trend of " + g.Title()
-	p.Counts = count(len(g.Rows), "closed run", "closed runs")
+	p.Counts = regress.Count(len(g.Rows), "closed run", "closed runs")
 	if p.Controls > 0 {
-		p.Counts += " (" + count(p.Controls, "control run", "control runs") + " of the lane, offload off, left out)"
+		p.Counts += " (" + regress.Count(p.Controls, "control run", "control runs") + " of the lane, offload off, left out)"
 	}
 	p.Chart = NewTrendChart(g)
 	if p.Chart.Wide != nil {
@@ -294,13 +294,6 @@ func (h *Handler) trend(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.Reverse(p.Rows) // the newest build first in the table
 	h.render(w, "trend.html", p)
-}
-
-func count(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
 
 func pctCell(v *split.Pct) string {
