@@ -31,15 +31,6 @@ const (
 // probe of /readyz (prometheus.yml's gttsplit-readyz job).
 var notOurs = map[string]bool{"up": true, "probe_success": true}
 
-// issue27 are the lane gauges another change adds to the aggregator's
-// /metrics (issue 27). Until a scrape shows them the test leaves them out;
-// once it does, they are checked like the others (and this list can go).
-var issue27 = map[string]bool{
-	"gttsplit_lane_split_mib":               true,
-	"gttsplit_lane_split_ratio":             true,
-	"gttsplit_lane_split_timestamp_seconds": true,
-}
-
 func promParser() parser.Parser { return parser.NewParser(parser.Options{}) }
 
 // parseRules parses a rules file with Prometheus' own parser (what
@@ -292,7 +283,7 @@ func TestMetricsAreExported(t *testing.T) {
 	missing := func(exported map[string]bool) []string {
 		var out []string
 		for n := range used {
-			if !exported[n] && !notOurs[n] && !issue27[n] {
+			if !exported[n] && !notOurs[n] {
 				out = append(out, n)
 			}
 		}
@@ -313,11 +304,48 @@ func TestMetricsAreExported(t *testing.T) {
 	for _, n := range missing(exported) {
 		t.Errorf("%s is used by %s but aggregator serve does not export it", n, strings.Join(slices.Compact(used[n]), ", "))
 	}
-	for n := range issue27 {
-		if exported[n] {
-			t.Logf("%s is exported now: remove it from issue27", n)
-		} else {
-			t.Logf("%s (issue 27's lane gauges) is not exported yet: not checked", n)
+}
+
+// TestRegressionsDocAlert: the alert docs/regressions.md shows parses with
+// Prometheus' own parser and is the rule of gttsplit-rules.yml by that
+// name, expression and annotations alike.
+func TestRegressionsDocAlert(t *testing.T) {
+	doc := readFile(t, "docs/regressions.md")
+	i := strings.Index(doc, "```yaml\ngroups:\n")
+	if i < 0 {
+		t.Fatal("docs/regressions.md lost its alert")
+	}
+	block := doc[i+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	shown, errs := parseRules(t, []byte(block))
+	if len(errs) > 0 {
+		t.Fatalf("docs/regressions.md: %v", errs)
+	}
+	rules, errs := parseRules(t, []byte(readFile(t, rulesFile)))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	n := 0
+	for _, g := range shown.Groups {
+		for _, r := range g.Rules {
+			n++
+			found := false
+			for _, rg := range rules.Groups {
+				for _, rr := range rg.Rules {
+					if rr.Alert == r.Alert {
+						found = true
+						if rr.Expr != r.Expr || rr.Annotations["summary"] != r.Annotations["summary"] {
+							t.Errorf("%s: docs/regressions.md shows %q (%q), %s has %q (%q)", r.Alert, r.Expr, r.Annotations["summary"], rulesFile, rr.Expr, rr.Annotations["summary"])
+						}
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s: not a rule of %s", r.Alert, rulesFile)
+			}
 		}
+	}
+	if n == 0 {
+		t.Error("docs/regressions.md shows no rule")
 	}
 }

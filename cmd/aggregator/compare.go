@@ -41,14 +41,9 @@ A missing file or an unknown run exits 2, saying which.`,
   aggregator compare strix01-20261107T140311-4b strix01-20261107T141509-4b-ngl0 --nats-url nats://nats:4222 --format md`,
 		Args: cli.Args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig(cmd)
+			cfg, finder, err := openReports(cmd)
 			if err != nil {
 				return err
-			}
-			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
-			finder, err := aggregator.NewReports(cfg, log)
-			if err != nil {
-				return cli.Usage(err)
 			}
 			defer finder.Close()
 			var reps [2]split.Report

@@ -31,8 +31,9 @@ buffers, and the unattributed rest.
 
 It folds the events collectors publish (serve: sinks, metrics and a live
 page on its HTTP listener), recorded event streams (replay), or a saved -v
-llama.cpp log with fdinfo samples (parse), and puts a run beside its
-control (compare).
+llama.cpp log with fdinfo samples (parse), puts a run beside its control
+(compare), fails a CI job on a run over its limits (gate), and lists a
+lane's splits over llama.cpp builds (history).
 
 Every setting is a key of the YAML file given with --config and an
 environment variable GTTSPLIT_<KEY> (dots become underscores); the common
@@ -43,7 +44,7 @@ environment, the environment over the file, the file over the defaults.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/aggregator.yaml)")
-	root.AddCommand(newServe(stdout), newParse(stdout), newReplay(stdout), newExport(stdout), newCompare(stdout), newQuickstart(stdout), newValidate(stdout))
+	root.AddCommand(newServe(stdout), newParse(stdout), newReplay(stdout), newExport(stdout), newCompare(stdout), newGate(stdout), newHistory(stdout), newQuickstart(stdout), newValidate(stdout))
 	return root
 }
 

@@ -120,7 +120,7 @@ func (pt *part) write(ctx context.Context, sn snapshot) error {
 	st := *sn.r.st
 	pt.mu.Unlock()
 	if first {
-		pt.putSummary(ctx, &st, "open", time.Time{}, false)
+		pt.putSummary(ctx, &st, "open", time.Time{}, false, nil)
 	}
 	return nil
 }

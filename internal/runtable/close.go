@@ -190,7 +190,8 @@ func (pt *part) writeClosed(ctx context.Context, c *closing) error {
 			return err
 		}
 	}
-	pt.putSummary(ctx, c.st, "closed", c.now, false)
+	f := split.FiguresOf(c.rep)
+	pt.putSummary(ctx, c.st, "closed", c.now, false, &f)
 	if c.r.stored {
 		if err := t.st.purge(ctx, pt.lease, openKey(pt.p, c.id)); err != nil {
 			return err
@@ -534,7 +535,7 @@ func (pt *part) compact1(ctx context.Context, c compactDue, now time.Time) bool 
 		return errors.Is(err, fleet.ErrLost)
 	}
 	t.m.compacted.Inc()
-	pt.putSummary(ctx, st, "closed", st.ClosedAt, true)
+	pt.putSummary(ctx, st, "closed", st.ClosedAt, true, t.closedFigures(st))
 	return true
 }
 
@@ -546,10 +547,25 @@ func (t *Table) late(ctx context.Context, msg bus.Msg, st *RunState) error {
 		errLate, st.Origin.RunID, st.ClosedAt.UTC().Format(time.RFC3339), t.cfg.Store.CompactAfter, st.Origin.RunID))
 }
 
-// putSummary writes a run's summary key (the run index).
-func (pt *part) putSummary(ctx context.Context, st *RunState, state string, closedAt time.Time, compact bool) {
+// closedFigures are a closed run's figures: its summary's, else its
+// written split's (nil when it has none).
+func (t *Table) closedFigures(st *RunState) *split.Figures {
+	if s, ok := t.index.get(st.Origin.RunID); ok && s.Split != nil {
+		return s.Split
+	}
+	var rep split.Report
+	if st.Reported == "" || json.Unmarshal([]byte(st.Reported), &rep) != nil {
+		return nil
+	}
+	f := split.FiguresOf(rep)
+	return &f
+}
+
+// putSummary writes a run's summary key (the run index); f is a closed
+// run's figures.
+func (pt *part) putSummary(ctx context.Context, st *RunState, state string, closedAt time.Time, compact bool, f *split.Figures) {
 	b, err := json.Marshal(RunSummary{ID: st.Origin.RunID, Host: st.Origin.Host, Lane: st.Origin.Lane, State: state,
-		LastEvent: st.LastEvent, ClosedAt: closedAt, Compact: compact})
+		LastEvent: st.LastEvent, ClosedAt: closedAt, Compact: compact, Split: f})
 	if err != nil {
 		return
 	}

@@ -14,6 +14,7 @@
 // every sink settled it; a partition's next owner re-sends what is still
 // pending. Closed states are compacted after a grace; an event the table
 // cannot fold is dead-lettered. Index is the in-memory copy of the runs'
-// summaries (/runs and the live page); Runs folds recorded streams without
-// a broker (replay).
+// summaries (/runs and the live page; a closed run's holds its figures),
+// from which Metrics exports the last closed split of each lane
+// (lanes.go); Runs folds recorded streams without a broker (replay).
 package runtable

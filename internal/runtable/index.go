@@ -3,6 +3,7 @@ package runtable
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -24,18 +25,20 @@ const indexPrefix = "sum."
 // summaryKey is the summary key of a run.
 func summaryKey(runID string) string { return indexPrefix + stateKey(runID) }
 
-// Index is the in-memory copy of the summary keys, sorted by run id.
+// Index is the in-memory copy of the summary keys, sorted by run id, and
+// the last closed split of every lane (see lanes.go).
 type Index struct {
 	mu   sync.RWMutex
 	m    map[string]RunSummary
 	ids  []string          // sorted
 	keys map[string]string // summary key -> run id
+	lanes
 
 	stopWatch func()
 }
 
 func newIndex() *Index {
-	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}}
+	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}, lanes: newLanes()}
 }
 
 // start follows the summary keys of kv; it returns once the keys present
@@ -57,6 +60,26 @@ func (ix *Index) start(ctx context.Context, kv jetstream.KeyValue, log zerolog.L
 	return nil
 }
 
+// ReadIndex reads every run's summary in kv once (`aggregator history`),
+// sorted by run id. It waits for all of them until ctx ends.
+func ReadIndex(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger) ([]RunSummary, error) {
+	ix := newIndex()
+	wctx, cancel := context.WithCancel(ctx)
+	ready, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); ix.watch(wctx, kv, log, ready) }()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	}
+	cancel()
+	<-done
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("run index not read: %w", err)
+	}
+	out, _ := ix.page("", ix.Len())
+	return out, nil
+}
+
 // stop stops following the keys (idempotent).
 func (ix *Index) stop() {
 	if ix.stopWatch != nil {
@@ -68,7 +91,8 @@ func (ix *Index) stop() {
 func (ix *Index) put(key string, s RunSummary) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if _, ok := ix.m[s.ID]; !ok {
+	old, had := ix.m[s.ID]
+	if !had {
 		i := sort.SearchStrings(ix.ids, s.ID)
 		ix.ids = append(ix.ids, "")
 		copy(ix.ids[i+1:], ix.ids[i:])
@@ -76,6 +100,15 @@ func (ix *Index) put(key string, s RunSummary) {
 	}
 	ix.m[s.ID] = s
 	ix.keys[key] = s.ID
+	ix.relane(ix.m, s.ID, old, had)
+}
+
+// get returns a run's summary.
+func (ix *Index) get(id string) (RunSummary, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	s, ok := ix.m[id]
+	return s, ok
 }
 
 func (ix *Index) del(key string) {
@@ -86,7 +119,9 @@ func (ix *Index) del(key string) {
 		return
 	}
 	delete(ix.keys, key)
+	old := ix.m[id]
 	delete(ix.m, id)
+	ix.relane(ix.m, id, old, true)
 	if i := sort.SearchStrings(ix.ids, id); i < len(ix.ids) && ix.ids[i] == id {
 		ix.ids = append(ix.ids[:i], ix.ids[i+1:]...)
 	}

@@ -42,6 +42,9 @@ type Metrics struct {
 	stalled  prometheus.Gauge
 	legacy   prometheus.Gauge
 	closeLat prometheus.Histogram
+	// lanes exports the last closed split of each lane from the run
+	// index (lanes.go).
+	lanes *laneGauges
 }
 
 // NewMetrics returns the metrics, registered with a registry of their own
@@ -100,7 +103,8 @@ func NewMetrics() *Metrics {
 		Help: "1 while the partitioned stream of earlier versions is still being drained."})
 	m.closeLat = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gttsplit_close_seconds",
 		Help: "Time from a run's run-finished event being folded to its split handed to the sinks.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)})
-	m.Registry.MustRegister(m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
+	m.lanes = newLaneGauges()
+	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
 		m.checkpoints, m.stateWrites, m.progress, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

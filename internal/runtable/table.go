@@ -151,6 +151,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	if err := t.index.start(ctx, kv, log); err != nil {
 		return nil, err
 	}
+	t.m.lanes.ix.Store(t.index)
 	t.legacy.Store(cfg.Legacy)
 	if cfg.Legacy {
 		t.m.legacy.Set(1)
@@ -394,6 +395,10 @@ type RunSummary struct {
 	ClosedAt time.Time `json:"closed_at,omitzero"`
 	// Compact says the closed run's state was compacted.
 	Compact bool `json:"compact,omitempty"`
+	// Split is a closed run's figures (nil in an open run's summary, and
+	// in a summary an earlier version wrote): the lane gauges, `aggregator
+	// history` and the trend page read them instead of the run's state.
+	Split *split.Figures `json:"split,omitempty"`
 }
 
 // List returns every run (the index, with the open runs of the

@@ -3,11 +3,13 @@ package web_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +30,7 @@ const (
 	run4B   = "strix01-20261107T140311-4b"
 	run27B  = "strix01-20261107T141902-27b"
 	runCtl  = "strix01-20261107T141509-4b-ngl0"
+	run9800 = "strix01-20261105T140311-4b" // the 4B run at b9800 (earlierBuild)
 	repoTop = "../.."
 )
 
@@ -158,6 +161,41 @@ func splitStream(t *testing.T, rel string, n int) (head, tail string) {
 	return head, tail
 }
 
+// earlierBuild writes the 4B run as the same command measured two days
+// before at build b9800, whose backend kept no packed copy: the build line,
+// the run id and every resident= of the host-weight trace rewritten (0.0
+// MiB). The peak, from the samples, stays.
+func earlierBuild(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoTop, "testdata/runs/4b/events.jsonl"))
+	require.NoError(t, err)
+	s := strings.NewReplacer("build 9866 (40f58efe1)", "build 9800 (1a2b3c4d5)", run4B, run9800).Replace(string(b))
+	s = regexp.MustCompile(`resident=\d+\.\d+ MiB`).ReplaceAllString(s, "resident=0.0 MiB")
+	path := filepath.Join(t.TempDir(), "b9800.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(s), 0o644))
+	return path
+}
+
+// waitBody waits until GET url answers 200 with want in its body.
+func (p *pipeline) waitBody(t *testing.T, url, want string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.Contains(string(b), want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has no %s after 60s", url, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (p *pipeline) waitClosed(t *testing.T, ids ...string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -184,7 +222,7 @@ func (p *pipeline) waitClosed(t *testing.T, ids ...string) {
 // pixels: each visible SVG text's font size times its chart's scale.
 const minFontJS = `(() => {
   let min = 1e9, n = 0;
-  for (const el of document.querySelectorAll("svg.bars text, svg.timeline text")) {
+  for (const el of document.querySelectorAll("svg.bars text, svg.timeline text, svg.trend text")) {
     if (el.getClientRects().length === 0) continue; // a hidden layout
     const m = el.getScreenCTM();
     if (!m) continue;
@@ -384,6 +422,15 @@ func TestBrowserPages(t *testing.T) {
 	// mobile viewport widens itself to what overflows, so the page is held
 	// to the device's 390 px, not to innerWidth.)
 	const phone = 390.0
+	// readableAt390 checks the page at 390 px: no sideways scroll, and
+	// chart labels of 10 px or more (they were about 5 px once).
+	readableAt390 := func(ctx context.Context, what string) {
+		t.Helper()
+		require.LessOrEqual(t, eval(ctx, `document.documentElement.scrollWidth`), phone, "%s: a sideways scroll at 390 px", what)
+		font := eval(ctx, minFontJS)
+		t.Logf("smallest %s label at 390 px: %.1f px", what, font)
+		require.GreaterOrEqual(t, font, 10.0, "%s labels at 390 px", what)
+	}
 	ctx = step()
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile),
@@ -406,10 +453,7 @@ func TestBrowserPages(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#peak-marker-narrow")),
 		shot("run-4b-390"),
 	))
-	require.LessOrEqual(t, eval(ctx, `document.documentElement.scrollWidth`), phone, "a sideways scroll at 390 px")
-	font = eval(ctx, minFontJS)
-	t.Logf("smallest chart label at 390 px: %.1f px", font)
-	require.GreaterOrEqual(t, font, 10.0, "chart labels at 390 px (they were about 5 px)")
+	readableAt390(ctx, "run page chart")
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1100, 1300)))
 
 	// The compare page: the difference of the peaks and the verdict.
@@ -424,4 +468,42 @@ func TestBrowserPages(t *testing.T) {
 	f := strings.Fields(text(ctx, `#compare tr[data-key="peak_gtt_mib"]`))
 	require.GreaterOrEqual(t, len(f), 3)
 	require.Equal(t, []string{"3925.0", "753.3", "+3171.7"}, f[len(f)-3:])
+
+	// The trend of the 4B lane, from its run's page: the 4B run and the
+	// same command at an earlier build without the packed copy, published
+	// now; the newest build first in the table, the packed copy's return
+	// marked, each point titled with its build and commit; the control is
+	// not in it. At 390 px its narrow chart, readable, no sideways scroll.
+	p.replay(t, earlierBuild(t))
+	p.waitClosed(t, run9800)
+	trend := p.base + "/trend?" + url.Values{"host": {"strix01"}, "lane": {"gpu0"}, "model": {"Qwen3.5-4B-Q4_K_M.gguf"}}.Encode()
+	p.waitBody(t, trend, run9800) // its summary reaches the run index
+	ctx = step()
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(p.base+"/run/"+run4B),
+		chromedp.WaitVisible(chromedp.CSS("#trend-link")),
+		chromedp.Click(chromedp.CSS("#trend-link")),
+		chromedp.WaitVisible(chromedp.CSS("#trend")),
+		shot("trend"),
+	))
+	require.Contains(t, text(ctx, "h1"), "Trend of strix01 · gpu0 · Qwen3.5-4B-Q4_K_M.gguf")
+	order, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#trend-rows tr[data-run]")].map(r => r.dataset.run)`))
+	require.NoError(t, err)
+	require.Equal(t, []string{run4B, run9800}, order)
+	require.Equal(t, "795.8\nnew ▲", strings.TrimSpace(text(ctx, `tr[data-run="`+run4B+`"] td.marked`)))
+	titles, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#trend g[data-part=packed] title")].map(e => e.textContent)`))
+	require.NoError(t, err)
+	require.Len(t, titles, 2)
+	require.True(t, strings.HasPrefix(titles[0], "packed 0.0 MiB · b9800 (1a2b3c4d5) · commit 40f58efe1a8f"), titles[0])
+	require.True(t, strings.HasPrefix(titles[1], "packed 795.8 MiB (new ▲) · b9866 (40f58efe1) · commit 40f58efe1a8f"), titles[1])
+	require.Equal(t, 0.0, eval(ctx, `document.querySelectorAll('tr[data-run="`+runCtl+`"]').length`), "the control is not in the trend")
+	font = eval(ctx, minFontJS)
+	require.GreaterOrEqual(t, font, 11.0, "trend labels at 1100 px")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile),
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS("#trend-narrow")),
+		shot("trend-390"),
+	))
+	readableAt390(ctx, "trend chart")
 }

@@ -2,7 +2,8 @@
 // as /metrics: the runs across hosts and lanes (newest activity first,
 // paged, filterable, updated live through server-sent events), a run's
 // page with its split as stacked bars and its GTT timeline (updated live
-// too), and a page comparing two runs. It is read-only. Everything is
+// too), a page comparing two runs, and a lane's trend over llama.cpp
+// builds (trend.go). It is read-only. Everything is
 // rendered on the server from embedded templates (html/template, SVG for
 // the charts): no build step, no CDN, no script beyond a few lines of
 // EventSource, so it works offline.
@@ -23,7 +24,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -44,6 +44,9 @@ type Summary struct {
 	ID, Host, Lane string
 	State          string // open, finished or closed
 	LastEvent      time.Time
+	// Split is a closed run's figures (nil when the source has none:
+	// the trend page then reads its report).
+	Split *split.Figures
 }
 
 // Source is where the pages read runs from (the aggregator's service).
@@ -142,13 +145,15 @@ func New(src Source, opt Options, log zerolog.Logger) *Handler {
 }
 
 // Register adds the pages to mux: / (the runs), /events (the list's live
-// updates), /run/{id}, /run/{id}/events (its live updates) and /compare.
+// updates), /run/{id}, /run/{id}/events (its live updates), /compare and
+// /trend.
 func (h *Handler) Register(mux *http.ServeMux) {
 	mux.Handle("GET /{$}", h.page(h.runs))
 	mux.Handle("GET /events", h.page(h.events))
 	mux.Handle("GET /run/{id}", h.page(h.run))
 	mux.Handle("GET /run/{id}/events", h.page(h.runEvents))
 	mux.Handle("GET /compare", h.page(h.compare))
+	mux.Handle("GET /trend", h.page(h.trend))
 }
 
 // Close ends the live streams (call it when the server shuts down).
@@ -236,7 +241,7 @@ func (h *Handler) row(ctx context.Context, s Summary) (row Row, ok, read bool) {
 }
 
 func rowOf(s Summary, r split.Report) Row {
-	row := Row{ID: s.ID, Host: s.Host, Lane: s.Lane, State: s.State, Model: ModelName(r), Issue: r.Run.Issue,
+	row := Row{ID: s.ID, Host: s.Host, Lane: s.Lane, State: s.State, Model: split.ModelName(r), Issue: r.Run.Issue,
 		Flags: r.Flags, Peak: r.PeakGTTMiB, Final: r.FinalGTTMiB, Complete: r.Run.Complete, ControlOf: r.Run.ControlOf}
 	if t, err := time.Parse(time.RFC3339Nano, r.Run.Started); err == nil {
 		row.Started = t
@@ -244,26 +249,6 @@ func rowOf(s Summary, r split.Report) Row {
 		row.Started = s.LastEvent
 	}
 	return row
-}
-
-// ModelName is the model file a run measured: its main load's file, else
-// the command's -m/--model argument, as a base name.
-func ModelName(r split.Report) string {
-	for _, m := range r.Models {
-		if m.File != "" && (m.Role == "main" || m.Role == "model") {
-			return path.Base(m.File)
-		}
-	}
-	f := strings.Fields(r.Run.Command)
-	for i, a := range f {
-		switch {
-		case (a == "-m" || a == "--model") && i+1 < len(f):
-			return path.Base(f[i+1])
-		case strings.HasPrefix(a, "--model="):
-			return path.Base(strings.TrimPrefix(a, "--model="))
-		}
-	}
-	return ""
 }
 
 // Filter selects runs of the list.
@@ -548,7 +533,7 @@ type runPage struct {
 }
 
 func (h *Handler) runData(id string, rep split.Report) runPage {
-	return runPage{Title: "gttsplit: run " + id, ID: id, R: rep, Model: ModelName(rep), Bars: NewBarChart(rep), Timeline: NewTimeline(rep), DeviceBars: NewDeviceChart(rep),
+	return runPage{Title: "gttsplit: run " + id, ID: id, R: rep, Model: split.ModelName(rep), Bars: NewBarChart(rep), Timeline: NewTimeline(rep), DeviceBars: NewDeviceChart(rep),
 		Live: liveUpdates{Target: "run", URL: "/run/" + url.PathEscape(id) + "/events", Event: "run"}}
 }
 
@@ -678,6 +663,9 @@ var funcs = template.FuncMap{
 		return fmt.Sprintf("%+.1f", float64(*v))
 	},
 	"flagText": func(f string) string { return split.FlagText[f] },
+	"trendq":   TrendQuery,
+	"dot":      func(l TrendLine, x, y float64) trendMark { return markOf(l, x, y, false) },
+	"dotAt":    func(l TrendLine, d TrendDot) trendMark { return markOf(l, d.X, d.Y, d.Marked) },
 	"add":      func(a, b float64) float64 { return a + b },
 	"sub":      func(a, b float64) float64 { return a - b },
 	"mul":      func(a, b float64) float64 { return a * b },

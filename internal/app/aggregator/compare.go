@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -18,7 +20,9 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/offline"
+	"github.com/gttsplit/gttsplit/internal/regress"
 	"github.com/gttsplit/gttsplit/internal/runtable"
+	"github.com/gttsplit/gttsplit/pkg/sinks/jsonsink"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -52,9 +56,30 @@ func (f *Reports) Close() {
 
 var runIDLike = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 
-// Find returns the split of input; samples are samples files for an input
-// that is a saved log. A missing file or an unknown run wraps ErrInput.
+// Find returns the split of input, which must hold one run; samples are
+// samples files for an input that is a saved log. A missing file or an
+// unknown run wraps ErrInput.
 func (f *Reports) Find(ctx context.Context, input string, samples []string) (split.Report, error) {
+	reps, one, err := f.load(ctx, input, samples)
+	if err != nil {
+		return split.Report{}, err
+	}
+	if len(reps) != 1 {
+		return split.Report{}, fmt.Errorf("%w: %s holds %d runs; %s", ErrInput, input, len(reps), one)
+	}
+	return reps[0], nil
+}
+
+// Load returns every split input holds: a recorded stream, or a JSON
+// sink's splits.jsonl (or its directory), may hold many runs, in run id
+// order; a split.json, a saved log and a run id hold one.
+func (f *Reports) Load(ctx context.Context, input string, samples []string) ([]split.Report, error) {
+	reps, _, err := f.load(ctx, input, samples)
+	return reps, err
+}
+
+// load is Load; one says how to give an input of one run instead.
+func (f *Reports) load(ctx context.Context, input string, samples []string) (reps []split.Report, one string, err error) {
 	st, err := os.Stat(input)
 	switch {
 	case err == nil && st.IsDir():
@@ -62,17 +87,27 @@ func (f *Reports) Find(ctx context.Context, input string, samples []string) (spl
 	case err == nil:
 		return f.file(input, samples)
 	case !errors.Is(err, os.ErrNotExist):
-		return split.Report{}, fmt.Errorf("%w: %w", ErrInput, err)
+		return nil, "", fmt.Errorf("%w: %w", ErrInput, err)
 	case !runIDLike.MatchString(input):
-		return split.Report{}, fmt.Errorf("%w: %s: no such file, and not a run id", ErrInput, input)
+		return nil, "", fmt.Errorf("%w: %s: no such file, and not a run id", ErrInput, input)
 	}
 	if len(samples) > 0 {
-		return split.Report{}, fmt.Errorf("%w: %s: samples are for a saved log, and there is no such file (a run id has its samples in the store)", ErrInput, input)
+		return nil, "", fmt.Errorf("%w: %s: samples are for a saved log, and there is no such file (a run id has its samples in the store)", ErrInput, input)
 	}
-	return f.run(ctx, input)
+	r, err := f.run(ctx, input)
+	if err != nil {
+		return nil, "", err
+	}
+	return []split.Report{r}, "", nil
 }
 
-func (f *Reports) dir(dir string, samples []string) (split.Report, error) {
+// Hints of load: how to give one run of an input that holds several.
+const (
+	oneOfStream = "give a stream of one run (aggregator export --run ID)"
+	oneOfSplits = "give one run's split (DIR/<host>/<lane>/<run>.json)"
+)
+
+func (f *Reports) dir(dir string, samples []string) ([]split.Report, string, error) {
 	has := func(n string) bool { _, err := os.Stat(filepath.Join(dir, n)); return err == nil }
 	switch {
 	case has("events.jsonl") && len(samples) == 0:
@@ -81,17 +116,20 @@ func (f *Reports) dir(dir string, samples []string) (split.Report, error) {
 		if len(samples) == 0 && has("gtt.txt") {
 			samples = []string{filepath.Join(dir, "gtt.txt")}
 		}
-		return f.parse(filepath.Join(dir, "split.log"), samples)
+		r, err := f.parse(filepath.Join(dir, "split.log"), samples)
+		return []split.Report{r}, "", err
 	case has("split.json"):
-		return readSplitJSON(filepath.Join(dir, "split.json"))
+		return readSplits(filepath.Join(dir, "split.json"))
+	case has(jsonsink.LinesFile):
+		return readSplits(filepath.Join(dir, jsonsink.LinesFile))
 	}
-	return split.Report{}, fmt.Errorf("%w: %s holds no events.jsonl, split.log or split.json", ErrInput, dir)
+	return nil, "", fmt.Errorf("%w: %s holds no events.jsonl, split.log, split.json or %s", ErrInput, dir, jsonsink.LinesFile)
 }
 
-func (f *Reports) file(path string, samples []string) (split.Report, error) {
+func (f *Reports) file(path string, samples []string) ([]split.Report, string, error) {
 	fh, err := os.Open(path)
 	if err != nil {
-		return split.Report{}, fmt.Errorf("%w: %w", ErrInput, err)
+		return nil, "", fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	head, _ := bufio.NewReader(fh).Peek(4096)
 	fh.Close()
@@ -100,38 +138,63 @@ func (f *Reports) file(path string, samples []string) (split.Report, error) {
 	case len(samples) == 0 && bytes.HasPrefix(head, []byte(`{"specversion"`)):
 		return f.stream(path)
 	case len(samples) == 0 && bytes.HasPrefix(head, []byte("{")):
-		return readSplitJSON(path)
+		return readSplits(path)
 	}
-	return f.parse(path, samples)
+	r, err := f.parse(path, samples)
+	return []split.Report{r}, "", err
 }
 
-// readSplitJSON reads a gttsplit.split.v1 object (split.json, or a JSON
-// sink's report).
-func readSplitJSON(path string) (split.Report, error) {
-	b, err := os.ReadFile(path)
+// readSplits reads gttsplit.split.v1 objects: a split.json, a JSON sink's
+// report, or its splits.jsonl (one per line, every version of a run's
+// split in turn: the last one of each run is kept), in run id order.
+func readSplits(path string) ([]split.Report, string, error) {
+	fh, err := os.Open(path)
 	if err != nil {
-		return split.Report{}, fmt.Errorf("%w: %w", ErrInput, err)
+		return nil, "", fmt.Errorf("%w: %w", ErrInput, err)
 	}
-	var r split.Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("%w: %s: not a split (%w)", ErrInput, path, err)
+	defer fh.Close()
+	dec := json.NewDecoder(bufio.NewReader(fh))
+	byID := map[string]split.Report{}
+	var ids []string
+	for n := 1; ; n++ {
+		var r split.Report
+		err := dec.Decode(&r)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		where := path
+		if n > 1 {
+			where = fmt.Sprintf("%s: split %d", path, n)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %s: not a split (%w)", ErrInput, where, err)
+		}
+		if r.Schema != split.Schema {
+			return nil, "", fmt.Errorf("%w: %s: not a %s split (schema %q)", ErrInput, where, split.Schema, r.Schema)
+		}
+		if _, ok := byID[r.Run.ID]; !ok {
+			ids = append(ids, r.Run.ID)
+		}
+		byID[r.Run.ID] = r
 	}
-	if r.Schema != split.Schema {
-		return r, fmt.Errorf("%w: %s: not a %s split (schema %q)", ErrInput, path, split.Schema, r.Schema)
+	sort.Strings(ids)
+	out := make([]split.Report, len(ids))
+	for i, id := range ids {
+		out[i] = byID[id]
 	}
-	return r, nil
+	return out, oneOfSplits, nil
 }
 
-func (f *Reports) stream(path string) (split.Report, error) {
+func (f *Reports) stream(path string) ([]split.Report, string, error) {
 	runs := runtable.NewRuns(f.opts)
 	if _, err := ReplayFiles(runs, []string{path}, f.log); err != nil {
-		return split.Report{}, err
+		return nil, "", err
 	}
-	ids := runs.IDs()
-	if len(ids) != 1 {
-		return split.Report{}, fmt.Errorf("%w: %s holds %d runs; give a stream of one run (aggregator export --run ID)", ErrInput, path, len(ids))
+	var out []split.Report
+	for _, id := range runs.IDs() {
+		out = append(out, runtable.Report(runs.Get(id)))
 	}
-	return runtable.Report(runs.Get(ids[0])), nil
+	return out, oneOfStream, nil
 }
 
 func (f *Reports) parse(log string, samples []string) (split.Report, error) {
@@ -149,33 +212,52 @@ func (f *Reports) parse(log string, samples []string) (split.Report, error) {
 	return fold.Report(), nil
 }
 
-// run looks a run up in the state bucket: through --nats-url, or the
-// embedded server's store (which must exist, and not be in use).
+// errNoBucket says the store has no state bucket yet (no run was folded).
+var errNoBucket = errors.New("the store has no runs yet")
+
+// openStore opens the state bucket: through --nats-url, or the embedded
+// server's store (which must exist, and not be in use); noStore is what
+// to say when there is none.
+func (f *Reports) openStore(ctx context.Context, noStore func(store string) string) error {
+	if f.kv != nil {
+		return nil
+	}
+	c := f.cfg
+	if c.NATS.URL == "" {
+		if _, err := os.Stat(c.Embedded.Store); err != nil {
+			return fmt.Errorf("%w: %s", ErrInput, noStore(c.Embedded.Store))
+		}
+		c.Embedded.Listen = "127.0.0.1:0"
+	}
+	b, err := openBroker(ctx, c, f.log)
+	if err != nil {
+		return err
+	}
+	f.b = b
+	kv, err := b.js.KeyValue(ctx, runtable.Bucket)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return errNoBucket
+		}
+		return fmt.Errorf("state bucket %s: %w", runtable.Bucket, err)
+	}
+	if f.parts, err = bus.StreamPartitions(ctx, b.js, c.NATS.Stream); err != nil {
+		return err
+	}
+	f.kv = kv
+	return nil
+}
+
+// run looks a run up in the state bucket.
 func (f *Reports) run(ctx context.Context, id string) (split.Report, error) {
-	if f.kv == nil {
-		c := f.cfg
-		if c.NATS.URL == "" {
-			if _, err := os.Stat(c.Embedded.Store); err != nil {
-				return split.Report{}, fmt.Errorf("%w: %s: no such file, and no store at %s to look the run up in (give --store DIR or --nats-url)", ErrInput, id, c.Embedded.Store)
-			}
-			c.Embedded.Listen = "127.0.0.1:0"
-		}
-		b, err := openBroker(ctx, c, f.log)
-		if err != nil {
-			return split.Report{}, err
-		}
-		f.b = b
-		kv, err := b.js.KeyValue(ctx, runtable.Bucket)
-		if err != nil {
-			if errors.Is(err, jetstream.ErrBucketNotFound) {
-				return split.Report{}, fmt.Errorf("%w: run %s: the store has no runs yet", ErrInput, id)
-			}
-			return split.Report{}, fmt.Errorf("state bucket %s: %w", runtable.Bucket, err)
-		}
-		if f.parts, err = bus.StreamPartitions(ctx, b.js, c.NATS.Stream); err != nil {
-			return split.Report{}, err
-		}
-		f.kv = kv
+	err := f.openStore(ctx, func(store string) string {
+		return id + ": no such file, and no store at " + store + " to look the run up in (give --store DIR or --nats-url)"
+	})
+	if errors.Is(err, errNoBucket) {
+		return split.Report{}, fmt.Errorf("%w: run %s: %w", ErrInput, id, err)
+	}
+	if err != nil {
+		return split.Report{}, err
 	}
 	st, err := runtable.ReadState(ctx, f.b.js, f.kv, f.parts, id, f.opts)
 	if errors.Is(err, runtable.ErrNoRun) {
@@ -185,6 +267,65 @@ func (f *Reports) run(ctx context.Context, id string) (split.Report, error) {
 		return split.Report{}, fmt.Errorf("run %s: %w", id, err)
 	}
 	return runtable.Report(st), nil
+}
+
+// StoredRuns are the closed runs of a store with their figures.
+type StoredRuns struct {
+	Runs []regress.Run
+	// Open counts the runs not closed yet (no split to show).
+	Open int
+	// FromState counts the closed runs whose summary an earlier version
+	// wrote without figures: their figures were read from their states.
+	FromState int
+}
+
+// storeIndexWait bounds the read of a store's run index.
+const storeIndexWait = time.Minute
+
+// Stored returns every closed run of the store (the embedded server's
+// --store, or the server at --nats-url) with its figures, read from the
+// run index; a run an earlier version summarised without its figures is
+// read from its state. keep selects the runs whose state is worth
+// reading by their summary (host, lane).
+func (f *Reports) Stored(ctx context.Context, keep func(runtable.RunSummary) bool) (StoredRuns, error) {
+	var out StoredRuns
+	err := f.openStore(ctx, func(store string) string {
+		return "no store at " + store + " to read the runs from (give --store DIR, --nats-url, or the inputs)"
+	})
+	if errors.Is(err, errNoBucket) {
+		return out, nil
+	}
+	if err != nil {
+		return out, err
+	}
+	ictx, cancel := context.WithTimeout(ctx, storeIndexWait)
+	defer cancel()
+	sums, err := runtable.ReadIndex(ictx, f.kv, f.log)
+	if err != nil {
+		return out, err
+	}
+	for _, s := range sums {
+		switch {
+		case s.State != "closed":
+			out.Open++
+			continue
+		case !keep(s):
+			continue
+		case s.Split != nil:
+			out.Runs = append(out.Runs, regress.Run{ID: s.ID, Host: s.Host, Lane: s.Lane, F: *s.Split})
+			continue
+		}
+		st, err := runtable.ReadState(ctx, f.b.js, f.kv, f.parts, s.ID, f.opts)
+		if errors.Is(err, runtable.ErrNoRun) {
+			continue // expired meanwhile
+		}
+		if err != nil {
+			return out, fmt.Errorf("run %s: %w", s.ID, err)
+		}
+		out.FromState++
+		out.Runs = append(out.Runs, regress.Run{ID: s.ID, Host: s.Host, Lane: s.Lane, F: split.FiguresOf(runtable.Report(st))})
+	}
+	return out, nil
 }
 
 // WriteComparison writes a comparison as text, md or json.

@@ -22,7 +22,7 @@ func (s webSource) Summaries(ctx context.Context) ([]web.Summary, error) {
 	}
 	out := make([]web.Summary, len(list))
 	for i, r := range list {
-		out[i] = web.Summary{ID: r.ID, Host: r.Host, Lane: r.Lane, State: r.State, LastEvent: r.LastEvent}
+		out[i] = web.Summary{ID: r.ID, Host: r.Host, Lane: r.Lane, State: r.State, LastEvent: r.LastEvent, Split: r.Split}
 	}
 	return out, nil
 }

@@ -43,6 +43,10 @@ const (
 	linesFile = safefs.LinesFile
 )
 
+// LinesFile is the name of the append-only file of every split under the
+// sink's directory.
+const LinesFile = linesFile
+
 // Config is the sinks.json.* keys. The sink is on when Dir is set: the
 // zero Config (the default) is off.
 type Config struct {

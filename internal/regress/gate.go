@@ -1,0 +1,286 @@
+// Package regress catches memory regressions across runs: the gate a CI job
+// runs on its runs' splits (thresholds, and growth against a baseline run),
+// and the history of a lane's splits over llama.cpp builds (what
+// `aggregator history` prints and the live page's trend draws). It is pure:
+// splits in, verdicts and tables out (the callers read the inputs).
+package regress
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// GateSchema is the value of GateResult.Schema.
+const GateSchema = "gttsplit.gate.v1"
+
+// Check outcomes.
+const (
+	StatusPass    = "pass"
+	StatusFail    = "fail"
+	StatusUnknown = "unknown" // the figure is unknown and --allow-unknown passes it
+)
+
+// Limits are what a gate holds each run to; a nil limit is not checked.
+type Limits struct {
+	MaxDuplicatePct    *float64 `json:"max_duplicate_pct,omitempty"`
+	MaxUnattributedPct *float64 `json:"max_unattributed_pct,omitempty"`
+	MaxPeakMiB         *float64 `json:"max_peak_mib,omitempty"`
+	// MaxGrowthPct bounds the growth of each GrowthParts figure over the
+	// baseline's (needs a baseline).
+	MaxGrowthPct *float64 `json:"max_growth_pct,omitempty"`
+	// AllowUnknown passes a figure that is unknown (in a run or in the
+	// baseline) instead of failing it.
+	AllowUnknown bool `json:"allow_unknown"`
+}
+
+// Validate says what is wrong with the limits for a gate with or without a
+// baseline.
+func (l Limits) Validate(baseline bool) error {
+	switch {
+	case l.MaxGrowthPct != nil && !baseline:
+		return errors.New("--max-growth needs --baseline RUN")
+	case baseline && l.MaxGrowthPct == nil:
+		return errors.New("--baseline needs --max-growth PCT (how much each figure may grow over the baseline's)")
+	case l.MaxDuplicatePct == nil && l.MaxUnattributedPct == nil && l.MaxPeakMiB == nil && l.MaxGrowthPct == nil:
+		return errors.New("no limit to check: give --max-duplicate, --max-unattributed, --max-peak or --baseline with --max-growth")
+	}
+	return nil
+}
+
+// GrowthParts are the figures --max-growth compares with the baseline's.
+var GrowthParts = []string{"peak", "model", "packed", "state", "compute"}
+
+// Input is one split given to the gate or the history, and what the user
+// named it by.
+type Input struct {
+	Input  string
+	Report split.Report
+}
+
+// GateResult is the gate's verdict on every run.
+type GateResult struct {
+	Schema   string    `json:"schema"`
+	Pass     bool      `json:"pass"`
+	Limits   Limits    `json:"limits"`
+	Baseline *GateSide `json:"baseline,omitempty"`
+	Runs     []GateRun `json:"runs"`
+	Failed   int       `json:"failed"` // runs that failed
+	Notes    []string  `json:"notes"`
+}
+
+// GateSide names a run of the gate.
+type GateSide struct {
+	Input string `json:"input"`
+	RunID string `json:"run_id"`
+	Host  string `json:"host"`
+	Lane  string `json:"lane"`
+	Model string `json:"model"`
+	Build string `json:"llama_build"`
+}
+
+// GateRun is one run's checks.
+type GateRun struct {
+	GateSide
+	Pass   bool        `json:"pass"`
+	Checks []GateCheck `json:"checks"`
+}
+
+// GateCheck is one figure held to its limit.
+type GateCheck struct {
+	// Name is the figure: duplicate, unattributed, peak, or a growth
+	// part's label (peak, model buffer, packed, KV + state, compute).
+	Name string `json:"name"`
+	// Kind is "max" (a fixed limit) or "growth" (against the baseline).
+	Kind string `json:"kind"`
+	// Key is the report's key of the figure.
+	Key    string     `json:"key"`
+	Unit   string     `json:"unit"` // "%" or "MiB"
+	Value  *split.MiB `json:"value"`
+	Limit  *split.MiB `json:"limit"` // nil: the baseline's figure is unknown
+	Base   *split.MiB `json:"baseline,omitempty"`
+	Status string     `json:"status"`
+	// Text says it in words: "duplicate 33.5 % > 10 %".
+	Text string `json:"text"`
+}
+
+// Gate holds each run to the limits (and to the baseline, when given).
+func Gate(runs []Input, baseline *Input, l Limits) GateResult {
+	g := GateResult{Schema: GateSchema, Pass: true, Limits: l, Notes: []string{}, Runs: []GateRun{}}
+	var base split.Figures
+	if baseline != nil {
+		s := sideOf(*baseline)
+		g.Baseline = &s
+		base = split.FiguresOf(baseline.Report)
+	}
+	for _, in := range runs {
+		f := split.FiguresOf(in.Report)
+		gr := GateRun{GateSide: sideOf(in), Pass: true, Checks: []GateCheck{}}
+		add := func(c GateCheck) {
+			// Compared as the report has them (two decimals), so a split
+			// read from its JSON and one folded from its events agree.
+			c.Value, c.Base = round2(c.Value), round2(c.Base)
+			if c.Kind == "growth" && c.Base != nil {
+				lim := *c.Base * split.MiB(1+*l.MaxGrowthPct/100)
+				c.Limit = &lim
+			}
+			switch {
+			case c.Value == nil || c.Limit == nil:
+				c.Status = StatusFail
+				if l.AllowUnknown {
+					c.Status = StatusUnknown
+				}
+			case *c.Value > *c.Limit:
+				c.Status = StatusFail
+			default:
+				c.Status = StatusPass
+			}
+			c.Text = checkText(c, l.MaxGrowthPct)
+			if c.Status == StatusFail {
+				gr.Pass = false
+			}
+			gr.Checks = append(gr.Checks, c)
+		}
+		if l.MaxDuplicatePct != nil {
+			add(GateCheck{Name: "duplicate", Kind: "max", Key: "duplicate_pct", Unit: "%", Value: f.DuplicatePct, Limit: asMiB(l.MaxDuplicatePct)})
+		}
+		if l.MaxUnattributedPct != nil {
+			add(GateCheck{Name: "unattributed", Kind: "max", Key: "unattributed_pct", Unit: "%", Value: f.UnattributedPct, Limit: asMiB(l.MaxUnattributedPct)})
+		}
+		if l.MaxPeakMiB != nil {
+			add(GateCheck{Name: "peak", Kind: "max", Key: "peak_gtt_mib", Unit: "MiB", Value: f.PeakGTTMiB, Limit: asMiB(l.MaxPeakMiB)})
+		}
+		if baseline != nil && l.MaxGrowthPct != nil {
+			for _, k := range GrowthParts {
+				p, _ := split.FigurePartOf(k)
+				add(GateCheck{Name: p.Label, Kind: "growth", Key: reportKey[k], Unit: "MiB", Value: p.Of(f), Base: p.Of(base)})
+			}
+		}
+		if !gr.Pass {
+			g.Pass = false
+			g.Failed++
+		}
+		if baseline != nil {
+			if gr.Model != g.Baseline.Model && gr.Model != "" && g.Baseline.Model != "" {
+				g.Notes = append(g.Notes, fmt.Sprintf("%s measured %s and the baseline %s: the growth compares different models", gr.RunID, gr.Model, g.Baseline.Model))
+			}
+			switch ctl, bctl := in.Report.Run.ControlOf != "", baseline.Report.Run.ControlOf != ""; {
+			case ctl && !bctl:
+				g.Notes = append(g.Notes, fmt.Sprintf("%s is a control (offload off) and the baseline is not", gr.RunID))
+			case bctl && !ctl:
+				g.Notes = append(g.Notes, fmt.Sprintf("the baseline is a control (offload off) and %s is not", gr.RunID))
+			}
+		}
+		if !in.Report.Run.Complete && (in.Report.Run.ID != "" || in.Report.Run.Started != "") {
+			g.Notes = append(g.Notes, fmt.Sprintf("%s is incomplete: its split may miss data", gr.RunID))
+		}
+		g.Runs = append(g.Runs, gr)
+	}
+	return g
+}
+
+// reportKey is the report's key of each figure part.
+var reportKey = map[string]string{"peak": "peak_gtt_mib", "final": "final_gtt_mib", "model": "model_gtt_mib", "packed": "packed_mib",
+	"state": "state_mib", "compute": "compute_mib", "unattributed": "unattributed_mib"}
+
+func sideOf(in Input) GateSide {
+	r := in.Report
+	return GateSide{Input: in.Input, RunID: r.Run.ID, Host: r.Run.Host, Lane: r.Run.Lane, Model: split.ModelName(r), Build: r.Provenance.LlamaBuild}
+}
+
+func round2(m *split.MiB) *split.MiB {
+	if m == nil {
+		return nil
+	}
+	r := split.MiB(math.Round(float64(*m)*100) / 100)
+	return &r
+}
+
+func asMiB(v *float64) *split.MiB {
+	if v == nil {
+		return nil
+	}
+	m := split.MiB(*v)
+	return &m
+}
+
+// checkText says a check in words: "duplicate 33.5 % > 10 %", "peak
+// 3925.0 MiB ≤ 4096 MiB", "packed 795.8 MiB > 0.0 MiB (baseline 0.0 MiB
+// + 10 %)", "packed unknown, limit 10 %".
+func checkText(c GateCheck, growth *float64) string {
+	unit := func(v float64) string {
+		if c.Unit == "%" {
+			return num(v) + " %"
+		}
+		return strconv.FormatFloat(v, 'f', 1, 64) + " MiB"
+	}
+	var s string
+	switch {
+	case c.Kind == "growth" && c.Limit == nil:
+		s = fmt.Sprintf("%s unknown, and the baseline's too", c.Name)
+		if c.Value != nil {
+			s = fmt.Sprintf("%s %s: the baseline's is unknown", c.Name, unit(float64(*c.Value)))
+		}
+	case c.Value == nil:
+		s = fmt.Sprintf("%s unknown, limit %s", c.Name, limitText(c, unit, growth))
+	default:
+		v, lim := float64(*c.Value), float64(*c.Limit)
+		op := "≤"
+		if v > lim {
+			op = ">"
+		}
+		vs, ls := unit(v), limitText(c, unit, growth)
+		if vs == unit(lim) && op == ">" {
+			// Over by less than the shown precision: show more.
+			vs = strconv.FormatFloat(v, 'f', 3, 64)
+			if c.Unit == "%" {
+				vs += " %"
+			} else {
+				vs += " MiB"
+			}
+		}
+		s = fmt.Sprintf("%s %s %s %s", c.Name, vs, op, ls)
+	}
+	if c.Status == StatusUnknown {
+		s += " (unknown: allowed)"
+	}
+	return s
+}
+
+func limitText(c GateCheck, unit func(float64) string, growth *float64) string {
+	if c.Kind == "growth" {
+		return fmt.Sprintf("%s (baseline %s + %s %%)", unit(float64(*c.Limit)), unit(float64(*c.Base)), num(*growth))
+	}
+	if c.Unit == "%" {
+		return num(float64(*c.Limit)) + " %"
+	}
+	return num(float64(*c.Limit)) + " MiB"
+}
+
+// num formats a limit or a percentage: 10, 12.5, 33.5.
+func num(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+// ParsePct parses a percentage limit: "10", "10%" or "10 %" (0 or more).
+func ParsePct(s string) (float64, error) { return parseLimit(s, "%", "a percentage (write 10 or 10%)") }
+
+// ParseMiB parses a size limit in MiB: "4096" or "4096MiB" (0 or more).
+func ParseMiB(s string) (float64, error) { return parseLimit(s, "MiB", "a size in MiB (write 4096)") }
+
+// parseLimit parses a number of 0 or more, with or without its unit.
+func parseLimit(s, unit, what string) (float64, error) {
+	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), unit))
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0, fmt.Errorf("%q is not %s", s, what)
+	}
+	return v, nil
+}

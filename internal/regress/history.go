@@ -1,0 +1,198 @@
+package regress
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// HistorySchema is the value of History.Schema.
+const HistorySchema = "gttsplit.history.v1"
+
+// DefaultThresholdPct is the change from one run to the next that history
+// marks unless told otherwise.
+const DefaultThresholdPct = 5
+
+// Run is one closed run's figures as history reads them.
+type Run struct {
+	ID, Host, Lane string
+	// Input is what the run was read from ("" for the store).
+	Input string
+	F     split.Figures
+}
+
+// RunOf is the history's run of an input's split.
+func RunOf(in Input) Run {
+	r := in.Report
+	return Run{ID: r.Run.ID, Host: r.Run.Host, Lane: r.Run.Lane, Input: in.Input, F: split.FiguresOf(r)}
+}
+
+// Filter selects runs: an empty field selects all. Host and lane match
+// exactly; the model matches its file name exactly or as a
+// case-insensitive part of it.
+type Filter struct{ Host, Lane, Model string }
+
+// Match says whether r is selected.
+func (f Filter) Match(r Run) bool {
+	return (f.Host == "" || r.Host == f.Host) && (f.Lane == "" || r.Lane == f.Lane) &&
+		(f.Model == "" || r.F.Model == f.Model || strings.Contains(strings.ToLower(r.F.Model), strings.ToLower(f.Model)))
+}
+
+// History is the runs of each host, lane and model file, over builds.
+type History struct {
+	Schema       string  `json:"schema"`
+	ThresholdPct float64 `json:"threshold_pct"`
+	Groups       []Group `json:"groups"`
+}
+
+// Group is one host, lane and model file's runs (its controls, runs with
+// offload off, are a group of their own), ordered by llama.cpp build
+// number, then by start time; runs whose build is unknown come last.
+type Group struct {
+	Host    string `json:"host"`
+	Lane    string `json:"lane"`
+	Model   string `json:"model"`
+	Control bool   `json:"control,omitempty"`
+	Rows    []Row  `json:"rows"`
+}
+
+// Row is one run: its figures and their change from the row before.
+type Row struct {
+	RunID       string        `json:"run_id"`
+	Input       string        `json:"input,omitempty"`
+	BuildNumber *int64        `json:"build_number"`
+	Figures     split.Figures `json:"figures"`
+	// Changes are each part's change from the row before (by part key:
+	// peak, final, model, packed, state, compute, unattributed); none on
+	// a group's first row, nor where either figure is unknown.
+	Changes map[string]Change `json:"changes"`
+	// Marked lists the parts whose change is beyond the threshold, in
+	// split.FigureParts order.
+	Marked []string `json:"marked"`
+}
+
+// Change is a figure's change from the row before.
+type Change struct {
+	DiffMiB split.MiB `json:"diff_mib"`
+	// Pct is the change relative to the row before; null from 0 (a part
+	// that was 0 and is not: FromZero).
+	Pct      *split.Pct `json:"pct"`
+	FromZero bool       `json:"from_zero,omitempty"`
+	Marked   bool       `json:"marked"`
+}
+
+// Up says the figure grew.
+func (c Change) Up() bool { return c.DiffMiB > 0 }
+
+// key is a group's identity.
+type key struct {
+	host, lane, model string
+	control           bool
+}
+
+// NewHistory groups the runs f selects by host, lane and model file,
+// orders each group over builds, and marks each change from one row to
+// the next beyond thresholdPct (in either direction; a part that was 0
+// and is no longer is always marked).
+func NewHistory(runs []Run, f Filter, thresholdPct float64) History {
+	h := History{Schema: HistorySchema, ThresholdPct: thresholdPct, Groups: []Group{}}
+	byKey := map[key][]Run{}
+	for _, r := range runs {
+		if f.Match(r) {
+			k := key{r.Host, r.Lane, r.F.Model, r.F.ControlOf != ""}
+			byKey[k] = append(byKey[k], r)
+		}
+	}
+	keys := make([]key, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.host, b.host), cmp.Compare(a.lane, b.lane), cmp.Compare(a.model, b.model), boolCmp(a.control, b.control))
+	})
+	for _, k := range keys {
+		rs := byKey[k]
+		SortRuns(rs)
+		g := Group{Host: k.host, Lane: k.lane, Model: k.model, Control: k.control, Rows: make([]Row, 0, len(rs))}
+		for i, r := range rs {
+			row := Row{RunID: r.ID, Input: r.Input, Figures: r.F, Changes: map[string]Change{}, Marked: []string{}}
+			if n, ok := split.BuildNumber(r.F.Build); ok {
+				row.BuildNumber = &n
+			}
+			if i > 0 {
+				prev := rs[i-1].F
+				for _, p := range split.FigureParts {
+					if c, ok := change(p.Of(prev), p.Of(r.F), thresholdPct); ok {
+						row.Changes[p.Key] = c
+						if c.Marked {
+							row.Marked = append(row.Marked, p.Key)
+						}
+					}
+				}
+			}
+			g.Rows = append(g.Rows, row)
+		}
+		h.Groups = append(h.Groups, g)
+	}
+	return h
+}
+
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}
+
+// SortRuns orders runs by llama.cpp build number (unknown builds last),
+// then by start time, then by run id.
+func SortRuns(rs []Run) {
+	type sortKey struct {
+		build int64
+		known bool
+		t     time.Time
+	}
+	keys := make(map[string]sortKey, len(rs))
+	for _, r := range rs {
+		n, ok := split.BuildNumber(r.F.Build)
+		t, _ := time.Parse(time.RFC3339Nano, r.F.Started)
+		keys[r.ID] = sortKey{n, ok, t}
+	}
+	slices.SortStableFunc(rs, func(a, b Run) int {
+		ka, kb := keys[a.ID], keys[b.ID]
+		if ka.known != kb.known {
+			return -boolCmp(ka.known, kb.known)
+		}
+		return cmp.Or(cmp.Compare(ka.build, kb.build), ka.t.Compare(kb.t), cmp.Compare(a.F.Started, b.F.Started), cmp.Compare(a.ID, b.ID))
+	})
+}
+
+// change is the change from a to b; false when either is unknown.
+func change(a, b *split.MiB, thresholdPct float64) (Change, bool) {
+	if a == nil || b == nil {
+		return Change{}, false
+	}
+	// The figures as the report has them (two decimals), so a change
+	// under 0.01 MiB is none.
+	av, bv := math.Round(float64(*a)*100)/100, math.Round(float64(*b)*100)/100
+	c := Change{DiffMiB: split.MiB(bv - av)}
+	switch {
+	case av == 0 && bv == 0:
+		z := split.Pct(0)
+		c.Pct = &z
+	case av == 0:
+		c.FromZero, c.Marked = true, true
+	default:
+		p := split.Pct((bv - av) / math.Abs(av) * 100)
+		c.Pct = &p
+		c.Marked = math.Abs(float64(p)) > thresholdPct
+	}
+	return c, true
+}
