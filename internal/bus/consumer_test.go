@@ -247,11 +247,13 @@ func TestEnsureStreamReplicasOnCluster(t *testing.T) {
 	require.Contains(t, logs.String(), `"setting":"nats.replicas"`)
 	require.Equal(t, 1, strings.Count(logs.String(), `"level":"warn"`), logs.String())
 
-	// Fewer replicas are raised.
-	require.NoError(t, js.DeleteStream(ctx, bus.DefaultStream))
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}, Duplicates: 2 * time.Minute})
+	// Fewer replicas are raised. (Another stream name and subjects: a
+	// cluster removes a deleted stream's store asynchronously, and creating
+	// the same name at once can fail with "error creating store".)
+	const r1 = "GTTSPLIT_R1"
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: r1, Subjects: []string{"r1.>"}, Duplicates: 2 * time.Minute})
 	require.NoError(t, err)
-	cfg.Replicas, cfg.MaxAge = 3, 0
+	cfg.Name, cfg.Subjects, cfg.Replicas, cfg.MaxAge = r1, []string{"r1.>"}, 3, 0
 	st, err = bus.EnsureStream(ctx, js, cfg, zerolog.Nop())
 	require.NoError(t, err)
 	info, err = st.Info(ctx)

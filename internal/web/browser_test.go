@@ -476,13 +476,25 @@ func TestBrowserPages(t *testing.T) {
 	// not in it. At 390 px its narrow chart, readable, no sideways scroll.
 	p.replay(t, earlierBuild(t))
 	p.waitClosed(t, run9800)
-	trend := p.base + "/trend?" + url.Values{"host": {"strix01"}, "lane": {"gpu0"}, "model": {"Qwen3.5-4B-Q4_K_M.gguf"}}.Encode()
+	trendQ := url.Values{"host": {"strix01"}, "lane": {"gpu0"}, "model": {"Qwen3.5-4B-Q4_K_M.gguf"}}
+	trend := p.base + "/trend?" + trendQ.Encode()
 	p.waitBody(t, trend, run9800) // its summary reaches the run index
 	ctx = step()
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(p.base+"/run/"+run4B),
 		chromedp.WaitVisible(chromedp.CSS("#trend-link")),
-		chromedp.Click(chromedp.CSS("#trend-link")),
+	))
+	// The run page's link leads to this trend; followed by navigating to
+	// its href (a click's coordinates can miss on a slow machine while the
+	// page lays out, and a missed click waits out the step).
+	href, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#trend-link").href`))
+	require.NoError(t, err)
+	linked, err := url.Parse(href)
+	require.NoError(t, err)
+	require.Equal(t, "/trend", linked.Path)
+	require.Equal(t, trendQ, linked.Query())
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(href),
 		chromedp.WaitVisible(chromedp.CSS("#trend")),
 		shot("trend"),
 	))
