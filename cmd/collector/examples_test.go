@@ -21,3 +21,10 @@ func TestExamplesAreScripted(t *testing.T) {
 	}
 	clitest.RequireScripted(t, "testdata/script/examples.txtar", ex)
 }
+
+// TestHelpIsShort: every command's --help text fits at the prompt and
+// the docs it names exist.
+func TestHelpIsShort(t *testing.T) {
+	t.Parallel()
+	clitest.RequireShortHelp(t, newRoot(nil, os.Stdout, os.Stderr, nil))
+}
