@@ -75,8 +75,9 @@ func newExport(stdout io.Writer) *cobra.Command {
 		Long: `export writes the events of one run (--run), or every event stored between
 --since and --until (RFC 3339 times, or durations back from now such as 24h),
 as a recorded stream on stdout, which 'aggregator replay' folds again with a
-newer core. With no --nats-url it reads the embedded server's --store,
-which fails at once while an 'aggregator serve' holds it.`,
+newer core. With no NATS URL it reads the embedded server's --store; while
+an 'aggregator serve' holds that store, export fails at once (export from
+that server with --nats-url instead).`,
 		Example: `  aggregator export --run strix01-20261107T140311-4b > run.jsonl
   aggregator export --since 24h --nats-url nats://nats:4222 > day.jsonl`,
 		Args: cli.Args(cobra.NoArgs),
