@@ -28,19 +28,11 @@ func newGate(stdout io.Writer) *cobra.Command {
 		Short: "Fail a CI job when a run's split is over its limits",
 		Long: `gate holds each RUN's split to limits and exits 0 when every run passes, 1
 when one fails (naming each figure, its value and its limit), 2 on a usage
-error or an input it cannot read. RUN is anything compare takes (a run id in
-the store or at --nats-url, a split.json, an events.jsonl, a saved log with
---samples, a 'collector run --out' directory) or a JSON sink's splits.jsonl;
-every run an input holds is gated.
-
-  --max-duplicate, --max-unattributed  percent: 10 or 10%
-  --max-peak                           MiB of process GTT at peak
-  --baseline RUN --max-growth PCT      peak, model buffer, packed, KV + state
-                                       and compute may grow by PCT at most
-
-A figure that is unknown fails unless --allow-unknown. --format github
-prints ::error annotations and appends a Markdown summary to
-$GITHUB_STEP_SUMMARY. See docs/regressions.md.`,
+error or an input it cannot read. RUN is anything compare takes, or a JSON
+sink's splits.jsonl; every run an input holds is gated. Percentages are
+written 10 or 10%. A figure that is unknown fails unless --allow-unknown.
+--format github prints ::error annotations and appends a Markdown summary
+to $GITHUB_STEP_SUMMARY. Details: docs/regressions.md.`,
 		Example: `  aggregator gate testdata/runs/27b/events.jsonl --max-duplicate 20% --max-unattributed 10
   aggregator gate run/ --baseline baseline/split.json --max-growth 5 --format github`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),

@@ -18,18 +18,13 @@ func newHistory(stdout io.Writer) *cobra.Command {
 		Use:   "history [--host H] [--lane L] [--model M] [INPUT...]",
 		Short: "List a lane's splits over llama.cpp builds, marking what changed",
 		Long: `history lists closed runs, one row each, grouped by host, lane and model
-file (controls, run with offload off, apart), ordered by llama.cpp build
-number and then by start time (unknown builds last). Each row has the
-run's figures and their change from the row before; a change beyond
---threshold (5 %) is marked ▲ (grew) or ▼ (shrank), and so is a part
-that was 0 and is not.
+file (controls apart), ordered by llama.cpp build number, then start time.
+Each row has the run's figures and their change from the row before; a
+change beyond --threshold (5 %) is marked ▲ (grew) or ▼ (shrank).
 
-The runs are read from the store (--store, not while a 'serve' holds it,
-or the server at --nats-url), or from the INPUTs: anything compare takes
-(a run id, a split.json, an events.jsonl of one or more runs, a saved log,
-a 'collector run --out' directory), or a JSON sink's directory or its
-splits.jsonl. --model matches the model file's name or a part of it.
-See docs/regressions.md.`,
+The runs come from the store (--store, or --nats-url) or from the INPUTs:
+anything compare takes, or a JSON sink's directory or splits.jsonl.
+Details: docs/regressions.md.`,
 		Example: `  aggregator history --nats-url nats://nats:4222 --host strix01 --lane gpu0
   aggregator history splits/ --model Qwen3.5-4B --format md`,
 		Args: cli.Args(cobra.ArbitraryArgs),

@@ -30,15 +30,11 @@ func newQuickstart(stdout io.Writer) *cobra.Command {
 		Use:   "quickstart [--out DIR] [FILE...]",
 		Short: "Run the whole pipeline on the embedded default with the recorded runs",
 		Long: `quickstart runs the real pipeline in one process: an aggregator with an embedded
-NATS server (a fresh store and a free port) consumes; a collector publishes
-recorded runs to it over NATS exactly as 'collector replay' would; every
-run's split is folded, printed, and written to the file and JSON sinks under
---out (reports/ and json/), and with --comment-api posted to each run's
-issue as 'aggregator serve' does (token in GTTSPLIT_COMMENT_TOKEN). It exits
-once every run was written.
-
-Without FILE it uses the bundled 4B and 27B runs, testdata/runs/*/events.jsonl
-(run it from the repository's root).`,
+NATS server (a fresh store, a free port) consumes; a collector publishes
+recorded runs to it as 'collector replay' would; every split is printed and
+written to the file and JSON sinks under --out (and, with --comment-api,
+posted as 'aggregator serve' does). Without FILE it uses the bundled
+testdata/runs/*/events.jsonl (run it from the repository's root).`,
 		Example: `  go run ./cmd/aggregator quickstart
   aggregator quickstart --out /tmp/q my-run/events.jsonl`,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -26,19 +26,13 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "aggregator",
 		Short: "Fold gttsplit events into GTT splits and write them to sinks",
 		Long: `aggregator tells where a llama.cpp process's GPU memory (GTT) went: the loader's
-model buffer, a backend's packed duplicate, KV and recurrent state, compute
-buffers, and the unattributed rest.
+model buffer, a backend's packed duplicate, KV and state, compute buffers,
+and the unattributed rest. It folds the events collectors publish (serve),
+recorded event streams (replay) or a saved -v log with fdinfo samples
+(parse); compare, gate and history read the splits.
 
-It folds the events collectors publish (serve: sinks, metrics and a live
-page on its HTTP listener), recorded event streams (replay), or a saved -v
-llama.cpp log with fdinfo samples (parse), puts a run beside its control
-(compare), fails a CI job on a run over its limits (gate), and lists a
-lane's splits over llama.cpp builds (history).
-
-Every setting is a key of the YAML file given with --config and an
-environment variable GTTSPLIT_<KEY> (dots become underscores); the common
-ones are flags too (see each command's --help). Flags win over the
-environment, the environment over the file, the file over the defaults.`,
+Settings are flags, keys of the --config file and GTTSPLIT_<KEY> variables
+(flags win, then the environment); every key: docs/configuration.md.`,
 		Version: cli.Version(),
 	}
 	root.SetOut(stdout)
@@ -75,16 +69,12 @@ func newParse(stdout io.Writer) *cobra.Command {
 		Long: `parse reads a saved -v llama.cpp log (with the host-weight trace, if the run had
 GGML_HRX_HOST_WEIGHT_TRACE=1) and fdinfo samples, and prints the split.
 
---samples PATH is a samples file (gtt.txt, as 'collector run --out' writes it,
-or as a shell loop makes it: "# sample t=<RFC3339Nano> pid=<pid>", then
-"## fd=<n>" and that fd's fdinfo text) or a directory holding one snapshot of
-a process's fdinfo (cp -r /proc/PID/fdinfo DIR). Give it several times to
-merge files. Without samples the log-derived rows are still shown and the
-peak is unknown.
-
-A missing or unreadable file, an empty log, or one that is not a text log
-(a binary) exits 2; a samples file without a sample is a warning on stderr.
-Malformed lines are counted, skipped, and reported.`,
+--samples PATH is a samples file (gtt.txt, as 'collector run --out' writes
+it) or a directory holding one snapshot of a process's fdinfo (cp -r
+/proc/PID/fdinfo DIR); repeat it to merge files. Without samples the peak
+is unknown. A missing or unreadable file, an empty log or a binary one
+exits 2; malformed lines are counted, skipped and reported.
+Details: docs/collector.md.`,
 		Example: `  aggregator parse testdata/runs/4b/split.log --samples testdata/runs/4b/gtt.txt
   aggregator parse split.log --samples fdinfo-snapshot/ --format json`,
 		Args: cli.Args(cobra.ExactArgs(1)),
@@ -119,14 +109,11 @@ func newReplay(stdout io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "replay [--format text|md|json] FILE...",
 		Short: "Fold recorded event streams (events.jsonl) offline",
-		Long: `replay folds recorded streams of gttsplit CloudEvents (one JSON event per line,
-as 'collector run --out' records them and 'aggregator export' writes them) and
-prints the split of every run in them, ordered by run id. The splits are
-byte-identical to what 'aggregator serve' computes from the same events live.
-
-Lines that are not valid events are counted, skipped and reported on stderr.
-A file without a single event (a saved llama.cpp log: split it with
-'aggregator parse') exits 2, saying so.`,
+		Long: `replay folds recorded streams of gttsplit CloudEvents (events.jsonl, as
+'collector run --out' records them and 'aggregator export' writes them) and
+prints the split of every run in them, byte-identical to what 'aggregator
+serve' computes live. Bad lines are counted, skipped and reported; a file
+without a single event (a saved log: use 'aggregator parse') exits 2.`,
 		Example: `  aggregator replay testdata/runs/4b/events.jsonl --format md
   aggregator replay a.jsonl b.jsonl --format json`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),

@@ -17,16 +17,12 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer, sigs <-chan os.Signal) *
 		Use:   "collector",
 		Short: "Measure llama.cpp processes' GPU memory and publish it as CloudEvents",
 		Long: `collector runs on every GPU host. It wraps (run) or attaches to (attach) a
-llama.cpp process, reads its verbose log lines and samples /proc/<pid>/fdinfo of
-its process tree, and publishes both as CloudEvents on NATS JetStream for the
-aggregator to fold into a GTT split. It can also write everything to a
-directory (--out), which needs no broker at all, and publish a recorded
-stream (replay).
+llama.cpp process, reads its verbose log lines, samples /proc/<pid>/fdinfo of
+its process tree, and publishes both as CloudEvents on NATS JetStream (or,
+with --out, writes them to a directory); replay publishes recorded streams.
 
-Every setting is a key of the YAML file given with --config and an
-environment variable GTTSPLIT_<KEY> (dots become underscores); the common
-ones are flags too (see each command's --help). Flags win over the
-environment, the environment over the file, the file over the defaults.`,
+Settings are flags, keys of the --config file and GTTSPLIT_<KEY> variables
+(flags win, then the environment); every key: docs/configuration.md.`,
 		Version: cli.Version(),
 	}
 	root.SetOut(stdout)
@@ -54,28 +50,16 @@ func newRun(io collector.IO) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run a llama.cpp command and measure it",
-		Long: `run starts CMD, passes its output through unchanged, and measures it:
+		Long: `run starts CMD, passes its output through unchanged, and measures it: it
+sets GGML_HRX_HOST_WEIGHT_TRACE=1 and appends -v (unless already there),
+and samples /proc/<pid>/fdinfo of the child's process tree every --interval
+and at once at a memory-relevant log line. Signals go to the child.
 
-  - it sets GGML_HRX_HOST_WEIGHT_TRACE=1 unless the environment sets it, and
-    appends -v unless a verbosity flag is there (wrap.* keys turn both off);
-  - it captures every output line and samples /proc/<pid>/fdinfo of the
-    child and its descendants every --interval;
-  - it forwards SIGTERM and SIGHUP to the child (and SIGINT, unless the
-    collector runs in the foreground of a terminal, where Ctrl-C reaches
-    the child itself); a child still running wrap.kill_grace after a
-    SIGTERM or SIGINT is killed (SIGKILL);
-  - it exits with the child's exit code (128+N when a signal N killed it,
-    127 when it could not be started), except when the child exited 0 but
-    the run's events did not all reach the broker: 75 when they wait in the
-    spool (the next collector of the lane delivers them), 1 when some were
-    dropped (a full spool or spool disk, refused by the broker) and none
-    wait, or when the run's start or finish was lost.
-
-Events go to NATS (--nats-url), and to DIR with --out: split.log (the child's
-output), gtt.txt (the samples), events.jsonl (every event), split.md and
-split.json (the split computed locally). With --out and no NATS URL it runs
-fully offline. With a URL but no reachable broker, events are spooled to disk
-and published when the broker is back.`,
+Events go to NATS (--nats-url; spooled to disk while the broker is away)
+and, with --out DIR, to split.log, gtt.txt, events.jsonl, split.md and
+split.json (with no URL, fully offline). It exits with the child's code,
+but 75 when the child exited 0 and events wait in the spool, 1 when some
+were dropped. Details: docs/collector.md.`,
 		Example: `  collector run --out split-4b -- llama-cli -m model.gguf -ngl 99 -c 256 -n 16
   collector run --nats-url nats://nats:4222 --lane gpu1 --issue org/repo#856 -- llama-server -m model.gguf`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),
@@ -104,15 +88,13 @@ func newAttach(io collector.IO) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "attach --pid PID [--log FILE] [flags]",
 		Short: "Measure a running llama.cpp process (llama-server)",
-		Long: `attach samples /proc/PID/fdinfo of a running process and its descendants and,
-with --log, follows its log file (llama-server --log-file): appends, rotation
-by rename, copytruncate, and a partial last line held until its newline. It
-ends when the process exits (then the run is finished) or on SIGINT/SIGTERM
-(then the process goes on, and the same attach command resumes the run: the
-log's read position is saved only after the broker acknowledged what was read).
-
-The run id is derived from the process (host, pid and start time) unless
---run-id names one.`,
+		Long: `attach samples /proc/PID/fdinfo of a running process and its descendants
+and, with --log, follows its log file (llama-server --log-file) through
+rotation and copytruncate. It ends when the process exits (the run is
+finished) or on SIGINT/SIGTERM (the process goes on, and the same command
+resumes the run from the read position kept in --state-dir). The run id is
+derived from the process unless --run-id names one.
+Details: docs/collector.md.`,
 		Example: `  collector attach --pid 4242 --log /var/log/llama-server.log --lane gpu0 --nats-url nats://nats:4222`,
 		Args:    cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -132,24 +114,15 @@ func newReplay(io collector.IO) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "replay [flags] [FILE...]",
 		Short: "Deliver the spool and publish recorded event streams (events.jsonl) to NATS",
-		Long: `replay first delivers what waits in the lane's spool (events a collector of
-the lane could not deliver: the broker was away), then publishes recorded
-streams of gttsplit CloudEvents (the events.jsonl that 'collector run'
-records in its output directory, or what 'aggregator export' writes) to
-NATS, ids unchanged, so replaying events the stream already holds changes
-nothing. With no FILE it only delivers the spool (of --lane, in
---spool-dir).
---pace instant sends them as fast as the broker takes them, original keeps
-the events' own time gaps, Nx is N times faster than original. A broker
-that acknowledges late is waited for, up to shutdown_timeout.
+		Long: `replay first delivers what waits in the lane's spool (--lane, --spool-dir),
+then publishes recorded streams (events.jsonl, from 'collector run --out'
+or 'aggregator export') with their ids unchanged, so events the stream
+already holds change nothing; with no FILE it only delivers the spool.
+--pace: instant, original (the events' own time gaps) or Nx.
 
-Its last line, 'replayed', gives sent, delivered, left_in_spool, dropped
-and the runs: delivered counts what a broker acknowledged (the spool's
-events too). It exits 0 when everything was delivered; 75 when events were
-left in the spool (the broker was away: the next collector of the lane
-delivers them); 1 when events were refused by the broker (set aside in the
-spool's rejected/ directory), or the files held no event and the spool
-none either; 128+N when signal N interrupted it (130 for Ctrl-C).`,
+It exits 0 when everything was delivered, 75 when events were left in the
+spool, 1 when some were dropped or there was nothing to send, 128+N on
+signal N. Details: docs/collector.md.`,
 		Example: `  collector replay --nats-url nats://127.0.0.1:4222 testdata/runs/4b/events.jsonl
   collector replay --nats-url nats://nats:4222 --pace 10x run1.jsonl run2.jsonl
   collector replay --nats-url nats://nats:4222 --lane gpu1`,

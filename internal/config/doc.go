@@ -35,7 +35,7 @@
 // its description and (if it has one) its flag, give it a default in the
 // section's default function and check it in the section's Validate; then
 // `go test ./internal/config -update` writes it into configs/*.yaml and the
-// README's key tables. Nothing else lists keys.
+// key tables of docs/configuration.md. Nothing else lists keys.
 //
 // # Keys
 //
@@ -47,7 +47,7 @@
 // A field's "desc" tag is its one-line description; a field tagged "-" is
 // no key. [Keys] lists every key with its value, environment variable and
 // flag; [SampleYAML] and [MarkdownTable] render that list for configs/ and
-// the README.
+// docs/configuration.md.
 //
 // Durations are written with a unit ("100ms", "5s", "2m"); a bare number is
 // an error, not nanoseconds.

@@ -327,8 +327,8 @@ func yamlValue(v reflect.Value) string {
 }
 
 // MarkdownTable renders [Keys] of cfg as a Markdown table with the columns
-// key, default, environment variable, flag and description, for the
-// README.
+// key, default, environment variable, flag and description, for
+// docs/configuration.md.
 func MarkdownTable(cfg any) string {
 	var b strings.Builder
 	b.WriteString("| Key | Default | Environment | Flag | Description |\n")

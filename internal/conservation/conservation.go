@@ -1,6 +1,6 @@
 // Package conservation holds what the conservation harnesses of the
 // aggregator and the collector share: how many runs go through each fault,
-// and the table they print (the README's reliability section).
+// and the table they print (docs/reliability.md).
 package conservation
 
 import (
@@ -10,7 +10,7 @@ import (
 )
 
 // Runs is the number of runs per fault: 100 with GTTSPLIT_CONSERVATION=long
-// (the README's figures), else 8, or 4 under -race.
+// (the figures of docs/reliability.md), else 8, or 4 under -race.
 func Runs(race bool) int {
 	switch {
 	case os.Getenv("GTTSPLIT_CONSERVATION") == "long":
@@ -27,7 +27,7 @@ type Row struct {
 	Runs, Sent, Folded, Lost, Dup, Flagged int
 }
 
-// Table renders rows as the README's Markdown table.
+// Table renders rows as the Markdown table of docs/reliability.md.
 func Table(rows []Row) string {
 	var b strings.Builder
 	b.WriteString("| fault | runs | events sent | folded | lost | duplicated | flagged |\n|---|---:|---:|---:|---:|---:|---:|\n")

@@ -2,14 +2,16 @@ package clitest
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 )
 
-// ExampleSubstitutions map what a help or README example names on a
+// ExampleSubstitutions map what a help or doc example names on a
 // user's machine to what a script has: the local broker and GitHub API, a
 // running process, temporary paths. They are the only liberty the
 // examples script takes with an example.
@@ -45,18 +47,41 @@ func HelpExamples(root *cobra.Command) []string {
 	return out
 }
 
-// READMECommands returns the command lines of the README's code blocks
-// that run binary (continuation lines joined).
-func READMECommands(t *testing.T, binary string) []string {
+// docsNotScripted are the docs whose command lines are not examples to
+// run as written: a command's synopsis (`aggregator gate [flags] RUN...`)
+// and a CI workflow's steps in regressions.md (TestRegressionsDocWorkflow
+// checks them), and deploy.md, whose files deploy/'s tests check.
+var docsNotScripted = []string{"deploy.md", "regressions.md"}
+
+// DocCommands returns the command lines that run binary in the code
+// blocks of README.md and of every docs/*.md but docsNotScripted
+// (continuation lines joined), so an example moved from the README to a
+// doc stays tested.
+func DocCommands(t *testing.T, binary string) []string {
 	t.Helper()
-	b, err := os.ReadFile(RepoRoot + "/README.md")
+	docs, err := filepath.Glob(filepath.Join(RepoRoot, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	docs = slices.DeleteFunc(docs, func(p string) bool { return slices.Contains(docsNotScripted, filepath.Base(p)) })
+	var out []string
+	for _, p := range append([]string{filepath.Join(RepoRoot, "README.md")}, docs...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, blockCommands(string(b), binary)...)
+	}
+	return out
+}
+
+// blockCommands returns the command lines of doc's code blocks that run
+// binary (continuation lines joined).
+func blockCommands(doc, binary string) []string {
 	var out []string
 	in := false
 	var cur string
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(doc, "\n") {
 		if strings.HasPrefix(l, "```") {
 			in = !in
 			continue

@@ -355,7 +355,7 @@ func TestCollectorConservationIntegration(t *testing.T) {
 			// copytruncate loses what is written between the copy and
 			// the truncation, and a file regrown past the read offset
 			// before the next poll: the writer here waits for the
-			// follower before each, as the README says it must.
+			// follower before each, as docs/reliability.md says it must.
 			// The last piece holds a complete line before the 4B log's
 			// partial last one: its first line shows the follower saw
 			// the truncation.
