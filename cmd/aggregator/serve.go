@@ -24,20 +24,13 @@ func newServe(stdout io.Writer) *cobra.Command {
 		Use:   "serve",
 		Short: "Consume events from NATS, fold every run, write the sinks",
 		Long: `serve consumes the events collectors publish, folds every run into its split,
-and writes it to the sinks (and prints it) when the run finishes, or after
---idle-timeout without events (incomplete). With no NATS URL it starts an
-embedded NATS server on --embedded-listen, storing under --store.
-
-Aggregators with the same consumer.durable share the runs' partitions, each
-owned through a lease in the GTTSPLIT_RUNS bucket. A message is
-acknowledged once its run's state is written there (every
-consumer.checkpoint_interval, 2s, or sooner), so the aggregator that takes
-over a stopped or killed one's partitions writes the same splits.
-
---http serves the live page, /healthz, /readyz, /metrics and /runs; off
-loopback all but /healthz and /readyz need http.token (GTTSPLIT_HTTP_TOKEN).
-The comment sink's token is read from GTTSPLIT_COMMENT_TOKEN. SIGINT or
-SIGTERM drains, then exits 0. Details: docs/operations.md.`,
+and writes it to the sinks when the run finishes, or after --idle-timeout
+without events (incomplete). With no --nats-url it embeds a NATS server.
+Aggregators sharing consumer.durable split the runs' partitions between them;
+one that takes over a stopped one's partitions writes the same splits.
+--http serves the live page, /readyz and /metrics (off loopback behind
+http.token). SIGINT or SIGTERM drains, then exits 0. Details:
+docs/operations.md.`,
 		Example: `  aggregator serve --json-dir out/json --file-dir out/reports
   aggregator serve --nats-url nats://nats-1:4222,nats://nats-2:4222 --comment-api https://api.github.com`,
 		Args: cli.Args(cobra.NoArgs),

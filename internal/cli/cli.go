@@ -17,7 +17,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/conf"
 )
 
-// Exit codes (the README's Configuration section lists them).
+// Exit codes (the README lists them).
 const (
 	ExitOK      = 0
 	ExitFailure = 1

@@ -14,7 +14,7 @@ import (
 // user needs at the prompt, so that with cobra's usage lines and the
 // command's flags a --help stays near one screen. The details are in
 // docs/, which the text names.
-const MaxHelpLines = 16
+const MaxHelpLines = 10
 
 var docRef = regexp.MustCompile(`docs/[a-z0-9_-]+\.md`)
 

@@ -30,7 +30,7 @@ import (
 // processes and several publishers, and kill or pause what a fleet loses.
 // They skip under -race (minutes on 2 cores; GTTSPLIT_FLEET_RACE=1 runs
 // them), and run clusterRuns runs (GTTSPLIT_FLEET=full: fullRuns, the
-// figures of the README's performance table).
+// figures of docs/performance.md).
 
 const (
 	clusterRuns = 120
@@ -412,8 +412,8 @@ func TestFleetNodeLossIntegration(t *testing.T) {
 	f.checkOnce()
 	t.Logf("FIGURE node loss: %d runs, node %s (leading the events stream) SIGKILLed: largest gap between splits %.1f s (from %.1f s after the kill), last split %.1f s after the last publish",
 		n, gone, gap.Seconds(), gapAt.Sub(killedAt).Seconds(), tail.Seconds())
-	// Generous bounds: a shared 2-core machine; the figures are the
-	// README's. A stall like the one a lost sourced stream caused (35 s)
+	// Generous bounds: a shared 2-core machine; the figures are in
+	// docs/performance.md. A stall like the one a lost sourced stream caused (35 s)
 	// fails them.
 	require.Less(t, gap, 25*time.Second, "the splits stalled")
 	require.Less(t, tail, 25*time.Second, "the splits stalled")
