@@ -29,8 +29,8 @@ without events (incomplete). With no --nats-url it embeds a NATS server.
 Aggregators sharing consumer.durable split the runs' partitions between them;
 one that takes over a stopped one's partitions writes the same splits.
 --http serves the live page, /readyz and /metrics (off loopback behind
-http.token). SIGINT or SIGTERM drains, then exits 0. Details:
-docs/operations.md.`,
+http.token). SIGINT or SIGTERM drains, then exits 0.
+Details: docs/operations.md.`,
 		Example: `  aggregator serve --json-dir out/json --file-dir out/reports
   aggregator serve --nats-url nats://nats-1:4222,nats://nats-2:4222 --comment-api https://api.github.com`,
 		Args: cli.Args(cobra.NoArgs),
