@@ -218,6 +218,7 @@ func TestDashboardShape(t *testing.T) {
 		"gttsplit_state_persist_errors_total", "gttsplit_fleet_members", "gttsplit_partitions_owned",
 		"gttsplit_events_folded_total", "gttsplit_events_redelivered_total", "gttsplit_close_seconds_bucket",
 		"gttsplit_lane_split_ratio", "gttsplit_lane_split_mib",
+		"gttsplit_collector_spool_bytes", "gttsplit_collector_events_dropped_total", "gttsplit_collector_broker_connected",
 	} {
 		found := false
 		for _, where := range used[m] {
@@ -234,13 +235,14 @@ func TestDashboardShape(t *testing.T) {
 // after it folded three runs, dead-lettered an event, failed a sink's writes
 // and deferred a split (the labelled counters appear only then), and
 // checks that every metric the rules and the dashboard use is one it
-// exports. The collector has no metrics endpoint.
+// exports, or one a `collector attach` exports on its http.listen (beyond
+// loopback too, with the token).
 func TestMetricsAreExported(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aggregator serve")
 	}
 	dir := t.TempDir()
-	ports := freePorts(t, 2)
+	ports := freePorts(t, 3)
 	reports := filepath.Join(dir, "reports")
 	// One split held per sink: of the three runs' splits, the failing sink
 	// has one in hand, holds at most one more and defers the third.
@@ -290,6 +292,24 @@ func TestMetricsAreExported(t *testing.T) {
 		sort.Strings(out)
 		return out
 	}
+	// A lane's collector, attached to this test's process, serving its
+	// /metrics beyond loopback as deploy/systemd and deploy/kubernetes do.
+	col := start(t, dir, "collector", []string{"GTTSPLIT_HTTP_TOKEN=" + token, "GTTSPLIT_SPOOL_DIR=" + filepath.Join(dir, "lane-spool"),
+		"GTTSPLIT_ATTACH_STATE_DIR=" + filepath.Join(dir, "attach")}, collectorBin(t), "attach",
+		"--pid", fmt.Sprint(os.Getpid()), "--nats-url", url, "--lane", "gpu0", "--http", fmt.Sprintf("0.0.0.0:%d", ports[2]))
+	colMetrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2])
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[2]), 30*time.Second, col)
+	if code, _, err := get(colMetrics, ""); err != nil || code == 200 {
+		t.Errorf("the collector's /metrics beyond loopback answered without the token: %d %v", code, err)
+	}
+	colFams, err := scrape(colMetrics, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := sumMetric(colFams, "gttsplit_collector_broker_connected"); v != 1 {
+		t.Errorf("gttsplit_collector_broker_connected = %v with the broker up", v)
+	}
+
 	var exported map[string]bool
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		fams, err := scrape(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]), token)
@@ -297,12 +317,15 @@ func TestMetricsAreExported(t *testing.T) {
 			t.Fatal(err)
 		}
 		exported = exportedNames(fams)
+		for n := range exportedNames(colFams) {
+			exported[n] = true
+		}
 		if len(missing(exported)) == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
 	for _, n := range missing(exported) {
-		t.Errorf("%s is used by %s but aggregator serve does not export it", n, strings.Join(slices.Compact(used[n]), ", "))
+		t.Errorf("%s is used by %s but neither aggregator serve nor the collector exports it", n, strings.Join(slices.Compact(used[n]), ", "))
 	}
 }
 

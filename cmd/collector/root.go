@@ -80,7 +80,7 @@ were dropped. Details: docs/collector.md.`,
 		},
 	}
 	c.Flags().SetInterspersed(false) // everything after CMD is the child's
-	addFlags(c.Flags(), append(natsFlags, "out", "run-id", "issue", "control-of", "interval", "source-dir", "proc-root")...)
+	addFlags(c.Flags(), append(natsFlags, "out", "run-id", "issue", "control-of", "interval", "source-dir", "proc-root", "http")...)
 	return c
 }
 
@@ -106,7 +106,7 @@ Details: docs/collector.md.`,
 			return collector.Attach(cmd.Context(), cfg, io, log)
 		},
 	}
-	addFlags(c.Flags(), append(natsFlags, "pid", "log", "state-dir", "out", "run-id", "issue", "control-of", "interval", "source-dir", "proc-root")...)
+	addFlags(c.Flags(), append(natsFlags, "pid", "log", "state-dir", "out", "run-id", "issue", "control-of", "interval", "source-dir", "proc-root", "http")...)
 	return c
 }
 

@@ -99,7 +99,7 @@ type PublisherStats struct {
 
 // Publisher publishes events to JetStream asynchronously, with a disk spool
 // for when the broker is away (see the package documentation). Publish,
-// Flush, Dropped, Stats and Close are safe for concurrent use.
+// Flush, Dropped, Stats, Connected and Close are safe for concurrent use.
 type Publisher struct {
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -351,6 +351,9 @@ func (p *Publisher) handOverQueued(ctx context.Context, e *entry) error {
 // Dropped returns how many events were dropped because the spool was full
 // or the broker rejected them for good.
 func (p *Publisher) Dropped() uint64 { return p.dropped.Load() }
+
+// Connected reports whether the publisher's connection to the broker is up.
+func (p *Publisher) Connected() bool { return p.nc.IsConnected() }
 
 // Stats returns the publisher's counters.
 func (p *Publisher) Stats() PublisherStats {

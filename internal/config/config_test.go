@@ -194,6 +194,7 @@ func TestFlagNames(t *testing.T) {
 		"control-of": "control_of",
 		"source-dir": "source_dir",
 		"out":        "out",
+		"http":       "http.listen",
 		"nats-url":   "nats.url",
 		"spool-dir":  "spool.dir",
 		"interval":   "sample.interval",

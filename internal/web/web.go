@@ -9,7 +9,7 @@
 // EventSource, so it works offline.
 //
 // On a loopback listener there is no login. On any other address the pages
-// need the token of http.token (see Guard); with no token configured they
+// need the token of http.token (see httpguard.Guard); with no token configured they
 // are refused.
 package web
 
@@ -33,6 +33,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/httpguard"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -84,7 +85,7 @@ type Handler struct {
 	opt   Options
 	log   zerolog.Logger
 	tmpl  *template.Template
-	guard Guard
+	guard httpguard.Guard
 
 	// refresh makes one refresh of the listing at a time; it is held
 	// while the source is read and while mu is taken: mu must not be
@@ -140,7 +141,7 @@ func New(src Source, opt Options, log zerolog.Logger) *Handler {
 	}
 	opt.PageSize = min(opt.PageSize, MaxPageSize)
 	t := template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
-	return &Handler{src: src, opt: opt, log: log, tmpl: t, guard: Guard{Token: opt.Token, Loopback: opt.Loopback},
+	return &Handler{src: src, opt: opt, log: log, tmpl: t, guard: httpguard.Guard{Token: opt.Token, Loopback: opt.Loopback},
 		cache: map[string]cached{}, done: make(chan struct{})}
 }
 

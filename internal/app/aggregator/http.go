@@ -17,8 +17,8 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/internal/httpguard"
 	"github.com/gttsplit/gttsplit/internal/runtable"
-	"github.com/gttsplit/gttsplit/internal/web"
 )
 
 // endpoints are what the HTTP endpoints read.
@@ -57,7 +57,7 @@ type partitionsView struct {
 // startHTTP serves /healthz, /readyz, /metrics, /partitions, /runs,
 // /runs/{id} and the live page on cfg.Listen. On a loopback address every
 // path is open; on any other, every path but /healthz and /readyz needs
-// cfg.Token (see web.Guard), and /metrics too unless cfg.MetricsPublic.
+// cfg.Token (see httpguard.Guard), and /metrics too unless cfg.MetricsPublic.
 func startHTTP(cfg config.HTTP, e endpoints, log zerolog.Logger) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -68,7 +68,7 @@ func startHTTP(cfg config.HTTP, e endpoints, log zerolog.Logger) (*http.Server, 
 		loop = a.IP.IsLoopback()
 	}
 	token := cfg.Token.Reveal()
-	guard := web.Guard{Token: token, Loopback: loop}
+	guard := httpguard.Guard{Token: token, Loopback: loop}
 	svc := e.tbl
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,8 @@ type session struct {
 	backPressure time.Duration
 	// note, when set, logs what provenance found once the run started.
 	note func()
+	// http serves /metrics (http.listen); nil when not configured.
+	http *http.Server
 }
 
 // started says, once, what is worth saying only about a run that started.
@@ -120,6 +123,19 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, resume 
 			return nil, err
 		}
 		s.pipe.pub = pub
+	}
+	if cfg.HTTP.Listen != "" {
+		srv, err := startHTTP(cfg.HTTP, registry(s.pipe, cfg.Spool), s.log)
+		if err != nil {
+			if s.pipe.pub != nil {
+				_ = s.pipe.pub.Close(ctx)
+			}
+			if s.pipe.out != nil {
+				_ = s.pipe.out.close()
+			}
+			return nil, err
+		}
+		s.http = srv
 	}
 	return s, nil
 }
@@ -212,6 +228,9 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 		} else {
 			s.log.Info().Str("out", s.cfg.Out).Msg("wrote split.log, gtt.txt, events.jsonl, split.md and split.json")
 		}
+	}
+	if s.http != nil {
+		_ = s.http.Close()
 	}
 	return dropped, errors.Join(errs...)
 }

@@ -1,4 +1,6 @@
-package web
+// Package httpguard is who may read an HTTP listener of gttsplit's: anyone
+// on a loopback address, the holder of http.token on any other.
+package httpguard
 
 import (
 	"crypto/subtle"
@@ -6,7 +8,7 @@ import (
 	"strings"
 )
 
-// Guard is who may read the aggregator's HTTP listener. On a loopback
+// Guard is who may read an HTTP listener (the aggregator's, a collector's). On a loopback
 // address anyone may (there is no login). On any other address every path
 // it wraps needs Token: as "Authorization: Bearer TOKEN", as the cookie a
 // first visit with ?token=TOKEN sets (that visit is redirected to the
