@@ -56,7 +56,9 @@ func (e Embedded) Validate() error {
 	return p.Err()
 }
 
-// HTTP is the http.* keys: the aggregator's HTTP endpoint.
+// HTTP is the http.* keys of both binaries: the aggregator's HTTP endpoint,
+// a collector's /metrics (each binary words listen and token for itself
+// with desc.listen and desc.token on its field).
 type HTTP struct {
 	// Listen is host:port; empty serves no HTTP.
 	Listen string `mapstructure:"listen" flag:"http" desc:"listen address (host:port) of the HTTP endpoint; empty disables it"`

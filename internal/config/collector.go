@@ -36,7 +36,7 @@ type Collector struct {
 	Batch     sources.BatchConfig `mapstructure:"batch"`
 	Attach    Attach              `mapstructure:"attach"`
 	Replay    Replay              `mapstructure:"replay"`
-	HTTP      CollectorHTTP       `mapstructure:"http"`
+	HTTP      HTTP                `mapstructure:"http" desc.listen:"listen address (host:port) of the collector's /metrics and /healthz while it runs; empty serves none" desc.token:"token /metrics asks for (Authorization: Bearer) when http.listen is not a loopback address; empty refuses it there unless http.metrics_public; set it through the environment"`
 	// ShutdownTimeout bounds flushing events and the spool at shutdown.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" desc:"deadline for flushing events and the spool at shutdown"`
 }
@@ -67,27 +67,6 @@ func (r Replay) Validate() error {
 	var p conf.Problems
 	_, err := ParsePace(r.Pace)
 	p.Check("pace", err)
-	return p.Err()
-}
-
-// CollectorHTTP is the collector's http.* keys: its /metrics endpoint, for
-// a scraper to see a lane's spool, drops and broker connection while the
-// run goes on.
-type CollectorHTTP struct {
-	// Listen is host:port; empty (the default) serves nothing.
-	Listen string `mapstructure:"listen" flag:"http" desc:"listen address (host:port) of the collector's /metrics and /healthz while it runs; empty serves none"`
-	// Token guards /metrics beyond loopback.
-	Token conf.Secret `mapstructure:"token" desc:"token /metrics asks for (Authorization: Bearer) when http.listen is not a loopback address; empty refuses it there unless http.metrics_public; set it through the environment"`
-	// MetricsPublic leaves /metrics open on a non-loopback listener.
-	MetricsPublic bool `mapstructure:"metrics_public" desc:"serve /metrics without http.token on a non-loopback address (counters only, no run data), for a scraper that cannot send a bearer token"`
-}
-
-// Validate reports the problems of the collector's http.* keys.
-func (h CollectorHTTP) Validate() error {
-	var p conf.Problems
-	if h.Listen != "" {
-		p.Check("listen", conf.Listen(h.Listen))
-	}
 	return p.Err()
 }
 

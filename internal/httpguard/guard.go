@@ -4,13 +4,19 @@ package httpguard
 
 import (
 	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
 )
 
-// Guard is who may read an HTTP listener (the aggregator's, a collector's). On a loopback
-// address anyone may (there is no login). On any other address every path
-// it wraps needs Token: as "Authorization: Bearer TOKEN", as the cookie a
+// Guard is who may read an HTTP listener (the aggregator's, a
+// collector's). On a loopback address anyone may (there is no login). On
+// any other address every path it wraps needs Token: as "Authorization: Bearer TOKEN", as the cookie a
 // first visit with ?token=TOKEN sets (that visit is redirected to the
 // address without the token, so it stays out of the history), or with no
 // Token configured not at all (403). /healthz and /readyz are not wrapped.
@@ -59,4 +65,27 @@ func (g Guard) Wrap(next http.Handler) http.Handler {
 
 func (g Guard) ok(s string) bool {
 	return subtle.ConstantTimeCompare([]byte(s), []byte(g.Token)) == 1
+}
+
+// Listen listens on addr (host:port) and reports whether the listener is
+// on a loopback address, which decides what a Guard asks for.
+func Listen(addr string) (net.Listener, bool, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, false, fmt.Errorf("http.listen: %w", err)
+	}
+	a, ok := ln.Addr().(*net.TCPAddr)
+	return ln, ok && a.IP.IsLoopback(), nil
+}
+
+// Serve serves h on ln in the background (headers within 10 s), logging
+// the error that ends it, and returns the server to close.
+func Serve(ln net.Listener, h http.Handler, log zerolog.Logger) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("http server")
+		}
+	}()
+	return srv
 }

@@ -2,14 +2,10 @@ package aggregator
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -59,13 +55,9 @@ type partitionsView struct {
 // path is open; on any other, every path but /healthz and /readyz needs
 // cfg.Token (see httpguard.Guard), and /metrics too unless cfg.MetricsPublic.
 func startHTTP(cfg config.HTTP, e endpoints, log zerolog.Logger) (*http.Server, string, error) {
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, loop, err := httpguard.Listen(cfg.Listen)
 	if err != nil {
-		return nil, "", fmt.Errorf("http.listen: %w", err)
-	}
-	loop := false
-	if a, ok := ln.Addr().(*net.TCPAddr); ok {
-		loop = a.IP.IsLoopback()
+		return nil, "", err
 	}
 	token := cfg.Token.Reveal()
 	guard := httpguard.Guard{Token: token, Loopback: loop}
@@ -118,13 +110,9 @@ func startHTTP(cfg config.HTTP, e endpoints, log zerolog.Logger) (*http.Server, 
 			writeJSON(w, rep)
 		}
 	})))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	srv.RegisterOnShutdown(mountWeb(mux, svc, loop, token, log))
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("http server")
-		}
-	}()
+	stopWeb := mountWeb(mux, svc, loop, token, log)
+	srv := httpguard.Serve(ln, mux, log)
+	srv.RegisterOnShutdown(stopWeb)
 	log.Info().Str("listen", ln.Addr().String()).Msg("http: / (the live page) /healthz /readyz /metrics /partitions /runs /runs/{id}")
 	switch {
 	case loop:

@@ -1,12 +1,8 @@
 package collector
 
 import (
-	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -69,14 +65,10 @@ func registry(p *pipeline, spool bus.SpoolConfig) *prometheus.Registry {
 // startHTTP serves /healthz and /metrics on cfg.Listen. On a loopback
 // address /metrics is open; on any other it needs cfg.Token, unless
 // cfg.MetricsPublic.
-func startHTTP(cfg config.CollectorHTTP, reg *prometheus.Registry, log zerolog.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", cfg.Listen)
+func startHTTP(cfg config.HTTP, reg *prometheus.Registry, log zerolog.Logger) (*http.Server, error) {
+	ln, loop, err := httpguard.Listen(cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("http.listen: %w", err)
-	}
-	loop := false
-	if a, ok := ln.Addr().(*net.TCPAddr); ok {
-		loop = a.IP.IsLoopback()
+		return nil, err
 	}
 	token := cfg.Token.Reveal()
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -86,12 +78,7 @@ func startHTTP(cfg config.CollectorHTTP, reg *prometheus.Registry, log zerolog.L
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.Handle("GET /metrics", metrics)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("http server")
-		}
-	}()
+	srv := httpguard.Serve(ln, mux, log)
 	log.Info().Str("listen", ln.Addr().String()).Msg("http: /healthz /metrics")
 	if !loop && token == "" && !cfg.MetricsPublic {
 		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) or http.metrics_public, /metrics is refused; only /healthz is served")
