@@ -82,20 +82,7 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				it, err := c.Messages(jetstream.PullMaxMessages(64))
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				defer it.Stop()
-				for left := c.CachedInfo().NumPending; left > 0; left-- {
-					m, err := it.Next()
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					_ = m.Ack()
-				}
+				drainConsumer(b, c)
 			}()
 		}
 		wg.Wait()
@@ -259,24 +246,28 @@ func consumeAll(b *testing.B, st jetstream.Stream, prefix string, filters func(p
 		c, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: fmt.Sprintf("%s-%d", prefix, p),
 			FilterSubjects: filters(p), AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024})
 		require.NoError(b, err)
-		wg.Go(func() {
-			it, err := c.Messages(jetstream.PullMaxMessages(64))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer it.Stop()
-			for left := c.CachedInfo().NumPending; left > 0; left-- {
-				m, err := it.Next()
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				_ = m.Ack()
-			}
-		})
+		wg.Go(func() { drainConsumer(b, c) })
 	}
 	wg.Wait()
+}
+
+// drainConsumer consumes and acknowledges the messages c had pending when
+// it was created.
+func drainConsumer(b *testing.B, c jetstream.Consumer) {
+	it, err := c.Messages(jetstream.PullMaxMessages(64))
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer it.Stop()
+	for left := c.CachedInfo().NumPending; left > 0; left-- {
+		m, err := it.Next()
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		_ = m.Ack()
+	}
 }
 
 // recordedEvents returns the events of the recorded 4B and 27B runs, one
