@@ -105,30 +105,48 @@ func (pt *part) consumer(ctx context.Context, stream string, filters []string) (
 	if replicas <= 1 {
 		replicas = 0 // the stream's
 	}
-	if cur, err := t.js.Consumer(ctx, stream, name); err == nil {
-		replicas = max(replicas, cur.CachedInfo().Config.Replicas)
-	}
-	cons, err := t.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:        name,
-		Description:    fmt.Sprintf("gttsplit aggregator, partition %d", pt.p),
-		FilterSubjects: filters,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        t.cfg.Consumer.AckWait,
-		MaxDeliver:     -1,
-		MaxAckPending:  t.cfg.Consumer.MaxAckPending,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		PriorityPolicy: jetstream.PriorityPolicyPinned,
-		PriorityGroups: []string{ownerGroup},
-		PinnedTTL:      pinnedTTL,
-		Replicas:       replicas,
+	// Each request under its own bound, sent again when unanswered: a
+	// partition is often taken because a node died, and a request in
+	// flight to it (or to the stream's old leader) is never answered.
+	var cons jetstream.Consumer
+	err := bus.Retry(ctx, func(ctx context.Context) error {
+		if cur, err := t.js.Consumer(ctx, stream, name); err == nil {
+			replicas = max(replicas, cur.CachedInfo().Config.Replicas)
+		} else if bus.Transient(err) {
+			return err
+		}
+		var err error
+		cons, err = t.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable:        name,
+			Description:    fmt.Sprintf("gttsplit aggregator, partition %d", pt.p),
+			FilterSubjects: filters,
+			AckPolicy:      jetstream.AckExplicitPolicy,
+			AckWait:        t.cfg.Consumer.AckWait,
+			MaxDeliver:     -1,
+			MaxAckPending:  t.cfg.Consumer.MaxAckPending,
+			DeliverPolicy:  jetstream.DeliverAllPolicy,
+			PriorityPolicy: jetstream.PriorityPolicyPinned,
+			PriorityGroups: []string{ownerGroup},
+			PinnedTTL:      pinnedTTL,
+			Replicas:       replicas,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s of %s: %w", name, stream, err)
 	}
 	// This member holds the lease: any pin left is a previous owner's.
-	if st, err := t.js.Stream(ctx, stream); err == nil {
-		_ = st.UnpinConsumer(ctx, name, ownerGroup) // (none pinned: nothing to do)
-	}
+	_ = bus.Retry(ctx, func(ctx context.Context) error {
+		st, err := t.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		err = st.UnpinConsumer(ctx, name, ownerGroup)
+		if bus.Transient(err) {
+			return err
+		}
+		return nil // (none pinned: nothing to do)
+	})
 	c := &partConsumer{stream: stream, name: name, cons: cons}
 	c.last.Store(time.Now().UnixNano())
 	return c, nil

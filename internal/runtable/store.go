@@ -155,7 +155,8 @@ func (s *store) purge(ctx context.Context, l *fleet.Lease, key string) error {
 
 const kvOperation = "KV-Operation"
 
-// getTimeout bounds a read when the caller's context has no deadline (a
+// getTimeout bounds a read when the caller's context has no deadline; each
+// request is bounded by bus.APITimeout and sent again when unanswered (a
 // request the server dropped, restarting, is not waited for for ever).
 const getTimeout = 10 * time.Second
 
@@ -175,7 +176,12 @@ func (s *store) get(ctx context.Context, key string) ([]byte, error) {
 	req, _ := json.Marshal(struct {
 		LastFor string `json:"last_by_subj"`
 	}{s.subj + key})
-	resp, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.stream, req)
+	var resp *nats.Msg
+	err := bus.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.stream, req)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("state bucket: get %s: %w", key, err)
 	}
@@ -221,25 +227,34 @@ type entry struct {
 // the server feeds from its subject index, so the time it takes depends on
 // the keys read, not on the bucket's size.
 func (s *store) load(ctx context.Context, prefix string, fn func(entry) error) error {
-	st, err := s.js.Stream(ctx, s.stream)
-	if err != nil {
-		return fmt.Errorf("state bucket: %w", err)
-	}
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.subj + prefix + ">"},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	var (
+		c    jetstream.Consumer
+		info *jetstream.ConsumerInfo
+	)
+	err := bus.Retry(ctx, func(ctx context.Context) error {
+		st, err := s.js.Stream(ctx, s.stream)
+		if err != nil {
+			return err
+		}
+		c, err = st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{s.subj + prefix + ">"},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		})
+		if err != nil {
+			return err
+		}
+		info, err = c.Info(ctx)
+		return err
 	})
-	if err != nil {
-		return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
-	}
-	info, err := c.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 	}
 	left := info.NumPending
 	var refused bus.Refusals
 	for left > 0 {
-		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchContext(ctx))
+		// Each pull bounded by bus.APITimeout (a timeout is pulled again),
+		// not by ctx: a pull the bucket's old leader took is never answered.
+		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(bus.APITimeout))
 		if err != nil {
 			return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 		}
