@@ -17,13 +17,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/common/model"
+	promconfig "github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 )
 
 const (
-	rulesFile     = "deploy/prometheus/gttsplit-rules.yml"
-	dashboardFile = "deploy/grafana/gttsplit-dashboard.json"
+	rulesFile      = "deploy/prometheus/gttsplit-rules.yml"
+	promConfigFile = "deploy/prometheus/prometheus.yml"
+	dashboardFile  = "deploy/grafana/gttsplit-dashboard.json"
 )
 
 // notOurs are the metrics the rules and the dashboard read that the
@@ -370,5 +372,39 @@ func TestRegressionsDocAlert(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("docs/regressions.md shows no rule")
+	}
+}
+
+// TestPrometheusConfigLoads loads deploy/prometheus/prometheus.yml with
+// Prometheus' own configuration loader (what `promtool check config`
+// reads): its jobs are the ones the docs name, its rule file is the one
+// TestRulesParse checks, and the loader does catch a mistake.
+func TestPrometheusConfigLoads(t *testing.T) {
+	content := readFile(t, promConfigFile)
+	cfg, err := promconfig.Load(content, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("%s: %v", promConfigFile, err)
+	}
+	var jobs []string
+	for _, sc := range cfg.ScrapeConfigs {
+		jobs = append(jobs, sc.JobName)
+	}
+	if want := []string{"gttsplit-aggregator", "gttsplit-collector", "gttsplit-readyz"}; !slices.Equal(jobs, want) {
+		t.Errorf("scrape jobs %v, want %v", jobs, want)
+	}
+	if want := filepath.Base(rulesFile); len(cfg.RuleFiles) != 1 || filepath.Base(cfg.RuleFiles[0]) != want {
+		t.Errorf("rule_files %v, want %s", cfg.RuleFiles, want)
+	}
+	for name, broken := range map[string]string{
+		"field":    strings.Replace(content, "scrape_interval: 15s", "scrape_interval: 15s\n  scrap_timeout: 10s", 1),
+		"duration": strings.Replace(content, "scrape_interval: 15s", "scrape_interval: 15 seconds", 1),
+		"job":      strings.Replace(content, "job_name: gttsplit-collector", "job_name: gttsplit-aggregator", 1),
+	} {
+		if broken == content {
+			t.Fatalf("%s: the mistake was not made", name)
+		}
+		if _, err := promconfig.Load(broken, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
+			t.Errorf("%s: a broken configuration loaded", name)
+		}
 	}
 }
