@@ -267,6 +267,56 @@ func TestLeaseExpiresAndFencesIntegration(t *testing.T) {
 	require.NoError(t, b.Fenced(ctx, func(ctx context.Context, fc Fence) error { return w(fc)(ctx, fc) }))
 }
 
+// A renewal whose answer was lost (its publish timed out here after the
+// server had stored it) moved the lease key on without the lease knowing.
+// The next renewal, fenced write or release is refused for the revision;
+// the key still holds this member's id, so the lease takes its revision
+// and goes on: before, the member fenced itself out and dropped a
+// partition nobody else held. A key another member holds is still lost.
+func TestLeaseSurvivesARenewalWhoseAnswerWasLostIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	ctx := context.Background()
+	ttl := 5 * time.Second
+	a, err := acquire(ctx, f.js, f.kv, testBucket, "g", "a", 4, ttl, time.Second)
+	require.NoError(t, err)
+	landed := func() {
+		t.Helper()
+		_, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: a.subject, Data: a.value},
+			jetstream.WithExpectLastSequencePerSubject(a.Revision()), jetstream.WithMsgTTL(ttl))
+		require.NoError(t, err)
+	}
+	write := func(ctx context.Context, fc Fence) error {
+		_, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + testBucket + ".state.y", Data: []byte("a")}, fc.Opt())
+		return err
+	}
+
+	landed()
+	require.NoError(t, a.renew(ctx), "a renewal after one whose answer was lost")
+	landed()
+	require.NoError(t, a.Fenced(ctx, write), "a fenced write after one")
+	require.True(t, a.Valid())
+	e, err := f.kv.Get(ctx, a.key)
+	require.NoError(t, err)
+	require.Equal(t, e.Revision(), a.Revision(), "the lease carries the key's revision")
+	landed()
+	require.NoError(t, a.release(ctx), "a release after one")
+	_, err = f.kv.Get(ctx, a.key)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "given back")
+
+	// The discriminating case: the key moved on under another member's
+	// id. That is a lost lease, whatever its revision.
+	b, err := acquire(ctx, f.js, f.kv, testBucket, "g", "b", 5, ttl, time.Second)
+	require.NoError(t, err)
+	_, err = f.kv.Put(ctx, b.key, []byte("c"))
+	require.NoError(t, err)
+	require.ErrorIs(t, b.Fenced(ctx, write), ErrLost)
+	require.False(t, b.Valid())
+}
+
 // A server restart loses the members bucket (kept in memory): a member
 // creates it again and is ready again, its partitions still its own.
 func TestMemberSurvivesServerRestartIntegration(t *testing.T) {

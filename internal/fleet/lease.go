@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -124,7 +125,8 @@ func (l *Lease) lose(why string) {
 
 // Fenced runs write with the lease's fence, taking turns with the
 // renewals. It returns ErrLost (and loses the lease) when the lease is not
-// valid, or when the server refused the write for its fence.
+// valid, or when the server refused the write for its fence and the lease
+// key is no longer this member's.
 func (l *Lease) Fenced(ctx context.Context, write func(ctx context.Context, f Fence) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -132,35 +134,80 @@ func (l *Lease) Fenced(ctx context.Context, write func(ctx context.Context, f Fe
 		l.lose("its time to live ran out before a write")
 		return fmt.Errorf("partition %d: %w", l.Partition, ErrLost)
 	}
-	err := write(ctx, Fence{Subject: l.subject, Rev: l.rev})
-	if err != nil && l.fencedOut(ctx, err) {
-		return fmt.Errorf("partition %d: %w: %v", l.Partition, ErrLost, err)
+	err := l.send(ctx, func(rev uint64) error {
+		return write(ctx, Fence{Subject: l.subject, Rev: rev})
+	})
+	if errors.Is(err, ErrLost) {
+		return fmt.Errorf("partition %d: %w", l.Partition, err)
 	}
 	return err
 }
 
-// fencedOut says whether err is the server refusing a write for the
-// lease's revision, and loses the lease if so. A refusal that may also be
-// the server being busy with another write of the subject (code 10164 on a
-// replicated bucket) is checked against the lease key itself. l.mu is held.
-func (l *Lease) fencedOut(ctx context.Context, err error) bool {
+// send sends a write conditional on the lease's revision. l.mu is held.
+// When the server refuses it for the revision, the lease key says why:
+//
+//   - another member's, or gone: the lease is lost (ErrLost);
+//   - this member's at a later revision: a renewal whose answer was lost
+//     (its publish timed out here after the server had stored it) moved
+//     the key on; the lease takes that revision and the write is sent once
+//     more;
+//   - this member's at the lease's revision (the server busy with another
+//     write of the subject, code 10164 on a replicated bucket), or the key
+//     unreadable: the error is returned, the lease kept; a later write or
+//     renewal tells.
+func (l *Lease) send(ctx context.Context, write func(rev uint64) error) error {
+	for try := 0; ; try++ {
+		err := write(l.rev)
+		if err == nil || !refusedForRevision(err) {
+			return err
+		}
+		switch l.recheck(ctx) {
+		case keyNotOurs:
+			l.lose("another member holds the partition (a write was fenced out)")
+			return fmt.Errorf("%w: %v", ErrLost, err)
+		case keyMovedOn:
+			if try == 0 {
+				continue
+			}
+		}
+		return err
+	}
+}
+
+// refusedForRevision says whether err is the server refusing a write for
+// the revision it was conditional on.
+func refusedForRevision(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
 		return false
 	}
-	switch apiErr.ErrorCode {
-	case jetstream.JSErrCodeStreamWrongLastSequence:
-	case jetstream.JSErrCodeStreamWrongLastSequenceConstant:
-		if e, gerr := l.kv.Get(ctx, l.key); gerr == nil && e.Revision() == l.rev {
-			return false // still ours: the server was busy
-		} else if gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound) {
-			return false // cannot tell: a later write will
-		}
-	default:
-		return false
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+type keyState int
+
+const (
+	keyUnknown keyState = iota // unreadable, or ours at the lease's revision
+	keyNotOurs                 // gone, or another member's
+	keyMovedOn                 // ours at a later revision, now the lease's
+)
+
+// recheck reads the lease key after a refused write. l.mu is held.
+func (l *Lease) recheck(ctx context.Context) keyState {
+	e, err := l.kv.Get(ctx, l.key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return keyNotOurs
+	case err != nil:
+		return keyUnknown
+	case !bytes.Equal(e.Value(), l.value):
+		return keyNotOurs
+	case e.Revision() > l.rev:
+		l.rev = e.Revision()
+		return keyMovedOn
 	}
-	l.lose("another member holds the partition (a write was fenced out)")
-	return true
+	return keyUnknown
 }
 
 // renew writes the lease key again, conditional on its revision, with a
@@ -173,16 +220,26 @@ func (l *Lease) renew(ctx context.Context) error {
 		return ErrLost
 	default:
 	}
-	sent := mono()
-	m := &nats.Msg{Subject: l.subject, Data: l.value}
-	pa, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(l.ttl))
-	if err != nil {
-		if l.fencedOut(ctx, err) {
-			return ErrLost
+	var (
+		sent time.Duration
+		rev  uint64
+	)
+	err := l.send(ctx, func(expect uint64) error {
+		sent = mono()
+		m := &nats.Msg{Subject: l.subject, Data: l.value}
+		pa, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgTTL(l.ttl))
+		if err == nil {
+			rev = pa.Sequence
 		}
 		return err
+	})
+	if errors.Is(err, ErrLost) {
+		return ErrLost
 	}
-	l.rev = pa.Sequence
+	if err != nil {
+		return err
+	}
+	l.rev = rev
 	l.deadline.Store(int64(sent + l.ttl - l.margin))
 	return nil
 }
@@ -198,12 +255,18 @@ func (l *Lease) release(ctx context.Context) error {
 		return nil
 	default:
 	}
-	m := nats.NewMsg(l.subject)
-	m.Header.Set("KV-Operation", "PURGE")
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	// The purge marker goes too after a while: nothing is left of a
-	// released lease.
-	_, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(markerTTL))
+	err := l.send(ctx, func(expect uint64) error {
+		m := nats.NewMsg(l.subject)
+		m.Header.Set("KV-Operation", "PURGE")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		// The purge marker goes too after a while: nothing is left of a
+		// released lease.
+		_, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgTTL(markerTTL))
+		return err
+	})
+	if errors.Is(err, ErrLost) {
+		return nil // gone, or another member's: nothing to give back
+	}
 	return err
 }
 
