@@ -193,8 +193,11 @@ const (
 	keyMovedOn                 // ours at a later revision, now the lease's
 )
 
-// recheck reads the lease key after a refused write. l.mu is held.
+// recheck reads the lease key after a refused write (for at most 5 s,
+// whatever the caller's deadline: renewals wait meanwhile). l.mu is held.
 func (l *Lease) recheck(ctx context.Context) keyState {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	e, err := l.kv.Get(ctx, l.key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
