@@ -133,29 +133,29 @@ func newStore(js jetstream.JetStream, kv jetstream.KeyValue) *store {
 	return &store{js: js, kv: kv, subj: "$KV." + Bucket + ".", stream: "KV_" + Bucket}
 }
 
-// put writes key, fenced by l. A write, like every write made under the
-// lease's lock (renewals wait for it), is bounded by bus.APITimeout
-// whatever the caller's deadline: an unanswered one fails and is made again
-// by the caller (the next checkpoint, the next take-over).
+// put writes key, fenced by l.
 func (s *store) put(ctx context.Context, l *fleet.Lease, key string, b []byte) error {
-	return l.Fenced(ctx, func(ctx context.Context, f fleet.Fence) error {
-		ctx, cancel := context.WithTimeout(ctx, bus.APITimeout)
-		defer cancel()
-		_, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.subj + key, Data: b}, f.Opt())
-		return err
-	})
+	return s.publishFenced(ctx, l, &nats.Msg{Subject: s.subj + key, Data: b})
 }
 
-// purge removes key with every revision, fenced by l (bounded as put's
-// writes are); the marker it leaves goes after markerTTL.
+// purge removes key with every revision, fenced by l; the marker it
+// leaves goes after markerTTL.
 func (s *store) purge(ctx context.Context, l *fleet.Lease, key string) error {
+	m := nats.NewMsg(s.subj + key)
+	m.Header.Set(kvOperation, "PURGE")
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	return s.publishFenced(ctx, l, m, jetstream.WithMsgTTL(markerTTL))
+}
+
+// publishFenced publishes m with l's fence. The write holds the lease's
+// lock (renewals wait for it), so it is bounded by bus.APITimeout whatever
+// the caller's deadline: an unanswered one fails and is made again by the
+// caller (the next checkpoint, the next take-over).
+func (s *store) publishFenced(ctx context.Context, l *fleet.Lease, m *nats.Msg, opts ...jetstream.PublishOpt) error {
 	return l.Fenced(ctx, func(ctx context.Context, f fleet.Fence) error {
 		ctx, cancel := context.WithTimeout(ctx, bus.APITimeout)
 		defer cancel()
-		m := nats.NewMsg(s.subj + key)
-		m.Header.Set(kvOperation, "PURGE")
-		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-		_, err := s.js.PublishMsg(ctx, m, f.Opt(), jetstream.WithMsgTTL(markerTTL))
+		_, err := s.js.PublishMsg(ctx, m, append([]jetstream.PublishOpt{f.Opt()}, opts...)...)
 		return err
 	})
 }
