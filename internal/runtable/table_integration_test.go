@@ -483,7 +483,10 @@ func TestCutOffOwnerIntegration(t *testing.T) {
 	b.Publish(t, fx.Wires[half:len(fx.Wires)-1]...)
 	rt.Eventually(t, "a folds", func() bool { return counter(t, a.m, "gttsplit_events_folded_total") > float64(half) })
 	proxy.Freeze()
-	c := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour})
+	// The successor's leases outlive a write that a busy machine stalls
+	// for seconds (renewals wait for a fenced write): only a's are to be
+	// lost here. a's own stay at testLease, so c takes over that soon.
+	c := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour}, 15*time.Second)
 	c.waitOwns(c.parts)
 	b.Publish(t, fx.Wires[len(fx.Wires)-1])
 	rt.Eventually(t, "the split by the new owner", func() bool { n, _ := c.closes.count(); return n == 1 })
