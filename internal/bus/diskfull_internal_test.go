@@ -127,12 +127,12 @@ func heldPublisher(t *testing.T) (*Publisher, string, int, *lockedWriter) {
 	cfg.Spool.Dir = t.TempDir()
 	p, err := NewPublisher(nc, cfg, log)
 	require.NoError(t, err)
-	p.sm.Lock() // the pump reads it under sm
-	p.sp.write = func(f *os.File, _ []byte) (int, error) {
+	p.pump.mu.Lock() // the pump reads it under its mu
+	p.pump.sp.write = func(f *os.File, _ []byte) (int, error) {
 		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
 	}
-	p.sp.reserve = 0
-	p.sm.Unlock()
+	p.pump.sp.reserve = 0
+	p.pump.mu.Unlock()
 	return p, url, port, logs
 }
 

@@ -1,16 +1,17 @@
 // Package bus carries gttsplit's CloudEvents over NATS JetStream: it
 // connects and makes sure the stream exists (Dial, or Connect and
 // EnsureStream), publishes with a disk spool for when the broker is away
-// (Publisher), and consumes (Consumer) or exports (Export) what the stream
-// holds. It never builds or parses an event itself: pkg/events gives it
-// each event's subject, id and bytes, and decodes what it receives.
+// (Publisher), and hands what the stream holds to who consumes it (Msg,
+// WrapMsg: the run table's partition consumers) or exports it (Export).
+// It never builds or parses an event itself: pkg/events gives it each
+// event's subject, id and bytes, and decodes what it receives.
 //
 // Config is the nats.* keys of both binaries and SpoolConfig the
 // collector's spool.* keys: Dial and NewPublisher read them as they are.
 //
 //	collector ──Publish──▶ Publisher ──async, ≤ max_in_flight──▶ JetStream GTTSPLIT (gttsplit.>)
 //	                          │  ▲                                    │
-//	       broker away / lost │  │ drained in order when it is back   ├──▶ Consumer (durable, explicit acks)
+//	       broker away / lost │  │ drained in order when it is back   ├──▶ partition consumers (internal/runtable)
 //	                          ▼  │                                    └──▶ Export (ordered, by subject and time)
 //	                     disk spool (segments)
 //
@@ -94,14 +95,27 @@
 // (for the next start); if the broker is not connected, Close does not wait
 // for it. Close is idempotent; Publish after Close returns ErrClosed.
 //
-// Consumer.Consume runs until its ctx is cancelled, then drains: messages
-// already buffered are still handed to the handler (with a context that is
-// not cancelled), then it returns nil.
-//
 // # Errors
 //
 // Connect, EnsureStream and the constructors wrap the NATS error with the
 // operation. Publish returns ErrClosed after Close, the ctx error when it
 // gave up waiting for room, and an error wrapping events.ErrInvalid for an
 // event that cannot be encoded.
+//
+// # Files
+//
+//	config.go                Config (nats.*), SpoolConfig (spool.*)
+//	conn.go                  Connect and Dial: the connection, its options and what its errors mean
+//	stream.go                StreamConfig and EnsureStream: the events stream's settings
+//	partition.go             the stream's partitions: subjects, filters, EnsurePartitioned, the legacy stream
+//	api.go                   Retry and Transient: JetStream requests on a busy or failing-over cluster
+//	msg.go                   Msg, AckRef, Metadata: a delivered message; Export
+//	publisher.go             Publisher: the front door (Publish, Flush, Stats, Close)
+//	publisher_pump.go        the pump: the publisher's goroutine, the events in flight, the direct path
+//	publisher_spool.go       the pump's spool side: failover, draining, held run events
+//	publisher_drops.go       the counters and the drops and drains by run
+//	publisher_rejected.go    events refused for good: set aside in rejected/; which errors are which
+//	spool.go                 the disk spool: segments, checksummed records, the reserve
+//	ratelog.go               LogLimit and Clip: log lines a flood cannot multiply
+//	lock_*.go, reserve_*.go  the spool's directory lock and its reserve, per platform
 package bus

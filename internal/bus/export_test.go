@@ -20,7 +20,7 @@ func SpoolRecordSize(t testing.TB, ev event.Event) int64 {
 // DirectSent returns how many events Publish sent itself, without handing
 // them to the publisher's goroutine.
 func DirectSent(p *Publisher) uint64 {
-	p.sm.Lock()
-	defer p.sm.Unlock()
-	return p.direct
+	p.pump.mu.Lock()
+	defer p.pump.mu.Unlock()
+	return p.pump.direct
 }
