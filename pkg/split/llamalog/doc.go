@@ -34,7 +34,13 @@
 //
 // # Files
 //
-//	parse.go               Parser, Kind, Record: the grammar of llama.cpp and trace lines, the anchors
+//	parse.go               Parser, Kind, Record; the grammar: the loop and its table of rules, one read method per kind
+//	anchors.go             the anchors a relevant line holds; Relevant, MemoryLine, the -v markers
+//	trace.go               host-weight trace lines
+//	buffer.go              buffer lines and their echo
+//	breakdown.go           the memory breakdown table
+//	build.go               build and verbosity lines
+//	markers.go             loads, contexts, the lines that say which loads are live, devices, the counted-only kinds
 //	literals.go            the literals a relevant line's kind is told by, found in one pass
 //	envelope.go            Payload and RouterPort
 //	scan.go                Parser.ScanPiece and Piece: the lines of a piece of a log that may be relevant
@@ -45,13 +51,14 @@
 //
 // # Where a change goes
 //
-// A new shape of an existing line goes to parse.go (envelope.go for
-// decoration), with a case in parse_test.go, and a fixture log under
-// testdata/logs that the split package's conformance and real-log tests
-// fold. A new kind of line also needs its anchor (parse.go, literals.go,
-// the pairs of pairscan.go: TestPairsCoverAnchors), a Kind appended to the
-// list (folds persist kinds by number) and, in package split, a method of
-// the reader. Every fast path has a plain form that a fuzz target holds
+// A new shape of an existing line goes to the read method of its kind (the
+// file the file map names; envelope.go for decoration), with a case in
+// parse_test.go, and a fixture log under testdata/logs that the split
+// package's conformance and real-log tests fold. A new kind of line is a
+// rule in parse.go's grammar table and its read method; it also needs its
+// anchor (anchors.go, literals.go, the pairs of pairscan.go:
+// TestPairsCoverAnchors), a Kind appended to the list (folds persist kinds
+// by number) and, in package split, a method of the reader. Every fast path has a plain form that a fuzz target holds
 // it to (fastpath_test.go, scan_test.go).
 //
 // # Concurrency

@@ -354,7 +354,8 @@ func (p *Parser) parsePlain(seq uint64, s []byte, sc *Scratch) (Record, bool) {
 	return r, false
 }
 
-// parseMarkerPlain is parseMarker with a substring search for each marker:
+// parseMarkerPlain is the grammar's class of markers (readDraft ...
+// readWarmup) as a substring search for each marker:
 // it classifies the lines that say which loads are live: a draft
 // model's announcement, the router's spawn and stop lines, the mmproj/CLIP
 // backend and weight size, and the --fit bracket.

@@ -67,8 +67,6 @@ var lits = append([][]byte{
 // litMask has bit i set when a message holds lits[i].
 type litMask uint64
 
-func (m litMask) has(id int) bool { return m&(1<<id) != 0 }
-
 // debugLits are the bits of the -v markers.
 var debugLits = litMask(1<<len(lits)-1) &^ (1<<litDebug - 1)
 

@@ -52,3 +52,24 @@ func TestMemoryLine(t *testing.T) {
 		require.Equal(t, want, MemoryLine([]byte(line)), line)
 	}
 }
+
+// TestGrammarRules holds the grammar's table to its loop's assumptions:
+// every rule is told by a literal the one-pass search finds (a rule with
+// none would apply to every line, or be skipped with its class) and has a
+// read method.
+func TestGrammarRules(t *testing.T) {
+	all := litMask(1<<len(lits) - 1)
+	for c, class := range grammar {
+		if len(class) == 0 {
+			t.Fatalf("class %d has no rule", c)
+		}
+		for k, u := range class {
+			if u.anyOf|u.allOf == 0 || (u.anyOf|u.allOf)&^all != 0 {
+				t.Errorf("class %d rule %d: literals %b not among the %d searched", c, k, u.anyOf|u.allOf, len(lits))
+			}
+			if u.read == nil {
+				t.Errorf("class %d rule %d: no read method", c, k)
+			}
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package llamalog
+
+import (
+	"bytes"
+	"strings"
+)
+
+// parseBuffer parses "<func>: <name> <kind words> buffer size = N MiB" and
+// the ~llama_context echo; i is the index of "buffer size". It allocates
+// nothing for a line whose strings sc holds (parseBufferPlain is the
+// plain form FuzzParseLeavesMatchPlain holds it to).
+func parseBuffer(r Record, s []byte, i int, sc *Scratch) (Record, bool) {
+	// The last ": " before "buffer size" ends the function name, so a
+	// wrapper's own prefix ("Mar 12 07:01:05 host python[433748]: ",
+	// "llama-cpp  | ") stays out of the buffer type.
+	c := lastColonBlank(s[:i])
+	if c <= 0 {
+		r.Kind = KindMalformed
+		return r, true
+	}
+	r.Func = funcName(s[:c], sc)
+	name, kind, ok := bufferWords(s[c+2:i], sc)
+	rest := s[i+len(aBufferSize):]
+	if !ok {
+		r.Kind = KindMalformed
+		return r, true
+	}
+	r.Name, r.BufKind = name, kind
+	if r.Name == "params" && r.BufKind == "backend" {
+		// Old CLIP loaders: "clip_model_load: params backend buffer size
+		// = 595.49 MB (377 tensors)", the mmproj weights (MB is MiB).
+		v, ok := mibOrMB(bytes.TrimLeft(bytes.TrimLeft(rest, " ="), " "))
+		if !ok {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		r.Kind, r.Text, r.MiB, r.Name, r.BufKind = KindClip, "size", v, "", ""
+		return r, true
+	}
+	rest = bytes.TrimLeft(rest, " ")
+	switch {
+	case bytes.HasPrefix(rest, []byte("= ")) || bytes.HasPrefix(rest, []byte("=")):
+		v, ok := mibValue(bytes.TrimLeft(rest[1:], " "))
+		if !ok {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		r.Kind, r.MiB = KindBuffer, v
+		if r.BufKind == "" {
+			// ≤ b3989 "llm_load_tensors: CUDA0 buffer size": a model buffer.
+			r.BufKind = "model"
+		}
+		return r, true
+	case bytes.HasPrefix(rest, []byte("is ")) || bytes.HasPrefix(rest, []byte("of ")):
+		a, e, match, ok := echoFigures(rest)
+		if !ok {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		av, err1 := parseDecimal(a)
+		ev, err2 := parseDecimal(e)
+		if err1 != nil || err2 != nil {
+			r.Kind = KindMalformed
+			return r, true
+		}
+		r.Kind, r.MiB, r.Expect, r.Match = KindEcho, av, ev, match
+		return r, true
+	}
+	r.Kind = KindMalformed
+	return r, true
+}
+
+// bufferWords splits the words before "buffer size" as strings.Fields
+// would: the first is the name, the others joined by one blank the buffer
+// type. ok is false when there is no word.
+func bufferWords(b []byte, sc *Scratch) (name, kind string, ok bool) {
+	if !isASCII(b) {
+		// Unicode blanks: strings.Fields itself.
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return "", "", false
+		}
+		return f[0], strings.Join(f[1:], " "), true
+	}
+	i, j := nextField(b, 0)
+	if i == j {
+		return "", "", false
+	}
+	name = sc.str(b[i:j])
+	from, to, n := 0, 0, 0 // the span of the other words, and their count
+	single := true         // each separated from the next by one blank
+	for k := j; ; {
+		a, e := nextField(b, k)
+		if a == e {
+			break
+		}
+		if n == 0 {
+			from = a
+		} else if a != to+1 || b[to] != ' ' {
+			single = false
+		}
+		to, k = e, e
+		n++
+	}
+	switch {
+	case n == 0:
+	case single:
+		kind = sc.str(b[from:to])
+	default:
+		var buf []byte
+		if sc != nil {
+			buf = sc.join[:0]
+		}
+		for k := from; ; {
+			a, e := nextField(b, k)
+			if a == e {
+				break
+			}
+			if len(buf) > 0 {
+				buf = append(buf, ' ')
+			}
+			buf = append(buf, b[a:e]...)
+			k = e
+		}
+		if sc != nil {
+			sc.join = buf
+		}
+		kind = sc.str(buf)
+	}
+	return name, kind, true
+}
+
+// echoFigures parses the rest of an echo line by hand, as the regexp
+// `^(?:is|of) +([0-9.]+) MiB, (does not )?match(?:es)? expectation of
+// +([0-9.]+) MiB` would (FuzzParseLeavesMatchPlain): the actual and the
+// expected figure, and whether they match.
+func echoFigures(b []byte) (actual, expect []byte, match, ok bool) {
+	if len(b) < 2 || !(b[0] == 'i' && b[1] == 's' || b[0] == 'o' && b[1] == 'f') {
+		return nil, nil, false, false
+	}
+	b = b[2:]
+	figure := func() []byte {
+		i := 0
+		for i < len(b) && b[i] == ' ' {
+			i++
+		}
+		if i == 0 {
+			return nil
+		}
+		j := i
+		for j < len(b) && (isDigit(b[j]) || b[j] == '.') {
+			j++
+		}
+		if j == i || !bytes.HasPrefix(b[j:], []byte(" MiB")) {
+			return nil
+		}
+		f := b[i:j]
+		b = b[j+len(" MiB"):]
+		return f
+	}
+	if actual = figure(); actual == nil || !bytes.HasPrefix(b, []byte(", ")) {
+		return nil, nil, false, false
+	}
+	b = b[2:]
+	match = !bytes.HasPrefix(b, []byte("does not "))
+	if !match {
+		b = b[len("does not "):]
+	}
+	if !bytes.HasPrefix(b, []byte("match")) {
+		return nil, nil, false, false
+	}
+	b = b[len("match"):]
+	if bytes.HasPrefix(b, []byte("es")) {
+		b = b[2:]
+	}
+	if !bytes.HasPrefix(b, []byte(" expectation of")) {
+		return nil, nil, false, false
+	}
+	b = b[len(" expectation of"):]
+	if expect = figure(); expect == nil {
+		return nil, nil, false, false
+	}
+	return actual, expect, match, true
+}
+
+// mibValue parses "N MiB" at the start of b.
+func mibValue(b []byte) (float64, bool) {
+	j := 0
+	for j < len(b) && (isDigit(b[j]) || b[j] == '.') {
+		j++
+	}
+	if j == 0 || !bytes.HasPrefix(bytes.TrimLeft(b[j:], " "), aMiB) {
+		return 0, false
+	}
+	v, err := parseDecimal(b[:j])
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+// funcName is the last blank-separated word of what precedes a line's
+// first ": " (the C function; a wrapper's prefix goes).
+func funcName(b []byte, sc *Scratch) string {
+	e := len(b)
+	for e > 0 && b[e-1] == ' ' {
+		e--
+	}
+	j := e
+	for j > 0 && b[j-1] != ' ' && b[j-1] != '\t' {
+		j--
+	}
+	return sc.str(b[j:e])
+}
+
+// lastColonBlank is bytes.LastIndex(b, []byte(": ")) by a loop back from
+// the end (the library's is a Rabin-Karp search for a two-byte separator).
+func lastColonBlank(b []byte) int {
+	for i := len(b) - 2; i >= 0; i-- {
+		if b[i] == ':' && b[i+1] == ' ' {
+			return i
+		}
+	}
+	return -1
+}
+
+// mibOrMB parses "N MiB" or "N MB" at the start of b.
+func mibOrMB(b []byte) (float64, bool) {
+	j := 0
+	for j < len(b) && (isDigit(b[j]) || b[j] == '.') {
+		j++
+	}
+	rest := bytes.TrimLeft(b[j:], " ")
+	if j == 0 || !(bytes.HasPrefix(rest, aMiB) || bytes.HasPrefix(rest, []byte("MB"))) {
+		return 0, false
+	}
+	v, err := parseDecimal(b[:j])
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
