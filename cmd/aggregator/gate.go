@@ -21,7 +21,7 @@ func newGate(stdout io.Writer) *cobra.Command {
 	var (
 		maxDup, maxUnattr, maxPeak, maxGrowth, baseline, format string
 		samples, baseSamples                                    []string
-		allowUnknown                                            bool
+		allowUnknown, allowFailed                               bool
 	)
 	c := &cobra.Command{
 		Use:   "gate [flags] RUN...",
@@ -30,9 +30,10 @@ func newGate(stdout io.Writer) *cobra.Command {
 when one fails (naming each figure, its value and its limit), 2 on a usage
 error or an input it cannot read. RUN is anything compare takes, or a JSON
 sink's splits.jsonl; every run an input holds is gated. Percentages are
-written 10 or 10%. A figure that is unknown fails unless --allow-unknown.
---format github prints ::error annotations and appends a Markdown summary
-to $GITHUB_STEP_SUMMARY. Details: docs/regressions.md.`,
+written 10 or 10%. A figure that is unknown fails unless --allow-unknown,
+a run whose command failed unless --allow-failed. --format github prints
+::error annotations and appends a Markdown summary to $GITHUB_STEP_SUMMARY.
+Details: docs/regressions.md.`,
 		Example: `  aggregator gate testdata/runs/27b/events.jsonl --max-duplicate 20% --max-unattributed 10
   aggregator gate run/ --baseline baseline/split.json --max-growth 5 --format github`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),
@@ -57,7 +58,7 @@ to $GITHUB_STEP_SUMMARY. Details: docs/regressions.md.`,
 				}
 				*x.to = &v
 			}
-			l.AllowUnknown = allowUnknown
+			l.AllowUnknown, l.AllowFailed = allowUnknown, allowFailed
 			if err := l.Validate(baseline != ""); err != nil {
 				return cli.Usage(err)
 			}
@@ -115,6 +116,7 @@ to $GITHUB_STEP_SUMMARY. Details: docs/regressions.md.`,
 	f.StringVar(&baseline, "baseline", "", "the run to compare with (anything RUN may be)")
 	f.StringVar(&maxGrowth, "max-growth", "", "largest growth of each figure over the baseline's, percent")
 	f.BoolVar(&allowUnknown, "allow-unknown", false, "pass a figure that is unknown instead of failing it")
+	f.BoolVar(&allowFailed, "allow-failed", false, "pass a run whose command exited non-zero or was stopped by a signal instead of failing it")
 	f.StringVar(&format, "format", "text", "output: text, md, json or github")
 	f.StringArrayVar(&samples, "samples", nil, "samples file (gtt.txt) or fdinfo snapshot directory of RUN when it is a saved log; repeatable")
 	f.StringArrayVar(&baseSamples, "baseline-samples", nil, "samples of the baseline when it is a saved log; repeatable")

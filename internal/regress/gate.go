@@ -23,6 +23,7 @@ const (
 	StatusPass    = "pass"
 	StatusFail    = "fail"
 	StatusUnknown = "unknown" // the figure is unknown and --allow-unknown passes it
+	StatusAllowed = "allowed" // the command failed and --allow-failed passes it
 )
 
 // Limits are what a gate holds each run to; a nil limit is not checked.
@@ -36,6 +37,9 @@ type Limits struct {
 	// AllowUnknown passes a figure that is unknown (in a run or in the
 	// baseline) instead of failing it.
 	AllowUnknown bool `json:"allow_unknown"`
+	// AllowFailed passes a run whose command exited with a non-zero
+	// status or was stopped by a signal instead of failing it.
+	AllowFailed bool `json:"allow_failed"`
 }
 
 // Validate says what is wrong with the limits for a gate with or without a
@@ -93,9 +97,11 @@ type GateRun struct {
 // GateCheck is one figure held to its limit.
 type GateCheck struct {
 	// Name is the figure: duplicate, unattributed, peak, or a growth
-	// part's label (peak, model buffer, packed, KV + state, compute).
+	// part's label (peak, model buffer, packed, KV + state, compute); or
+	// "command" for a run whose command failed.
 	Name string `json:"name"`
-	// Kind is "max" (a fixed limit) or "growth" (against the baseline).
+	// Kind is "max" (a fixed limit), "growth" (against the baseline) or
+	// "exit" (the command failed: a non-zero status or a signal).
 	Kind string `json:"kind"`
 	// Key is the report's key of the figure.
 	Key    string     `json:"key"`
@@ -160,6 +166,12 @@ func Gate(runs []Input, baseline *Input, l Limits) GateResult {
 				add(GateCheck{Name: p.Label, Kind: "growth", Key: reportKey[k], Unit: "MiB", Value: p.Of(f), Base: p.Of(base)})
 			}
 		}
+		if c, ok := exitCheck(in.Report, l.AllowFailed); ok {
+			if c.Status == StatusFail {
+				gr.Pass = false
+			}
+			gr.Checks = append(gr.Checks, c)
+		}
 		if !gr.Pass {
 			g.Pass = false
 			g.Failed++
@@ -181,6 +193,26 @@ func Gate(runs []Input, baseline *Input, l Limits) GateResult {
 		g.Runs = append(g.Runs, gr)
 	}
 	return g
+}
+
+// exitCheck is the check of a run whose command failed: exited with a
+// non-zero status or stopped by a signal (its figures are those of a run
+// that did not end well); ok is false for any other run.
+func exitCheck(r split.Report, allow bool) (GateCheck, bool) {
+	c := GateCheck{Name: "command", Kind: "exit", Status: StatusFail}
+	switch {
+	case r.Run.Signal != "":
+		c.Key, c.Text = "run.signal", "command stopped by "+r.Run.Signal
+	case r.Run.ExitCode != nil && *r.Run.ExitCode != 0:
+		c.Key, c.Text = "run.exit_code", fmt.Sprintf("command exited with status %d", *r.Run.ExitCode)
+	default:
+		return c, false
+	}
+	if allow {
+		c.Status = StatusAllowed
+		c.Text += " (allowed: --allow-failed)"
+	}
+	return c, true
 }
 
 // reportKey is the report's key of each figure part.

@@ -38,6 +38,9 @@ func limitsText(l Limits) string {
 	if l.AllowUnknown {
 		s += "; unknown figures allowed"
 	}
+	if l.AllowFailed {
+		s += "; failed commands allowed"
+	}
 	return s
 }
 
@@ -74,7 +77,7 @@ func GateText(g GateResult) string {
 	for _, r := range g.Runs {
 		fmt.Fprintf(&b, "%s %s\n", map[bool]string{true: "PASS", false: "FAIL"}[r.Pass], runName(r.GateSide))
 		for _, c := range r.Checks {
-			mark := map[string]string{StatusPass: "ok  ", StatusFail: "FAIL", StatusUnknown: "?   "}[c.Status]
+			mark := map[string]string{StatusPass: "ok  ", StatusFail: "FAIL", StatusUnknown: "?   ", StatusAllowed: "ok  "}[c.Status]
 			fmt.Fprintf(&b, "  %s %s\n", mark, c.Text)
 		}
 	}
@@ -100,7 +103,7 @@ func GateMarkdown(g GateResult) string {
 			if i == 0 {
 				run, build = "`"+strings.ReplaceAll(runName(r.GateSide), "`", "'")+"`", mdEscape(r.Build)
 			}
-			res := map[string]string{StatusPass: "pass", StatusFail: "**FAIL**", StatusUnknown: "unknown (allowed)"}[c.Status]
+			res := map[string]string{StatusPass: "pass", StatusFail: "**FAIL**", StatusUnknown: "unknown (allowed)", StatusAllowed: "failed (allowed)"}[c.Status]
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", run, build, mdEscape(c.Text), res)
 		}
 	}

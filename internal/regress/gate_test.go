@@ -167,3 +167,35 @@ func TestGateAnnotations(t *testing.T) {
 	require.Contains(t, md, "| duplicate 33.5 % > 20 % | **FAIL** |")
 	require.True(t, strings.HasPrefix(md, "### "))
 }
+
+// A run whose command failed (exited 3, stopped by SIGINT) fails the gate
+// whatever its figures, unless AllowFailed; naive, it passes as any run
+// within its limits.
+func TestGateFailsAFailedCommand(t *testing.T) {
+	_, r27, _ := reference(t)
+	three := 3
+	failed, stopped := r27, r27
+	failed.Run.ExitCode = &three
+	stopped.Run.ExitCode, stopped.Run.Signal = nil, "SIGINT"
+	l := regress.Limits{MaxDuplicatePct: pct(20)}
+
+	g := regress.Gate([]regress.Input{{Input: "27b", Report: r27}}, nil, l)
+	require.True(t, g.Pass, "exit 0: no command check")
+	require.Len(t, g.Runs[0].Checks, 1)
+
+	g = regress.Gate([]regress.Input{{Input: "f", Report: failed}, {Input: "s", Report: stopped}}, nil, l)
+	require.False(t, g.Pass)
+	require.Equal(t, 2, g.Failed)
+	require.Equal(t, []string{
+		"pass: duplicate 16.7 % ≤ 20 %", "fail: command exited with status 3",
+		"pass: duplicate 16.7 % ≤ 20 %", "fail: command stopped by SIGINT",
+	}, texts(g))
+	require.Equal(t, "exit", g.Runs[0].Checks[1].Kind)
+	require.Equal(t, "run.signal", g.Runs[1].Checks[1].Key)
+
+	l.AllowFailed = true
+	g = regress.Gate([]regress.Input{{Input: "f", Report: failed}}, nil, l)
+	require.True(t, g.Pass)
+	require.Equal(t, []string{"pass: duplicate 16.7 % ≤ 20 %", "allowed: command exited with status 3 (allowed: --allow-failed)"}, texts(g))
+	require.Contains(t, regress.GateText(g), "failed commands allowed")
+}

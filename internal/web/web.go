@@ -663,7 +663,7 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%+.1f", float64(*v))
 	},
-	"flagText": func(f string) string { return split.FlagText[f] },
+	"flagText": split.FlagWords,
 	"trendq":   TrendQuery,
 	"dot":      func(l TrendLine, x, y float64) trendMark { return markOf(l, x, y, false) },
 	"dotAt":    func(l TrendLine, d TrendDot) trendMark { return markOf(l, d.X, d.Y, d.Marked) },

@@ -130,9 +130,12 @@ func TestPages(t *testing.T) {
 	f := get(t, srv.URL+"/?model=27B", http.StatusOK)
 	require.Contains(t, f, "27B")
 	require.NotContains(t, f, `data-run="strix01-20261107T140311-4b"`)
-	f = get(t, srv.URL+"/?flag=no_trace", http.StatusOK)
+	f = get(t, srv.URL+"/?flag=control", http.StatusOK)
 	require.Contains(t, f, `data-run="strix01-20261107T141509-4b-ngl0"`)
 	require.NotContains(t, f, `data-run="strix01-20261107T140311-4b"`)
+	// The control has no weights in GTT to pack: it is not asked for the
+	// host-weight trace.
+	require.Contains(t, get(t, srv.URL+"/?flag=no_trace", http.StatusOK), "No run matches the filter (3 in all)")
 	require.Contains(t, get(t, srv.URL+"/?host=nohost", http.StatusOK), "No run matches the filter (3 in all)")
 
 	page := get(t, srv.URL+"/run/strix01-20261107T140311-4b", http.StatusOK)
@@ -419,4 +422,30 @@ func TestPagesOneTimeFormat(t *testing.T) {
 	require.Contains(t, page, `toISOString().slice(11, 19)`, "the live label in UTC too")
 	require.NotContains(t, page, "toLocaleTimeString")
 	require.Contains(t, get(t, srv.URL+"/", http.StatusOK), `toISOString().slice(11, 19)`)
+}
+
+// An open run still loading (the 4B run's events up to its model load,
+// before the loader's buffer lines and the host-weight trace came) says
+// what it has not seen as not seen yet: not "run with
+// GGML_HRX_HOST_WEIGHT_TRACE=1" (the collector had set it) nor "the load
+// printed no model buffer line (it failed ...)".
+func TestOpenRunPageSaysNotSeenYet(t *testing.T) {
+	src := &memSource{}
+	open := foldStream(t, "testdata/runs/4b/events.jsonl", func(d events.Decoded) bool {
+		switch {
+		case d.Finished != nil:
+			return false
+		case d.Lines != nil:
+			return d.Lines[len(d.Lines)-1].Seq < 1330 // the real load's model lines are 1335-1337
+		}
+		return true
+	})
+	require.True(t, open.Run.Open)
+	src.add(open)
+	srv, _ := serve(t, src, Options{Loopback: true})
+	page := get(t, srv.URL+"/run/"+open.Run.ID, http.StatusOK)
+	require.NotContains(t, page, "GGML_HRX_HOST_WEIGHT_TRACE=1")
+	require.NotContains(t, page, "it failed")
+	require.Contains(t, page, "no host-weight trace line seen yet (the run is still open)")
+	require.Contains(t, page, "no model buffer line seen yet (the run is still open)")
 }

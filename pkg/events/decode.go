@@ -491,6 +491,7 @@ func (d *Decoded) decodeStarted(b []byte) (string, error) {
 			Command:          data.Command,
 			Issue:            data.Issue,
 			ControlOf:        data.ControlOf,
+			NoLog:            data.NoLog,
 			Started:          data.Started,
 			SourceCommit:     data.SourceCommit,
 			SourceDirty:      data.SourceDirty,

@@ -80,6 +80,7 @@ func NewRunStarted(info split.RunInfo, d StartDetail) (event.Event, error) {
 		VerboseAppended:  d.VerboseAppended,
 		Issue:            info.Issue,
 		ControlOf:        info.ControlOf,
+		NoLog:            info.NoLog,
 		SourceDir:        d.SourceDir,
 		SourceCommit:     info.SourceCommit,
 		SourceDirty:      info.SourceDirty,

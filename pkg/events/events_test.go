@@ -37,6 +37,20 @@ func TestRoundTrip(t *testing.T) {
 		require.Empty(t, cmp.Diff(exampleStartDetail(), d.Started.Detail, equate))
 		require.True(t, d.Time.Equal(t0))
 	})
+	t.Run("run started without a log", func(t *testing.T) {
+		info := exampleRunInfo()
+		info.NoLog = true
+		ev, err := events.NewRunStarted(info, exampleStartDetail())
+		require.NoError(t, err)
+		require.Contains(t, string(ev.Data()), `"no_log":true`)
+		d := decode(t, ev)
+		require.True(t, d.Started.Info.NoLog)
+		// A run with a log says nothing of it (events of older collectors
+		// neither).
+		ev, err = events.NewRunStarted(exampleRunInfo(), exampleStartDetail())
+		require.NoError(t, err)
+		require.NotContains(t, string(ev.Data()), "no_log")
+	})
 	t.Run("log lines", func(t *testing.T) {
 		ev, err := events.NewLogLines(origin, exampleLines())
 		require.NoError(t, err)

@@ -93,19 +93,22 @@ type FinishDetail struct {
 
 // RunStartedData is the data of an io.gttsplit.run.started.v1 event.
 type RunStartedData struct {
-	Command          string            `json:"command"`
-	Args             []string          `json:"args"`
-	Env              map[string]string `json:"env"`
-	EnvAdded         []string          `json:"env_added"`
-	VerboseAppended  bool              `json:"verbose_appended"`
-	Issue            string            `json:"issue"`
-	ControlOf        string            `json:"control_of,omitempty"`
-	SourceDir        string            `json:"source_dir"`
-	SourceCommit     string            `json:"source_commit"`
-	SourceDirty      *bool             `json:"source_dirty"`
-	CollectorVersion string            `json:"collector_version"`
-	PID              int               `json:"pid"`
-	Started          time.Time         `json:"started,omitzero"`
+	Command         string            `json:"command"`
+	Args            []string          `json:"args"`
+	Env             map[string]string `json:"env"`
+	EnvAdded        []string          `json:"env_added"`
+	VerboseAppended bool              `json:"verbose_appended"`
+	Issue           string            `json:"issue"`
+	ControlOf       string            `json:"control_of,omitempty"`
+	// NoLog says the collector reads no log of the process (collector
+	// attach without --log): the run has only its fdinfo samples.
+	NoLog            bool      `json:"no_log,omitempty"`
+	SourceDir        string    `json:"source_dir"`
+	SourceCommit     string    `json:"source_commit"`
+	SourceDirty      *bool     `json:"source_dirty"`
+	CollectorVersion string    `json:"collector_version"`
+	PID              int       `json:"pid"`
+	Started          time.Time `json:"started,omitzero"`
 }
 
 // LogLinesData is the data of an io.gttsplit.log.lines.v1 event: consecutive

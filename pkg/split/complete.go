@@ -49,3 +49,7 @@ func (st *state) missing() []string {
 	}
 	return out
 }
+
+// open reports whether the run has started and its run-finished event has
+// not come (nor an idle close): what the fold lacks may still arrive.
+func (st *state) open() bool { return st.HaveRun && !st.HaveFinish }

@@ -41,10 +41,13 @@ const (
 	FlagDeviceOverCard   = "device_over_card"
 	FlagControl          = "control"
 	FlagControlOffloaded = "control_offloaded"
+	FlagChildFailed      = "child_failed"
+	FlagChildSignalled   = "child_signalled"
+	FlagNoLog            = "no_log"
 )
 
 var flagOrder = []string{
-	FlagNotModelLoad, FlagNotVerbose, FlagPreB3761, FlagLegacyFormat, FlagFitProbe,
+	FlagChildFailed, FlagChildSignalled, FlagNoLog, FlagNotModelLoad, FlagNotVerbose, FlagPreB3761, FlagLegacyFormat, FlagFitProbe,
 	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagUnknownBuffer, FlagMmproj, FlagRemoteBuffers,
 	FlagDeviceOrder, FlagDeviceUnmatched, FlagDeviceOverCard, FlagControl, FlagControlOffloaded,
 	FlagComputeMismatch, FlagOutputRealloc, FlagNoTrace, FlagNoSamples, FlagNoGPUClient,
@@ -404,10 +407,13 @@ func (c *computation) finish() {
 	}
 	missing := st.missing()
 	r.Run.Complete = (st.HaveRun || st.HaveFinish) && len(missing) == 0
+	r.Run.Open = st.open()
 	r.Detail.Missing = missing
 	if (st.HaveRun || st.HaveFinish) && !r.Run.Complete {
 		c.flag(FlagIncomplete)
 	}
+	c.childFlags()
+	c.logPresence()
 	if s := st.Finish.Sent; s != nil && s.Sampling != nil {
 		ms := func(d time.Duration) MiB { return MiB(float64(d) / float64(time.Millisecond)) }
 		r.Detail.Sampling = &SamplingDetail{IntervalMs: ms(s.Sampling.Interval), Samples: s.Samples,
@@ -440,11 +446,6 @@ func (c *computation) finish() {
 	if c.packed != nil && c.model != nil && *c.model > 0 {
 		r.DuplicatePct = mib(*c.packed / *c.model * 100)
 	}
-	c.traceCheck()
-	if c.peak != nil && c.model == nil {
-		r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: StatusWarn,
-			Detail: fmt.Sprintf("not checked: the peak is %.1f MiB but the log has no model load, so nothing is attributed", *c.peak)})
-	}
 	// A control (offload off) is judged as one: its weights stay in host
 	// memory, so its small peak is mostly the runtime's own GTT. One that
 	// holds model buffers in GTT was not run with offload off.
@@ -452,8 +453,20 @@ func (c *computation) finish() {
 	switch {
 	case control:
 		c.flag(FlagControl)
+		// Nothing of its weights is in GTT to be packed: no trace is
+		// expected of it.
+		delete(c.flags, FlagNoTrace)
 	case run.ControlOf != "":
 		c.flag(FlagControlOffloaded)
+	}
+	c.traceCheck(control)
+	if c.peak != nil && c.model == nil {
+		what := "the log has no model load"
+		if r.Run.Open {
+			what = "no model load seen yet (the run is still open)"
+		}
+		r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: StatusWarn,
+			Detail: fmt.Sprintf("not checked: the peak is %.1f MiB but %s, so nothing is attributed", *c.peak, what)})
 	}
 	if c.peak != nil && c.model != nil {
 		u := *c.peak - attributed
@@ -477,7 +490,7 @@ func (c *computation) finish() {
 		default:
 			detail = fmt.Sprintf("the log attributes %.1f of %.1f MiB; %.1f MiB (%.1f %%) is not attributed, within the %g %% threshold", attributed, *c.peak, u, pct(u, *c.peak), c.thr)
 		}
-		if c.packed == nil {
+		if c.packed == nil && !control {
 			detail += "; the packed copy is unknown (no trace), so any duplicate is inside the unattributed rest"
 		}
 		if c.rowsLost {
@@ -524,6 +537,40 @@ func expectedDiscrete(r *Report, thr float64) string {
 	return s
 }
 
+// childFlags flags a command that failed (a non-zero exit status) or was
+// stopped by a signal: its split is of a run that did not end well.
+func (c *computation) childFlags() {
+	st := c.st
+	if !st.HaveFinish {
+		return
+	}
+	switch {
+	case st.Finish.Signal != "":
+		c.flag(FlagChildSignalled)
+	case st.Finish.ExitCode != nil && *st.Finish.ExitCode != 0:
+		c.flag(FlagChildFailed)
+	}
+}
+
+// logPresence says when the run has no log, or a log with no llama.cpp
+// line in it: the rows are then unknown for that reason, not because the
+// log is not verbose or not a model load.
+func (c *computation) logPresence() {
+	st := c.st
+	switch {
+	case st.Run.NoLog && c.linesRead == 0:
+		c.flag(FlagNoLog)
+		delete(c.flags, FlagNotVerbose)
+		delete(c.flags, FlagNotModelLoad)
+	case c.linesRead > 0 && !st.llamaSeen():
+		cmd := "the command"
+		if st.Run.Command != "" {
+			cmd = "`" + st.Run.Command + "`"
+		}
+		c.warn = append(c.warn, fmt.Sprintf("none of the %d log lines is a llama.cpp line (no build, model load, buffer, breakdown or -v line): %s does not look like a llama.cpp run, so every log row is unknown", c.linesRead, cmd))
+	}
+}
+
 // isControl reports whether the run is judged as a control: it was named
 // the control of another run (collector run --control-of) and holds no
 // model buffer in GTT.
@@ -566,8 +613,17 @@ func checkRank(n string) int {
 	return len(checkNames)
 }
 
-func (c *computation) traceCheck() {
+// traceCheck compares the packed copy with the loader's model buffer. A
+// control (offload off) has no weights in GTT to pack; an open run's trace
+// may still come.
+func (c *computation) traceCheck(control bool) {
 	switch {
+	case c.packed == nil && control:
+		c.r.Checks = append(c.r.Checks, Check{Name: "trace_vs_model", Status: StatusOK,
+			Detail: "not checked: this run is a control (offload off), whose weights stay in host memory: nothing in GTT to pack, no trace expected; the packed row is unknown, not 0"})
+	case c.packed == nil && c.r.Run.Open:
+		c.r.Checks = append(c.r.Checks, Check{Name: "trace_vs_model", Status: StatusWarn,
+			Detail: "not checked yet: no host-weight trace line seen yet (the run is still open); the packed row is unknown so far, not 0"})
 	case c.packed == nil:
 		c.r.Checks = append(c.r.Checks, Check{Name: "trace_vs_model", Status: StatusWarn,
 			Detail: "not checked: no host-weight trace line (run with GGML_HRX_HOST_WEIGHT_TRACE=1); the packed row is unknown, not 0"})

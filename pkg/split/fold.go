@@ -506,6 +506,14 @@ type persisted struct {
 	Records []keyedRecord `json:"records"`
 }
 
+// llamaSeen reports whether any line of the log was one llama.cpp (or the
+// host-weight trace) prints: a line kept for the rows, a first-only line
+// (build, verbosity, legacy totals), a trace line, a malformed relevant
+// line or a line only -v prints.
+func (st *state) llamaSeen() bool {
+	return st.Capped > 0 || len(st.firsts) > 0 || st.Trace.N > 0 || st.Malformed > 0 || st.DebugSeq != 0
+}
+
 // MarshalJSON persists the fold's state (for a restart-safe aggregator).
 // The output is deterministic, and bounded whatever the log holds (see
 // MaxRecords).

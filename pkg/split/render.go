@@ -56,6 +56,36 @@ var FlagText = map[string]string{
 	FlagIncomplete:       "the run did not finish (no run-finished event): a partial split",
 	FlagEventsDropped:    "the collector dropped events of this run: the split misses data",
 	FlagStateCapped:      "a very long run outgrew the fold's memory: its earliest lines were left out (never the live load's); a figure whose lines were left out is unknown",
+	FlagChildFailed:      "the command exited with a non-zero status: a failed run, measured until it ended",
+	FlagChildSignalled:   "the command was stopped by a signal: an interrupted run, measured until it stopped",
+	FlagNoLog:            "no log was read (collector attach without --log): every log row is unknown, only the fdinfo samples were measured",
+}
+
+// flagTextOpen says what a flag of absent evidence means while the run is
+// open: not seen yet, rather than not there.
+var flagTextOpen = map[string]string{
+	FlagNotModelLoad: "no model load seen yet (the run is still open): the model row is unknown so far",
+	FlagNotVerbose:   "no debug-only line seen yet (the run is still open): whether the log is -v is not known yet",
+	FlagNoContext:    "a model was loaded, no context seen yet (the run is still open)",
+	FlagNoTrace:      "no host-weight trace line seen yet (the run is still open): the packed row is unknown so far, not 0",
+	FlagNoSamples:    "no fdinfo sample seen yet (the run is still open): the peak is unknown so far",
+	FlagNoGPUClient:  "no amdgpu DRM client seen yet in the samples (the run is still open): the peak is unknown so far",
+	FlagIncomplete:   "the run is still open (its run-finished event has not come): the split so far",
+}
+
+// FlagWords says in words what flag f means for report r: FlagText, with
+// the figures of r where the flag has some (the exit status, the signal),
+// and "not seen yet" for absent evidence while r's run is open.
+func FlagWords(r Report, f string) string {
+	switch {
+	case f == FlagChildFailed && r.Run.ExitCode != nil:
+		return fmt.Sprintf("the command exited with status %d: a failed run, measured until it ended", *r.Run.ExitCode)
+	case f == FlagChildSignalled && r.Run.Signal != "":
+		return fmt.Sprintf("the command was stopped by %s: an interrupted run, measured until it stopped", r.Run.Signal)
+	case r.Run.Open && flagTextOpen[f] != "":
+		return flagTextOpen[f]
+	}
+	return FlagText[f]
 }
 
 type row struct {
@@ -158,7 +188,7 @@ func render(r Report, md bool) string {
 		b.WriteString("- none\n")
 	}
 	for _, f := range r.Flags {
-		fmt.Fprintf(&b, "- %s: %s\n", f, FlagText[f])
+		fmt.Fprintf(&b, "- %s: %s\n", f, FlagWords(r, f))
 	}
 	section("Checks")
 	if len(r.Checks) == 0 {

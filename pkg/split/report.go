@@ -81,6 +81,10 @@ type RunMeta struct {
 	Started   string `json:"started"`  // RFC 3339, "" when unknown
 	Finished  string `json:"finished"` // RFC 3339, "" when unknown
 	Complete  bool   `json:"complete"`
+	// Open says the run has started and its run-finished event has not
+	// come: its figures are the ones seen so far, and what is absent is
+	// not seen yet.
+	Open bool `json:"open,omitempty"`
 }
 
 // Provenance names what was measured (docs/accounting.md rule 13).

@@ -220,6 +220,11 @@ func (c *computation) modelRows(rd *logReader, sum figures, live int) {
 	}
 	for _, l := range rd.loads {
 		if l.marker && !l.mmproj && len(l.models) == 0 {
+			if c.st.open() {
+				// Its buffer lines may still come.
+				c.warn = append(c.warn, fmt.Sprintf("line %d: a model load of %s: no model buffer line seen yet (the run is still open), so the model row is unknown so far", l.seq, orUnknown(l.file)))
+				return
+			}
 			why := "the load printed no model buffer line (it failed, or it was a vocabulary-only load)"
 			if !rd.verbose {
 				why = "the log is not verbose: llama.cpp from b9151 prints buffer lines only with -v (or -lv 4), and a failed load prints none"

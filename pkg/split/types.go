@@ -64,7 +64,10 @@ type RunInfo struct {
 	Issue   string // OWNER/REPO#N of the tracker issue, if any
 	// ControlOf is the run this run is the control of (the same command
 	// with offload off), if the collector was told one.
-	ControlOf        string
+	ControlOf string
+	// NoLog says the collector read no log of the process (collector
+	// attach without --log): the split has only its fdinfo samples.
+	NoLog            bool
 	Started          time.Time
 	SourceCommit     string
 	SourceDirty      *bool

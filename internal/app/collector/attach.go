@@ -78,6 +78,9 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	}
 	s.info.Command = readCmdline(procRoot, pid, red)
 	s.info.Started = time.Now()
+	// Without --log the split has the process's samples only: it says so
+	// (no_log) instead of blaming a log it never had.
+	s.info.NoLog = cfg.Attach.Log == ""
 	s.pipe.detail.PID = pid
 
 	ctx, stop := context.WithCancel(ctx)
@@ -124,7 +127,10 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		}
 		return err
 	})}
-	if cfg.Attach.Log != "" {
+	watch := newLlamaWatch()
+	if cfg.Attach.Log == "" {
+		s.log.Warn().Int("pid", pid).Msg("no --log: the split has this process's fdinfo samples only (no_log); give --log FILE (its -v log) for the rows")
+	} else {
 		lc := logtail.DefaultConfig()
 		lc.Path, lc.StateDir, lc.RunID, lc.Done = cfg.Attach.Log, stateDir, runID, done
 		tail, err := logtail.New(lc, set)
@@ -138,7 +144,9 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 				// A followed file's lines come in batches: each memory-
 				// relevant one still asks for a sample when it arrives.
 				for _, l := range r.Lines {
-					onLine([]byte(l.Text))
+					b := []byte(l.Text)
+					onLine(b)
+					watch.line(b)
 				}
 				return emit(ctx, r)
 			})
@@ -156,6 +164,9 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	select {
 	case <-done:
 		// The process exited: the run is finished.
+		if cfg.Attach.Log != "" {
+			watch.warnIfNone(s.log, s.info.Command, "the log "+cfg.Attach.Log)
+		}
 		fi := &split.FinishInfo{Finished: time.Now()}
 		if s.pipe.pub != nil {
 			_ = s.pipe.pub.Flush(sctx)

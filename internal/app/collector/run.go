@@ -43,9 +43,14 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 		return 1, cli.Usage(fmt.Errorf("wrap.redact_flags: %w", err))
 	}
 	trigger, onLine := newTrigger()
+	watch := newLlamaWatch()
+	lineHook := func(text []byte) {
+		onLine(text)
+		watch.line(text)
+	}
 	// The child gets the collector's environment without the collector's
 	// own secrets.
-	opt := procwrap.Options{Command: argv, BaseEnv: childEnv(os.Environ()), Run: s.info, OnLine: onLine,
+	opt := procwrap.Options{Command: argv, BaseEnv: childEnv(os.Environ()), Run: s.info, OnLine: lineHook,
 		Stdin: io.Stdin, Stdout: io.Stdout, Stderr: io.Stderr}
 	set := sources.Settings{Logger: s.log, Batch: cfg.Batch}
 	pw, err := procwrap.New(cfg.Wrap, opt, set)
@@ -138,6 +143,8 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 		_, _ = s.close(ctx)
 		return ExitCannotRun, nil
 	}
+
+	watch.warnIfNone(s.log, strings.Join(s.pipe.detail.Args, " "), "the command")
 
 	sctx, cancel := s.shutdownCtx(ctx)
 	defer cancel()

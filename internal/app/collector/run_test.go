@@ -332,6 +332,41 @@ func TestRunOutOfflineIntegration(t *testing.T) {
 	}
 }
 
+// TestRunNotLlamaIntegration: a command that prints no llama.cpp line
+// (collector run -- ls) gets a warning naming it, on the collector's log
+// and in its split, and a failing one is flagged: exited with status 3.
+func TestRunNotLlamaIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Out = filepath.Join(t.TempDir(), "out")
+	var logBuf syncBuffer
+	log := zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), &logBuf)).Level(zerolog.DebugLevel)
+	argv := childArgv(t, "flood=5", "exit=3")
+	code, err := Run(testCtx(t), cfg, argv, newTestIO().io(), log)
+	require.NoError(t, err)
+	require.Equal(t, 3, code, "the child's exit status is passed through")
+
+	var warned bool
+	for _, l := range strings.Split(logBuf.String(), "\n") {
+		if strings.Contains(l, `"level":"warn"`) && strings.Contains(l, "printed no llama.cpp line") {
+			warned = true
+			require.Contains(t, l, "flood=5 exit=3 -v", "the warning names the command as run")
+		}
+	}
+	require.True(t, warned, "a warning says the command printed no llama.cpp line:\n%s", logBuf.String())
+
+	js, err := os.ReadFile(filepath.Join(cfg.Out, "split.json"))
+	require.NoError(t, err)
+	var rep split.Report
+	require.NoError(t, json.Unmarshal(js, &rep))
+	require.Contains(t, rep.Flags, split.FlagChildFailed)
+	require.Contains(t, strings.Join(rep.Detail.Warnings, "\n"), "does not look like a llama.cpp run")
+	md, err := os.ReadFile(filepath.Join(cfg.Out, "split.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "child_failed: the command exited with status 3")
+}
+
 // requireExactlyOnce checks a run's messages in the stream against the
 // events the collector recorded under --out: the same ids, each once, with
 // Nats-Msg-Id set to it; ids of the form <runid>/<position>/<n>; every line

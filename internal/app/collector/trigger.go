@@ -1,6 +1,10 @@
 package collector
 
 import (
+	"sync/atomic"
+
+	"github.com/rs/zerolog"
+
 	"github.com/gttsplit/gttsplit/pkg/sources/fdinfo"
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
@@ -30,4 +34,39 @@ func samplingOf(s *fdinfo.Source) func() *split.Sampling {
 		st := s.Stats()
 		return &split.Sampling{Interval: st.Interval, Triggered: st.Triggered, LargestGap: st.LargestGap}
 	}
+}
+
+// llamaWatch notes whether a run's output held a llama.cpp line (a line
+// llama.cpp's parser reads: a build, verbosity, model-load, context, buffer,
+// breakdown, fit, trace or -v line). A command that printed none is not a
+// llama.cpp run, or its log is elsewhere: its split says unknown for every
+// log row, and the collector says why. Its hook is safe for concurrent use
+// (the child's streams are read on their own goroutines) and stops looking
+// once it saw one.
+type llamaWatch struct {
+	p    *llamalog.Parser
+	seen atomic.Bool
+}
+
+func newLlamaWatch() *llamaWatch { return &llamaWatch{p: llamalog.MustParser()} }
+
+// line looks at one captured line.
+func (w *llamaWatch) line(text []byte) {
+	if w.seen.Load() || !w.p.Relevant(text, true) {
+		return
+	}
+	var scratch []byte
+	if r, ok := w.p.Parse(0, llamalog.Payload(text, &scratch)); ok && r.Kind != llamalog.KindMalformed {
+		w.seen.Store(true)
+	}
+}
+
+// warnIfNone logs a warning naming command when no llama.cpp line was
+// seen.
+func (w *llamaWatch) warnIfNone(log zerolog.Logger, command, where string) {
+	if w.seen.Load() {
+		return
+	}
+	log.Warn().Str("command", command).
+		Msgf("%s printed no llama.cpp line (no build, model load, buffer or -v line): %q does not look like a llama.cpp run, so its split says unknown for every log row", where, command)
 }
