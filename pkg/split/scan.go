@@ -26,6 +26,21 @@ func (f *Fold) ReadLog(r io.Reader, stream string) (uint64, error) {
 
 func (f *Fold) readLog(r io.Reader, stream string, size int) (uint64, error) {
 	feed := f.NewLogFeed(stream)
+	if _, err := feed.readFrom(r, size); err != nil {
+		return feed.lines, err
+	}
+	return feed.Close(), nil
+}
+
+// ReadFrom applies what r holds, to its end, after the pieces applied so
+// far: its lines are the log's next ones, and its last line counts even
+// without a newline (so nothing may be applied after it). It returns the
+// number of bytes read. It is what a reader that scanned the first part
+// of a file in pieces applies the rest with (what was appended since,
+// or a last line without its newline).
+func (l *LogFeed) ReadFrom(r io.Reader) (int64, error) { return l.readFrom(r, chunkSize) }
+
+func (l *LogFeed) readFrom(r io.Reader, size int) (int64, error) {
 	// The buffer and candidate list of an earlier read: new ones are
 	// zeroed and faulted in page by page, a cost a large log pays once
 	// but many reads of small logs pay each time.
@@ -36,13 +51,15 @@ func (f *Fold) readLog(r io.Reader, stream string, size int) (uint64, error) {
 	if size != chunkSize {
 		buf = make([]byte, size)
 	}
+	var read int64
 	carry := 0 // bytes of an unfinished line at buf[:carry]
 	for {
 		n, err := io.ReadFull(r, buf[carry:])
+		read += int64(n)
 		end := carry + n
 		eof := err == io.EOF || err == io.ErrUnexpectedEOF
 		if err != nil && !eof {
-			return feed.lines, err
+			return read, err
 		}
 		chunk := buf[:end]
 		if !eof {
@@ -57,10 +74,10 @@ func (f *Fold) readLog(r io.Reader, stream string, size int) (uint64, error) {
 			}
 			chunk = chunk[:cut+1]
 		}
-		f.p.ScanPiece(chunk, feed.WantDebug(), pc)
-		feed.Apply(chunk, pc)
+		l.f.p.ScanPiece(chunk, l.WantDebug(), pc)
+		l.Apply(chunk, pc)
 		if eof {
-			return feed.Close(), nil
+			return read, nil
 		}
 		carry = copy(buf, buf[len(chunk):end])
 	}
