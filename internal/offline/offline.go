@@ -1,6 +1,13 @@
 // Package offline runs the accounting core on saved files: a llama.cpp log
 // and samples (a gtt.txt samples file, or a directory holding one snapshot
 // of a process's fdinfo/), which is what `aggregator parse` does.
+//
+// A log file is read once: mapped and scanned in place in blocks on every
+// core (mapped.go), or, where it cannot be mapped, read in blocks with
+// ReadAt (parallel.go: the blocks, the workers and the in-order applier
+// both share); a pipe or standard input is read as a stream, a few blocks
+// ahead of the scan (readahead.go). docs/performance.md says which path a
+// log takes and what each costs.
 package offline
 
 import (
@@ -25,17 +32,25 @@ var ErrInput = errors.New("cannot read input")
 // returns warnings about inputs that are valid but hold nothing (a samples
 // file without a sample); a log that is empty or not a text log is an
 // ErrInput.
+//
+// The log "-" is standard input. A regular file is mapped and scanned in
+// place on every core (see readLogMapped), or read in blocks on every
+// core where it cannot be mapped; a pipe, a device or standard input is
+// read as a stream.
 func Parse(fold *split.Fold, logPath string, samplePaths []string) ([]string, error) {
-	f, err := os.Open(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	f := os.Stdin
+	if logPath != "-" {
+		var err error
+		if f, err = os.Open(logPath); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInput, err)
+		}
+		defer f.Close()
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err == nil && st.IsDir() {
 		return nil, fmt.Errorf("%w: %s is a directory, not a log", ErrInput, logPath)
 	}
-	regular := err == nil && st.Mode().IsRegular()
+	regular := logPath != "-" && err == nil && st.Mode().IsRegular()
 	var warnings []string
 	head := make([]byte, sniffBytes)
 	n, _ := io.ReadFull(f, head)
@@ -46,17 +61,11 @@ func Parse(fold *split.Fold, logPath string, samplePaths []string) ([]string, er
 		// A split of nothing would be all unknowns, passing for a run.
 		return nil, fmt.Errorf("%w: %s is empty: there is no log line to split (a collector run whose command could not start writes none)", ErrInput, logPath)
 	}
+	var size int64
 	if regular {
-		// Pieces of the file read and scanned on every core, folded in
-		// order.
-		_, err = readLogParallel(fold.NewLogFeed("log"), f, st.Size(), parBlock, workers())
-	} else {
-		// A pipe or a device: one reader, a few blocks ahead.
-		ra := newReadAhead(f)
-		_, err = fold.ReadLog(io.MultiReader(bytes.NewReader(head[:n]), ra), "log")
-		ra.Close()
+		size = st.Size()
 	}
-	if err != nil {
+	if _, err := readLog(fold.NewLogFeed("log"), f, regular, size, head[:n]); err != nil {
 		return nil, fmt.Errorf("%w: read %s: %w", ErrInput, logPath, err)
 	}
 	var seq uint64
@@ -76,6 +85,34 @@ func Parse(fold *split.Fold, logPath string, samplePaths []string) ([]string, er
 		}
 	}
 	return warnings, nil
+}
+
+// How readLog read a log.
+const (
+	viaMap    = "mapped"
+	viaBlocks = "blocks"
+	viaStream = "stream"
+)
+
+// readLog feeds the log f to feed: a regular file (of size bytes when
+// opened) mapped, or else in blocks read with ReadAt, both from its first
+// byte; anything else as a stream, head (what was read of it already)
+// first. It returns how it read it.
+func readLog(feed *split.LogFeed, f *os.File, regular bool, size int64, head []byte) (string, error) {
+	if regular {
+		_, err := readLogMapped(feed, f, size, mapBlock, workers())
+		if err != errNoMap {
+			return viaMap, err
+		}
+		_, err = readLogParallel(feed, f, size, readBlock, workers())
+		return viaBlocks, err
+	}
+	// One reader, a few blocks ahead of the scan.
+	ra := newReadAhead(f)
+	defer ra.Close()
+	_, err := feed.ReadFrom(io.MultiReader(bytes.NewReader(head), ra))
+	feed.Close()
+	return viaStream, err
 }
 
 // sniffBytes is how much of a log is looked at to tell text from binary.

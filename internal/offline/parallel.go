@@ -2,8 +2,13 @@ package offline
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
+	"math"
 	"runtime"
+	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -11,27 +16,66 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
-// parBlock is how much of the file each piece of a parallel read starts
-// from: small enough that a worker scans its piece while the piece is
-// still in the core's cache.
-const parBlock = 512 << 10
+// A log file is read in blocks: block k is its bytes [k×block, (k+1)×block)
+// of the first size bytes (its size when opened). Workers take the blocks
+// in turn, and each scans the whole lines its block holds
+// (llamalog.Parser.ScanPiece, a pure function of the bytes); the calling
+// goroutine applies the blocks in file order, so the fold is the one
+// Fold.ReadLog gives. A line that crosses from one block into the next is
+// put together from the two (or more) blocks by the applier, so no byte
+// of the file is read twice. What follows the last newline of the first
+// size bytes (a last line without its newline, or what was written to the
+// file since it was opened) is read on to the end with LogFeed.ReadFrom.
 
-// readLogParallel feeds the log r (a file of size bytes when opened) to
-// feed, on workers goroutines: each reads a piece of the file with ReadAt
-// and scans it (llamalog.Parser.ScanPiece, a pure function of the bytes),
-// and the calling goroutine applies the pieces in file order, so the fold
-// is the one Fold.ReadLog gives. The file is cut into blocks of block
-// bytes; a piece is the lines that start in its block (a line is read on
-// to its end, however long), and the last piece reads on to the end of
-// the file. At most 2×workers pieces are held at a time. It returns the
-// number of lines.
-func readLogParallel(feed *split.LogFeed, r io.ReaderAt, size int64, block, workers int) (uint64, error) {
-	nblocks := max(1, (size+int64(block)-1)/int64(block))
+// blockSource hands out the blocks of a file.
+type blockSource interface {
+	// load puts block k's bytes in pb.data (maybe in pb.buf). It is
+	// called on the workers, for any k in any order.
+	load(pb *piece, k int64) error
+	// applied tells that block k is applied: its bytes are not looked
+	// at again.
+	applied(k int64)
+}
+
+// piece is one block, how its lines fall and what the scan found in
+// them. A block without a newline (noEOL) continues a line; any other
+// is: data[:head] the end of the line the blocks before left open (the
+// block's first newline included), data[head:body] the whole lines that
+// start in it, data[body:] the start of a line the next blocks end.
+type piece struct {
+	k          int64
+	buf        []byte
+	data       []byte
+	noEOL      bool
+	head, body int
+	pc         llamalog.Piece
+	err        error
+}
+
+// cut finds the block's first and last newlines and scans its whole lines.
+func (pb *piece) cut(p *llamalog.Parser, debug bool) {
+	d := pb.data
+	i := bytes.IndexByte(d, '\n')
+	pb.noEOL = i < 0
+	if pb.noEOL {
+		return
+	}
+	pb.head = i + 1
+	pb.body = bytes.LastIndexByte(d, '\n') + 1
+	p.ScanPiece(d[pb.head:pb.body], debug, &pb.pc)
+}
+
+// readPieces feeds to feed the log of which src hands out the first size
+// bytes, in blocks of block bytes, on workers goroutines, at most inflight
+// blocks held at a time; then the rest of r from the start of the last
+// line on. It returns the number of lines.
+func readPieces(feed *split.LogFeed, src blockSource, r io.ReaderAt, size int64, block, workers, inflight int) (lines uint64, err error) {
+	nblocks := (size + int64(block) - 1) / int64(block)
 	workers = int(min(int64(max(1, workers)), nblocks))
-	nbuf := 2 * workers
-	free := make(chan *piece, nbuf)
-	out := make(chan *piece, nbuf)
-	for range nbuf {
+	inflight = max(inflight, workers, 1)
+	free := make(chan *piece, inflight)
+	out := make(chan *piece, inflight)
+	for range inflight {
 		free <- &piece{}
 	}
 	done := make(chan struct{})
@@ -42,6 +86,9 @@ func readLogParallel(feed *split.LogFeed, r io.ReaderAt, size int64, block, work
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
+			// A mapped file cut short under the reader faults: an error
+			// of the block, not a crash (see pieceFault).
+			debug.SetPanicOnFault(true)
 			for {
 				var pb *piece
 				select {
@@ -55,10 +102,13 @@ func readLogParallel(feed *split.LogFeed, r io.ReaderAt, size int64, block, work
 					return
 				}
 				pb.k = k
-				pb.err = pb.read(r, k, int64(block), k == nblocks-1)
-				if pb.err == nil {
-					p.ScanPiece(pb.data, wantDebug.Load(), &pb.pc)
-				}
+				pb.err = pieceFault(func() error {
+					if err := src.load(pb, k); err != nil {
+						return err
+					}
+					pb.cut(p, wantDebug.Load())
+					return nil
+				})
 				out <- pb
 			}
 		})
@@ -67,101 +117,175 @@ func readLogParallel(feed *split.LogFeed, r io.ReaderAt, size int64, block, work
 		close(done)
 		wg.Wait()
 	}()
-	ring := make([]*piece, nbuf)
-	for k := int64(0); k < nblocks; k++ {
-		i := k % int64(nbuf)
-		for ring[i] == nil {
-			pb := <-out
-			ring[pb.k%int64(nbuf)] = pb
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	ring := make([]*piece, inflight)
+	// The line the blocks so far left open starts at offset open; carry
+	// holds it, unless it crossed a whole block (long: it is read again
+	// when it ends, or by ReadFrom at the end).
+	var carry []byte
+	var open int64
+	long := false
+	var stitch llamalog.Piece
+	err = pieceFault(func() error {
+		for k := int64(0); k < nblocks; k++ {
+			i := k % int64(inflight)
+			for ring[i] == nil {
+				pb := <-out
+				ring[pb.k%int64(inflight)] = pb
+			}
+			pb := ring[i]
+			ring[i] = nil
+			if pb.err != nil {
+				return pb.err
+			}
+			d := pb.data
+			if pb.noEOL {
+				if len(d) > 0 {
+					carry, long = carry[:0], true
+				}
+			} else {
+				end := k*int64(block) + int64(pb.head)
+				if long {
+					carry = slices.Grow(carry[:0], int(end-open))[:end-open]
+					if _, err := readAt(r, carry, open); err != nil {
+						return err
+					}
+				} else {
+					carry = append(carry, d[:pb.head]...)
+				}
+				p.ScanPiece(carry, feed.WantDebug(), &stitch)
+				feed.Apply(carry, &stitch)
+				feed.Apply(d[pb.head:pb.body], &pb.pc)
+				carry, long = append(carry[:0], d[pb.body:]...), false
+				open = k*int64(block) + int64(pb.body)
+				if !feed.WantDebug() {
+					wantDebug.Store(false)
+				}
+			}
+			src.applied(k)
+			free <- pb
 		}
-		pb := ring[i]
-		ring[i] = nil
-		if pb.err != nil {
-			return feed.Lines(), pb.err
-		}
-		feed.Apply(pb.data, &pb.pc)
-		if !feed.WantDebug() {
-			wantDebug.Store(false)
-		}
-		free <- pb
+		return nil
+	})
+	if err != nil {
+		return feed.Lines(), err
+	}
+	// The open line, and whatever was appended to the file since it was
+	// opened, to the end.
+	if _, err := feed.ReadFrom(io.NewSectionReader(r, open, math.MaxInt64-open)); err != nil {
+		return feed.Lines(), err
 	}
 	return feed.Close(), nil
 }
 
-// piece is one block's lines and what the scan found in them.
-type piece struct {
-	k    int64
-	buf  []byte
-	data []byte // the lines that start in block k
-	pc   llamalog.Piece
-	err  error
-}
-
-// read reads the lines that start in block k into pb.data: from the first
-// line start at or after k×block (the byte before the block tells whether
-// a line starts at its first byte) to the first line start at or after
-// the next block, or, for the last block, to the end of the file.
-func (pb *piece) read(r io.ReaderAt, k, block int64, last bool) error {
-	off := k * block
-	base, lo := off-1, int64(1) // the file offset of buf[0]; off's index
-	if k == 0 {
-		base, lo = 0, 0
-	}
-	want := int(lo + block)
-	if cap(pb.buf) < want {
-		pb.buf = make([]byte, want)
-	}
-	n, eof, err := readAt(r, pb.buf[:want], base)
-	if err != nil {
-		return err
-	}
-	data := pb.buf[:n]
-	s := 0
-	if k > 0 {
-		// A line starts in the block after each newline at offsets
-		// off-1 .. off+block-2.
-		j := bytes.IndexByte(data[:min(len(data), int(block))], '\n')
-		if j < 0 {
-			pb.data = data[:0] // inside a line that started before
-			return nil
-		}
-		s = j + 1
-	}
-	from := int(lo + block - 1) // the first newline from here ends the piece
-	for {
-		if !last && from < len(data) {
-			if j := bytes.IndexByte(data[from:], '\n'); j >= 0 {
-				pb.data = data[s : from+j+1]
-				return nil
-			}
-		}
-		from = max(from, len(data))
-		if eof {
-			pb.data = data[s:]
-			return nil
-		}
-		// A long line, or the last block: read on, a block at a time.
-		if cap(data)-len(data) < int(block) {
-			nb := make([]byte, len(data), 2*len(data)+int(block))
-			copy(nb, data)
-			pb.buf, data = nb, nb
-		}
-		var m int
-		m, eof, err = readAt(r, data[len(data):len(data)+int(block)], base+int64(len(data)))
-		if err != nil {
-			return err
-		}
-		data = data[:len(data)+m]
-	}
-}
-
-// readAt fills b from offset off, short only at the end of the file.
-func readAt(r io.ReaderAt, b []byte, off int64) (n int, eof bool, err error) {
-	n, err = r.ReadAt(b, off)
+// readAt fills b from offset off of r; a file cut short is errShrank.
+func readAt(r io.ReaderAt, b []byte, off int64) (int, error) {
+	n, err := r.ReadAt(b, off)
 	if err == io.EOF {
-		return n, true, nil
+		err = nil
+		if n < len(b) {
+			err = errShrank
+		}
 	}
-	return n, false, err
+	return n, err
+}
+
+// errShrank is the error of a mapped log cut short while it is read.
+var errShrank = errors.New("the log file shrank while it was read")
+
+// pieceFault runs f, turning a fault on a memory-mapped file's bytes (the
+// file was truncated under the mapping: SIGBUS, a panic with
+// debug.SetPanicOnFault) into errShrank.
+func pieceFault(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(interface{ Addr() uintptr }); ok {
+				err = fmt.Errorf("%w (a fault at %#x)", errShrank, e.Addr())
+				return
+			}
+			panic(r)
+		}
+	}()
+	return f()
+}
+
+// readBlocks reads the blocks with ReadAt: the streaming reader's copy out
+// of the page cache, on every core. A block starts at a multiple of its
+// size (a multiple of the page size), and buffers this large start on a
+// page: the kernel copies whole aligned words (from an odd offset its
+// copy is 5× slower).
+type readBlocks struct {
+	r     io.ReaderAt
+	size  int64
+	block int
+}
+
+func (s *readBlocks) load(pb *piece, k int64) error {
+	off := k * int64(s.block)
+	n := int(min(int64(s.block), s.size-off))
+	if cap(pb.buf) < n {
+		pb.buf = make([]byte, s.block)
+	}
+	m, err := s.r.ReadAt(pb.buf[:n], off)
+	if err == io.EOF {
+		err = nil // cut short since it was opened: the rest is read on
+	}
+	pb.data = pb.buf[:m]
+	return err
+}
+
+func (s *readBlocks) applied(int64) {}
+
+// errNoMap is readLogMapped's answer for a file it cannot map.
+var errNoMap = errors.New("cannot map the file")
+
+// mapBlock is the block of a mapped file: the workers touch the mapping
+// page by page as they scan, so its size costs no copy; a larger block is
+// fewer releases and hand-overs, a smaller one less resident. mapInFlight
+// bounds what the blocks in flight hold.
+const (
+	mapBlock    = 4 << 20
+	mapInFlight = 64 << 20
+)
+
+// mapBlocks hands out the blocks of a mapped file (or of bytes in memory,
+// with page 0).
+type mapBlocks struct {
+	m     []byte
+	block int
+	page  int
+}
+
+func (s *mapBlocks) load(pb *piece, k int64) error {
+	off := k * int64(s.block)
+	pb.data = s.m[off:min(off+int64(s.block), int64(len(s.m)))]
+	return nil
+}
+
+// applied releases the pages that hold only block k's bytes
+// (MADV_DONTNEED: they stay in the page cache, the mapping drops them).
+func (s *mapBlocks) applied(k int64) {
+	if s.page == 0 {
+		return
+	}
+	p := int64(s.page)
+	lo := (k*int64(s.block) + p - 1) / p * p
+	hi := min((k+1)*int64(s.block), int64(len(s.m))) / p * p
+	if hi > lo {
+		dontNeed(s.m[lo:hi])
+	}
+}
+
+// readBlock is the block of a read with ReadAt: small enough that a
+// worker scans its block while the block is still in the core's cache.
+const readBlock = 512 << 10
+
+// readLogParallel feeds the log r (a file of size bytes when opened) to
+// feed, reading it in blocks of block bytes with ReadAt on workers
+// goroutines, 2×workers blocks held at a time. It returns the number of
+// lines.
+func readLogParallel(feed *split.LogFeed, r io.ReaderAt, size int64, block, workers int) (uint64, error) {
+	return readPieces(feed, &readBlocks{r: r, size: size, block: block}, r, size, block, workers, 2*workers)
 }
 
 // workers is how many goroutines scan a log in parallel.

@@ -40,6 +40,8 @@ func sequential(t testing.TB, log []byte) string {
 	return folded(t, f, n)
 }
 
+// parallel is the block read of log: with ReadAt, and from bytes in
+// memory as from a mapping; it fails the test when the two differ.
 func parallel(t testing.TB, log []byte, block, workers int) string {
 	t.Helper()
 	f := split.NewFold(split.Options{})
@@ -47,7 +49,17 @@ func parallel(t testing.TB, log []byte, block, workers int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return folded(t, f, n)
+	got := folded(t, f, n)
+	f = split.NewFold(split.Options{})
+	r := bytes.NewReader(log)
+	n, err = readPieces(f.NewLogFeed("log"), &mapBlocks{m: log, block: block}, r, int64(len(log)), block, workers, 2*workers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem := folded(t, f, n); mem != got {
+		t.Fatalf("block %d, %d workers: in memory and with ReadAt differ\n%s\n%s", block, workers, mem, got)
+	}
+	return got
 }
 
 // fixtureLogs are the repository's real and hand-made logs.
@@ -80,7 +92,7 @@ func TestParallelEqualsReadLogOnFixtures(t *testing.T) {
 	rng := rand.New(rand.NewPCG(14, 1))
 	for name, log := range fixtureLogs(t) {
 		want := sequential(t, log)
-		blocks := []int{64, 1000 + rng.IntN(4000), 1 + rng.IntN(len(log)+1), parBlock}
+		blocks := []int{64, 1000 + rng.IntN(4000), 1 + rng.IntN(len(log)+1), readBlock, mapBlock}
 		if len(log) < 32<<10 {
 			blocks = append(blocks, 1, 2, 7) // a piece per byte
 		}
