@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,20 +14,26 @@ import (
 )
 
 // BenchmarkParseProcess runs the whole `aggregator parse` process (a
-// binary built for the benchmark) on a generated llama-server log of 1.2 GB
-// (GTTSPLIT_BENCH_LOG_BYTES to change it; the 4B run once, then request
-// and slot lines: internal/perftest) in a temporary directory, and in the
-// same iterations `wc -l` of the same file as the baseline (the file is in
-// the page cache for both). It reports:
+// binary built for the benchmark) on a generated log in a temporary
+// directory and, in turn with it (one pair a round, each first every other
+// round), `wc -l` of the same file as the baseline (the file is in the
+// page cache for both; parse maps it):
 //
-//   - x/baseline: wc -l's wall time over parse's (≥ 1: parse is faster);
+//   - server: a llama-server log of 1.2 GB (GTTSPLIT_BENCH_LOG_BYTES to
+//     change it): the 4B run once, then request and slot lines;
+//   - dense: 300 MB of the 4B run repeated, a load every 1,564 lines (a
+//     worst case).
 //
-//   - cpu-x/baseline: the same with user+system CPU time;
+// It reports x/baseline (wc -l's summed wall time over parse's: ≥ 1 is
+// parse faster) and median-x/baseline (the median of that ratio pair by
+// pair); sys/baseline, parse's system time over wc -l's (the kernel's
+// share: copying, mapping); cpu-x/baseline, wc -l's user+system time over
+// parse's; peak-RSS-MiB, the largest maximum resident set size of a parse
+// child (getrusage ru_maxrss, /proc/PID/status VmHWM at exit: the file's
+// pages mapped count, as top shows them); load1, the load average over
+// the last minute, at the end.
 //
-//   - peak-RSS-MiB: the largest maximum resident set size of a parse
-//     child (getrusage ru_maxrss, which is /proc/self/status VmHWM at exit).
-//
-//     go test ./cmd/aggregator -run '^$' -bench ParseProcess -benchtime 3x
+//	go test ./cmd/aggregator -run '^$' -bench ParseProcess -benchtime 5x
 func BenchmarkParseProcess(b *testing.B) {
 	wc, err := exec.LookPath("wc")
 	if err != nil {
@@ -43,46 +50,79 @@ func BenchmarkParseProcess(b *testing.B) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
-	logPath := filepath.Join(dir, "server.log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		b.Fatal(err)
+	for _, c := range []struct {
+		name  string
+		size  int64
+		write func(io.Writer, int64) (int64, error)
+	}{
+		{"server", size, perftest.WriteServerLog},
+		{"dense", 300 << 20, perftest.WriteDenseLog},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			logPath := filepath.Join(dir, c.name+".log")
+			f, err := os.Create(logPath)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, err := c.write(f, c.size)
+			if err == nil {
+				err = f.Close()
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer os.Remove(logPath)
+			parseVsWc(b, bin, wc, logPath, n)
+		})
 	}
-	n, err := perftest.WriteServerLog(f, size)
-	if err == nil {
-		err = f.Close()
+}
+
+// parseVsWc times `bin parse log` against `wc -l log` in pairs.
+func parseVsWc(b *testing.B, bin, wc, logPath string, n int64) {
+	type usage struct {
+		wall, cpu, sys time.Duration
+		maxRSS         int64
 	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	run := func(name string, args ...string) (wall, cpu time.Duration, maxRSS int64) {
+	run := func(name string, args ...string) usage {
 		cmd := exec.Command(name, args...)
 		t0 := time.Now()
 		if out, err := cmd.Output(); err != nil || len(out) == 0 {
 			b.Fatalf("%s %v: %v (%d bytes out)", name, args, err, len(out))
 		}
-		wall = time.Since(t0)
+		wall := time.Since(t0)
 		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		cpu = time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
-		return wall, cpu, ru.Maxrss << 10
+		sys := time.Duration(syscall.TimevalToNsec(ru.Stime))
+		return usage{wall, time.Duration(syscall.TimevalToNsec(ru.Utime)) + sys, sys, ru.Maxrss << 10}
 	}
 	run(wc, "-l", logPath) // into the page cache
+	run(bin, "parse", logPath)
 	b.SetBytes(n)
-	var wcWall, wcCPU, pWall, pCPU time.Duration
-	var peak int64
+	var pairs perftest.Pairs
+	var wcU, pU usage
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		w, c, _ := run(wc, "-l", logPath)
-		wcWall, wcCPU = wcWall+w, wcCPU+c
+		var w usage
+		if i%2 == 1 {
+			w = run(wc, "-l", logPath)
+		}
 		b.StartTimer()
-		w, c, rss := run(bin, "parse", logPath)
-		pWall, pCPU = pWall+w, pCPU+c
-		peak = max(peak, rss)
+		p := run(bin, "parse", logPath)
+		b.StopTimer()
+		if i%2 == 0 {
+			w = run(wc, "-l", logPath)
+		}
+		b.StartTimer()
+		pairs.Add(p.wall, w.wall)
+		wcU.wall, wcU.cpu, wcU.sys = wcU.wall+w.wall, wcU.cpu+w.cpu, wcU.sys+w.sys
+		pU.wall, pU.cpu, pU.sys = pU.wall+p.wall, pU.cpu+p.cpu, pU.sys+p.sys
+		pU.maxRSS = max(pU.maxRSS, p.maxRSS)
 	}
-	b.ReportMetric(float64(wcWall)/float64(pWall), "x/baseline")
-	b.ReportMetric(float64(wcCPU)/float64(pCPU), "cpu-x/baseline")
-	b.ReportMetric(float64(n)*float64(b.N)/pWall.Seconds()/1e9, "GB/s")
-	b.ReportMetric(float64(n)*float64(b.N)/wcWall.Seconds()/1e9, "wc-GB/s")
-	b.ReportMetric(float64(peak)/(1<<20), "peak-RSS-MiB")
+	pairs.Report(b)
+	b.ReportMetric(float64(pU.sys)/float64(max(wcU.sys, 1)), "sys/baseline")
+	b.ReportMetric(float64(wcU.cpu)/float64(pU.cpu), "cpu-x/baseline")
+	b.ReportMetric(float64(n)*float64(b.N)/pU.wall.Seconds()/1e9, "GB/s")
+	b.ReportMetric(float64(n)*float64(b.N)/wcU.wall.Seconds()/1e9, "wc-GB/s")
+	b.ReportMetric(float64(pU.maxRSS)/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(perftest.Load1(), "load1")
 }

@@ -19,7 +19,8 @@ import (
 // a log can take, and in the same iterations counts its newlines as `wc
 // -l` does (read(2) into a 128 KiB buffer, count), the baseline; it
 // reports x/baseline (the baseline's time over the path's: ≥ 1 is
-// faster) and its median over the pairs:
+// faster), its median over the pairs, and load1 (the load average over
+// the last minute, at the end):
 //
 //   - map/BLOCK: mapped and scanned in place in blocks of BLOCK on every
 //     core, each block's pages released once applied (a regular file);
@@ -64,6 +65,7 @@ func BenchmarkReadLogPaths(b *testing.B) {
 			pairs.Add(ours, base)
 		}
 		pairs.Report(b)
+		b.ReportMetric(perftest.Load1(), "load1")
 	}
 	for _, block := range []int{1 << 20, 4 << 20, 16 << 20} {
 		b.Run(fmt.Sprintf("map/%dM", block>>20), func(b *testing.B) {

@@ -1,7 +1,10 @@
 package perftest
 
 import (
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -62,4 +65,19 @@ func ProcessCPU(b testing.TB) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Load1 is the machine's load average over the last minute
+// (/proc/loadavg), to give beside a figure; 0 where it cannot be read.
+func Load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }

@@ -130,6 +130,7 @@ func parseFold(b *testing.B, data []byte) {
 	b.ReportMetric(float64(base)/float64(ours), "x/baseline")
 	b.ReportMetric(float64(len(data))*float64(b.N)/ours.Seconds()/1e9, "GB/s")
 	b.ReportMetric(float64(len(data))*float64(b.N)/base.Seconds()/1e9, "base-GB/s")
+	b.ReportMetric(perftest.Load1(), "load1")
 }
 
 // lineScan is the baseline: bufio.Scanner line scanning, nothing done with
