@@ -64,7 +64,7 @@ func newValidate(stdout io.Writer) *cobra.Command {
 func newParse(stdout io.Writer) *cobra.Command {
 	var samples []string
 	c := &cobra.Command{
-		Use:   "parse LOG [--samples PATH]... [--format text|md|json]",
+		Use:   "parse LOG|- [--samples PATH]... [--format text|md|json]",
 		Short: "Split a saved llama.cpp log (and fdinfo samples) offline",
 		Long: `parse reads a saved -v llama.cpp log (with the host-weight trace, if the run had
 GGML_HRX_HOST_WEIGHT_TRACE=1) and fdinfo samples, and prints the split.
