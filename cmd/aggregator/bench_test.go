@@ -33,7 +33,7 @@ import (
 // pages mapped count, as top shows them); load1, the load average over
 // the last minute, at the end.
 //
-//	go test ./cmd/aggregator -run '^$' -bench ParseProcess -benchtime 5x
+//	go test ./cmd/aggregator -run '^$' -bench ParseProcess -benchtime 3x
 func BenchmarkParseProcess(b *testing.B) {
 	wc, err := exec.LookPath("wc")
 	if err != nil {

@@ -37,6 +37,7 @@ func BenchmarkReadLogPaths(b *testing.B) {
 	f, size := benchLogFile(b)
 	run := func(b *testing.B, fold func(*split.LogFeed) error) {
 		var pairs perftest.Pairs
+		var total time.Duration
 		b.SetBytes(size)
 		for i := 0; b.Loop(); i++ {
 			var base time.Duration
@@ -63,8 +64,10 @@ func BenchmarkReadLogPaths(b *testing.B) {
 				wc()
 			}
 			pairs.Add(ours, base)
+			total += ours
 		}
 		pairs.Report(b)
+		b.ReportMetric(float64(size)*float64(b.N)/total.Seconds()/1e9, "GB/s")
 		b.ReportMetric(perftest.Load1(), "load1")
 	}
 	for _, block := range []int{1 << 20, 4 << 20, 16 << 20} {

@@ -34,8 +34,11 @@ func readLogMappedKeep(feed *split.LogFeed, f *os.File, size int64, block, worke
 // what is left is the kernel's). Each reports, per GB: sys-ms (system
 // time), faults (minor page faults) and wall-ms, with load1 beside:
 //
-//   - read/OFFSET: pread(2) of 512 KiB blocks at multiples of the block
-//     plus OFFSET (the copy out of the page cache, aligned and not);
+//   - read/0, read/backN: pread(2) of 512 KiB blocks into page-aligned
+//     buffers, from multiples of the block or N bytes before them (as the
+//     pieces read before, to see whether a line starts at the block's
+//     first byte): the copy out of the page cache, its destination N
+//     bytes ahead of its source within a page;
 //
 //   - map/WINDOW: a mapping of each window, unmapped once counted (a
 //     TLB shoot-down each), for windows of 64 KiB, 512 KiB and 4 MiB;
@@ -127,7 +130,7 @@ func BenchmarkMapCosts(b *testing.B) {
 			})
 		}
 	}
-	pread := func(off int64) func() {
+	pread := func(back int64) func() {
 		return func() {
 			const block = 512 << 10
 			var next atomic.Int64
@@ -136,10 +139,11 @@ func BenchmarkMapCosts(b *testing.B) {
 				wg.Go(func() {
 					buf := make([]byte, block)
 					for {
-						lo := (next.Add(1)-1)*block + off
+						lo := (next.Add(1) - 1) * block
 						if lo >= size {
 							return
 						}
+						lo = max(0, lo-back)
 						n, _ := f.ReadAt(buf, lo)
 						nl(buf[:n])
 					}
@@ -153,9 +157,9 @@ func BenchmarkMapCosts(b *testing.B) {
 		run  func()
 	}{
 		{"read/0", pread(0)},
-		{"read/1", pread(1)},
-		{"read/8", pread(8)},
-		{"read/64", pread(64)},
+		{"read/back1", pread(1)},
+		{"read/back8", pread(8)},
+		{"read/back64", pread(64)},
 		{"map/64K", mapWindows(64<<10, 0, -1)},
 		{"map/512K", mapWindows(512<<10, 0, -1)},
 		{"map/4M", mapWindows(window, 0, -1)},
