@@ -50,7 +50,7 @@ func (g Guard) Wrap(next http.Handler) http.Handler {
 			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 			return
 		}
-		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && g.ok(bearer) {
+		if tok, ok := bearer(r.Header.Get("Authorization")); ok && g.ok(tok) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -61,6 +61,19 @@ func (g Guard) Wrap(next http.Handler) http.Handler {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gttsplit"`)
 		http.Error(w, "this path needs the token of http.token: send Authorization: Bearer TOKEN, or open the page once with ?token=TOKEN", http.StatusUnauthorized)
 	})
+}
+
+// bearer returns the token of an Authorization value of the Bearer
+// scheme. The scheme is case-insensitive and one or more spaces follow it
+// (RFC 9110 section 11.4): "Bearer T", "bearer T" and "BEARER  T" all give
+// T.
+func bearer(h string) (string, bool) {
+	scheme, rest, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok := strings.TrimLeft(rest, " ")
+	return tok, tok != ""
 }
 
 func (g Guard) ok(s string) bool {
