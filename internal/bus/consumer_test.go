@@ -164,6 +164,24 @@ func TestEnsureStreamIntegration(t *testing.T) {
 	require.Equal(t, 5*time.Minute, info.Config.Duplicates)
 	require.Equal(t, jetstream.FileStorage, info.Config.Storage)
 	require.Equal(t, []string{"gttsplit.>"}, info.Config.Subjects)
+
+	// Whoever holds the stream's administration cannot delete, purge or
+	// roll up its events, nor allow it again.
+	_, err = js.Publish(testCtx(t), "gttsplit.log.h.l.r", []byte("event"))
+	require.NoError(t, err)
+	require.Error(t, st.Purge(testCtx(t)))
+	require.Error(t, st.DeleteMsg(testCtx(t), 1))
+	upd := info.Config
+	upd.DenyPurge, upd.DenyDelete = false, false
+	_, err = js.UpdateStream(testCtx(t), upd)
+	require.Error(t, err)
+	upd = info.Config
+	upd.AllowRollup = true
+	_, err = js.UpdateStream(testCtx(t), upd)
+	require.Error(t, err)
+	info, err = st.Info(testCtx(t))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, info.State.Msgs)
 }
 
 // syncBuf is a log sink safe for concurrent writes.
@@ -316,9 +334,10 @@ func TestPartitionsMatchTheServer(t *testing.T) {
 
 // A stream made by an earlier version (no transform, events stored under
 // five-token subjects, none consumed) is partitioned at ingest from now
-// on: its earlier events go to the legacy partitioned stream, which the
-// partitions' consumers drain; RetireLegacy deletes it only once they did.
-func TestEnsurePartitionedMigratesIntegration(t *testing.T) {
+// on. With no partitioned stream of earlier versions the earlier events
+// are counted (Unfolded), and no such stream is created: the aggregator's
+// credential may not.
+func TestEnsurePartitionedUnfoldedIntegration(t *testing.T) {
 	skipShort(t)
 	s := natstest.Start(t)
 	js := bareJS(t, s)
@@ -331,7 +350,7 @@ func TestEnsurePartitionedMigratesIntegration(t *testing.T) {
 	}
 	lay, err := bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 4, 1, zerolog.Nop())
 	require.NoError(t, err)
-	require.Equal(t, bus.Layout{Partitions: 4, Legacy: true}, lay)
+	require.Equal(t, bus.Layout{Partitions: 4, Unfolded: 10}, lay)
 	_, err = js.Publish(ctx, events.Subject(events.KindRun, "h", "l", "new-0"), []byte("new"))
 	require.NoError(t, err)
 	st, err := js.Stream(ctx, bus.DefaultStream)
@@ -339,6 +358,42 @@ func TestEnsurePartitionedMigratesIntegration(t *testing.T) {
 	m, err := st.GetMsg(ctx, 11)
 	require.NoError(t, err)
 	require.Len(t, strings.Split(m.Subject, "."), 6, "partitioned from now on")
+	_, err = js.Stream(ctx, bus.LegacyStream(bus.DefaultStream))
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "no partitioned copy created")
+	lay, err = bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 16, 1, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, bus.Layout{Partitions: 4}, lay, "again: nothing changes")
+}
+
+// A stream an earlier version partitioned through a second, sourced stream
+// (<stream>_PARTS) is partitioned at ingest with that stream's partition
+// count; the partitions' consumers drain the second stream, which
+// RetireLegacy deletes only once they did.
+func TestEnsurePartitionedDrainsLegacyIntegration(t *testing.T) {
+	skipShort(t)
+	s := natstest.Start(t)
+	js := bareJS(t, s)
+	ctx := testCtx(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}})
+	require.NoError(t, err)
+	for i := 0; i < 10; i++ {
+		_, err := js.Publish(ctx, events.Subject(events.KindRun, "h", "l", fmt.Sprintf("old-%d", i)), []byte("old"))
+		require.NoError(t, err)
+	}
+	// The earlier version's partitioned copy: 4 partitions.
+	var tr []jetstream.SubjectTransformConfig
+	for _, k := range []string{"run", "log", "fdinfo"} {
+		tr = append(tr, jetstream.SubjectTransformConfig{
+			Source:      "gttsplit." + k + ".*.*.*",
+			Destination: "gttsplitp.{{partition(4,3)}}." + k + ".{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}",
+		})
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.LegacyStream(bus.DefaultStream),
+		Sources: []*jetstream.StreamSource{{Name: bus.DefaultStream, SubjectTransforms: tr}}})
+	require.NoError(t, err)
+	lay, err := bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 16, 1, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, bus.Layout{Partitions: 4, Legacy: true}, lay, "the earlier stream's partition count")
 	lay, err = bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 16, 1, zerolog.Nop())
 	require.NoError(t, err)
 	require.Equal(t, bus.Layout{Partitions: 4, Legacy: true}, lay, "again: nothing changes")

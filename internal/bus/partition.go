@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -144,7 +143,8 @@ func PublishedSubject(stored string) string {
 // The partitioned stream of earlier versions (<stream>_PARTS, subjects
 // gttsplitp.<partition>.<kind>.<host>.<lane>.<run>), a sourced copy of the
 // events stream. An aggregator finding it drains it (each partition's
-// owner consumes both) and deletes it once nothing is left in it.
+// owner consumes both) and deletes it once nothing is left in it; it never
+// creates one (its credential may not: see internal/natsauth).
 const legacyPrefix = "gttsplitp"
 
 // LegacyStream is the name of the earlier versions' partitioned stream.
@@ -168,6 +168,10 @@ type Layout struct {
 	// Legacy says the earlier versions' partitioned stream is still there
 	// to drain.
 	Legacy bool
+	// Unfolded counts the events stored before the stream was partitioned
+	// when no earlier partitioned stream is there to fold them through
+	// (set only when EnsurePartitioned partitioned the stream).
+	Unfolded uint64
 }
 
 // EnsurePartitioned makes sure the events stream stores its events by
@@ -175,8 +179,11 @@ type Layout struct {
 // partitioning at ingest gets the transform now (with the legacy
 // stream's partition count, if there is one, else partitions): events
 // stored before keep their subjects and are folded through the legacy
-// stream, which is created for them if it is missing (as earlier versions
-// did) and deleted once drained (RetireLegacy).
+// stream when earlier versions left one, which is deleted once drained
+// (RetireLegacy). Without one, such events are not folded by the
+// partitions' consumers: the layout counts them (Unfolded) and a warning
+// says how to fold them (`aggregator export` them, `aggregator replay`
+// the file).
 func EnsurePartitioned(ctx context.Context, js jetstream.JetStream, stream string, partitions, replicas int, log zerolog.Logger) (Layout, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -193,32 +200,29 @@ func EnsurePartitioned(ctx context.Context, js jetstream.JetStream, stream strin
 			stream, cfg.SubjectTransform.Source, cfg.SubjectTransform.Destination)
 	}
 	n := partitionsOr(partitions)
-	legacy := false
+	lay := Layout{}
 	if ls, err := js.Stream(ctx, LegacyStream(stream)); err == nil {
-		legacy = true
+		lay.Legacy = true
 		if ln, ok := legacyPartitions(ls.CachedInfo().Config); ok {
 			n = ln
 		}
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return Layout{}, fmt.Errorf("stream %s: %w", LegacyStream(stream), err)
-	} else if old, err := unpartitioned(ctx, s); err != nil {
+	} else if lay.Unfolded, err = unpartitioned(ctx, s); err != nil {
 		return Layout{}, err
-	} else if old > 0 {
-		// Events stored before partitioning that nothing consumed yet
-		// (published by collectors before any aggregator ran): the
-		// legacy stream sources them, by partition.
-		if err := createLegacy(ctx, js, stream, n, cfg.Replicas, cfg.MaxAge, cfg.MaxBytes); err != nil {
-			return Layout{}, err
-		}
-		legacy = true
 	}
 	cfg.SubjectTransform = partitionTransform(n)
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		return Layout{}, fmt.Errorf("events stream %s: partition at ingest: %w", stream, err)
 	}
-	log.Info().Str("stream", stream).Int("partitions", n).Bool("legacy", legacy).
+	lay.Partitions = n
+	log.Info().Str("stream", stream).Int("partitions", n).Bool("legacy", lay.Legacy).
 		Msg("events stream now partitions its events at ingest; earlier events are folded through the earlier partitioned stream until it is drained")
-	return Layout{Partitions: n, Legacy: legacy}, nil
+	if lay.Unfolded > 0 {
+		log.Warn().Str("stream", stream).Uint64("events", lay.Unfolded).
+			Msg("the events stream holds events stored before it was partitioned, and no earlier partitioned stream to fold them through: they are not folded (fold them with `aggregator export --since TIME > old.jsonl` and `aggregator replay old.jsonl`)")
+	}
+	return lay, nil
 }
 
 // StreamPartitions returns the partition count of the events stream
@@ -285,31 +289,6 @@ func legacyPartitions(cfg jetstream.StreamConfig) (int, bool) {
 		}
 	}
 	return 0, false
-}
-
-// createLegacy creates the legacy stream sourcing the unpartitioned events.
-func createLegacy(ctx context.Context, js jetstream.JetStream, stream string, n, replicas int, maxAge time.Duration, maxBytes int64) error {
-	var tr []jetstream.SubjectTransformConfig
-	for _, k := range folded {
-		tr = append(tr, jetstream.SubjectTransformConfig{
-			Source:      fmt.Sprintf("%s.%s.*.*.*", events.SubjectRoot, k),
-			Destination: fmt.Sprintf("%s.{{partition(%d,3)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", legacyPrefix, n, k),
-		})
-	}
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:        LegacyStream(stream),
-		Description: "gttsplit: events of " + stream + " stored before it was partitioned at ingest; deleted once drained",
-		Sources:     []*jetstream.StreamSource{{Name: stream, SubjectTransforms: tr}},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		MaxAge:      maxAge,
-		MaxBytes:    maxBytes,
-		Replicas:    max(replicas, 1),
-	})
-	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("stream %s: %w", LegacyStream(stream), err)
-	}
-	return nil
 }
 
 // RetireLegacy deletes the legacy stream once it has sourced everything

@@ -63,7 +63,8 @@ func (c StreamConfig) withDefaults() StreamConfig {
 
 // EnsureStream creates the stream when it is missing (file storage, limits
 // retention, cfg's limits and replicas, partitioned at ingest: see
-// partition.go). An existing stream is never
+// partition.go; no message deleted or purged through the API, which the
+// server lets no update undo). An existing stream is never
 // lowered: its replicas are raised to cfg.Replicas when fewer, and every
 // other difference (fewer replicas asked, another max age, max bytes or
 // duplicate window) is logged as a warning naming the setting, keeping the
@@ -87,6 +88,11 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig,
 		Replicas:    cfg.Replicas,
 		// Every event stored under its run's partition.
 		SubjectTransform: partitionTransform(partitionsOr(cfg.Partitions)),
+		// Nobody deletes or purges events (nor rolls them up): only the
+		// limits above discard them. The server never lets an update
+		// undo either.
+		DenyDelete: true,
+		DenyPurge:  true,
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := js.Stream(ctx, cfg.Name)
