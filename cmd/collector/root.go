@@ -118,11 +118,12 @@ func newReplay(io collector.IO) *cobra.Command {
 then publishes recorded streams (events.jsonl, from 'collector run --out'
 or 'aggregator export') with their ids unchanged, so events the stream
 already holds change nothing; with no FILE it only delivers the spool.
---pace: instant, original (the events' own time gaps) or Nx.
+--pace: instant, original (the events' own time gaps) or Nx. With --host
+(and that host's NATS user) only that host's events are sent.
 
 It exits 0 when everything was delivered, 75 when events were left in the
-spool, 1 when some were dropped or there was nothing to send, 128+N on
-signal N. Details: docs/collector.md.`,
+spool, 1 when some were dropped or another host's were not sent, or there
+was nothing to send, 128+N on signal N. Details: docs/collector.md.`,
 		Example: `  collector replay --nats-url nats://127.0.0.1:4222 testdata/runs/4b/events.jsonl
   collector replay --nats-url nats://nats:4222 --pace 10x run1.jsonl run2.jsonl
   collector replay --nats-url nats://nats:4222 --lane gpu1`,
@@ -137,11 +138,12 @@ signal N. Details: docs/collector.md.`,
 			return err
 		},
 	}
-	addFlags(c.Flags(), "nats-url", "pace", "spool-dir", "lane", "log-level")
+	addFlags(c.Flags(), "nats-url", "pace", "spool-dir", "lane", "host", "log-level")
 	// replay has no --out: the key's own text says it is needed without a
 	// URL.
 	c.Flags().Lookup("nats-url").Usage = "NATS server URL(s), comma-separated; replay needs one (nats.url: GTTSPLIT_NATS_URL)"
 	c.Flags().Lookup("lane").Usage = "lane whose spool (<spool-dir>/<lane>) is delivered first; the replayed events keep their own lanes (lane: GTTSPLIT_LANE)"
+	c.Flags().Lookup("host").Usage = "host whose events are sent (its NATS user may publish no other host's); empty sends every host's (host: GTTSPLIT_HOST)"
 	return c
 }
 

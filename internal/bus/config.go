@@ -14,8 +14,8 @@ import (
 )
 
 // Config is the nats.* keys of both binaries: how to reach NATS, how a
-// publisher waits for the broker, and the limits of the events stream a
-// client creates when it is missing. The zero Config is not valid: start
+// publisher waits for the broker, and the limits of the events stream the
+// aggregator creates when it is missing. The zero Config is not valid: start
 // from DefaultConfig. What an empty URL means (no broker, or the embedded
 // server) and which of the keys a binary has are the binary's: the
 // aggregator has no max_in_flight and ack_timeout (internal/config words
@@ -40,12 +40,13 @@ type Config struct {
 	MaxInFlight int           `mapstructure:"max_in_flight" desc:"maximum published events awaiting the broker's acknowledgement"`
 	AckTimeout  time.Duration `mapstructure:"ack_timeout" desc:"time an event waits for the broker's acknowledgement before it goes to the spool (run, attach) or is sent again (replay); a connected broker that answers later gets twice as long, up to 8 times"`
 	// Replicas, StreamMaxAge, StreamMaxBytes and DuplicateWindow are
-	// what a client creates the stream with (see EnsureStream); Replicas
-	// also those of the consumers and buckets the aggregators create.
-	Replicas        int           `mapstructure:"replicas" desc:"replicas of the stream, its consumers and the state bucket when a client creates them (1 to 5; 3 on a cluster); an existing stream is raised to it, never lowered"`
-	StreamMaxAge    time.Duration `mapstructure:"stream_max_age" desc:"age after which the stream discards events, set when a client creates it; 0 keeps them until stream_max_bytes"`
-	StreamMaxBytes  int64         `mapstructure:"stream_max_bytes" desc:"size in bytes above which the stream discards its oldest events, set when a client creates it; 0 means no limit"`
-	DuplicateWindow time.Duration `mapstructure:"duplicate_window" desc:"JetStream de-duplication window of the stream, set when a client creates it (at least 2m)"`
+	// what the aggregator creates the stream with (see EnsureStream);
+	// Replicas also those of the consumers and buckets it creates. A
+	// collector creates nothing (the collector has none of these keys).
+	Replicas        int           `mapstructure:"replicas" desc:"replicas of the stream, its consumers and the buckets when the aggregator creates them (1 to 5; 3 on a cluster); an existing stream is raised to it, never lowered"`
+	StreamMaxAge    time.Duration `mapstructure:"stream_max_age" desc:"age after which the stream discards events, set when the aggregator creates it; 0 keeps them until stream_max_bytes"`
+	StreamMaxBytes  int64         `mapstructure:"stream_max_bytes" desc:"size in bytes above which the stream discards its oldest events, set when the aggregator creates it; 0 means no limit"`
+	DuplicateWindow time.Duration `mapstructure:"duplicate_window" desc:"JetStream de-duplication window of the stream, set when the aggregator creates it (at least 2m)"`
 }
 
 // TLSConfig is the nats.tls.* keys: PEM files. CAFile alone verifies the

@@ -37,6 +37,11 @@ type DialOptions struct {
 	// Partitions of the events stream when Dial creates it; 0 is
 	// DefaultPartitions.
 	Partitions int
+	// Host is a collector's host: its replies (the broker's
+	// acknowledgements) come on InboxPrefix(Host), the only inbox its
+	// credential may read. "" keeps nats.go's default inbox, _INBOX (the
+	// aggregator).
+	Host string
 	// ReconnectWait is the pause between reconnection attempts; 0 is 2s.
 	ReconnectWait time.Duration
 }
@@ -52,6 +57,9 @@ func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning)
 	if reconnectWait <= 0 {
 		reconnectWait = 2 * time.Second
 	}
+	// A refused publish or subscription repeats with every event: said
+	// every 10 s at most.
+	refusedLog := &LogLimit{Every: 10 * time.Second}
 	opts := []nats.Option{
 		nats.Name(name),
 		// Keep trying for ever, in the background: a collector spools
@@ -84,6 +92,13 @@ func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning)
 			log.Info().Str("url", redact.URLList(nc.ConnectedUrl())).Msg("nats reconnected")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				if ev := refusedLog.Event(log.Error); ev != nil {
+					ev.Err(err).Str("user", c.User).Str("host", opt.Host).
+						Msg("the broker refused what this credential may not do: a collector's NATS user is its host's, and may publish only that host's events and read only its own inbox (check nats.user and host against the server's users: aggregator nats-users)")
+				}
+				return
+			}
 			ev := log.Warn().Err(err)
 			if sub != nil {
 				ev = ev.Str("subject", sub.Subject)
@@ -93,6 +108,9 @@ func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning)
 	}
 	if c.ConnectTimeout > 0 {
 		opts = append(opts, nats.Timeout(c.ConnectTimeout))
+	}
+	if opt.Host != "" {
+		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(opt.Host)))
 	}
 	switch {
 	case c.Token != "":
@@ -171,13 +189,14 @@ func Connect(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logge
 	return nc, nil
 }
 
-// Dial connects to NATS (Connect) and makes sure the events stream exists
-// (EnsureStream, with cfg's limits and opt.Partitions). With opt.Required
-// (the aggregator) the stream must be there: each attempt is bounded, one
-// a cluster dropped (a leader being elected) is tried again for up to
-// 30 s, and failing that Dial fails and closes the connection. Without it
-// (a collector) the stream is made sure of once, within 10 s, when the
-// broker is connected; failing that is a warning and publishing goes on.
+// Dial connects to NATS (Connect). With opt.Required (the aggregator) it
+// makes sure the events stream exists (EnsureStream, with cfg's limits and
+// opt.Partitions): each attempt is bounded, one a cluster dropped (a leader
+// being elected) is tried again for up to 30 s, and failing that Dial
+// fails and closes the connection. Without it (a collector) Dial asks the
+// JetStream API nothing: a collector's credential has none of it (the
+// stream is the aggregator's, or an operator's, to create), and a
+// Publisher spools while no stream takes its events.
 func Dial(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := Connect(ctx, cfg, opt, log)
 	if err != nil {
@@ -188,18 +207,10 @@ func Dial(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logger) 
 		nc.Close()
 		return nil, nil, err
 	}
-	sc := cfg.StreamConfig(opt.Partitions)
 	if !opt.Required {
-		if nc.IsConnected() {
-			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = EnsureStream(ectx, js, sc, log)
-			cancel()
-			if err != nil {
-				log.Warn().Err(err).Msg("could not make sure the stream exists; publishing anyway")
-			}
-		}
 		return nc, js, nil
 	}
+	sc := cfg.StreamConfig(opt.Partitions)
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {

@@ -29,7 +29,7 @@ type Collector struct {
 	ControlOf string              `mapstructure:"control_of" flag:"control-of" desc:"run id this run is the control of (the same command with offload off, -ngl 0); the report names it and the comparison of the two is posted with it; empty for none"`
 	SourceDir string              `mapstructure:"source_dir" flag:"source-dir" desc:"git checkout whose commit and dirty state are recorded; empty means the working directory"`
 	Out       string              `mapstructure:"out" flag:"out" desc:"directory for split.log, gtt.txt, events.jsonl, split.md and split.json; empty writes none"`
-	NATS      bus.Config          `mapstructure:"nats" desc.url:"NATS server URL(s), comma-separated; empty means no broker (then --out is needed); an unreachable broker spools events to disk" desc.stream:"JetStream stream the events are published to"`
+	NATS      bus.Config          `mapstructure:"nats" omit:"replicas,stream_max_age,stream_max_bytes,duplicate_window" desc.url:"NATS server URL(s), comma-separated; empty means no broker (then --out is needed); an unreachable broker spools events to disk" desc.stream:"JetStream stream the events are published to"`
 	Spool     bus.SpoolConfig     `mapstructure:"spool"`
 	Sample    fdinfo.Config       `mapstructure:"sample"`
 	Wrap      procwrap.Config     `mapstructure:"wrap"`

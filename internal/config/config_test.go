@@ -383,9 +383,9 @@ func TestValidate(t *testing.T) {
 		{"stream name", func(c *Collector) { c.NATS.Stream = "a.b" }, []string{"nats.stream"}},
 		{"empty stream", func(c *Collector) { c.NATS.Stream = "" }, []string{"nats.stream"}},
 		{"durations", func(c *Collector) {
-			c.NATS.ConnectTimeout, c.NATS.DuplicateWindow, c.Sample.Interval = 0, -time.Second, 0
+			c.NATS.ConnectTimeout, c.Sample.Interval = 0, 0
 			c.Sample.RescanInterval, c.Wrap.KillGrace, c.Batch.MaxDelay, c.ShutdownTimeout = 0, 0, 0, 0
-		}, []string{"nats.connect_timeout", "nats.duplicate_window", "sample.interval",
+		}, []string{"nats.connect_timeout", "sample.interval",
 			"sample.rescan_interval", "wrap.kill_grace", "batch.max_delay", "shutdown_timeout"}},
 		{"counts", func(c *Collector) {
 			c.NATS.MaxInFlight, c.Spool.MaxBytes, c.Batch.MaxLines, c.Attach.PID = 0, 0, 0, -1
@@ -424,6 +424,8 @@ func TestValidate(t *testing.T) {
 		wants []string
 	}{
 		{"defaults", func(*Aggregator) {}, nil},
+		{"stream limits", func(a *Aggregator) { a.NATS.DuplicateWindow, a.NATS.StreamMaxAge = time.Minute, -time.Second },
+			[]string{"nats.stream_max_age", "nats.duplicate_window"}},
 		{"listen no port", func(a *Aggregator) { a.Embedded.Listen = "127.0.0.1" }, []string{"embedded.listen"}},
 		{"listen bad port", func(a *Aggregator) { a.Embedded.Listen = "127.0.0.1:http" }, []string{"embedded.listen"}},
 		{"listen any host without auth", func(a *Aggregator) { a.Embedded.Listen = ":0" }, []string{"embedded.listen"}},
@@ -606,7 +608,9 @@ func TestKeysAndTable(t *testing.T) {
 		Key: "sample.interval", Type: "duration", Default: "100ms", Env: "GTTSPLIT_SAMPLE_INTERVAL",
 		Flag: "interval", Description: byKey["sample.interval"].Description,
 	}, byKey["sample.interval"])
-	require.Equal(t, "2m", byKey["nats.duplicate_window"].Default)
+	_, has := byKey["nats.duplicate_window"]
+	require.False(t, has, "the collector creates no stream: it has no stream settings")
+	require.Equal(t, "2m", keyInfo(t, DefaultAggregator(), "nats.duplicate_window").Default)
 	require.Equal(t, "268435456", byKey["spool.max_bytes"].Default)
 	require.Equal(t, "true", byKey["wrap.set_trace_env"].Default)
 	require.Equal(t, "secret", byKey["nats.password"].Type)
@@ -689,4 +693,16 @@ func TestURLCredentialsMasked(t *testing.T) {
 	err = a.Validate()
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "pw-s3cret-8")
+}
+
+// keyInfo is the key of cfg's keys named key.
+func keyInfo(t *testing.T, cfg any, key string) KeyInfo {
+	t.Helper()
+	for _, k := range Keys(cfg) {
+		if k.Key == key {
+			return k
+		}
+	}
+	t.Fatalf("no key %s", key)
+	return KeyInfo{}
 }

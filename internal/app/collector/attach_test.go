@@ -29,7 +29,7 @@ func TestAttachIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	lines, _, _ := fixtureLines(t)
-	srv := natstest.Start(t)
+	srv := startBroker(t)
 	proxy := natstest.StartProxy(t, srv.Addr().String())
 	js := jsConn(t, srv.ClientURL())
 

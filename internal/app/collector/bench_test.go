@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/gttsplit/gttsplit/internal/natstest"
 )
 
 // userHZ is the unit of utime and stime in /proc/<pid>/stat (USER_HZ,
@@ -54,7 +52,7 @@ func BenchmarkRunCPU(b *testing.B) {
 	if _, err := collectorBinary(); err != nil {
 		b.Fatal(err)
 	}
-	srv := natstest.Start(b)
+	srv := startBroker(b)
 	for _, mode := range []string{"idle", "offline", "nats"} {
 		b.Run(mode, func(b *testing.B) {
 			var share, perLine, startup float64

@@ -13,7 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/sources/procwrap"
 )
@@ -123,7 +122,7 @@ func TestCollectorBinaryIntegration(t *testing.T) {
 	})
 
 	t.Run("publishes to NATS", func(t *testing.T) {
-		srv := natstest.Start(t)
+		srv := startBroker(t)
 		out := t.TempDir()
 		child := childArgv(t, src, "delay=100us", "print=0:")
 		r := startCollector(t, []string{"GTTSPLIT_NATS_URL=" + srv.ClientURL()},

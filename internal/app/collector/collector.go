@@ -88,13 +88,9 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, resume 
 	if cfg.NATS.URL == "" && cfg.Out == "" {
 		return nil, cli.Usage(ErrNoDestination)
 	}
-	host := cfg.Host
-	if host == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("host name: %w", err)
-		}
-		host = h
+	host, err := hostOf(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if runID == "" {
 		runID = GenerateRunID(host, time.Now())
@@ -115,7 +111,7 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, resume 
 		s.pipe.out = rec
 	}
 	if cfg.NATS.URL != "" {
-		pub, err := s.connect(ctx)
+		pub, err := s.connect(ctx, host)
 		if err != nil {
 			if s.pipe.out != nil {
 				_ = s.pipe.out.close()
@@ -170,11 +166,25 @@ func (s *session) provenance(ctx context.Context) {
 	s.pipe.detail.SourceDir = dir
 }
 
+// hostOf is the host the events are published as: the host key, else the
+// machine's host name.
+func hostOf(cfg config.Collector) (string, error) {
+	if cfg.Host != "" {
+		return cfg.Host, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("host name: %w", err)
+	}
+	return h, nil
+}
+
 // connect dials the broker (bus.Dial: a broker that is away is waited
-// for, the events go to the spool meanwhile) and opens the publisher on
-// the lane's spool.
-func (s *session) connect(ctx context.Context) (*bus.Publisher, error) {
-	nc, _, err := bus.Dial(ctx, s.cfg.NATS, bus.DialOptions{Name: "gttsplit-collector"}, s.log)
+// for, the events go to the spool meanwhile; the replies come on the
+// host's own inbox, the only one its credential may read) and opens the
+// publisher on the lane's spool.
+func (s *session) connect(ctx context.Context, host string) (*bus.Publisher, error) {
+	nc, _, err := bus.Dial(ctx, s.cfg.NATS, bus.DialOptions{Name: "gttsplit-collector", Host: host}, s.log)
 	if err != nil {
 		return nil, err
 	}

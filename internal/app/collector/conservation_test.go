@@ -165,7 +165,7 @@ func (b *conservationBroker) start() {
 	s, err := natstest.NewServerWithOptions(opts)
 	require.NoError(b.t, err)
 	b.t.Cleanup(func() { natstest.Shutdown(s) })
-	b.srv = s
+	b.srv = withStream(b.t, s)
 }
 
 // fill publishes to a FILL stream of its own until the server answers

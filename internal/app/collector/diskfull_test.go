@@ -12,7 +12,6 @@ import (
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/disktest"
-	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -60,7 +59,7 @@ func TestRunSpoolDiskFullIntegration(t *testing.T) {
 	require.Contains(t, out, "spool disk full")
 
 	require.NoError(t, os.Remove(filepath.Join(fs, "filler")))
-	srv := natstest.StartAt(t, t.TempDir(), port)
+	srv := startBrokerAt(t, t.TempDir(), port)
 	st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), testLogger(t))
 	require.NoError(t, err)
 	require.Zero(t, st.Left)

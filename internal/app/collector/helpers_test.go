@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -51,6 +52,27 @@ const waitFor = 60 * time.Second
 // fixture4B is the real llama.cpp -v log of the 4B reference run: 1564
 // lines, the last one without a newline.
 var fixture4B = filepath.Join("..", "..", "..", "testdata", "runs", "4b", "split.log")
+
+// startBroker starts an embedded nats-server with the events stream, as
+// the aggregator (or an operator) makes it: a collector creates none.
+func startBroker(t testing.TB) *server.Server { return withStream(t, natstest.Start(t)) }
+
+// startBrokerAt is startBroker on a chosen store and port.
+func startBrokerAt(t testing.TB, store string, port int) *server.Server {
+	return withStream(t, natstest.StartAt(t, store, port))
+}
+
+// withStream makes sure srv has the events stream.
+func withStream(t testing.TB, srv *server.Server) *server.Server {
+	t.Helper()
+	nc := natstest.Connect(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = bus.EnsureStream(testCtx(t), js, bus.DefaultStreamConfig(), zerolog.Nop())
+	require.NoError(t, err)
+	nc.Close()
+	return srv
+}
 
 func testLogger(t testing.TB) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)

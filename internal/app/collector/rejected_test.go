@@ -13,7 +13,6 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/cli"
-	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
@@ -25,7 +24,7 @@ import (
 func TestRunAfterPoisonedSpoolIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
-	srv := natstest.Start(t)
+	srv := startBroker(t)
 	cfg := testConfig(t)
 
 	// The poison, spooled in the lane's spool with no broker.
@@ -97,7 +96,7 @@ func TestRunFullSpoolFlaggedIntegration(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(local), `"events_dropped"`)
 
-	srv := natstest.StartAt(t, t.TempDir(), port)
+	srv := startBrokerAt(t, t.TempDir(), port)
 	pc := bus.DefaultPublisherConfig()
 	pc.Spool.Dir, pc.Name = cfg.Spool.Dir, cfg.Lane
 	cc := bus.DefaultConfig()

@@ -33,6 +33,10 @@ type ReplayStats struct {
 	// delivered nor spooled.
 	Left    int
 	Dropped int
+	// Foreign counts the events of other hosts than the host key names
+	// (when it is set): not sent, since a host's credential may publish
+	// only its own.
+	Foreign int
 }
 
 // Replay is `collector replay [FILE...]`: it delivers what waits in the
@@ -43,9 +47,16 @@ type ReplayStats struct {
 // deltas) or Nx (N times faster). A broker that acknowledges late is
 // waited for (up to shutdown_timeout), not spooled for.
 //
+// With the host key set (--host), only that host's events are sent: a
+// host's credential may publish no other host's, and its replies come on
+// its own inbox (bus.InboxPrefix); the others are counted (Foreign) and
+// said. Without it every event is sent, on the machine's host name's
+// inbox.
+//
 // The error carries the exit code: 75 (cli.ExitTempFail) when events
-// were left in the spool, 1 when some were dropped or the files held no
-// event and the spool none either, 128+N when signal N stopped it.
+// were left in the spool, 1 when some were dropped or not sent for being
+// another host's, or the files held no event and the spool none either,
+// 128+N when signal N stopped it.
 func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, log zerolog.Logger) (ReplayStats, error) {
 	var st ReplayStats
 	if cfg.NATS.URL == "" {
@@ -68,7 +79,17 @@ func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, lo
 	// its own.
 	s := &session{cfg: cfg, log: log, backPressure: cfg.ShutdownTimeout}
 	s.cfg.Out = ""
-	pub, err := s.connect(ctx)
+	host, err := hostOf(cfg)
+	if err != nil {
+		return st, err
+	}
+	// only is the host token whose events are sent ("": every host's).
+	only := ""
+	if cfg.Host != "" {
+		only = events.Token(cfg.Host)
+	}
+	foreign := map[string]int{}
+	pub, err := s.connect(ctx, host)
 	if err != nil {
 		return st, err
 	}
@@ -101,6 +122,11 @@ files:
 			if err != nil {
 				st.Invalid++
 				rlog.Debug().Str("file", name).Int("line", r.Line()).Err(err).Msg("skipped an event")
+				continue
+			}
+			if only != "" && events.Token(d.Origin.Host) != only {
+				st.Foreign++
+				foreign[d.Origin.Host]++
 				continue
 			}
 			runs[d.Origin.RunID]++
@@ -152,6 +178,10 @@ files:
 	if st.Skipped+st.Invalid > 0 {
 		rlog.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be replayed")
 	}
+	if st.Foreign > 0 {
+		rlog.Warn().Int("events", st.Foreign).Strs("hosts", runIDs(foreign)).Str("host", cfg.Host).
+			Msg("not sent: events of other hosts (a host's credential may publish only its own events; replay them with --host naming theirs, and their credentials)")
+	}
 	lev := rlog.Info()
 	if st.Left > 0 || st.Dropped > 0 || st.Delivered < st.Sent {
 		lev = rlog.Warn()
@@ -169,6 +199,8 @@ files:
 	case st.Dropped > 0:
 		runErr = errors.Join(runErr, fmt.Errorf("%d events dropped: refused by the broker (set aside in %s) or the spool was full",
 			st.Dropped, filepath.Join(left.Dir, bus.RejectedDir)))
+	case st.Foreign > 0:
+		runErr = errors.Join(runErr, fmt.Errorf("%d events of other hosts than %s not sent", st.Foreign, cfg.Host))
 	case len(files) > 0 && st.Sent == 0 && st.Delivered == 0 && runErr == nil:
 		runErr = errors.New("no event was published: the files hold no event, and the spool none either")
 	}

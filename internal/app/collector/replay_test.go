@@ -5,16 +5,23 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/cli"
+	"github.com/gttsplit/gttsplit/internal/natsauth"
 	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
@@ -28,12 +35,13 @@ func TestReplayIntegration(t *testing.T) {
 	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
 	recorded := readJSONL(t, file)
 	runID := recorded[0].Origin.RunID
-	srv := natstest.Start(t)
+	srv := startBroker(t)
 	js := jsConn(t, srv.ClientURL())
 
 	replay := func(pace string, files ...string) ReplayStats {
 		t.Helper()
 		cfg := testConfig(t)
+		cfg.Host = "strix01" // the recorded runs' host: replay sends only its events
 		cfg.NATS.URL = srv.ClientURL()
 		cfg.Replay.Pace = pace
 		st, err := Replay(testCtx(t), cfg, files, newTestIO().io(), testLogger(t))
@@ -106,6 +114,7 @@ func TestReplayIntegration(t *testing.T) {
 	gapFile := filepath.Join(t.TempDir(), "gap.jsonl")
 	require.NoError(t, os.WriteFile(gapFile, gap.Bytes(), 0o644))
 	cfg := testConfig(t)
+	cfg.Host = "strix01" // the recorded runs' host: replay sends only its events
 	cfg.NATS.URL = srv.ClientURL()
 	cfg.Replay.Pace = "original"
 	o := newTestIO()
@@ -137,6 +146,7 @@ func TestReplaySpoolIntegration(t *testing.T) {
 	require.NoError(t, os.WriteFile(empty, nil, 0o644))
 	url, port := deadBroker(t)
 	cfg := testConfig(t)
+	cfg.Host = "strix01" // the recorded runs' host: replay sends only its events
 	cfg.NATS.URL = url
 	cfg.ShutdownTimeout = 2 * time.Second
 	spoolAway := func() {
@@ -145,7 +155,7 @@ func TestReplaySpoolIntegration(t *testing.T) {
 		require.Equal(t, cli.ExitTempFail, cli.Code(err), "err: %v", err)
 	}
 	spoolAway()
-	srv := natstest.StartAt(t, t.TempDir(), port)
+	srv := startBrokerAt(t, t.TempDir(), port)
 
 	var logs syncBuffer
 	st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(&logs))
@@ -156,7 +166,7 @@ func TestReplaySpoolIntegration(t *testing.T) {
 
 	natstest.Shutdown(srv)
 	spoolAway()
-	srv = natstest.StartAt(t, t.TempDir(), port)
+	srv = startBrokerAt(t, t.TempDir(), port)
 	st, err = Replay(testCtx(t), cfg, []string{empty}, newTestIO().io(), testLogger(t))
 	require.NoError(t, err, "the spool was delivered")
 	require.Equal(t, ReplayStats{Delivered: len(recorded)}, st)
@@ -182,6 +192,7 @@ func TestReplayNoBrokerIntegration(t *testing.T) {
 	url, port := deadBroker(t)
 
 	cfg := testConfig(t)
+	cfg.Host = "strix01" // the recorded runs' host: replay sends only its events
 	cfg.NATS.URL = url
 	cfg.ShutdownTimeout = 2 * time.Second
 	var logs syncBuffer
@@ -196,7 +207,7 @@ func TestReplayNoBrokerIntegration(t *testing.T) {
 	require.Contains(t, out, `"sent":25,"delivered":0,"left_in_spool":25`)
 	require.NotContains(t, out, `"published":25`)
 
-	srv := natstest.StartAt(t, t.TempDir(), port)
+	srv := startBrokerAt(t, t.TempDir(), port)
 	st, err = Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), testLogger(t))
 	require.NoError(t, err)
 	require.Equal(t, len(recorded), st.Sent)
@@ -215,10 +226,11 @@ func TestReplaySlowBrokerIntegration(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
 	recorded := readJSONL(t, file)
-	srv := natstest.Start(t)
+	srv := startBroker(t)
 	proxy := natstest.StartProxy(t, srv.Addr().String())
 	proxy.SetLatency(300 * time.Millisecond)
 	cfg := testConfig(t)
+	cfg.Host = "strix01" // the recorded runs' host: replay sends only its events
 	cfg.NATS.URL = proxy.URL()
 	cfg.NATS.AckTimeout = 100 * time.Millisecond
 	cfg.ShutdownTimeout = 10 * time.Second
@@ -240,8 +252,9 @@ func TestReplayOwnSpoolRemovedIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
-	srv := natstest.Start(t)
+	srv := startBroker(t)
 	cfg := testConfig(t)
+	cfg.Host = "strix01" // the recorded runs' host: replay sends only its events
 	cfg.NATS.URL = srv.ClientURL()
 	cfg.ShutdownTimeout = 2 * time.Second
 	cc := bus.DefaultConfig()
@@ -267,4 +280,59 @@ func TestReplayOwnSpoolRemovedIntegration(t *testing.T) {
 	require.Equal(t, cli.ExitTempFail, cli.Code(err))
 	require.Positive(t, segmentBytes(own), "a spool with events is kept")
 	require.Contains(t, logs.String(), "collector replay --lane "+filepath.Base(own))
+}
+
+// TestReplayAsItsHostIntegration: `collector replay --host H` with H's
+// credential on a broker whose users are those `aggregator nats-users`
+// writes: H's recorded events are delivered (its replies on its own
+// inbox, no stream looked up), and another host's events in the same
+// files are not sent (its credential could not publish them), said, and
+// exit 1.
+func TestReplayAsItsHostIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	dir := t.TempDir()
+	accounts, err := natsauth.AccountsConf([]string{"strix01", "strix02"}, bus.DefaultStream)
+	require.NoError(t, err)
+	// The passwords, as nats-server reads them from its environment.
+	pw := map[string]string{"AGGREGATOR": "agg-pw", "STRIX01": "s1-pw", "STRIX02": "s2-pw", "SYS": "sys-pw"}
+	text := string(accounts)
+	for k, v := range pw {
+		text = strings.ReplaceAll(text, "$NATS_"+k+"_PASSWORD", strconv.Quote(v))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "accounts.conf"), []byte(text), 0o644))
+	main := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(main, []byte(fmt.Sprintf("listen: 127.0.0.1:-1\njetstream { store_dir: %q }\ninclude ./accounts.conf\n",
+		filepath.Join(dir, "store"))), 0o644))
+	opts, err := server.ProcessConfigFile(main)
+	require.NoError(t, err)
+	opts.NoLog, opts.NoSigs = true, true
+	srv, err := natstest.NewServerWithOptions(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { natstest.Shutdown(srv) })
+	// The stream, as the aggregator's user makes it.
+	ajs, err := jetstream.New(natstest.Connect(t, srv.ClientURL(), nats.UserInfo("aggregator", pw["AGGREGATOR"])))
+	require.NoError(t, err)
+	_, err = bus.EnsureStream(testCtx(t), ajs, bus.DefaultStreamConfig(), testLogger(t))
+	require.NoError(t, err)
+
+	file := filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl")
+	recorded := readJSONL(t, file)
+	cfg := testConfig(t)
+	cfg.Host = "strix01"
+	cfg.NATS.URL, cfg.NATS.User, cfg.NATS.Password = srv.ClientURL(), "strix01", conf.Secret(pw["STRIX01"])
+	cfg.ShutdownTimeout = 20 * time.Second
+	st, err := Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), testLogger(t))
+	require.NoError(t, err)
+	require.Equal(t, ReplayStats{Sent: len(recorded), Delivered: len(recorded)}, st)
+	require.Len(t, streamOf(t, ajs, recorded[0].Origin.RunID), len(recorded))
+
+	// strix02's credential and --host: strix01's events are not sent.
+	cfg.Host, cfg.NATS.User, cfg.NATS.Password = "strix02", "strix02", conf.Secret(pw["STRIX02"])
+	var logs syncBuffer
+	st, err = Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), zerolog.New(&logs))
+	require.Error(t, err)
+	require.Equal(t, cli.ExitFailure, cli.Code(err))
+	require.Equal(t, ReplayStats{Foreign: len(recorded)}, st)
+	require.Contains(t, logs.String(), "not sent: events of other hosts")
 }

@@ -431,7 +431,7 @@ func TestRunNATSIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	lines, _, _ := fixtureLines(t)
-	srv := natstest.Start(t)
+	srv := startBroker(t)
 	cfg := testConfig(t)
 	cfg.NATS.URL = srv.ClientURL()
 	cfg.RunID = "nats-run-1"
@@ -458,7 +458,7 @@ func TestRunBrokerRestartIntegration(t *testing.T) {
 	t.Parallel()
 	lines, _, _ := fixtureLines(t)
 	store := t.TempDir()
-	srv := natstest.StartAt(t, store, -1)
+	srv := startBrokerAt(t, store, -1)
 	port := natstest.Port(srv)
 	url := srv.ClientURL()
 
@@ -499,7 +499,7 @@ func TestRunBrokerRestartIntegration(t *testing.T) {
 	})
 	eventually(t, "events in the spool", func() bool { return segmentBytes(cfg.Spool.Dir) > 0 })
 
-	srv2 := natstest.StartAt(t, store, port)
+	srv2 := startBrokerAt(t, store, port)
 	js2 := jsConn(t, srv2.ClientURL())
 	eventually(t, "the outage's lines drained from the spool", linesIn(func() []streamMsg { return streamOf(t, js2, cfg.RunID) }, 900))
 	require.NoError(t, os.WriteFile(g("back"), nil, 0o644))
