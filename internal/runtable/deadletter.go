@@ -62,6 +62,10 @@ func (t *Table) deadLetter(ctx context.Context, msg bus.Msg, cause error) error 
 		reason = "unknown_type"
 	case errors.Is(cause, errLate):
 		reason = "late"
+	case errors.Is(cause, errOrigin):
+		reason = "origin"
+	case errors.Is(cause, errFinal):
+		reason = "final"
 	}
 	why := bus.Clip(cause.Error(), dlqReasonMax)
 	subject := bus.PublishedSubject(msg.Subject())
@@ -95,6 +99,10 @@ func (t *Table) deadLetter(ctx context.Context, msg bus.Msg, cause error) error 
 	}
 	t.dlq.count(dlqID)
 	t.m.dead.WithLabelValues(reason).Inc()
+	var oe *originError
+	if errors.As(cause, &oe) {
+		t.origins.say(t.log, oe, subject)
+	}
 	if err != nil {
 		t.dlq.log.Event(t.log.Error).Str("subject", subject).Str("reason", reason).Str("error", why).
 			Str("dead_letter_error", bus.Clip(err.Error(), dlqReasonMax)).Msg("event terminated; the broker took no dead letter of it")

@@ -249,6 +249,9 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 	if d.Type == events.TypeSplit {
 		return msg.Ack()
 	}
+	if err := checkSubject(msg.Subject(), d); err != nil {
+		return t.deadLetter(ctx, msg, err)
+	}
 	id := d.Origin.RunID
 	if len(id) > MaxRunIDBytes {
 		return t.deadLetter(ctx, msg, fmt.Errorf("%w: %d bytes, at most %d", errLongID, len(id), MaxRunIDBytes))
@@ -280,6 +283,15 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 			return ctx.Err()
 		}
 	}
+	// loadedOnly: a closed run read from the bucket for this event alone.
+	loadedOnly := r.st.Closed && !r.dirty && r.folds == r.written
+	if err := checkOwner(r.st, d); err != nil {
+		if loadedOnly {
+			pt.forgetRun(id)
+		}
+		pt.mu.Unlock()
+		return t.deadLetter(ctx, msg, err)
+	}
 	if d.Span != nil && lf.SkippedMarker() && r.st.Fold != nil && r.st.Fold.WantsDebug() {
 		// The batch may hold the run's first -v marker, which the
 		// filter leaves out: take it whole (the first batches of a
@@ -288,14 +300,28 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 			d = whole
 		}
 	}
+	final, ferr := finalCheck(r.st, d, t.cfg.Fold)
+	if ferr != nil {
+		// New to a run closed complete: it is final (see origin.go).
+		if loadedOnly {
+			pt.forgetRun(id)
+		}
+		pt.mu.Unlock()
+		return t.deadLetter(ctx, msg, ferr)
+	}
 	if r.st.Compact() && !r.st.holds(d) {
 		// New to a run whose record was compacted: not folded (see late).
 		pt.forgetRun(id)
 		pt.mu.Unlock()
 		return t.late(ctx, msg, r.st)
 	}
-	fresh := ApplyTo(r.st, d)
+	reopens := r.st.Closed
+	fresh := !final && ApplyTo(r.st, d)
 	due := false
+	if fresh && reopens {
+		t.log.Info().Str("run_id", id).Str("host", d.Origin.Host).Str("event", d.ID).
+			Msg("a late event of its host re-opens a run closed incomplete: its split is replaced at its next close")
+	}
 	if fresh {
 		// (A finish drained from the legacy stream has a sequence of
 		// that stream: the ack floor says nothing of it.)

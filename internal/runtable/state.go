@@ -73,8 +73,11 @@ func (st *RunState) compacted() *RunState {
 
 // holds reports whether a compact record already took in everything d
 // brings (a repeated event), as the fold's Apply would find.
-func (st *RunState) holds(d events.Decoded) bool {
-	s := st.Seen
+func (st *RunState) holds(d events.Decoded) bool { return seenHolds(st.Seen, d) }
+
+// seenHolds reports whether s, what a fold took in, holds everything d
+// brings: its start, its lines, its sample, its finish.
+func seenHolds(s *split.Seen, d events.Decoded) bool {
 	switch {
 	case d.Started != nil:
 		return s.Run
@@ -100,6 +103,25 @@ func (st *RunState) holds(d events.Decoded) bool {
 		return s.Finish
 	}
 	return true
+}
+
+// complete reports whether st's run closed complete: its finish was
+// folded and everything the finish announced (Fold.Complete), so nothing
+// changes it any more (see final). A run closed incomplete (the idle
+// timeout) is not.
+func (st *RunState) complete() bool {
+	if !st.Closed {
+		return false
+	}
+	if st.Compact() {
+		var r struct {
+			Run struct {
+				Complete bool `json:"complete"`
+			} `json:"run"`
+		}
+		return json.Unmarshal([]byte(st.Reported), &r) == nil && r.Run.Complete
+	}
+	return st.Finished && st.Fold.Complete()
 }
 
 // Runs holds the runs an aggregator (or a replay) is folding. It is not

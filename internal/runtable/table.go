@@ -106,6 +106,8 @@ type Table struct {
 	closed atomic.Int64
 	pubs   sync.WaitGroup // split events being published, re-sends
 	dlq    deadLetters
+	// origins says each event refused for its origin once per sender.
+	origins originWarnings
 	// health is what Ready reports (see watch).
 	health    health
 	stopWatch func()

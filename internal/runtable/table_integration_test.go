@@ -242,8 +242,9 @@ func lateLine(t testing.TB, fx rt.Fixture) events.Wire {
 // the grace, so its late run-finished event re-opens it and the complete
 // split replaces the incomplete one; once the grace after that close
 // passed, it is compacted (/runs/<id> still answers the split). Then a
-// repeated event is a duplicate, and a new one is dead-lettered with reason
-// "late", leaving the split and the record as they were.
+// repeated event is a duplicate, and a new one is dead-lettered (reason
+// "final": the run closed complete), leaving the split and the record as
+// they were.
 func TestClosedRunCompactIntegration(t *testing.T) {
 	skipShort(t)
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
@@ -298,12 +299,12 @@ func TestClosedRunCompactIntegration(t *testing.T) {
 	w := lateLine(t, fx)
 	b.Publish(t, w)
 	rt.Eventually(t, "the late event dead-lettered", func() bool {
-		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "late") == 1
+		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "final") == 1
 	})
 	b.WaitAcked(t, group)
 	dl := b.StreamMsgs(t, "gttsplit.dlq.>")
 	require.Len(t, dl, 1)
-	require.Contains(t, dl[0].Headers().Get("Gttsplit-Reason"), "late: run "+id)
+	require.Contains(t, dl[0].Headers().Get("Gttsplit-Reason"), "final: run "+id+" closed complete")
 	require.Equal(t, string(w.Data), string(dl[0].Data()))
 	require.Equal(t, w.Subject, dl[0].Headers().Get("Gttsplit-Original-Subject"), "the subject it was published on")
 	n, _ := r.closes.count()
@@ -430,7 +431,8 @@ func TestReopenedRunResumedIntegration(t *testing.T) {
 
 // An event whose run id is longer than the collector allows, or whose run
 // id is not the run its subject names (so its subject put it in another
-// partition), is dead-lettered, never folded.
+// partition), is dead-lettered, never folded: the first as invalid, the
+// second for its origin.
 func TestBadRunIDsDeadLetteredIntegration(t *testing.T) {
 	skipShort(t)
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
@@ -451,14 +453,15 @@ func TestBadRunIDsDeadLetteredIntegration(t *testing.T) {
 	forged := fx.Wires[1]
 	b.PublishRaw(t, events.Subject(events.KindLog, other.Host, other.Lane, other.RunID), forged.Data)
 	rt.Eventually(t, "both dead-lettered", func() bool {
-		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "invalid") == 2
+		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "invalid") == 1 &&
+			counter(t, r.m, "gttsplit_events_dead_lettered_total", "origin") == 1
 	})
 	reasons := ""
 	for _, m := range b.StreamMsgs(t, "gttsplit.dlq.>") {
 		reasons += m.Headers().Get("Gttsplit-Reason") + "\n"
 	}
 	require.Contains(t, reasons, "run id too long")
-	require.Contains(t, reasons, "not the run of its subject")
+	require.Contains(t, reasons, `origin: the event's run "`+fx.Origin.RunID+`" is not the subject's "`+other.RunID+`"`)
 	require.Zero(t, counter(t, r.m, "gttsplit_events_folded_total"))
 }
 

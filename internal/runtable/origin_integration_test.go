@@ -1,0 +1,243 @@
+package runtable_test
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/runtable"
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// logBuf is a log both the table and the test use.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// reasons are the Gttsplit-Reason headers of the dead letters.
+func reasons(t *testing.T, b *rt.Broker) []string {
+	var out []string
+	for _, m := range b.StreamMsgs(t, "gttsplit.dlq.>") {
+		out = append(out, m.Headers().Get("Gttsplit-Reason"))
+	}
+	return out
+}
+
+// An event that does not speak for the host whose subject it came on is
+// dead-lettered with reason origin, counted, and said once per sender and
+// source; so is an event of another host for a run, and one whose subject
+// names another lane. None is folded: the run's split is the recorded one.
+func TestForeignOriginDeadLetteredIntegration(t *testing.T) {
+	skipShort(t)
+	opts := rt.FoldOptions(t)
+	fx := rt.Load(t, fixture4B, opts)
+	b := rt.StartBroker(t)
+	var logs logBuf
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	r := startTableLog(t, b.URL, "origin", runtable.Config{IdleTimeout: time.Hour}, zerolog.New(&logs))
+	r.waitOwns(r.parts)
+
+	// strix02 publishes, on its own subjects, events that say they are
+	// strix01's (the first twice: one warning).
+	fin := fx.FinishedIndex(t)
+	for _, i := range []int{1, 2, fin} {
+		w := fx.Wires[i]
+		b.PublishRaw(t, events.Subject(events.KindLog, "strix02", fx.Origin.Lane, fx.Origin.RunID), w.Data)
+	}
+	// The run itself, from its host, but its finish held back.
+	b.Publish(t, fx.Without(fin)...)
+	// strix02 sends, as itself, a line and the finish for strix01's run.
+	as02 := fx.Origin
+	as02.Host = "strix02"
+	// (Under message ids of its own: the ids it would have are the
+	// genuine events', which the stream would drop as duplicates.)
+	for _, i := range []int{1, fin} {
+		w, err := rt.Rewrite(fx.Decoded[i], as02)
+		require.NoError(t, err)
+		b.PublishIDs(t, []events.Wire{w}, []string{"strix02/" + w.ID})
+	}
+	// strix01's own line, on a subject naming another lane.
+	w := lateLine(t, fx)
+	b.PublishRaw(t, events.Subject(events.KindLog, fx.Origin.Host, "gpu9", fx.Origin.RunID), w.Data)
+	rt.Eventually(t, "six dead-lettered for their origin", func() bool {
+		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "origin") == 6
+	})
+	b.WaitAcked(t, "origin")
+	got := strings.Join(reasons(t, b), "\n")
+	require.Contains(t, got, `origin: the event's host "strix01" is not the subject's "strix02"`)
+	require.Contains(t, got, "origin: run "+fx.Origin.RunID+" is host strix01's, lane gpu0, not host strix02's, lane gpu0")
+	require.Contains(t, got, `origin: the event's lane "gpu0" is not the subject's "gpu9"`)
+	require.Equal(t, 1, strings.Count(logs.String(), `"from_host":"strix02","source":"urn:gttsplit:collector:strix01"`), "said once per sender and source")
+	require.Equal(t, 1, strings.Count(logs.String(), `"from_host":"strix02","source":"urn:gttsplit:collector:strix02"`))
+	n, _ := r.closes.count()
+	require.Zero(t, n, "the forged finish closed nothing")
+
+	// The genuine finish closes the run with the recorded split.
+	b.Publish(t, fx.Wires[fin])
+	rt.Eventually(t, "the split", func() bool { n, _ := r.closes.count(); return n == 1 })
+	js, err := split.JSON(r.closes.of(fx.Origin.RunID)[0])
+	require.NoError(t, err)
+	require.Equal(t, string(fx.Want), string(js))
+}
+
+// A run closed complete is final: a byte-identical re-send (under another
+// message id, past the stream's duplicate window) is a duplicate; a new
+// line, and a finish or a start that differs from the one folded, are
+// dead-lettered with reason final; the split stays the one written, and
+// nothing is written again.
+func TestCompleteRunIsFinalIntegration(t *testing.T) {
+	skipShort(t)
+	opts := rt.FoldOptions(t)
+	fx := rt.Load(t, fixture4B, opts)
+	b := rt.StartBroker(t)
+	const group = "final"
+	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour})
+	r.waitOwns(r.parts)
+	id := fx.Origin.RunID
+	b.Publish(t, fx.Wires...)
+	rt.Eventually(t, "the split", func() bool { n, _ := r.closes.count(); return n == 1 })
+	b.WaitAcked(t, group)
+	before := b.State(t, id, opts)
+	require.True(t, before.Closed)
+
+	// Every event again, under other message ids: all duplicates.
+	ids := make([]string, len(fx.Wires))
+	for i := range ids {
+		ids[i] = fx.Wires[i].ID + "/again"
+	}
+	dups := counter(t, r.m, "gttsplit_events_duplicate_total")
+	b.PublishIDs(t, fx.Wires, ids)
+	rt.Eventually(t, "the re-sent events counted as duplicates", func() bool {
+		return counter(t, r.m, "gttsplit_events_duplicate_total") == dups+float64(len(fx.Wires))
+	})
+
+	// A new line; a finish with another exit code; a start with another
+	// command.
+	fin := fx.FinishedIndex(t)
+	finish := *fx.Decoded[fin].Finished
+	code := 137
+	finish.Info.ExitCode = &code
+	forgedFin, err := events.NewRunFinished(fx.Origin, finish.Info, finish.Detail)
+	require.NoError(t, err)
+	wFin, err := events.ToWire(forgedFin)
+	require.NoError(t, err)
+	start := *fx.Decoded[0].Started
+	start.Info.Command += " --extra"
+	forgedStart, err := events.NewRunStarted(start.Info, start.Detail)
+	require.NoError(t, err)
+	wStart, err := events.ToWire(forgedStart)
+	require.NoError(t, err)
+	b.PublishIDs(t, []events.Wire{lateLine(t, fx), wFin, wStart}, []string{"", "forged-finish", "forged-start"})
+	rt.Eventually(t, "three dead-lettered as final", func() bool {
+		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "final") == 3
+	})
+	b.WaitAcked(t, group)
+	for _, why := range reasons(t, b) {
+		require.Contains(t, why, "final: run "+id+" closed complete at ")
+	}
+	got := strings.Join(reasons(t, b), "\n")
+	require.Contains(t, got, "brings what the run did not hold")
+	require.Contains(t, got, "(io.gttsplit.run.finished.v1 "+wFin.ID+") differs from the one the run folded")
+	require.Contains(t, got, "(io.gttsplit.run.started.v1 "+wStart.ID+") differs from the one the run folded")
+
+	time.Sleep(300 * time.Millisecond)
+	n, _ := r.closes.count()
+	require.Equal(t, 1, n, "no split written again")
+	after := b.State(t, id, opts)
+	require.Equal(t, before.Reported, after.Reported, "the split stays the split")
+	require.Equal(t, 1, after.Splits)
+	require.True(t, after.Closed)
+	require.Equal(t, float64(0), counter(t, r.m, "gttsplit_runs_open"))
+}
+
+// A run closed incomplete (the idle timeout) is not final: its own host's
+// late finish re-opens it and its complete split replaces the incomplete
+// one, while another host's finish for it is refused. A run closed
+// incomplete and compacted since takes a new event no more (reason late).
+func TestIncompleteRunCompletedByItsHostIntegration(t *testing.T) {
+	skipShort(t)
+	opts := rt.FoldOptions(t)
+	fx := rt.Load(t, fixture4B, opts)
+	b := rt.StartBroker(t)
+	const group, idle, grace = "incomplete", 10 * time.Minute, time.Hour
+	clk := newFakeClock()
+	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: idle, Store: runtable.StoreConfig{CompactAfter: grace}, Now: clk.now})
+	r.waitOwns(r.parts)
+	id := fx.Origin.RunID
+	fin := fx.FinishedIndex(t)
+
+	// A second run, from the same recording, closed incomplete too.
+	other := fx.Origin
+	other.RunID = id + "-b"
+	var otherWires []events.Wire
+	for i, d := range fx.Decoded {
+		if i == fin {
+			continue
+		}
+		w, err := rt.Rewrite(d, other)
+		require.NoError(t, err)
+		otherWires = append(otherWires, w)
+	}
+	b.Publish(t, fx.Without(fin)...)
+	b.Publish(t, otherWires...)
+	b.WaitAcked(t, group)
+	clk.advance(idle + time.Second)
+	rt.Eventually(t, "both incomplete splits", func() bool { n, _ := r.closes.count(); return n == 2 })
+	require.False(t, r.closes.of(id)[0].Run.Complete)
+
+	// Another host's finish for it: refused, the run stays closed.
+	as02 := fx.Origin
+	as02.Host = "strix02"
+	w, err := rt.Rewrite(fx.Decoded[fin], as02)
+	require.NoError(t, err)
+	b.PublishIDs(t, []events.Wire{w}, []string{"strix02/" + w.ID})
+	rt.Eventually(t, "the other host's finish refused", func() bool {
+		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "origin") == 1
+	})
+	require.True(t, b.State(t, id, opts).Closed)
+
+	// Its own host's finish: re-opened, and the complete split replaces
+	// the incomplete one.
+	b.Publish(t, fx.Wires[fin])
+	rt.Eventually(t, "the complete split", func() bool { return len(r.closes.of(id)) == 2 })
+	js, err := split.JSON(r.closes.of(id)[1])
+	require.NoError(t, err)
+	require.Equal(t, string(fx.Want), string(js))
+	require.Equal(t, 2, b.State(t, id, opts).Splits)
+
+	// The other run, compacted after its grace, takes no late finish.
+	clk.advance(grace + time.Second)
+	rt.Eventually(t, "the compact record", func() bool { return b.State(t, other.RunID, opts).Compact() })
+	w, err = rt.Rewrite(fx.Decoded[fin], other)
+	require.NoError(t, err)
+	b.Publish(t, w)
+	rt.Eventually(t, "the late finish dead-lettered", func() bool {
+		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "late") == 1
+	})
+	require.Zero(t, counter(t, r.m, "gttsplit_events_dead_lettered_total", "final"))
+	require.Len(t, r.closes.of(other.RunID), 1)
+}
