@@ -250,11 +250,15 @@ func run(t testing.TB, env []string, bin string, args ...string) (string, int) {
 	}
 }
 
-// readFile reads a file of the repository, failing the test when it
-// cannot.
+// readFile reads a file of the repository (or one the test wrote, by its
+// absolute path), failing the test when it cannot.
 func readFile(t testing.TB, rel string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repo(t), rel))
+	path := rel
+	if !filepath.IsAbs(rel) {
+		path = filepath.Join(repo(t), rel)
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,9 +271,9 @@ func shortCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-func connect(t testing.TB, url, user, password string) *nats.Conn {
+func connect(t testing.TB, url, user, password string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	nc, err := nats.Connect(url, append([]nats.Option{nats.UserInfo(user, password), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}, opts...)...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}

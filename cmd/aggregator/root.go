@@ -38,7 +38,7 @@ Settings are flags, keys of the --config file and GTTSPLIT_<KEY> variables
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/aggregator.yaml)")
-	root.AddCommand(newServe(stdout), newParse(stdout), newReplay(stdout), newExport(stdout), newCompare(stdout), newGate(stdout), newHistory(stdout), newQuickstart(stdout), newValidate(stdout))
+	root.AddCommand(newServe(stdout), newParse(stdout), newReplay(stdout), newExport(stdout), newCompare(stdout), newGate(stdout), newHistory(stdout), newQuickstart(stdout), newNATSUsers(stdout), newValidate(stdout))
 	return root
 }
 
