@@ -94,6 +94,8 @@ type pump struct {
 	headErrs int // server errors in a row for the spool's first record
 	slow     slowBroker
 	full     fullEpisode
+	// noStream is set once "no stream" was said, until the spool drains.
+	noStream bool
 	// held are run events (start, finish) that a full disk kept out of
 	// the spool even with its reserve: kept in memory, in order, and
 	// tried again (the spool first, the broker directly once the spool
@@ -499,6 +501,7 @@ func (pm *pump) headAcked() {
 // headFailed handles a failed publish of the first entry in flight.
 func (pm *pump) headFailed(err error) {
 	e := pm.inflight[0]
+	pm.sayNoStream(e.w, err)
 	slow := errors.Is(err, jetstream.ErrAsyncPublishTimeout) && pm.nc.IsConnected()
 	if slow && pm.slow.level < maxPatience {
 		// Connected, and the ack is late: the broker is slow, not away.
@@ -570,4 +573,18 @@ func (pm *pump) waitSlow(err error) bool {
 	}
 	pm.window = max(1, len(pm.inflight)/2)
 	return true
+}
+
+// sayNoStream says, once until the spool drains, that a connected broker
+// has no stream for the events: a collector creates none (its credential
+// may not), so they wait in the spool until the aggregator (or an
+// operator) creates it.
+func (pm *pump) sayNoStream(w events.Wire, err error) {
+	if pm.noStream || !pm.nc.IsConnected() ||
+		!(errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) {
+		return
+	}
+	pm.noStream = true
+	pm.log.Warn().Str("subject", w.Subject).Str("stream", pm.cfg.NATS.Stream).
+		Msg("no stream takes the events: the events stream does not exist yet (the aggregator creates it when it starts, or an operator does) or has no leader; spooling until it does")
 }

@@ -88,6 +88,7 @@ func (pm *pump) commit(pos spoolPos) {
 
 func (pm *pump) backToDirect() {
 	pm.spooling = false
+	pm.noStream = false
 	pm.headErrs = 0
 	pm.backoff = pm.cfg.RetryInterval
 	pm.log.Info().Uint64("drained", pm.n.drained.Load()).Msg("spool drained, publishing directly")

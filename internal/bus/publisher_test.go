@@ -13,6 +13,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -296,4 +297,26 @@ func TestCloseSpoolsInFlightIntegration(t *testing.T) {
 	require.NoError(t, p2.Close(testCtx(t)))
 	waitMsgs(t, js, uint64(len(evs)))
 	requireExactlyOnceInOrder(t, exportAll(t, js, bus.Range{}), evs)
+}
+
+// TestPublishNoStreamIntegration publishes to a broker that has no events
+// stream yet (a collector creates none: the aggregator does when it
+// starts): the events are spooled, the publisher says once why, and once
+// the stream exists they are delivered, once each, in order.
+func TestPublishNoStreamIntegration(t *testing.T) {
+	skipShort(t)
+	s := natstest.Start(t)
+	js := bareJS(t, s)
+	var logs syncBuf
+	p, err := bus.NewPublisher(connect(t, s.ClientURL()), pubConfig(t), zerolog.New(&logs))
+	require.NoError(t, err)
+	evs := runEvents(t, "run-nostream", 30)
+	a := newAcks()
+	publishAll(t, p, evs, a)
+	require.Eventually(t, func() bool { return p.Stats().Spooled > 0 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "no stream takes the events") }, 30*time.Second, 10*time.Millisecond)
+	_, err = bus.EnsureStream(testCtx(t), js, bus.DefaultStreamConfig(), zerolog.Nop())
+	require.NoError(t, err)
+	requireDrainedOnce(t, p, js, evs, a)
+	require.Equal(t, 1, strings.Count(logs.String(), "no stream takes the events"), "said once")
 }

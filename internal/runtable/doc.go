@@ -13,7 +13,9 @@
 // sinks and to the split subject, and Deliveries keeps it pending until
 // every sink settled it; a partition's next owner re-sends what is still
 // pending. Closed states are compacted after a grace; an event the table
-// cannot fold is dead-lettered. Index is the in-memory copy of the runs'
+// cannot fold is dead-lettered, and so is one that does not speak for the
+// host whose subject it came on, or that would change a run closed
+// complete (origin.go). Index is the in-memory copy of the runs'
 // summaries (/runs and the live page; a closed run's holds its figures),
 // from which Metrics exports the last closed split of each lane
 // (lanes.go); Runs folds recorded streams without a broker (replay).
