@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -332,15 +333,11 @@ func TestPartitionsMatchTheServer(t *testing.T) {
 	}
 }
 
-// A stream made by an earlier version (no transform, events stored under
-// five-token subjects, none consumed) is partitioned at ingest from now
-// on. With no partitioned stream of earlier versions the earlier events
-// are counted (Unfolded), and no such stream is created: the aggregator's
-// credential may not.
-func TestEnsurePartitionedUnfoldedIntegration(t *testing.T) {
-	skipShort(t)
-	s := natstest.Start(t)
-	js := bareJS(t, s)
+// earlierStream is the events stream as an earlier version made it (no
+// transform), holding 10 events stored under five-token subjects.
+func earlierStream(t *testing.T) (jetstream.JetStream, context.Context) {
+	t.Helper()
+	js := bareJS(t, natstest.Start(t))
 	ctx := testCtx(t)
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}})
 	require.NoError(t, err)
@@ -348,6 +345,17 @@ func TestEnsurePartitionedUnfoldedIntegration(t *testing.T) {
 		_, err := js.Publish(ctx, events.Subject(events.KindRun, "h", "l", fmt.Sprintf("old-%d", i)), []byte("old"))
 		require.NoError(t, err)
 	}
+	return js, ctx
+}
+
+// A stream made by an earlier version (no transform, events stored under
+// five-token subjects, none consumed) is partitioned at ingest from now
+// on. With no partitioned stream of earlier versions the earlier events
+// are counted (Unfolded), and no such stream is created: the aggregator's
+// credential may not.
+func TestEnsurePartitionedUnfoldedIntegration(t *testing.T) {
+	skipShort(t)
+	js, ctx := earlierStream(t)
 	lay, err := bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 4, 1, zerolog.Nop())
 	require.NoError(t, err)
 	require.Equal(t, bus.Layout{Partitions: 4, Unfolded: 10}, lay)
@@ -371,15 +379,7 @@ func TestEnsurePartitionedUnfoldedIntegration(t *testing.T) {
 // RetireLegacy deletes only once they did.
 func TestEnsurePartitionedDrainsLegacyIntegration(t *testing.T) {
 	skipShort(t)
-	s := natstest.Start(t)
-	js := bareJS(t, s)
-	ctx := testCtx(t)
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.DefaultStream, Subjects: []string{"gttsplit.>"}})
-	require.NoError(t, err)
-	for i := 0; i < 10; i++ {
-		_, err := js.Publish(ctx, events.Subject(events.KindRun, "h", "l", fmt.Sprintf("old-%d", i)), []byte("old"))
-		require.NoError(t, err)
-	}
+	js, ctx := earlierStream(t)
 	// The earlier version's partitioned copy: 4 partitions.
 	var tr []jetstream.SubjectTransformConfig
 	for _, k := range []string{"run", "log", "fdinfo"} {
@@ -388,7 +388,7 @@ func TestEnsurePartitionedDrainsLegacyIntegration(t *testing.T) {
 			Destination: "gttsplitp.{{partition(4,3)}}." + k + ".{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}",
 		})
 	}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.LegacyStream(bus.DefaultStream),
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.LegacyStream(bus.DefaultStream),
 		Sources: []*jetstream.StreamSource{{Name: bus.DefaultStream, SubjectTransforms: tr}}})
 	require.NoError(t, err)
 	lay, err := bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 16, 1, zerolog.Nop())

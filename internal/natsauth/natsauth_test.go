@@ -14,7 +14,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -117,13 +116,7 @@ func startConf(t *testing.T, dir, conf string) string {
 	t.Helper()
 	path := filepath.Join(dir, "nats.conf")
 	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
-	opts, err := server.ProcessConfigFile(path)
-	require.NoError(t, err)
-	opts.NoLog, opts.NoSigs = true, true
-	s, err := natstest.NewServerWithOptions(opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { natstest.Shutdown(s) })
-	return s.ClientURL()
+	return natstest.StartConfigFile(t, path).ClientURL()
 }
 
 func randomHex() string {

@@ -69,6 +69,25 @@ func NewServerWithOptions(opts *server.Options) (*server.Server, error) {
 	return s, nil
 }
 
+// StartConfigFile starts an embedded server from a nats-server
+// configuration file (accounts, users, operator mode: what a test of
+// authentication needs), without logging or signal handlers, and shuts it
+// down when the test ends.
+func StartConfigFile(t testing.TB, path string) *server.Server {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("natstest: %s: %v", path, err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := NewServerWithOptions(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Shutdown(s) })
+	return s
+}
+
 // Shutdown stops s and waits until it has stopped (its port and store are
 // free again). It is safe to call more than once.
 func Shutdown(s *server.Server) {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -304,12 +303,7 @@ func TestReplayAsItsHostIntegration(t *testing.T) {
 	main := filepath.Join(dir, "nats.conf")
 	require.NoError(t, os.WriteFile(main, []byte(fmt.Sprintf("listen: 127.0.0.1:-1\njetstream { store_dir: %q }\ninclude ./accounts.conf\n",
 		filepath.Join(dir, "store"))), 0o644))
-	opts, err := server.ProcessConfigFile(main)
-	require.NoError(t, err)
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := natstest.NewServerWithOptions(opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { natstest.Shutdown(srv) })
+	srv := natstest.StartConfigFile(t, main)
 	// The stream, as the aggregator's user makes it.
 	ajs, err := jetstream.New(natstest.Connect(t, srv.ClientURL(), nats.UserInfo("aggregator", pw["AGGREGATOR"])))
 	require.NoError(t, err)
