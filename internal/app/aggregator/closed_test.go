@@ -39,8 +39,8 @@ func lateLine(t testing.TB, fx fixture) events.Wire {
 // TestServeCompactsClosedRunIntegration: `serve` with store.compact_after
 // 1ms compacts a run as soon as it closed (its open key goes, and its
 // pending marker once the JSON sink settled the split); /runs and /runs/{id} still answer
-// from the compact record, and a new event for the run is dead-lettered
-// (reason late) with no second split.
+// from the compact record, and a new event for the run, which closed
+// complete, is dead-lettered (reason final) with no second split.
 func TestServeCompactsClosedRunIntegration(t *testing.T) {
 	skipShort(t)
 	fx := loadFixture(t, fixture4B)
@@ -75,7 +75,7 @@ func TestServeCompactsClosedRunIntegration(t *testing.T) {
 
 	b.publish(t, lateLine(t, fx))
 	eventually(t, "the late event dead-lettered", func() bool {
-		return metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), `gttsplit_events_dead_lettered_total{reason="late"}`) == "1"
+		return metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), `gttsplit_events_dead_lettered_total{reason="final"}`) == "1"
 	})
 	require.Equal(t, "0", metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), "gttsplit_runs_open"))
 	require.NoError(t, s.stop(t))
