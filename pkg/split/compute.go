@@ -44,11 +44,13 @@ const (
 	FlagChildFailed      = "child_failed"
 	FlagChildSignalled   = "child_signalled"
 	FlagNoLog            = "no_log"
+	FlagContextFailed    = "context_failed"
+	FlagMmprojFailed     = "mmproj_failed"
 )
 
 var flagOrder = []string{
 	FlagChildFailed, FlagChildSignalled, FlagNoLog, FlagNotModelLoad, FlagNotVerbose, FlagPreB3761, FlagLegacyFormat, FlagFitProbe,
-	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagUnknownBuffer, FlagMmproj, FlagRemoteBuffers,
+	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagContextFailed, FlagMmprojFailed, FlagUnknownBuffer, FlagMmproj, FlagRemoteBuffers,
 	FlagDeviceOrder, FlagDeviceUnmatched, FlagDeviceOverCard, FlagControl, FlagControlOffloaded,
 	FlagComputeMismatch, FlagOutputRealloc, FlagNoTrace, FlagNoSamples, FlagNoGPUClient,
 	FlagResidentOnly, FlagUnattribHigh, FlagUnattribNegative, FlagLinesSkipped, FlagFDsSkipped,
@@ -96,16 +98,35 @@ type ctxAcc struct {
 	hostKV                       float64
 	reservations                 [][]llamalog.Record
 	cur                          []llamalog.Record
-	output                       float64
-	hostOutput                   float64
-	lines                        []BufferLine
+	// started says the current reservation began at its start line
+	// (sched_reserve: reserving ...): it holds every compute line up to
+	// the next start line.
+	started    bool
+	output     float64
+	hostOutput float64
+	lines      []BufferLine
+	// failed is the line that said the context's creation failed (nil:
+	// it did not): its buffers were freed with it.
+	failed *llamalog.Record
 }
 
+// reserve starts a reservation at its start line (b7746+).
+func (c *ctxAcc) reserve() {
+	if len(c.cur) > 0 {
+		c.reservations = append(c.reservations, c.cur)
+	}
+	c.cur, c.started = nil, true
+}
+
+// compute adds a compute line to the current reservation. A reservation
+// is what llama.cpp prints from its start line to the next (b7746+); in
+// builds that print no start line a context reserves once, in its
+// constructor, so its compute lines are one reservation; there, and in an
+// excerpt that starts after a start line, a buffer type the current
+// reservation already has starts the next one (llama.cpp prints one line
+// per buffer type per reservation): the start line was lost.
 func (c *ctxAcc) compute(r llamalog.Record) {
-	// A compute line for a buffer type the current reservation already
-	// has starts the next reservation (llama.cpp prints one line per
-	// buffer type per reservation).
-	if sameName(c.cur, r.Name) {
+	if !c.started && sameName(c.cur, r.Name) {
 		if len(c.cur) > 0 {
 			c.reservations = append(c.reservations, c.cur)
 		}

@@ -24,8 +24,13 @@ type devRow struct {
 }
 
 // deviceFamily splits a device name into its backend and its number:
-// "CUDA1" is ("CUDA", 1), "Metal" ("Metal", -1).
+// "CUDA1" is ("CUDA", 1), "Metal" ("Metal", -1). A buffer type named by
+// its device ("AMD Radeon RX 6800", some Vulkan builds) is a device of its
+// own, of no numbered backend.
 func deviceFamily(name string) (string, int) {
+	if strings.ContainsRune(name, ' ') {
+		return name, -1
+	}
 	i := len(name)
 	for i > 0 && isDigit(name[i-1]) {
 		i--

@@ -2,6 +2,7 @@ package split
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,6 +26,9 @@ type loadAcc struct {
 	clipDev  string
 	clipSize *llamalog.Record
 	ended    string // why it is no longer live ("" while live)
+	// failed is the line that said the mmproj's load failed (nil: it
+	// did not): what it had allocated was freed.
+	failed *llamalog.Record
 	// devices are the devices its "using device" lines name.
 	devices []string
 }
@@ -75,6 +79,9 @@ type figures struct {
 	haveCtx                     bool
 	lines                       []BufferLine
 	remote                      []BufferLine
+	// failed are the buffer lines of the contexts and projectors whose
+	// creation failed: freed with them, in no row.
+	failed []BufferLine
 	// buffersLost and reservationLost say the fold's cap may have dropped
 	// a context's KV, recurrent-state or output lines, or its last
 	// reservation: the figures they feed are unknown.
@@ -98,6 +105,7 @@ func (f *figures) add(g figures) {
 	f.haveCtx = f.haveCtx || g.haveCtx
 	f.lines = append(f.lines, g.lines...)
 	f.remote = append(f.remote, g.remote...)
+	f.failed = append(f.failed, g.failed...)
 	f.buffersLost = f.buffersLost || g.buffersLost
 	f.reservationLost = f.reservationLost || g.reservationLost
 }
@@ -126,7 +134,26 @@ func (f *figures) addModel(r llamalog.Record) {
 	}
 }
 
-// loadFigures sums a load's model buffers and its contexts' buffers.
+// failedLines are the buffer lines of a context whose creation failed (or
+// of a failed projector's context), as listed apart: KV, output and
+// compute lines.
+func failedLines(x *ctxAcc) []BufferLine {
+	var out []BufferLine
+	for _, bl := range x.lines {
+		bl.Row = "failed"
+		out = append(out, bl)
+	}
+	for _, rs := range append(slices.Clone(x.reservations), x.cur) {
+		for _, r := range rs {
+			out = append(out, bufLine(r, "failed"))
+		}
+	}
+	return out
+}
+
+// loadFigures sums a load's model buffers and its contexts' buffers. The
+// buffers of a context whose creation failed, and all of a projector
+// whose load failed, are listed apart (failed), in no row.
 func loadFigures(l *loadAcc) figures {
 	var g figures
 	for _, m := range l.models {
@@ -137,15 +164,22 @@ func loadFigures(l *loadAcc) figures {
 		r := *l.clipSize
 		r.Name = l.clipDev
 		r.BufKind = "mmproj model"
-		if l.clipDev == "" {
+		switch {
+		case l.failed != nil:
+			g.failed = append(g.failed, bufLine(r, "failed"))
+		case l.clipDev == "":
 			// No "CLIP using ... backend" line: where the weights
 			// live is not known; listed, not counted.
 			g.lines = append(g.lines, bufLine(r, "unknown"))
-		} else {
+		default:
 			g.addModel(r)
 		}
 	}
 	for _, x := range l.ctxs {
+		if x.failed != nil || l.failed != nil {
+			g.failed = append(g.failed, failedLines(x)...)
+			continue
+		}
 		g.haveCtx = true
 		g.buffersLost = g.buffersLost || x.buffersLost
 		g.reservationLost = g.reservationLost || x.reservationLost
@@ -180,6 +214,17 @@ func loadFigures(l *loadAcc) figures {
 		}
 	}
 	return g
+}
+
+// endFailed ends a projector whose load failed: what it had allocated
+// was freed with it (its weights, when their allocation is what failed,
+// never existed).
+func (rd *logReader) endFailed() {
+	for _, l := range rd.loads {
+		if l.failed != nil && l.ended == "" {
+			l.ended = fmt.Sprintf("its load failed (line %d)", l.failed.Seq)
+		}
+	}
 }
 
 // endReloaded ends a load that a later real load of the same file in the

@@ -31,6 +31,8 @@ type logReader struct {
 	tables   []*table
 	brackets []bracket
 	echoes   []llamalog.Record
+	// failures are the lines that said something failed, in log order.
+	failures []*llamalog.Record
 
 	haveLoad  bool             // a load marker was read
 	haveBuf   bool             // a buffer line was read
@@ -77,6 +79,8 @@ var recordReaders = [...]func(*logReader, *llamalog.Record){
 	llamalog.KindLegacy:        (*logReader).legacyLine,
 	llamalog.KindOutputRealloc: (*logReader).outputRealloc,
 	llamalog.KindDevice:        (*logReader).device,
+	llamalog.KindReserve:       (*logReader).reserve,
+	llamalog.KindFailure:       (*logReader).failure,
 }
 
 // read reads one record. r points into the fold's state: it is kept (a
@@ -115,10 +119,11 @@ func (rd *logReader) ctxOwner(port int) *loadAcc {
 }
 
 // ctxOf is the current context of r's port (r opens one when there is
-// none); a context's line closes the current load's model lines.
+// none, or when the last one failed: a context whose creation failed gets
+// no more lines); a context's line closes the current load's model lines.
 func (rd *logReader) ctxOf(r *llamalog.Record) *ctxAcc {
 	l := rd.ctxOwner(r.Port)
-	if len(l.ctxs) == 0 {
+	if len(l.ctxs) == 0 || l.ctxs[len(l.ctxs)-1].failed != nil {
 		l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
 	}
 	if cl := rd.cur[r.Port]; cl != nil {
@@ -341,6 +346,7 @@ func (rd *logReader) cacheBuffer(r *llamalog.Record, kind string) {
 	if l := rd.ctxOwner(r.Port); len(l.ctxs) > 0 && l.ctxs[len(l.ctxs)-1].nReservations() > 0 {
 		l.ctxs = append(l.ctxs, &ctxAcc{seq: r.Seq})
 	}
+	// (after a context that failed, ctxOf opens the next)
 	x := rd.ctxOf(r)
 	bl := bufLine(*r, offGTT(r, &x.hostKV))
 	if bl.Row == "" {
@@ -400,6 +406,39 @@ func (rd *logReader) unknownBuffer(r *llamalog.Record, kind string) {
 	bl := bufLine(*r, kind)
 	l := rd.ctxOwner(r.Port)
 	l.unknown = append(l.unknown, bl)
+}
+
+// reserve reads "sched_reserve: reserving ...": a compute reservation of
+// the port's current context starts (b7746+).
+func (rd *logReader) reserve(r *llamalog.Record) { rd.ctxOf(r).reserve() }
+
+// failure reads a line that says something failed. A context whose
+// creation failed (llama_init_from_model: failed to initialize the
+// context, failed to create context, and before b4881 the constructor's
+// failed to allocate compute buffers) is the port's context under
+// construction: the latest one, if it has printed no compute line (its
+// compute lines are the last it prints, once every allocation held); one
+// that printed no line at all has nothing to set apart. An mmproj whose
+// load failed (Failed to load CLIP model, failed to load multimodal
+// model), or whose weights' allocation failed while it loaded them (a
+// buffer of tensors not allocated after its weight size and before its
+// compute buffers), is the port's current mmproj load. A compute
+// reservation that failed printed no compute line: it says nothing more.
+func (rd *logReader) failure(r *llamalog.Record) {
+	rd.failures = append(rd.failures, r)
+	switch r.BufKind {
+	case "context":
+		l := rd.ctxOwner(r.Port)
+		if n := len(l.ctxs); n > 0 && l.ctxs[n-1].failed == nil && l.ctxs[n-1].nReservations() == 0 {
+			l.ctxs[n-1].failed = r
+		}
+	case "mmproj", "tensors":
+		l := rd.cur[r.Port]
+		if l == nil || !l.mmproj || l.failed != nil || r.BufKind == "tensors" && (l.clipSize == nil || len(l.ctxs) > 0) {
+			return
+		}
+		l.failed = r
+	}
 }
 
 // echo reads a teardown echo of a compute buffer; its "matches

@@ -24,6 +24,7 @@ type realExpected struct {
 	HostCompute   *float64 `json:"host_compute_mib"`
 	ProbeLoads    *int     `json:"probe_loads"`
 	RemoteBuffers *int     `json:"remote_buffers"`
+	FailedBuffers *int     `json:"failed_buffers"`
 	Build         string   `json:"llama_build"`
 	Flags         []string `json:"flags"`
 	NotFlags      []string `json:"not_flags"`
@@ -109,6 +110,9 @@ func TestRealLogs(t *testing.T) {
 			}
 			if w.RemoteBuffers != nil {
 				require.Len(t, r.Detail.Remote, *w.RemoteBuffers, "remote buffers")
+			}
+			if w.FailedBuffers != nil {
+				require.Len(t, r.Detail.Failed, *w.FailedBuffers, "failed buffers")
 			}
 			if w.Build != "" {
 				require.Contains(t, r.Provenance.LlamaBuild, w.Build)

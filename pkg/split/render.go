@@ -59,6 +59,8 @@ var FlagText = map[string]string{
 	FlagChildFailed:      "the command exited with a non-zero status: a failed run, measured until it ended",
 	FlagChildSignalled:   "the command was stopped by a signal: an interrupted run, measured until it stopped",
 	FlagNoLog:            "no log was read (collector attach without --log): every log row is unknown, only the fdinfo samples were measured",
+	FlagContextFailed:    "a context's creation failed: its buffers were freed with it and are in no row (listed under failed buffers; a sample taken before the failure may still hold them)",
+	FlagMmprojFailed:     "a multimodal projector's load failed: its weights and buffers are in no row (listed under failed buffers) and it is not a live model",
 }
 
 // flagTextOpen says what a flag of absent evidence means while the run is

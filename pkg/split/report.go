@@ -148,6 +148,9 @@ type Detail struct {
 	// Remote lists the buffer lines of remote (RPC) devices: another
 	// host's memory, in no row.
 	Remote []BufferLine `json:"remote_buffers,omitempty"`
+	// Failed lists the buffer lines of the contexts and multimodal
+	// projectors whose creation failed: freed with them, in no row.
+	Failed []BufferLine `json:"failed_buffers,omitempty"`
 
 	ModelLoads       int    `json:"model_loads"`   // real loads seen (live or not)
 	ProbeLoads       int    `json:"probe_loads"`   // --fit dry runs seen

@@ -2,6 +2,7 @@ package split
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -26,6 +27,7 @@ func (c *computation) logRows(recs []*keyedRecord) {
 	c.formatFlags(rd)
 
 	// Which loads are live (rule 3).
+	rd.endFailed()
 	rd.endReloaded()
 	if fr[2].dropped {
 		// The cap dropped model-load lines: the first kept load of a
@@ -43,6 +45,7 @@ func (c *computation) logRows(recs []*keyedRecord) {
 	}
 	c.modelRows(rd, sum, len(live))
 	c.contextRows(sum)
+	c.failureRows(rd, sum)
 	c.deviceRows(rd, live)
 	c.unknownRows(rd, ports)
 	c.echoCheck(rd.echoes)
@@ -133,6 +136,8 @@ func (c *computation) modelLoads(rd *logReader) (sum figures, live []*loadAcc, l
 			if ended <= 3 {
 				c.warn = append(c.warn, fmt.Sprintf("line %d: the %s load of %s is not counted: %s", l.seq, l.role, orUnknown(l.file), l.ended))
 			}
+			// A failed projector's buffers are listed apart all the same.
+			sum.failed = append(sum.failed, g.failed...)
 			continue
 		}
 		live = append(live, l)
@@ -184,16 +189,109 @@ func (c *computation) lostWarnings(l *loadAcc, g figures) {
 }
 
 // liveLoadFlags flags what a live load is: an mmproj, or a llama model
-// with several contexts or none.
+// with several contexts or none (not when one failed: that is said).
 func (c *computation) liveLoadFlags(l *loadAcc, g figures) {
 	switch {
 	case l.mmproj:
 		c.flag(FlagMmproj)
 	case g.ctxs > 1:
 		c.flag(FlagMultipleContexts)
-	case g.ctxs == 0:
+	case g.ctxs == 0 && !slices.ContainsFunc(l.ctxs, func(x *ctxAcc) bool { return x.failed != nil }):
 		c.flag(FlagNoContext)
 	}
+}
+
+// failureRows says what failed (rule 6): each context whose creation
+// failed and each projector whose load failed, quoting the line that
+// said so, with the buffers they had printed (listed apart in the
+// detail's failed_buffers, in no row: freed with them; a sample taken
+// before the failure may still hold them); and a context that failed
+// before it printed a buffer line.
+func (c *computation) failureRows(rd *logReader, sum figures) {
+	d := &c.r.Detail
+	d.Failed = sum.failed
+	sort.SliceStable(d.Failed, func(i, j int) bool { return d.Failed[i].Line < d.Failed[j].Line })
+	said := map[*llamalog.Record]bool{}
+	words := func(lines []BufferLine) string {
+		var parts []string
+		total := 0.0
+		for _, bl := range lines {
+			name := bl.Name
+			if name == "" {
+				name = "(device not named)"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s %.2f MiB", name, bl.Kind, float64(bl.MiB)))
+			total += float64(bl.MiB)
+		}
+		return fmt.Sprintf("%s; %.2f MiB in all", strings.Join(parts, ", "), total)
+	}
+	loads := slices.Clone(rd.loads)
+	for _, p := range rd.pseudoPorts() {
+		loads = append(loads, rd.pseudo[p])
+	}
+	for _, l := range loads {
+		if l.probe() {
+			continue
+		}
+		if l.failed != nil {
+			said[l.failed] = true
+			c.flag(FlagMmprojFailed)
+			if g := loadFigures(l); len(g.failed) > 0 {
+				c.warn = append(c.warn, fmt.Sprintf("line %d: the multimodal projector's load failed (`%s`): its buffers (%s) are in no row: what it had allocated was freed with it, and a buffer whose allocation failed never existed; a sample taken before the failure may still hold them", l.failed.Seq, l.failed.Text, words(g.failed)))
+			}
+		}
+		for _, x := range l.ctxs {
+			if x.failed == nil || said[x.failed] {
+				continue
+			}
+			said[x.failed] = true
+			c.flag(FlagContextFailed)
+			if lines := failedLines(x); len(lines) > 0 {
+				c.warn = append(c.warn, fmt.Sprintf("line %d: a context's creation failed (`%s`): its buffers (%s) were freed with it and are in no row; a sample taken before the failure may still hold them", x.failed.Seq, x.failed.Text, words(lines)))
+			} else {
+				c.warn = append(c.warn, fmt.Sprintf("line %d: a context's creation failed (`%s`) before it printed a buffer line", x.failed.Seq, x.failed.Text))
+			}
+		}
+	}
+	for _, f := range rd.failures {
+		if f.BufKind == "context" && !said[f] && !sameFailure(rd, f) {
+			said[f] = true
+			c.flag(FlagContextFailed)
+			c.warn = append(c.warn, fmt.Sprintf("line %d: a context's creation failed (`%s`) before it printed a buffer line", f.Seq, f.Text))
+		}
+	}
+}
+
+// sameFailure reports whether a context failure f repeats one already
+// read of the same context: a failure line of the same port since the
+// last context started (llama.cpp says it twice: the library, then the
+// tool, "failed to create context").
+func sameFailure(rd *logReader, f *llamalog.Record) bool {
+	for _, g := range rd.failures {
+		if g == f {
+			return false
+		}
+		if g.BufKind == "context" && g.Port == f.Port && g.Seq < f.Seq && !rd.contextBetween(f.Port, g.Seq, f.Seq) {
+			return true
+		}
+	}
+	return false
+}
+
+// contextBetween reports whether a context of port starts between two
+// lines.
+func (rd *logReader) contextBetween(port int, from, to uint64) bool {
+	for _, l := range append(slices.Clone(rd.loads), rd.pseudo[port]) {
+		if l == nil || l.port != port {
+			continue
+		}
+		for _, x := range l.ctxs {
+			if x.seq > from && x.seq < to {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // modelRows fills the model rows from the live loads' sum (rules 2 and 3),

@@ -33,7 +33,27 @@ var (
 	// "<...>_fit_impl: projected to use N MiB of device memory vs. M MiB
 	// of free device memory": the fit's dry runs are over (a MiB line,
 	// found by the MiB anchor).
-	aFitProjected = []byte("_fit_impl: projected to use")
+	aFitProjected = []byte("projected to use")
+	// "<fit function>: projected memory use with initial parameters
+	// [MiB]:" (several devices: a line per device follows, then "projected
+	// to use"): the projection of the fit's first dry run (a MiB line).
+	aFitInitial = []byte("projected memory use with initial parameters")
+	// "<...>_fit_impl: getting device memory data for initial
+	// parameters:": the fit's dry runs start (printed where a build or a
+	// verbosity prints no "fitting params to device memory").
+	aFitData = []byte("getting device memory data")
+	// "sched_reserve: reserving ...": a context's compute reservation
+	// starts (b7746+; earlier builds reserve once, in the context's
+	// constructor, and print no start line).
+	aReserve = []byte("reserving ...")
+	// A line that says something failed: "failed to allocate",
+	// "failed to initialize the context", "failed to create context",
+	// "Failed to load CLIP model" (read by readFailure; the others are
+	// not relevant), and the assertion of a buffer that was not
+	// allocated.
+	aFailed       = []byte("failed to ")
+	aFailedCap    = []byte("Failed to ")
+	aAssertBuffer = []byte("GGML_ASSERT(buffer)")
 	aVRAMUsed     = []byte("VRAM used")
 	aMemReq       = []byte("mem required")
 	// "<func>: using device CUDA0 (NVIDIA ...) (0000:01:00.0) - 11245 MiB
@@ -67,7 +87,8 @@ var debugMarkers = [][]byte{
 // debug-only line (searched until the fold has one), or matches a custom
 // trace pattern.
 var (
-	scanAnchors = [][]byte{aMiB, aLoadScan, aCtxScan, aDraft, aSpawn, aInstance, aClip, aClipCPU, aClipParam, aModelSize, aFit, aWarmup, aVRAMUsed, aMemReq}
+	scanAnchors = [][]byte{aMiB, aLoadScan, aCtxScan, aDraft, aSpawn, aInstance, aClip, aClipCPU, aClipParam, aModelSize, aFit, aWarmup, aVRAMUsed, aMemReq,
+		aFitData, aReserve, aFailed, aFailedCap, aAssertBuffer}
 	onceAnchors = [][]byte{aBuild, aVersion, aVerbosity}
 )
 

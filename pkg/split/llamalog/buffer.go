@@ -25,7 +25,7 @@ func parseBuffer(r Record, s []byte, i int, sc *Scratch) (Record, bool) {
 		r.Kind = KindMalformed
 		return r, true
 	}
-	r.Name, r.BufKind = name, kind
+	r.Name, r.BufKind = deviceNamed(r.Func, name, kind, sc)
 	if r.Name == "params" && r.BufKind == "backend" {
 		// Old CLIP loaders: "clip_model_load: params backend buffer size
 		// = 595.49 MB (377 tensors)", the mmproj weights (MB is MiB).
@@ -68,6 +68,60 @@ func parseBuffer(r Record, s []byte, i int, sc *Scratch) (Record, bool) {
 	}
 	r.Kind = KindMalformed
 	return r, true
+}
+
+// The buffer type is delimited by the line's grammar: it is what the
+// printf's %10s (%12s) printed between the function's ": " and the kind
+// word(s) before "buffer size". llama.cpp's buffer-type names hold no
+// blank (CUDA0, ROCm0_Split, CPU_Mapped, Meta(CUDA0,CUDA1),
+// RPC0[10.0.0.2:50052]): the first word is the buffer type and the others
+// the kind, which may be several words (DSV4 compressor state, DeepSeek4
+// compressed KV). Some Vulkan builds name a buffer type by its device
+// ("AMD Radeon RX 5600 XT KV buffer size"): a first word that is no
+// buffer-type name, followed by words that end in one of llama.cpp's
+// one-word kinds, is a device name up to that kind; one with no kind word
+// at all (the model lines of builds before b3990, function
+// llm_load_tensors) is a device name whole.
+
+// oneWordKinds are the kinds llama.cpp prints as one word.
+var oneWordKinds = map[string]bool{"model": true, "KV": true, "RS": true, "compute": true, "output": true, "input": true}
+
+// bufferTypeNames are the buffer-type names with neither a device number
+// nor a suffix.
+var bufferTypeNames = map[string]bool{"CPU": true, "AMX": true, "Metal": true, "BLAS": true, "OpenCL": true,
+	"Vulkan": true, "Kompute": true, "CANN": true, "WebGPU": true, "SYCL": true, "CUDA": true, "ROCm": true, "MUSA": true}
+
+// isBufferTypeName reports whether w, the first word of a buffer line's
+// type and kind, is a buffer-type name of llama.cpp's backends: a device
+// number (CUDA0, ROCm1, Vulkan0, HRX0), a suffix after '_' (CPU_Mapped,
+// CUDA_Host, ROCm0_Split), Meta(...), a remote device's [host:port], or
+// one of bufferTypeNames. A device's own name starts with a word of none
+// of these forms (AMD, NVIDIA, Radeon, Intel(R)).
+func isBufferTypeName(w string) bool {
+	if bufferTypeNames[w] || strings.HasPrefix(w, "Meta(") || strings.ContainsAny(w, "_[") {
+		return true
+	}
+	return strings.ContainsAny(w, "0123456789")
+}
+
+// deviceNamed returns a buffer line's type and kind as the grammar
+// delimits them (see above) from the first word (name) and the others
+// (kind).
+func deviceNamed(fn, name, kind string, sc *Scratch) (string, string) {
+	if kind == "" || isBufferTypeName(name) {
+		return name, kind
+	}
+	last := kind
+	if i := strings.LastIndexByte(kind, ' '); i >= 0 {
+		last = kind[i+1:]
+	}
+	switch {
+	case oneWordKinds[last] && last != kind:
+		return sc.str([]byte(name + " " + kind[:len(kind)-len(last)-1])), last
+	case !oneWordKinds[last] && fn == "llm_load_tensors":
+		return sc.str([]byte(name + " " + kind)), ""
+	}
+	return name, kind
 }
 
 // bufferWords splits the words before "buffer size" as strings.Fields

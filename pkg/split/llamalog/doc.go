@@ -40,7 +40,8 @@
 //	buffer.go              buffer lines and their echo
 //	breakdown.go           the memory breakdown table
 //	build.go               build and verbosity lines
-//	markers.go             loads, contexts, the lines that say which loads are live, devices, the counted-only kinds
+//	markers.go             loads, contexts, reservations, the lines that say which loads are live, devices, the counted-only kinds
+//	failure.go             the lines that say a context, a projector or a buffer failed
 //	literals.go            the literals a relevant line's kind is told by, found in one pass
 //	envelope.go            Payload and RouterPort
 //	scan.go                Parser.ScanPiece and Piece: the lines of a piece of a log that may be relevant

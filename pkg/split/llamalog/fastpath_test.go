@@ -75,6 +75,15 @@ func FuzzParseLeavesMatchPlain(f *testing.F) {
 		"breakdown_print: |   - \u00a0X (Y) | 1 = 2 + (3 = 4 + 5 + 6) + -7 |",
 		"breakdown_print: | - - Host | 1 = 2 + 3 + 4 | |", "breakdown_print: |\v-\tA|1\u20032 3 4|",
 		"breakdown_print: | - A | 99999999999999999999 = 1 + 2 + 3 |",
+		"sched_reserve: reserving ...", "llama_context: reserving a graph for ubatch with n_tokens = 512",
+		"llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers",
+		"alloc_tensor_range: failed to allocate ROCm0 buffer of size 851222528", "GGML_ASSERT(buffer) failed",
+		"llama_model_load: error loading model: Failed to allocate  buffer",
+		"llama_params_fit: projected to use 1234 MiB of device memory vs. a total of 5678 MiB",
+		"llama_params_fit_impl: projected memory use with initial parameters [MiB]:",
+		"llama_params_fit_impl: getting device memory data for initial parameters:",
+		"llama_kv_cache: AMD Radeon RX 5600 XT KV buffer size = 1.00 MiB",
+		"load_tensors: AMD Radeon RX 5600 XT model buffer size = 2.00 MiB", "f: Intel(R) Arc(TM) A770 Graphics compute buffer size = 3 MiB",
 	} {
 		f.Add([]byte(s))
 	}
@@ -321,6 +330,15 @@ func (p *Parser) parsePlain(seq uint64, s []byte, sc *Scratch) (Record, bool) {
 		if r, ok := parseDevice(r, s, sc); ok {
 			return r, true
 		}
+	case bytes.Contains(s, aReserve):
+		if r, ok := readReserve(r, s, sc); ok {
+			return r, true
+		}
+	}
+	if bytes.Contains(s, aFailed) || bytes.Contains(s, aFailedCap) || bytes.Contains(s, aAssertBuffer) {
+		if r, ok := readFailure(r, s, sc); ok {
+			return r, true
+		}
 	}
 	if r, ok := parseMarkerPlain(r, s); ok {
 		return r, true
@@ -400,18 +418,17 @@ func parseMarkerPlain(r Record, s []byte) (Record, bool) {
 				return r, true
 			}
 		}
-	case bytes.Contains(s, aFit):
+	case bytes.Contains(s, aFit) || bytes.Contains(s, aFitData):
 		switch {
-		case bytes.Contains(s, []byte("fitting params to device memory")):
+		case bytes.Contains(s, []byte("fitting params to device memory")), bytes.Contains(s, []byte("getting device memory data for initial parameters")):
 			r.Kind, r.Text = KindFitBracket, "start"
 			return r, true
 		case bytes.Contains(s, []byte("fitting params to free memory took")):
 			r.Kind, r.Text = KindFitBracket, "end"
 			return r, true
 		}
-	case bytes.Contains(s, aFitProjected):
-		r.Kind, r.Text = KindFitBracket, "projected"
-		return r, true
+	case bytes.Contains(s, aFitProjected) || bytes.Contains(s, aFitInitial):
+		return readFitProjected(r, s, nil)
 	case bytes.Contains(s, aWarmup):
 		// At the default verbosity the bracket's end line is not printed;
 		// the warm-up runs after the real load and context, so it ends an

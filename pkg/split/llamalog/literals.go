@@ -34,6 +34,12 @@ const (
 	litSizeEq
 	litFitProjected
 	litDevice
+	litFitInitial
+	litFitData
+	litReserve
+	litFailed
+	litFailedCap
+	litAssertBuffer
 	litDebug // the first of debugMarkers, in their order
 )
 
@@ -62,6 +68,12 @@ var lits = append([][]byte{
 	litSizeEq:       []byte("size = "),
 	litFitProjected: aFitProjected,
 	litDevice:       aDevice,
+	litFitInitial:   aFitInitial,
+	litFitData:      aFitData,
+	litReserve:      aReserve,
+	litFailed:       aFailed,
+	litFailedCap:    aFailedCap,
+	litAssertBuffer: aAssertBuffer,
 }, debugMarkers...)
 
 // litMask has bit i set when a message holds lits[i].
@@ -78,7 +90,8 @@ var litPair = map[string]string{
 	"breakdown_print": "kd", "loaded meta data": "da", "constructing llama_context": "uc",
 	"output_reserve: reallocating output buffer": "oc", "draft model": "af", "spawning server": "aw",
 	"instance name=": "nc", "CLIP using": "IP", "fallback to CPU backend": "lb", "model size:": "e:",
-	"fitting params": "ms", "_fit_impl: projected to use": "je", "warming up the model": "mi", "build": "ui", "version: ": "n:",
+	"fitting params": "ms", "projected to use": "je", "projected memory use with initial parameters": "je",
+	"getting device memory data": "tt", "reserving ...": " .", "failed to ": "fa", "Failed to ": "Fa", "GGML_ASSERT(buffer)": "T(", "warming up the model": "mi", "build": "ui", "version: ": "n:",
 	"verbosity = ": "rb", "mem required": "ir", "VRAM used": "VR", "compute buffer total size": "ot",
 	"KV self size": "lf", " cells": "ls", "size = ": "ze", "using device ": "vi",
 	"create_tensor: loading tensor": "cr", "assigned to device": "gn", "for async uploads": "yn",

@@ -135,9 +135,12 @@ func readClipSize(r Record, s []byte, _ *Scratch) (Record, bool) {
 	return r, false
 }
 
+// readFit reads the start of the fit's dry runs ("fitting params to
+// device memory", or "getting device memory data for initial parameters"
+// where that is not printed) and their end.
 func readFit(r Record, s []byte, _ *Scratch) (Record, bool) {
 	switch {
-	case bytes.Contains(s, []byte("fitting params to device memory")):
+	case bytes.Contains(s, []byte("fitting params to device memory")), bytes.Contains(s, []byte("getting device memory data for initial parameters")):
 		r.Kind, r.Text = KindFitBracket, "start"
 		return r, true
 	case bytes.Contains(s, []byte("fitting params to free memory took")):
@@ -147,11 +150,32 @@ func readFit(r Record, s []byte, _ *Scratch) (Record, bool) {
 	return r, false
 }
 
-// readFitProjected reads the fit's projection, which follows its dry runs;
-// where no bracket start was printed, it closes one around them (package
-// split's reader).
-func readFitProjected(r Record, _ []byte, _ *Scratch) (Record, bool) {
+// readFitProjected reads the fit's projection, which follows its dry runs
+// (where no bracket start was printed, it closes one around them: package
+// split's reader): "projected to use N MiB of device memory vs. ..." or,
+// with several devices, "projected memory use with initial parameters
+// [MiB]:" before it, printed by the fit's function (llama_params_fit,
+// llama_params_fit_impl, common_params_fit_impl).
+func readFitProjected(r Record, s []byte, _ *Scratch) (Record, bool) {
+	i := bytes.Index(s, aFitProjected)
+	if j := bytes.Index(s, aFitInitial); j >= 0 && (i < 0 || j < i) {
+		i = j
+	}
+	if c := lastColonBlank(s[:i]); c < 0 || !bytes.Contains(s[:c], []byte("_fit")) {
+		return r, false
+	}
 	r.Kind, r.Text = KindFitBracket, "projected"
+	return r, true
+}
+
+// readReserve reads "sched_reserve: reserving ...", the start of a compute
+// reservation (b7746+).
+func readReserve(r Record, s []byte, sc *Scratch) (Record, bool) {
+	c := lastColonBlank(s[:bytes.Index(s, aReserve)])
+	if c < 0 {
+		return r, false
+	}
+	r.Kind, r.Func = KindReserve, funcName(s[:c], sc)
 	return r, true
 }
 

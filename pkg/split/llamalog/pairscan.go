@@ -100,7 +100,10 @@ var anchorPair = map[string]struct {
 	"n_embd_k_gqa =":      {"gq", 5},
 	"assigned to device":  {"gn", 6}, "cannot be used with preferred buffer type": {"nn", 6},
 	"graph_reserve: reserving a graph": {"ap", 7},
-	"max_nodes = ":                     {"ax", 4},
+	// what failed, where a reservation starts, the fit's dry runs
+	"failed to ": {"fa", 4}, "Failed to ": {"Fa", 4}, "GGML_ASSERT(buffer)": {"GG", 3},
+	"reserving ...": {"vi", 3}, "getting device memory data": {"de", 1},
+	"max_nodes = ": {"ax", 4},
 }
 
 // newPairSet builds the scan of anchors. An anchor without a listed pair

@@ -31,6 +31,8 @@ const (
 	KindClip       // mmproj/CLIP: "CLIP using <dev> backend" (Text backend, Name dev), "model size: N MiB" (Text size, MiB)
 	KindFitBracket // "fitting params to device memory" (Text start), "fitting params to free memory took" (Text end), "_fit_impl: projected to use" (Text projected)
 	KindDevice     // "using device <dev> (<description>) (<id>) - N MiB free": Name dev, Text description, BufKind the id (a PCI address, "" when not printed), MiB the free memory
+	KindReserve    // "sched_reserve: reserving ...": a compute reservation of the current context starts
+	KindFailure    // something failed (see readFailure): BufKind what (context, mmproj, tensors, compute), Name the buffer type when printed, Func the function, Text the message
 )
 
 // Record is one parsed relevant line. Fields are set according to Kind.
@@ -204,7 +206,11 @@ var grammar = [...][]rule{
 		{anyOf: lit(litCtx), read: readContext},
 		{anyOf: lit(litRealloc), read: readRealloc},
 		{anyOf: lit(litDevice), read: parseDevice},
+		{anyOf: lit(litReserve), read: readReserve},
 	},
+	// What failed: a context's creation, an mmproj's load, a buffer's
+	// allocation (failure.go).
+	{{anyOf: lit(litFailed, litFailedCap, litAssertBuffer), read: readFailure}},
 	// Which loads are live: a draft model, the router's instances,
 	// mmproj/CLIP and the --fit bracket (markers.go).
 	{
@@ -214,8 +220,8 @@ var grammar = [...][]rule{
 		{anyOf: lit(litClip), read: readClipBackend},
 		{anyOf: lit(litClipCPU), read: readClipCPU},
 		{anyOf: lit(litModelSize), read: readClipSize},
-		{anyOf: lit(litFit), read: readFit},
-		{anyOf: lit(litFitProjected), read: readFitProjected},
+		{anyOf: lit(litFit, litFitData), read: readFit},
+		{anyOf: lit(litFitProjected, litFitInitial), read: readFitProjected},
 		{anyOf: lit(litWarmup), read: readWarmup},
 	},
 	// The build and the verbosity (build.go).
