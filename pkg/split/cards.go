@@ -172,26 +172,14 @@ func (c *computation) deviceCards(ts *tickState) {
 		warn = matchDevices(c.devs, cards)
 	}
 	gpu := 0 // device rows of kind device
+	unmatched := false
 	for _, r := range c.devs {
 		if r.Kind == DeviceGPU {
 			gpu++
+			unmatched = unmatched || r.Unmatched != ""
 		}
 	}
-	// The split rows and pinned rows go with the cards of their devices.
-	for _, r := range c.devs {
-		switch r.Kind {
-		case DeviceSplit:
-			on := cardsOf(c.devs, r.Spans)
-			if len(on) == 1 {
-				on[0].devs = append(on[0].devs, r)
-			}
-			if len(on) > 1 {
-				for _, k := range on {
-					k.split = append(k.split, r)
-				}
-			}
-		}
-	}
+	splitOnCards(c.devs)
 	var checks []Check
 	for _, k := range cards {
 		k.classify()
@@ -199,36 +187,12 @@ func (c *computation) deviceCards(ts *tickState) {
 	}
 	split, splitOver := splitChecks(c.devs)
 	checks = append(checks, split...)
-
-	show := gpuRows(c.devs) > 1
-	amd := 0
-	for _, k := range cards {
-		if k.Memory == "vram" && len(k.devs) > 0 {
-			show = true
-		}
-		if k.Driver == "amdgpu" && k.held() {
-			amd++
-		}
-	}
-	unmatched := false
-	for _, r := range c.devs {
-		if r.Kind == DeviceGPU && r.Unmatched != "" {
-			unmatched = true
-		}
-	}
-	heldAny := slices.ContainsFunc(cards, (*cardRow).held)
-	if amd > 1 || unmatched && heldAny {
-		show = true
-	}
-	if !show {
+	if !showDevices(c.devs, cards, unmatched) {
 		return
 	}
-	c.discrete = gpu > 0
-	for _, r := range c.devs {
-		if r.Kind == DeviceGPU && (r.cardRow == nil || r.cardRow.Memory != "vram") {
-			c.discrete = false
-		}
-	}
+	c.discrete = gpu > 0 && !slices.ContainsFunc(c.devs, func(r *devRow) bool {
+		return r.Kind == DeviceGPU && (r.cardRow == nil || r.cardRow.Memory != "vram")
+	})
 	for _, r := range c.devs {
 		c.r.Devices = append(c.r.Devices, r.Device)
 	}
@@ -236,23 +200,66 @@ func (c *computation) deviceCards(ts *tickState) {
 		c.r.Cards = append(c.r.Cards, k.Card)
 	}
 	c.r.Checks = append(c.r.Checks, checks...)
+	c.cardFlags(cards, splitOver, unmatched && len(ts.Mem) > 0)
+	if len(warn) > 0 {
+		c.flag(FlagDeviceOrder)
+		c.warn = append(c.warn, warn...)
+	}
+}
+
+// splitOnCards puts each split row with the cards of its devices: on the
+// one card they are all on, or beside each of several.
+func splitOnCards(devs []*devRow) {
+	for _, r := range devs {
+		if r.Kind != DeviceSplit {
+			continue
+		}
+		on := cardsOf(devs, r.Spans)
+		if len(on) == 1 {
+			on[0].devs = append(on[0].devs, r)
+		}
+		if len(on) > 1 {
+			for _, k := range on {
+				k.split = append(k.split, r)
+			}
+		}
+	}
+}
+
+// showDevices says whether the device table says more than the headline:
+// several rows of GPU memory, a discrete card's VRAM holding devices,
+// several amdgpu cards held, or a device not matched while cards were.
+func showDevices(devs []*devRow, cards []*cardRow, unmatched bool) bool {
+	if gpuRows(devs) > 1 {
+		return true
+	}
+	amd := 0
+	for _, k := range cards {
+		if k.Memory == "vram" && len(k.devs) > 0 {
+			return true
+		}
+		if k.Driver == "amdgpu" && k.held() {
+			amd++
+		}
+	}
+	return amd > 1 || unmatched && slices.ContainsFunc(cards, (*cardRow).held)
+}
+
+// cardFlags flags cards holding less than their devices' buffers, a run
+// on discrete cards whose card is above the threshold (judged per card, as
+// the process would be on an APU), and devices not matched.
+func (c *computation) cardFlags(cards []*cardRow, splitOver, unmatched bool) {
 	if splitOver || slices.ContainsFunc(cards, func(k *cardRow) bool { return k.over }) {
 		c.flag(FlagDeviceOverCard)
 	}
 	if c.discrete && !c.isControl() {
-		// Judged per card: a card whose not attributed is above the
-		// threshold flags the run as the process's would on an APU.
 		for _, k := range cards {
 			if k.NotAttributedPct != nil && float64(*k.NotAttributedPct) > c.thr {
 				c.flag(FlagUnattribHigh)
 			}
 		}
 	}
-	if len(warn) > 0 {
-		c.flag(FlagDeviceOrder)
-		c.warn = append(c.warn, warn...)
-	}
-	if unmatched && len(ts.Mem) > 0 {
+	if unmatched {
 		c.flag(FlagDeviceUnmatched)
 	}
 }

@@ -123,8 +123,32 @@ func lineClass(bl BufferLine) string {
 // live loads' "using device" lines name.
 func (c *computation) deviceRows(rd *logReader, live []*loadAcc) {
 	d := &c.r.Detail
-	// The devices of the process: a split buffer is spread over its
-	// backend's devices among them.
+	lines := slices.Concat(d.Buffers, d.Remote)
+	devs := processDevices(live, lines)
+	t := devTable{rows: map[string]*devRow{}, info: rd.devInfo}
+	for _, n := range devs {
+		t.get(n, DeviceGPU)
+	}
+	for _, l := range live {
+		for _, n := range l.devices {
+			if row, kind := bufferDevice(n); kind == DeviceRemote {
+				t.get(row, kind)
+			}
+		}
+	}
+	for _, bl := range lines {
+		if bl.Row != "unknown" { // listed, in no row (an mmproj's weights on an unnamed backend)
+			t.add(bl, devs)
+		}
+	}
+	c.devs = t.sorted(c.r.ModelGTTMiB, c.r.ModelHostMiB, c.r.StateMiB, c.r.ComputeMiB)
+}
+
+// processDevices lists the GPU devices of the process: those the live
+// loads' "using device" lines name and those their buffer lines are on (a
+// split buffer is spread over its backend's devices among them), in the
+// backends' order of their devices.
+func processDevices(live []*loadAcc, lines []BufferLine) []string {
 	var devs []string
 	addDev := func(n string) {
 		if n != "" && !slices.Contains(devs, n) {
@@ -138,7 +162,6 @@ func (c *computation) deviceRows(rd *logReader, live []*loadAcc) {
 			}
 		}
 	}
-	lines := slices.Concat(d.Buffers, d.Remote)
 	for _, bl := range lines {
 		if bl.Row == "unknown" {
 			continue
@@ -152,7 +175,6 @@ func (c *computation) deviceRows(rd *logReader, live []*loadAcc) {
 			}
 		}
 	}
-	// In the backends' order of their devices (a split row's spans too).
 	sort.SliceStable(devs, func(i, j int) bool {
 		fi, ni := deviceFamily(devs[i])
 		fj, nj := deviceFamily(devs[j])
@@ -161,64 +183,69 @@ func (c *computation) deviceRows(rd *logReader, live []*loadAcc) {
 		}
 		return ni < nj
 	})
-	rows := map[string]*devRow{}
-	get := func(name, kind string) *devRow {
-		k := kind + "\x00" + name
-		if r := rows[k]; r != nil {
-			return r
-		}
-		fam, idx := deviceFamily(name)
-		r := &devRow{Device: Device{Name: name, Kind: kind, BufferTypes: []string{}}, family: fam, index: idx}
-		if info := rd.devInfo[name]; info != nil && (kind == DeviceGPU || kind == DeviceRemote) {
-			r.Description, r.PCI, r.FreeMiB, r.Line = info.Text, info.BufKind, mib(info.MiB), info.Seq
-		}
-		rows[k] = r
+	return devs
+}
+
+// devTable is the device table being built: a row per kind and name.
+type devTable struct {
+	rows map[string]*devRow
+	info map[string]*llamalog.Record // the "using device" lines by device
+}
+
+// get returns the row of a device of a kind, made on first use (with what
+// its "using device" line says).
+func (t *devTable) get(name, kind string) *devRow {
+	k := kind + "\x00" + name
+	if r := t.rows[k]; r != nil {
 		return r
 	}
-	for _, n := range devs {
-		get(n, DeviceGPU)
+	fam, idx := deviceFamily(name)
+	r := &devRow{Device: Device{Name: name, Kind: kind, BufferTypes: []string{}}, family: fam, index: idx}
+	if info := t.info[name]; info != nil && (kind == DeviceGPU || kind == DeviceRemote) {
+		r.Description, r.PCI, r.FreeMiB, r.Line = info.Text, info.BufKind, mib(info.MiB), info.Seq
 	}
-	for _, l := range live {
-		for _, n := range l.devices {
-			if row, kind := bufferDevice(n); kind == DeviceRemote {
-				get(row, kind)
-			}
-		}
-	}
-	for _, bl := range lines {
-		if bl.Row == "unknown" {
-			continue // listed, in no row (an mmproj's weights on an unnamed backend)
-		}
-		name, kind := bufferDevice(bl.Name)
-		var spans []string
-		if kind == DeviceSplit {
-			if spans = splitSpans(bl.Name, devs); len(spans) == 1 {
-				name, kind, spans = spans[0], DeviceGPU, nil
-			}
-		}
-		r := get(name, kind)
-		if kind == DeviceSplit && r.Spans == nil {
-			r.Spans = spans
-		}
-		if !slices.Contains(r.BufferTypes, bl.Name) {
-			r.BufferTypes = append(r.BufferTypes, bl.Name)
-		}
-		switch cl := lineClass(bl); {
-		case bl.Row == "model_host" || cl == "model":
-			r.model += float64(bl.MiB)
-		case cl == "state":
-			r.state += float64(bl.MiB)
-		default:
-			r.compute += float64(bl.MiB)
+	t.rows[k] = r
+	return r
+}
+
+// add counts a buffer line in the row of its device (a split buffer
+// spread over one device is that device's).
+func (t *devTable) add(bl BufferLine, devs []string) {
+	name, kind := bufferDevice(bl.Name)
+	var spans []string
+	if kind == DeviceSplit {
+		if spans = splitSpans(bl.Name, devs); len(spans) == 1 {
+			name, kind, spans = spans[0], DeviceGPU, nil
 		}
 	}
-	out := make([]*devRow, 0, len(rows))
-	for _, r := range rows {
-		model, state, comp := c.r.ModelGTTMiB, c.r.StateMiB, c.r.ComputeMiB
+	r := t.get(name, kind)
+	if kind == DeviceSplit && r.Spans == nil {
+		r.Spans = spans
+	}
+	if !slices.Contains(r.BufferTypes, bl.Name) {
+		r.BufferTypes = append(r.BufferTypes, bl.Name)
+	}
+	switch cl := lineClass(bl); {
+	case bl.Row == "model_host" || cl == "model":
+		r.model += float64(bl.MiB)
+	case cl == "state":
+		r.state += float64(bl.MiB)
+	default:
+		r.compute += float64(bl.MiB)
+	}
+}
+
+// sorted returns the rows with their figures (null where the report's row
+// is: the host row's model is the CPU model buffer), devices first, by
+// backend and number.
+func (t *devTable) sorted(model, host, state, comp *MiB) []*devRow {
+	out := make([]*devRow, 0, len(t.rows))
+	for _, r := range t.rows {
+		m := model
 		if r.Kind == DeviceHost {
-			model = c.r.ModelHostMiB
+			m = host
 		}
-		if model != nil {
+		if m != nil {
 			r.ModelMiB = mib(r.model)
 		}
 		if state != nil {
@@ -243,7 +270,7 @@ func (c *computation) deviceRows(rd *logReader, live []*loadAcc) {
 		}
 		return a.Name < b.Name
 	})
-	c.devs = out
+	return out
 }
 
 // gpuRows counts the rows of GPU memory: devices, split, pinned and

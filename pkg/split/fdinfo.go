@@ -130,9 +130,7 @@ func (k *memKeys) mem(driver string) ClientMem { return clientMem(driver, k.r[:k
 // parseFDInfo is ParseFDInfo without the client's memory by region: its
 // keys are left in regs.
 func parseFDInfo(text []byte, keys *memKeys) (DRMClient, FDVerdict) {
-	var c DRMClient
-	var total, memory, oldGTT, oldPDev, pasid []byte
-	var haveDriver, haveClient, havePDev bool
+	var t fdKeys
 	regs := &keys.r
 	nreg := 0
 	for len(text) > 0 {
@@ -149,41 +147,7 @@ func parseFDInfo(text []byte, keys *memKeys) (DRMClient, FDVerdict) {
 		}
 		key := bytes.TrimSpace(line[:colon])
 		val := bytes.TrimSpace(line[colon+1:])
-		switch string(key) {
-		case "drm-driver":
-			if !haveDriver {
-				c.Driver, haveDriver = string(val), true
-			}
-		case "drm-client-id":
-			if !haveClient {
-				c.ClientID, haveClient = string(val), true
-			}
-		case "drm-pdev":
-			if !havePDev {
-				c.PDev, havePDev = string(val), true
-			}
-		case "drm-total-gtt":
-			if total == nil {
-				total = val
-			}
-		case "drm-memory-gtt":
-			if memory == nil {
-				memory = val
-			}
-		// amdgpu before kernel 5.19: "pdev:", "pasid:", "gtt mem:\t%llu kB"
-		case "gtt mem":
-			if oldGTT == nil {
-				oldGTT = val
-			}
-		case "pdev":
-			if oldPDev == nil {
-				oldPDev = val
-			}
-		case "pasid":
-			if pasid == nil {
-				pasid = val
-			}
-		}
+		t.read(key, val)
 		// Memory keys are drm-total-*, drm-memory-* and "<r> mem": most
 		// lines are told apart by two bytes.
 		if nreg < len(regs) && len(key) > 4 && (key[3] == '-' && (key[4] == 't' || key[4] == 'm') || key[len(key)-4] == ' ') {
@@ -194,35 +158,88 @@ func parseFDInfo(text []byte, keys *memKeys) (DRMClient, FDVerdict) {
 		}
 	}
 	keys.n = nreg
-	if !haveDriver {
-		if oldGTT == nil {
+	return t.client()
+}
+
+// fdKeys is what parseFDInfo reads of an fdinfo text: the first value of
+// each key the client is told by.
+type fdKeys struct {
+	c                                     DRMClient
+	total, memory, oldGTT, oldPDev, pasid []byte
+	haveDriver, haveClient, havePDev      bool
+}
+
+// read takes one key of the text.
+func (t *fdKeys) read(key, val []byte) {
+	switch string(key) {
+	case "drm-driver":
+		if !t.haveDriver {
+			t.c.Driver, t.haveDriver = string(val), true
+		}
+	case "drm-client-id":
+		if !t.haveClient {
+			t.c.ClientID, t.haveClient = string(val), true
+		}
+	case "drm-pdev":
+		if !t.havePDev {
+			t.c.PDev, t.havePDev = string(val), true
+		}
+	case "drm-total-gtt":
+		if t.total == nil {
+			t.total = val
+		}
+	case "drm-memory-gtt":
+		if t.memory == nil {
+			t.memory = val
+		}
+	// amdgpu before kernel 5.19: "pdev:", "pasid:", "gtt mem:\t%llu kB"
+	case "gtt mem":
+		if t.oldGTT == nil {
+			t.oldGTT = val
+		}
+	case "pdev":
+		if t.oldPDev == nil {
+			t.oldPDev = val
+		}
+	case "pasid":
+		if t.pasid == nil {
+			t.pasid = val
+		}
+	}
+}
+
+// client is the client the text describes, and what it is.
+func (t *fdKeys) client() (DRMClient, FDVerdict) {
+	c := t.c
+	if !t.haveDriver {
+		if t.oldGTT == nil {
 			return c, FDNotDRM
 		}
 		// Kernels 5.14 to 5.18 print no client id; a pasid names the
 		// drm_file's VM, one per open, so it keys the client as well.
-		if len(pasid) == 0 {
+		if len(t.pasid) == 0 {
 			return c, FDUnsupported
 		}
-		v, ok := ParseSize(oldGTT)
+		v, ok := ParseSize(t.oldGTT)
 		if !ok {
 			return c, FDMalformed
 		}
-		c.Driver, c.PDev, c.ClientID, c.GTTBytes, c.Key = "amdgpu", string(oldPDev), "pasid-"+string(pasid), v, "gtt mem"
+		c.Driver, c.PDev, c.ClientID, c.GTTBytes, c.Key = "amdgpu", string(t.oldPDev), "pasid-"+string(t.pasid), v, "gtt mem"
 		return c, FDAmdgpu
 	}
 	if c.Driver != "amdgpu" {
 		return c, FDOtherDriver
 	}
-	if !haveClient || c.ClientID == "" {
+	if !t.haveClient || c.ClientID == "" {
 		return c, FDMalformed
 	}
 	var ok bool
 	switch {
-	case total != nil:
-		c.GTTBytes, ok = ParseSize(total)
+	case t.total != nil:
+		c.GTTBytes, ok = ParseSize(t.total)
 		c.Key = "drm-total-gtt"
-	case memory != nil:
-		c.GTTBytes, ok = ParseSize(memory)
+	case t.memory != nil:
+		c.GTTBytes, ok = ParseSize(t.memory)
 		c.Key = "drm-memory-gtt"
 	}
 	if !ok {
