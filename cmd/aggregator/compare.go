@@ -9,6 +9,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/app/aggregator"
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 )
 
 func newCompare(stdout io.Writer) *cobra.Command {
@@ -46,7 +47,7 @@ unknown run exits 2. Details: docs/reading.md.`,
 					return errors.New(name + ": " + err.Error())
 				}
 			}
-			return aggregator.WriteComparison(stdout, cfg.Format, split.Compare(reps[0], reps[1], args[0], args[1]))
+			return aggregator.WriteComparison(stdout, cfg.Format, present.Compare(reps[0], reps[1], args[0], args[1]))
 		},
 	}
 	c.Flags().StringArrayVar(&samplesA, "samples-a", nil, "samples file (gtt.txt) or fdinfo snapshot directory of A when A is a saved log; repeatable")

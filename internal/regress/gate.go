@@ -31,8 +31,8 @@ type Limits struct {
 	MaxDuplicatePct    *float64 `json:"max_duplicate_pct,omitempty"`
 	MaxUnattributedPct *float64 `json:"max_unattributed_pct,omitempty"`
 	MaxPeakMiB         *float64 `json:"max_peak_mib,omitempty"`
-	// MaxGrowthPct bounds the growth of each GrowthParts figure over the
-	// baseline's (needs a baseline).
+	// MaxGrowthPct bounds the growth of the figure of each row that says
+	// Growth (split.Rows) over the baseline's (needs a baseline).
 	MaxGrowthPct *float64 `json:"max_growth_pct,omitempty"`
 	// AllowUnknown passes a figure that is unknown (in a run or in the
 	// baseline) instead of failing it.
@@ -56,8 +56,17 @@ func (l Limits) Validate(baseline bool) error {
 	return nil
 }
 
-// GrowthParts are the figures --max-growth compares with the baseline's.
-var GrowthParts = []string{"peak", "model", "packed", "state", "compute"}
+// maxChecks are the gate's fixed limits in the order it checks them: the
+// row (split.Rows) each holds to its limit. A row's name, key and unit in
+// a check are the row's.
+var maxChecks = []struct {
+	row   string
+	limit func(Limits) *float64
+}{
+	{"duplicate", func(l Limits) *float64 { return l.MaxDuplicatePct }},
+	{"unattributed_share", func(l Limits) *float64 { return l.MaxUnattributedPct }},
+	{"peak", func(l Limits) *float64 { return l.MaxPeakMiB }},
+}
 
 // Input is one split given to the gate or the history, and what the user
 // named it by.
@@ -96,14 +105,15 @@ type GateRun struct {
 
 // GateCheck is one figure held to its limit.
 type GateCheck struct {
-	// Name is the figure: duplicate, unattributed, peak, or a growth
-	// part's label (peak, model buffer, packed, KV + state, compute); or
-	// "command" for a run whose command failed.
+	// Name is the figure's row as the history names it
+	// (split.Labels.History): duplicate, unattributed, peak, model
+	// buffer, packed, KV + state, compute; or "command" for a run whose
+	// command failed.
 	Name string `json:"name"`
 	// Kind is "max" (a fixed limit), "growth" (against the baseline) or
 	// "exit" (the command failed: a non-zero status or a signal).
 	Kind string `json:"kind"`
-	// Key is the report's key of the figure.
+	// Key is the report's key of the figure (split.Row.JSON).
 	Key    string     `json:"key"`
 	Unit   string     `json:"unit"` // "%" or "MiB"
 	Value  *split.MiB `json:"value"`
@@ -117,54 +127,21 @@ type GateCheck struct {
 // Gate holds each run to the limits (and to the baseline, when given).
 func Gate(runs []Input, baseline *Input, l Limits) GateResult {
 	g := GateResult{Schema: GateSchema, Pass: true, Limits: l, Notes: []string{}, Runs: []GateRun{}}
-	var base split.Figures
+	var base *split.Figures
 	if baseline != nil {
 		s := sideOf(*baseline)
 		g.Baseline = &s
-		base = split.FiguresOf(baseline.Report)
+		f := split.FiguresOf(baseline.Report)
+		base = &f
 	}
 	for _, in := range runs {
-		f := split.FiguresOf(in.Report)
 		gr := GateRun{GateSide: sideOf(in), Pass: true, Checks: []GateCheck{}}
-		add := func(c GateCheck) {
-			// Compared as the report has them (two decimals), so a split
-			// read from its JSON and one folded from its events agree.
-			c.Value, c.Base = round2(c.Value), round2(c.Base)
-			if c.Kind == "growth" && c.Base != nil {
-				lim := *c.Base * split.MiB(1+*l.MaxGrowthPct/100)
-				c.Limit = &lim
-			}
-			switch {
-			case c.Value == nil || c.Limit == nil:
-				c.Status = StatusFail
-				if l.AllowUnknown {
-					c.Status = StatusUnknown
-				}
-			case *c.Value > *c.Limit:
-				c.Status = StatusFail
-			default:
-				c.Status = StatusPass
-			}
-			c.Text = checkText(c, l.MaxGrowthPct)
+		for _, c := range l.checks(split.FiguresOf(in.Report), base) {
+			c = l.judge(c)
 			if c.Status == StatusFail {
 				gr.Pass = false
 			}
 			gr.Checks = append(gr.Checks, c)
-		}
-		if l.MaxDuplicatePct != nil {
-			add(GateCheck{Name: "duplicate", Kind: "max", Key: "duplicate_pct", Unit: "%", Value: f.DuplicatePct, Limit: asMiB(l.MaxDuplicatePct)})
-		}
-		if l.MaxUnattributedPct != nil {
-			add(GateCheck{Name: "unattributed", Kind: "max", Key: "unattributed_pct", Unit: "%", Value: f.UnattributedPct, Limit: asMiB(l.MaxUnattributedPct)})
-		}
-		if l.MaxPeakMiB != nil {
-			add(GateCheck{Name: "peak", Kind: "max", Key: "peak_gtt_mib", Unit: "MiB", Value: f.PeakGTTMiB, Limit: asMiB(l.MaxPeakMiB)})
-		}
-		if baseline != nil && l.MaxGrowthPct != nil {
-			for _, k := range GrowthParts {
-				p, _ := split.FigurePartOf(k)
-				add(GateCheck{Name: p.Label, Kind: "growth", Key: reportKey[k], Unit: "MiB", Value: p.Of(f), Base: p.Of(base)})
-			}
 		}
 		if c, ok := exitCheck(in.Report, l.AllowFailed); ok {
 			if c.Status == StatusFail {
@@ -176,20 +153,7 @@ func Gate(runs []Input, baseline *Input, l Limits) GateResult {
 			g.Pass = false
 			g.Failed++
 		}
-		if baseline != nil {
-			if gr.Model != g.Baseline.Model && gr.Model != "" && g.Baseline.Model != "" {
-				g.Notes = append(g.Notes, fmt.Sprintf("%s measured %s and the baseline %s: the growth compares different models", gr.RunID, gr.Model, g.Baseline.Model))
-			}
-			switch ctl, bctl := in.Report.Run.ControlOf != "", baseline.Report.Run.ControlOf != ""; {
-			case ctl && !bctl:
-				g.Notes = append(g.Notes, fmt.Sprintf("%s is a control (offload off) and the baseline is not", gr.RunID))
-			case bctl && !ctl:
-				g.Notes = append(g.Notes, fmt.Sprintf("the baseline is a control (offload off) and %s is not", gr.RunID))
-			}
-		}
-		if !in.Report.Run.Complete && (in.Report.Run.ID != "" || in.Report.Run.Started != "") {
-			g.Notes = append(g.Notes, fmt.Sprintf("%s is incomplete: its split may miss data", gr.RunID))
-		}
+		g.Notes = append(g.Notes, notes(in.Report, gr, baseline, g.Baseline)...)
 		g.Runs = append(g.Runs, gr)
 	}
 	return g
@@ -215,9 +179,72 @@ func exitCheck(r split.Report, allow bool) (GateCheck, bool) {
 	return c, true
 }
 
-// reportKey is the report's key of each figure part.
-var reportKey = map[string]string{"peak": "peak_gtt_mib", "final": "final_gtt_mib", "model": "model_gtt_mib", "packed": "packed_mib",
-	"state": "state_mib", "compute": "compute_mib", "unattributed": "unattributed_mib"}
+// checks are the checks of a run's figures f: each fixed limit given,
+// then, with a baseline, the growth of each row that says Growth.
+func (l Limits) checks(f split.Figures, base *split.Figures) []GateCheck {
+	var out []GateCheck
+	for _, m := range maxChecks {
+		if lim := m.limit(l); lim != nil {
+			row, _ := split.RowOf(m.row)
+			out = append(out, GateCheck{Name: row.Labels.History, Kind: "max", Key: row.JSON, Unit: string(row.Unit), Value: row.OfFigures(f), Limit: asMiB(lim)})
+		}
+	}
+	if base == nil || l.MaxGrowthPct == nil {
+		return out
+	}
+	for _, row := range split.Rows {
+		if row.Growth {
+			out = append(out, GateCheck{Name: row.Labels.History, Kind: "growth", Key: row.JSON, Unit: string(row.Unit), Value: row.OfFigures(f), Base: row.OfFigures(*base)})
+		}
+	}
+	return out
+}
+
+// judge gives a check its limit (a growth check's from the baseline's
+// figure), its status and its words.
+func (l Limits) judge(c GateCheck) GateCheck {
+	// Compared as the report has them (two decimals), so a split read
+	// from its JSON and one folded from its events agree.
+	c.Value, c.Base = round2(c.Value), round2(c.Base)
+	if c.Kind == "growth" && c.Base != nil {
+		lim := *c.Base * split.MiB(1+*l.MaxGrowthPct/100)
+		c.Limit = &lim
+	}
+	switch {
+	case c.Value == nil || c.Limit == nil:
+		c.Status = StatusFail
+		if l.AllowUnknown {
+			c.Status = StatusUnknown
+		}
+	case *c.Value > *c.Limit:
+		c.Status = StatusFail
+	default:
+		c.Status = StatusPass
+	}
+	c.Text = checkText(c, l.MaxGrowthPct)
+	return c
+}
+
+// notes are the caveats of a run's checks: a baseline of another model or
+// of another kind of run (a control), a run that is incomplete.
+func notes(r split.Report, gr GateRun, baseline *Input, b *GateSide) []string {
+	var out []string
+	if baseline != nil {
+		if gr.Model != b.Model && gr.Model != "" && b.Model != "" {
+			out = append(out, fmt.Sprintf("%s measured %s and the baseline %s: the growth compares different models", gr.RunID, gr.Model, b.Model))
+		}
+		switch ctl, bctl := r.Run.ControlOf != "", baseline.Report.Run.ControlOf != ""; {
+		case ctl && !bctl:
+			out = append(out, fmt.Sprintf("%s is a control (offload off) and the baseline is not", gr.RunID))
+		case bctl && !ctl:
+			out = append(out, fmt.Sprintf("the baseline is a control (offload off) and %s is not", gr.RunID))
+		}
+	}
+	if !r.Run.Complete && (r.Run.ID != "" || r.Run.Started != "") {
+		out = append(out, fmt.Sprintf("%s is incomplete: its split may miss data", gr.RunID))
+	}
+	return out
+}
 
 func sideOf(in Input) GateSide {
 	r := in.Report

@@ -2,7 +2,6 @@ package regress
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -66,12 +65,13 @@ type Row struct {
 	Input       string        `json:"input,omitempty"`
 	BuildNumber *int64        `json:"build_number"`
 	Figures     split.Figures `json:"figures"`
-	// Changes are each part's change from the row before (by part key:
-	// peak, final, model, packed, state, compute, unattributed); none on
-	// a group's first row, nor where either figure is unknown.
+	// Changes are each column's change from the row before, by the key
+	// of its row (changed: the MiB rows of Columns: peak, final,
+	// model, packed, state, compute, unattributed); none on a group's
+	// first row, nor where either figure is unknown.
 	Changes map[string]Change `json:"changes"`
-	// Marked lists the parts whose change is beyond the threshold, in
-	// split.FigureParts order.
+	// Marked lists the rows whose change is beyond the threshold, in
+	// split.Rows order.
 	Marked []string `json:"marked"`
 }
 
@@ -125,11 +125,12 @@ func NewHistory(runs []Run, f Filter, thresholdPct float64) History {
 			}
 			if i > 0 {
 				prev := rs[i-1].F
-				for _, p := range split.FigureParts {
-					if c, ok := change(p.Of(prev), p.Of(r.F), thresholdPct); ok {
-						row.Changes[p.Key] = c
+				for _, col := range changed() {
+					if d, ok := col.Change(col.OfFigures(prev), col.OfFigures(r.F)); ok {
+						c := Change{DiffMiB: d.Diff, Pct: d.Pct, FromZero: d.FromZero, Marked: d.Beyond(thresholdPct)}
+						row.Changes[col.Key] = c
 						if c.Marked {
-							row.Marked = append(row.Marked, p.Key)
+							row.Marked = append(row.Marked, col.Key)
 						}
 					}
 				}
@@ -174,25 +175,26 @@ func SortRuns(rs []Run) {
 	})
 }
 
-// change is the change from a to b; false when either is unknown.
-func change(a, b *split.MiB, thresholdPct float64) (Change, bool) {
-	if a == nil || b == nil {
-		return Change{}, false
+// Columns are the history's columns of figures (and the trend
+// table's): the rows that say History, in split.Rows' order.
+func Columns() []split.Row {
+	var out []split.Row
+	for _, row := range split.Rows {
+		if row.History && row.Kept() {
+			out = append(out, row)
+		}
 	}
-	// The figures as the report has them (two decimals), so a change
-	// under 0.01 MiB is none.
-	av, bv := math.Round(float64(*a)*100)/100, math.Round(float64(*b)*100)/100
-	c := Change{DiffMiB: split.MiB(bv - av)}
-	switch {
-	case av == 0 && bv == 0:
-		z := split.Pct(0)
-		c.Pct = &z
-	case av == 0:
-		c.FromZero, c.Marked = true, true
-	default:
-		p := split.Pct((bv - av) / math.Abs(av) * 100)
-		c.Pct = &p
-		c.Marked = math.Abs(float64(p)) > thresholdPct
+	return out
+}
+
+// changed are the columns whose change from the run before the history
+// shows: its MiB rows.
+func changed() []split.Row {
+	var out []split.Row
+	for _, row := range Columns() {
+		if row.Unit == split.UnitMiB {
+			out = append(out, row)
+		}
 	}
-	return c, true
+	return out
 }

@@ -66,18 +66,18 @@ func buildText(r Row) string {
 	return "unknown"
 }
 
-func mibText(m *split.MiB) string {
-	if m == nil {
+// figureText is a row's figure in f as the history shows it: one decimal,
+// with " %" for a share; "unknown" for none.
+func figureText(row split.Row, f split.Figures) string {
+	v := row.OfFigures(f)
+	if v == nil {
 		return "unknown"
 	}
-	return strconv.FormatFloat(float64(*m), 'f', 1, 64)
-}
-
-func pctText(m *split.Pct) string {
-	if m == nil {
-		return "unknown"
+	s := strconv.FormatFloat(float64(*v), 'f', 1, 64)
+	if row.Unit == split.UnitPct {
+		s += " %"
 	}
-	return strconv.FormatFloat(float64(*m), 'f', 1, 64) + " %"
+	return s
 }
 
 func runText(r Row) string {
@@ -104,33 +104,31 @@ func HistoryText(h History) string {
 			b.WriteString("\n")
 		}
 		fmt.Fprintf(&b, "%s: %s (%s)\n", g.Title(), Count(len(g.Rows), "run", "runs"), thresholdText(h))
+		cols := Columns()
 		head := []string{"build", "commit", "started (UTC)"}
-		for _, p := range split.FigureParts {
-			head = append(head, p.Label)
+		for _, col := range cols {
+			head = append(head, col.Labels.History)
 		}
-		head = append(head, "duplicate", "run")
-		t := [][]string{head}
+		t := [][]string{append(head, "run")}
 		for _, r := range g.Rows {
 			line := []string{buildText(r), ShortCommit(r.Figures.Commit), StartedText(r.Figures.Started)}
-			for _, p := range split.FigureParts {
-				line = append(line, mibText(p.Of(r.Figures)))
+			for _, col := range cols {
+				line = append(line, figureText(col, r.Figures))
 			}
-			line = append(line, pctText(r.Figures.DuplicatePct), runText(r))
-			t = append(t, line)
+			t = append(t, append(line, runText(r)))
 			if len(r.Changes) > 0 {
 				ch := []string{"", "", "  change"}
-				for _, p := range split.FigureParts {
-					c, ok := r.Changes[p.Key]
+				for _, col := range cols {
 					s := ""
-					if ok {
+					if c, ok := r.Changes[col.Key]; ok {
 						s = ChangeText(c)
 					}
 					ch = append(ch, s)
 				}
-				t = append(t, append(ch, "", ""))
+				t = append(t, append(ch, ""))
 			}
 		}
-		writeTable(&b, t, 3, 3+len(split.FigureParts))
+		writeTable(&b, t, 3, 2+len(cols))
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -169,18 +167,19 @@ func HistoryMarkdown(h History) string {
 	var b strings.Builder
 	for _, g := range h.Groups {
 		fmt.Fprintf(&b, "### %s\n\n%s, %s.\n\n", mdEscape(g.Title()), Count(len(g.Rows), "run", "runs"), thresholdText(h))
+		cols := Columns()
 		b.WriteString("| build | commit | started (UTC) |")
-		for _, p := range split.FigureParts {
-			b.WriteString(" " + p.Label + " |")
+		for _, col := range cols {
+			b.WriteString(" " + col.Labels.History + " |")
 		}
-		b.WriteString(" duplicate | run |\n|---|---|---|")
-		b.WriteString(strings.Repeat("---:|", len(split.FigureParts)+1))
+		b.WriteString(" run |\n|---|---|---|")
+		b.WriteString(strings.Repeat("---:|", len(cols)))
 		b.WriteString("---|\n")
 		for _, r := range g.Rows {
 			fmt.Fprintf(&b, "| %s | `%s` | %s |", buildText(r), ShortCommit(r.Figures.Commit), StartedText(r.Figures.Started))
-			for _, p := range split.FigureParts {
-				cell := mibText(p.Of(r.Figures))
-				if c, ok := r.Changes[p.Key]; ok {
+			for _, col := range cols {
+				cell := figureText(col, r.Figures)
+				if c, ok := r.Changes[col.Key]; ok {
 					cell += "<br>" + ChangeText(c)
 					if c.Marked {
 						cell = "**" + cell + "**"
@@ -188,7 +187,7 @@ func HistoryMarkdown(h History) string {
 				}
 				b.WriteString(" " + cell + " |")
 			}
-			fmt.Fprintf(&b, " %s | `%s` |\n", pctText(r.Figures.DuplicatePct), strings.ReplaceAll(runText(r), "`", "'"))
+			fmt.Fprintf(&b, " `%s` |\n", strings.ReplaceAll(runText(r), "`", "'"))
 		}
 		b.WriteString("\n")
 	}

@@ -194,19 +194,16 @@ func (g *laneGauges) Collect(ch chan<- prometheus.Metric) {
 	ls, n := ix.LaneSplits(MaxLaneGauges)
 	ch <- prometheus.MustNewConstMetric(g.nLan, prometheus.GaugeValue, float64(n))
 	for _, l := range ls {
-		for _, p := range split.FigureParts {
-			if v := p.Of(l.F); v != nil {
-				ch <- prometheus.MustNewConstMetric(g.mib, prometheus.GaugeValue, float64(*v), l.Host, l.Lane, l.Model, p.Key)
-			}
-		}
-		for _, r := range []struct {
-			name string
-			v    *split.Pct
-		}{{"duplicate", l.F.DuplicatePct}, {"unattributed", l.F.UnattributedPct}} {
-			if r.v != nil {
+		for _, row := range split.Rows {
+			v := row.OfFigures(l.F)
+			switch {
+			case v == nil || row.Gauge == "":
+			case row.Unit == split.UnitPct:
 				// The share's two decimals of a percent: four of a fraction.
-				f := math.Round(float64(*r.v)*100) / 10000
-				ch <- prometheus.MustNewConstMetric(g.ratio, prometheus.GaugeValue, f, l.Host, l.Lane, l.Model, r.name)
+				f := math.Round(float64(*v)*100) / 10000
+				ch <- prometheus.MustNewConstMetric(g.ratio, prometheus.GaugeValue, f, l.Host, l.Lane, l.Model, row.Gauge)
+			default:
+				ch <- prometheus.MustNewConstMetric(g.mib, prometheus.GaugeValue, float64(*v), l.Host, l.Lane, l.Model, row.Gauge)
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(g.ts, prometheus.GaugeValue, float64(l.ClosedAt.UnixNano())/1e9, l.Host, l.Lane, l.Model)

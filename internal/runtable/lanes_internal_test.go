@@ -1,6 +1,7 @@
 package runtable
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -123,4 +124,33 @@ func TestLaneGaugesScrape(t *testing.T) {
 	pts := lanePoints(t, m)
 	require.Equal(t, float64(MaxLaneGauges+6), pts["gttsplit_lanes{}"])
 	require.Len(t, pts, 1+3*MaxLaneGauges, "the count, and peak, duplicate and time of each lane exported")
+}
+
+// Every row with a gauge is exported, as a MiB part or a ratio by its
+// unit, under its gauge label: a row added to split.Rows needs no line
+// here.
+func TestLaneGaugesOfEveryRow(t *testing.T) {
+	s := laneSum("r1", "h", "l", "m", time.Unix(1, 0), 1)
+	f := split.Figures{Model: "m"}
+	want := map[string]float64{"gttsplit_lanes{}": 1, "gttsplit_lane_split_timestamp_seconds{host=h,lane=l,model=m}": 1}
+	for i, row := range split.Rows {
+		if row.Gauge == "" {
+			continue
+		}
+		v := split.MiB(10 + i)
+		b, err := json.Marshal(map[string]any{row.JSON: v})
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &f), row.Key)
+		if row.Unit == split.UnitPct {
+			want["gttsplit_lane_split_ratio{host=h,lane=l,model=m,ratio="+row.Gauge+"}"] = float64(v) / 100
+		} else {
+			want["gttsplit_lane_split_mib{host=h,lane=l,model=m,part="+row.Gauge+"}"] = float64(v)
+		}
+	}
+	s.Split = &f
+	ix := newIndex()
+	ix.put(summaryKey(s.ID), s)
+	m := NewMetrics()
+	m.lanes.ix.Store(ix)
+	require.Equal(t, want, lanePoints(t, m))
 }

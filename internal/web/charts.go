@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 )
 
 // The charts are computed here as plain geometry and drawn as SVG by the
@@ -86,12 +87,12 @@ func NewBarCharts(a, b split.Report) (Charts[BarChart], Charts[BarChart]) {
 }
 
 func barTotal(r split.Report) float64 {
-	_, _, pt, ft, _ := split.BarParts(r)
+	_, _, pt, ft, _ := present.BarParts(r)
 	return math.Max(pt, ft)
 }
 
 func newBarChart(r split.Report, scaleTo float64, g barGeom) *BarChart {
-	peak, final, pt, ft, ok := split.BarParts(r)
+	peak, final, pt, ft, ok := present.BarParts(r)
 	if !ok {
 		return nil
 	}
@@ -102,7 +103,7 @@ func newBarChart(r split.Report, scaleTo float64, g barGeom) *BarChart {
 	ticks, top := niceTicks(maxT, g.ticks)
 	scale := (g.right - g.left) / top
 	c := &BarChart{Width: g.w, Left: g.left, Right: g.right, BarHeight: barH}
-	lay := func(name string, parts []split.BarPart, total, shown float64, y float64) Bar {
+	lay := func(name string, parts []present.BarPart, total, shown float64, y float64) Bar {
 		b := Bar{Name: name, TotalMiB: shown, Y: y}
 		x := g.left
 		for _, p := range parts {
@@ -129,6 +130,27 @@ func newBarChart(r split.Report, scaleTo float64, g barGeom) *BarChart {
 	c.Legend = c.Bars[0].Segments
 	c.Height = c.AxisY + 40
 	return c
+}
+
+// SplitRow is one row of a split as the run page's table of rows shows it.
+type SplitRow struct {
+	Label string
+	MiB   *split.MiB
+}
+
+// splitRows are the rows of the run page's table: the process's GTT, its
+// parts, not attributed and what is outside it (split.Rows of those
+// kinds), each named as the report names it.
+func splitRows(r split.Report) []SplitRow {
+	var out []SplitRow
+	for _, row := range split.RowsOf(split.RowTotal, split.RowPart, split.RowRest, split.RowOutside) {
+		label := row.Labels.Report
+		if n := row.Note(r); n != "" {
+			label += " (" + n + ")"
+		}
+		out = append(out, SplitRow{Label: label, MiB: row.Of(r)})
+	}
+	return out
 }
 
 // Point is one point of a polyline.

@@ -111,3 +111,28 @@ func TestBarChartsOneScale(t *testing.T) {
 	require.InDelta(t, (c.Right-c.Left)/5, c.Bars[0].Segments[4].W, 0.2, "800 of 4000 MiB")
 	require.True(t, c.Bars[0].Segments[1].Unknown, "no packed row")
 }
+
+// Every row the charts draw has its look: a fill pattern for a bar
+// segment (layout.html's <defs>), a line style for a trend line; and the
+// run page lists every row of the GTT and beside it. A row added to
+// split.Rows is drawn without a line of Go here, but needs its pattern
+// and its style.
+func TestEveryRowIsDrawn(t *testing.T) {
+	layout, err := templateFS.ReadFile("templates/layout.html")
+	require.NoError(t, err)
+	for _, row := range split.RowsOf(split.RowPart, split.RowRest) {
+		require.True(t, strings.Contains(string(layout), `<pattern id="p-`+row.Key+`"`), "layout.html has no fill pattern p-%s", row.Key)
+	}
+	for _, row := range trendRows() {
+		st, ok := trendStyle[row.Key]
+		require.True(t, ok, "no trend style for %s", row.Key)
+		require.NotEmpty(t, st.Color, row.Key)
+	}
+	var labels []string
+	for _, r := range splitRows(split.Report{}) {
+		labels = append(labels, r.Label)
+	}
+	for _, row := range split.RowsOf(split.RowTotal, split.RowPart, split.RowRest, split.RowOutside) {
+		require.Contains(t, labels, row.Labels.Report)
+	}
+}

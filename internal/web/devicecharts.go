@@ -5,12 +5,13 @@ import (
 	"math"
 
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 )
 
 // DeviceChart is a bar per card with devices (and per device matched to
 // no card) of the report's device table, on one MiB scale: each card's own
 // memory at its peak split among its devices' model, packed, KV + state
-// and compute rows and what is not attributed (split.DeviceBars).
+// and compute rows and what is not attributed (present.DeviceBars).
 type DeviceChart struct {
 	Width, Height float64
 	Left, Right   float64
@@ -39,7 +40,7 @@ func NewDeviceChart(r split.Report) Charts[DeviceChart] {
 }
 
 func newDeviceChart(r split.Report, g barGeom) *DeviceChart {
-	bars := split.DeviceBars(r)
+	bars := present.DeviceBars(r)
 	if len(bars) == 0 {
 		return nil
 	}

@@ -24,12 +24,21 @@ import (
 // each closed run; a run an earlier version summarised without them is
 // read from the store (at most scanBudget of them a request).
 
-// trendParts are the parts a trend draws: the peak and the rows it splits
-// into (the final is in the table).
-var trendParts = []string{"peak", "model", "packed", "state", "compute", "unattributed"}
+// trendRows are the rows a trend draws (split.Row.Trend): the peak and
+// the rows it splits into (the final is in the table).
+func trendRows() []split.Row {
+	var out []split.Row
+	for _, row := range split.Rows {
+		if row.Trend {
+			out = append(out, row)
+		}
+	}
+	return out
+}
 
-// trendStyle is how each part's line is drawn: colours that differ in
-// lightness, dashes and point shapes, so a grey print tells them apart.
+// trendStyle is how each row's line is drawn, by its key: colours that
+// differ in lightness, dashes and point shapes, so a grey print tells them
+// apart (TestEveryRowIsDrawn: every row of trendRows has one).
 var trendStyle = map[string]struct{ Color, Dash, Shape string }{
 	"peak":         {"#111111", "", "circle"},
 	"model":        {"#1d2f4f", "", "square"},
@@ -89,9 +98,8 @@ func NewTrendChart(g regress.Group) Charts[TrendChart] {
 func newTrendChart(g regress.Group, geo tlGeom) *TrendChart {
 	maxM := 0.0
 	for _, r := range g.Rows {
-		for _, k := range trendParts {
-			p, _ := split.FigurePartOf(k)
-			if v := p.Of(r.Figures); v != nil {
+		for _, row := range trendRows() {
+			if v := row.OfFigures(r.Figures); v != nil {
 				maxM = math.Max(maxM, float64(*v))
 			}
 		}
@@ -116,10 +124,9 @@ func newTrendChart(g regress.Group, geo tlGeom) *TrendChart {
 			c.XLabels = append(c.XLabels, TrendLabel{X: x(i), Label: buildLabel(r)})
 		}
 	}
-	for _, k := range trendParts {
-		p, _ := split.FigurePartOf(k)
-		st := trendStyle[k]
-		line := TrendLine{Key: k, Label: p.Label, Color: st.Color, Dash: st.Dash, Shape: st.Shape}
+	for _, row := range trendRows() {
+		st := trendStyle[row.Key]
+		line := TrendLine{Key: row.Key, Label: row.Labels.History, Color: st.Color, Dash: st.Dash, Shape: st.Shape}
 		var path []string
 		flush := func() {
 			if len(path) > 0 {
@@ -128,15 +135,15 @@ func newTrendChart(g regress.Group, geo tlGeom) *TrendChart {
 			path = nil
 		}
 		for i, r := range g.Rows {
-			v := p.Of(r.Figures)
+			v := row.OfFigures(r.Figures)
 			if v == nil {
 				flush()
 				continue
 			}
 			px, py := x(i), y(float64(*v))
 			path = append(path, fmt.Sprintf("%.1f,%.1f", px, py))
-			d := TrendDot{X: px, Y: py, Title: dotTitle(r, p, *v)}
-			if ch, ok := r.Changes[k]; ok {
+			d := TrendDot{X: px, Y: py, Title: dotTitle(r, row, *v)}
+			if ch, ok := r.Changes[row.Key]; ok {
 				d.Marked = ch.Marked
 			}
 			line.Dots = append(line.Dots, d)
@@ -159,9 +166,9 @@ func buildLabel(r regress.Row) string {
 // dotTitle is a point's hover text: "packed 795.8 MiB (new ▲) · b9866
 // (40f58efe1) · commit 40f58efe1a8f… (clean) · run … · 2026-11-07
 // 14:03:09Z".
-func dotTitle(r regress.Row, p split.FigurePart, v split.MiB) string {
-	s := fmt.Sprintf("%s %.1f MiB", p.Label, float64(v))
-	if ch, ok := r.Changes[p.Key]; ok {
+func dotTitle(r regress.Row, row split.Row, v split.MiB) string {
+	s := fmt.Sprintf("%s %.1f MiB", row.Labels.History, float64(v))
+	if ch, ok := r.Changes[row.Key]; ok {
 		s += " (" + regress.ChangeText(ch) + ")"
 	}
 	f := r.Figures
@@ -204,9 +211,9 @@ type trendCell struct {
 
 // trendRow is one run of the trend's table.
 type trendRow struct {
-	ID, Build, Commit, Started, Duplicate string
-	Incomplete                            bool
-	Cells                                 []trendCell
+	ID, Build, Commit, Started string
+	Incomplete                 bool
+	Cells                      []trendCell
 }
 
 type trendPage struct {
@@ -217,7 +224,7 @@ type trendPage struct {
 	Lanes []trendLane
 	// Missing: the lane asked for has no closed run.
 	Missing bool
-	Heads   []string // the table's part columns
+	Heads   []string // the table's columns of figures (regress.Columns)
 	Rows    []trendRow
 	Chart   Charts[TrendChart]
 	Legend  []TrendLine
@@ -274,18 +281,16 @@ func (h *Handler) trend(w http.ResponseWriter, r *http.Request) {
 	if p.Chart.Wide != nil {
 		p.Legend = p.Chart.Wide.Lines
 	}
-	for _, part := range split.FigureParts {
-		p.Heads = append(p.Heads, part.Label)
+	cols := regress.Columns()
+	for _, col := range cols {
+		p.Heads = append(p.Heads, col.Labels.History)
 	}
 	for _, row := range g.Rows {
 		tr := trendRow{ID: row.RunID, Build: buildLabel(row), Commit: regress.ShortCommit(row.Figures.Commit), Started: regress.StartedText(row.Figures.Started),
-			Duplicate: pctCell(row.Figures.DuplicatePct), Incomplete: !row.Figures.Complete}
-		for _, part := range split.FigureParts {
-			c := trendCell{Value: "unknown"}
-			if v := part.Of(row.Figures); v != nil {
-				c.Value = fmt.Sprintf("%.1f", float64(*v))
-			}
-			if ch, ok := row.Changes[part.Key]; ok {
+			Incomplete: !row.Figures.Complete}
+		for _, col := range cols {
+			c := trendCell{Value: figureCell(col, row.Figures)}
+			if ch, ok := row.Changes[col.Key]; ok {
 				c.Change, c.Marked = regress.ChangeText(ch), ch.Marked
 			}
 			tr.Cells = append(tr.Cells, c)
@@ -296,11 +301,17 @@ func (h *Handler) trend(w http.ResponseWriter, r *http.Request) {
 	h.render(w, "trend.html", p)
 }
 
-func pctCell(v *split.Pct) string {
-	if v == nil {
+// figureCell is a row's figure in f as the trend's table shows it: one
+// decimal, with " %" for a share; "unknown" for none.
+func figureCell(row split.Row, f split.Figures) string {
+	v := row.OfFigures(f)
+	switch {
+	case v == nil:
 		return "unknown"
+	case row.Unit == split.UnitPct:
+		return fmt.Sprintf("%.1f %%", float64(*v))
 	}
-	return fmt.Sprintf("%.1f %%", float64(*v))
+	return fmt.Sprintf("%.1f", float64(*v))
 }
 
 // trendRuns returns the closed runs keep selects with their figures: from

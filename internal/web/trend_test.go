@@ -57,8 +57,8 @@ func TestTrendPage(t *testing.T) {
 	require.Contains(t, page, "3 closed runs (1 control run of the lane, offload off, left out) over llama.cpp builds")
 	require.Contains(t, page, `<svg id="trend" class="trend"`)
 	require.Contains(t, page, `<svg id="trend-narrow" class="trend"`)
-	for _, part := range trendParts {
-		require.Contains(t, page, `<g class="trend-line" data-part="`+part+`">`)
+	for _, row := range trendRows() {
+		require.Contains(t, page, `<g class="trend-line" data-part="`+row.Key+`">`)
 	}
 	require.Contains(t, page, "<title>packed 795.8 MiB (new ▲) · b9866 (40f58efe1) · commit 40f58efe1a8f4c3e9d2b7a6c5e4f3a2b1c0d9e8f (clean) · run strix01-20261107T140311-4b · 2026-11-07 14:03:09Z</title>")
 	require.Contains(t, page, "<title>packed 0.0 MiB (-100.0 % ▼) · b9900 (5e6f70819)")

@@ -35,6 +35,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/httpguard"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 )
 
 //go:embed templates/*.html
@@ -556,7 +557,7 @@ type comparePage struct {
 	Title  string
 	A, B   string
 	IDs    []string // the newest runs, offered as choices
-	C      *split.Comparison
+	C      *present.Comparison
 	BarsA  Charts[BarChart]
 	BarsB  Charts[BarChart]
 	RA, RB split.Report
@@ -617,7 +618,7 @@ func (h *Handler) compare(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if p.A != "" && p.B != "" {
-		c := split.Compare(ra, rb, p.A, p.B)
+		c := present.Compare(ra, rb, p.A, p.B)
 		p.C, p.RA, p.RB = &c, ra, rb
 		p.BarsA, p.BarsB = NewBarCharts(ra, rb)
 		p.Title = "gttsplit: compare " + p.A + " and " + p.B
@@ -664,6 +665,7 @@ var funcs = template.FuncMap{
 		return fmt.Sprintf("%+.1f", float64(*v))
 	},
 	"flagText": split.FlagWords,
+	"rows":     splitRows,
 	"trendq":   TrendQuery,
 	"dot":      func(l TrendLine, x, y float64) trendMark { return markOf(l, x, y, false) },
 	"dotAt":    func(l TrendLine, d TrendDot) trendMark { return markOf(l, d.X, d.Y, d.Marked) },

@@ -31,10 +31,6 @@ const (
 	MaxTraceNames = 4096
 )
 
-// FlagStateCapped says a cap of the fold's state was hit (see MaxRecords
-// and MaxTraceNames); the report's warnings say which.
-const FlagStateCapped = "state_capped"
-
 // traceAcc is the order-free fold of the host-weight trace lines: the line
 // with the largest resident= (ties: the lowest position), the last line by
 // position, how many lines, and the distinct tensor names (as hashes).

@@ -377,12 +377,3 @@ func TestCappedRowIsUnknownNotZero(t *testing.T) {
 	require.Nil(t, r.Models[0].StateMiB)
 	require.Contains(t, strings.Join(r.Detail.Warnings, "\n"), "KV + state is unknown")
 }
-
-// Every flag a report can carry says in words what it means (state_capped
-// once rendered as a bare name).
-func TestEveryFlagSaysWhatItMeans(t *testing.T) {
-	t.Parallel()
-	for _, f := range flagOrder {
-		require.NotEmpty(t, FlagText[f], f)
-	}
-}

@@ -1,6 +1,7 @@
 package split
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strings"
@@ -8,54 +9,6 @@ import (
 
 	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
-
-// Flag names (docs/accounting.md rule 12). They appear in a report in this order.
-const (
-	FlagNotModelLoad     = "not_model_load"
-	FlagNotVerbose       = "not_verbose"
-	FlagPreB3761         = "pre_b3761"
-	FlagLegacyFormat     = "legacy_format"
-	FlagFitProbe         = "fit_probe"
-	FlagMultipleModels   = "multiple_models"
-	FlagMultipleContexts = "multiple_contexts"
-	FlagNoContext        = "no_context"
-	FlagUnknownBuffer    = "unknown_buffer_kind"
-	FlagMmproj           = "mmproj"
-	FlagComputeMismatch  = "compute_mismatch"
-	FlagOutputRealloc    = "output_realloc"
-	FlagNoTrace          = "no_trace"
-	FlagNoSamples        = "no_samples"
-	FlagNoGPUClient      = "no_gpu_client"
-	FlagResidentOnly     = "resident_gtt_only"
-	FlagUnattribHigh     = "unattributed_high"
-	FlagUnattribNegative = "unattributed_negative"
-	FlagLinesSkipped     = "lines_skipped"
-	FlagFDsSkipped       = "fds_skipped"
-	FlagSourceDirty      = "source_dirty"
-	FlagSourceUnknown    = "source_unknown"
-	FlagIncomplete       = "incomplete"
-	FlagEventsDropped    = "events_dropped"
-	FlagRemoteBuffers    = "remote_buffers"
-	FlagDeviceOrder      = "device_order_assumed"
-	FlagDeviceUnmatched  = "device_unmatched"
-	FlagDeviceOverCard   = "device_over_card"
-	FlagControl          = "control"
-	FlagControlOffloaded = "control_offloaded"
-	FlagChildFailed      = "child_failed"
-	FlagChildSignalled   = "child_signalled"
-	FlagNoLog            = "no_log"
-	FlagContextFailed    = "context_failed"
-	FlagMmprojFailed     = "mmproj_failed"
-)
-
-var flagOrder = []string{
-	FlagChildFailed, FlagChildSignalled, FlagNoLog, FlagNotModelLoad, FlagNotVerbose, FlagPreB3761, FlagLegacyFormat, FlagFitProbe,
-	FlagMultipleModels, FlagMultipleContexts, FlagNoContext, FlagContextFailed, FlagMmprojFailed, FlagUnknownBuffer, FlagMmproj, FlagRemoteBuffers,
-	FlagDeviceOrder, FlagDeviceUnmatched, FlagDeviceOverCard, FlagControl, FlagControlOffloaded,
-	FlagComputeMismatch, FlagOutputRealloc, FlagNoTrace, FlagNoSamples, FlagNoGPUClient,
-	FlagResidentOnly, FlagUnattribHigh, FlagUnattribNegative, FlagLinesSkipped, FlagFDsSkipped,
-	FlagSourceDirty, FlagSourceUnknown, FlagIncomplete, FlagEventsDropped, FlagStateCapped,
-}
 
 // IsHostBuffer reports whether a buffer-type name is plain host memory, not
 // GTT: CPU, CPU_Mapped, CPU_REPACK, CPU_AARCH64, any CPU_*, AMX. Pinned host
@@ -410,10 +363,78 @@ func pct(a, b float64) float64 {
 	return a / b * 100
 }
 
+// finish completes the report: the run and its provenance, the rows'
+// shares and the checks between them, the flags in order, the warnings
+// and the expected line.
 func (c *computation) finish() {
 	r := &c.r
 	r.Schema = Schema
-	st := c.st
+	c.runMeta()
+	c.provenance()
+	// What the log attributes: the sum of the parts (Rows of kind
+	// RowPart) that are known.
+	attributed := 0.0
+	for _, row := range RowsOf(RowPart) {
+		if v := row.Of(*r); v != nil {
+			attributed += float64(*v)
+		}
+	}
+	if c.packed != nil && c.model != nil && *c.model > 0 {
+		r.DuplicatePct = mib(*c.packed / *c.model * 100)
+	}
+	// A control (offload off) is judged as one: its weights stay in host
+	// memory, so its small peak is mostly the runtime's own GTT. One that
+	// holds model buffers in GTT was not run with offload off.
+	control := c.isControl()
+	switch {
+	case control:
+		c.flag(FlagControl)
+		// Nothing of its weights is in GTT to be packed: no trace is
+		// expected of it.
+		delete(c.flags, FlagNoTrace)
+	case c.st.Run.ControlOf != "":
+		c.flag(FlagControlOffloaded)
+	}
+	c.traceCheck(control)
+	if c.peak != nil && c.model == nil {
+		what := "the log has no model load"
+		if r.Run.Open {
+			what = "no model load seen yet (the run is still open)"
+		}
+		r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: StatusWarn,
+			Detail: fmt.Sprintf("not checked: the peak is %.1f MiB but %s, so nothing is attributed", *c.peak, what)})
+	}
+	if c.peak != nil && c.model != nil {
+		c.unattributed(attributed, control)
+		c.steadyCheck()
+	}
+	sort.SliceStable(r.Checks, func(i, j int) bool { return checkRank(r.Checks[i].Name) < checkRank(r.Checks[j].Name) })
+	for _, f := range flagTable {
+		if c.flags[f.name] {
+			r.Flags = append(r.Flags, f.name)
+		}
+	}
+	if r.Flags == nil {
+		r.Flags = []string{}
+	}
+	if r.Checks == nil {
+		r.Checks = []Check{}
+	}
+	r.Detail.Warnings = append(r.Detail.Warnings, c.warn...)
+	switch {
+	case control:
+		r.Expected = expectedControl(r)
+	case c.discrete:
+		r.Expected = expectedDiscrete(r, c.thr)
+	default:
+		r.Expected = expected(r, c.thr)
+	}
+}
+
+// runMeta fills the report's run: who ran it, when, how it ended, whether
+// the fold holds all of it, and how the collector sampled.
+func (c *computation) runMeta() {
+	r, st := &c.r, c.st
 	run := st.Run
 	r.Run = RunMeta{ID: run.ID, Host: run.Host, Lane: run.Lane, Command: run.Command, Issue: run.Issue, ControlOf: run.ControlOf}
 	if !run.Started.IsZero() {
@@ -444,6 +465,13 @@ func (c *computation) finish() {
 		c.flag(FlagEventsDropped)
 		r.Detail.Warnings = append(r.Detail.Warnings, fmt.Sprintf("the collector dropped %d events of this run (its spool was full)", st.Finish.DroppedEvents))
 	}
+}
+
+// provenance fills what was measured (rule 13) and flags a source tree
+// that is dirty or unknown.
+func (c *computation) provenance() {
+	r, st := &c.r, c.st
+	run := st.Run
 	r.Provenance.SourceCommit = run.SourceCommit
 	r.Provenance.SourceDirty = run.SourceDirty
 	r.Provenance.CollectorVersion = run.CollectorVersion
@@ -457,89 +485,41 @@ func (c *computation) finish() {
 		r.Detail.Warnings = append(r.Detail.Warnings, fmt.Sprintf("%d samples-file lines could not be used and were skipped", st.SampleLinesSkipped))
 		c.flag(FlagFDsSkipped)
 	}
+}
 
-	attributed := 0.0
-	for _, v := range []*float64{c.model, c.packed, c.stateMiB, c.compute} {
-		if v != nil {
-			attributed += *v
-		}
-	}
-	if c.packed != nil && c.model != nil && *c.model > 0 {
-		r.DuplicatePct = mib(*c.packed / *c.model * 100)
-	}
-	// A control (offload off) is judged as one: its weights stay in host
-	// memory, so its small peak is mostly the runtime's own GTT. One that
-	// holds model buffers in GTT was not run with offload off.
-	control := c.isControl()
+// unattributed fills not attributed, the peak minus the rows (rule 10),
+// and checks it against the threshold: a control's is expected, a run on
+// discrete cards is judged per card.
+func (c *computation) unattributed(attributed float64, control bool) {
+	r, peak := &c.r, *c.peak
+	u := peak - attributed
+	r.UnattributedMiB = mib(u)
+	r.UnattributedPct = mib(pct(u, peak))
+	st, detail := StatusOK, ""
 	switch {
-	case control:
-		c.flag(FlagControl)
-		// Nothing of its weights is in GTT to be packed: no trace is
-		// expected of it.
-		delete(c.flags, FlagNoTrace)
-	case run.ControlOf != "":
-		c.flag(FlagControlOffloaded)
+	case c.discrete:
+		st = StatusWarn
+		detail = fmt.Sprintf("not judged here: this run's devices keep their buffers in the VRAM of discrete cards (see devices and cards, where not attributed is judged per card), not in the process GTT (peak %.1f MiB: the runtime's own, pinned host buffers and spill); peak − rows is %.1f MiB", peak, u)
+	case u < 0:
+		c.flag(FlagUnattribNegative)
+		st = StatusFail
+		detail = fmt.Sprintf("the log attributes %.1f MiB, %.1f MiB MORE than the fdinfo peak %.1f MiB: the sampler missed the peak, or a row counts memory that was never resident at once", attributed, -u, peak)
+	case pct(u, peak) > c.thr && control:
+		detail = fmt.Sprintf("the log attributes %.1f of %.1f MiB; %.1f MiB (%.1f %%) is not attributed: this run is a control (offload off), whose peak is the runtime's own GTT, so that is expected and not flagged; its difference with run %s is what counts", attributed, peak, u, pct(u, peak), c.st.Run.ControlOf)
+	case pct(u, peak) > c.thr:
+		c.flag(FlagUnattribHigh)
+		st = StatusWarn
+		detail = fmt.Sprintf("the log attributes %.1f of %.1f MiB; %.1f MiB (%.1f %%) is not attributed, above the %g %% threshold", attributed, peak, u, pct(u, peak), c.thr)
+	default:
+		detail = fmt.Sprintf("the log attributes %.1f of %.1f MiB; %.1f MiB (%.1f %%) is not attributed, within the %g %% threshold", attributed, peak, u, pct(u, peak), c.thr)
 	}
-	c.traceCheck(control)
-	if c.peak != nil && c.model == nil {
-		what := "the log has no model load"
-		if r.Run.Open {
-			what = "no model load seen yet (the run is still open)"
-		}
-		r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: StatusWarn,
-			Detail: fmt.Sprintf("not checked: the peak is %.1f MiB but %s, so nothing is attributed", *c.peak, what)})
+	if c.packed == nil && !control {
+		detail += "; the packed copy is unknown (no trace), so any duplicate is inside the unattributed rest"
 	}
-	if c.peak != nil && c.model != nil {
-		u := *c.peak - attributed
-		r.UnattributedMiB = mib(u)
-		r.UnattributedPct = mib(pct(u, *c.peak))
-		st, detail := StatusOK, ""
-		switch {
-		case c.discrete:
-			st = StatusWarn
-			detail = fmt.Sprintf("not judged here: this run's devices keep their buffers in the VRAM of discrete cards (see devices and cards, where not attributed is judged per card), not in the process GTT (peak %.1f MiB: the runtime's own, pinned host buffers and spill); peak − rows is %.1f MiB", *c.peak, u)
-		case u < 0:
-			c.flag(FlagUnattribNegative)
-			st = StatusFail
-			detail = fmt.Sprintf("the log attributes %.1f MiB, %.1f MiB MORE than the fdinfo peak %.1f MiB: the sampler missed the peak, or a row counts memory that was never resident at once", attributed, -u, *c.peak)
-		case pct(u, *c.peak) > c.thr && control:
-			detail = fmt.Sprintf("the log attributes %.1f of %.1f MiB; %.1f MiB (%.1f %%) is not attributed: this run is a control (offload off), whose peak is the runtime's own GTT, so that is expected and not flagged; its difference with run %s is what counts", attributed, *c.peak, u, pct(u, *c.peak), run.ControlOf)
-		case pct(u, *c.peak) > c.thr:
-			c.flag(FlagUnattribHigh)
-			st = StatusWarn
-			detail = fmt.Sprintf("the log attributes %.1f of %.1f MiB; %.1f MiB (%.1f %%) is not attributed, above the %g %% threshold", attributed, *c.peak, u, pct(u, *c.peak), c.thr)
-		default:
-			detail = fmt.Sprintf("the log attributes %.1f of %.1f MiB; %.1f MiB (%.1f %%) is not attributed, within the %g %% threshold", attributed, *c.peak, u, pct(u, *c.peak), c.thr)
-		}
-		if c.packed == nil && !control {
-			detail += "; the packed copy is unknown (no trace), so any duplicate is inside the unattributed rest"
-		}
-		if c.rowsLost {
-			detail += "; a row is unknown (state_capped), so its bytes are inside the unattributed rest"
-		}
-		r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: st, Detail: detail})
-		c.steadyCheck()
+	if c.rowsLost {
+		detail += "; a row is unknown (state_capped), so its bytes are inside the unattributed rest"
 	}
-	sort.SliceStable(r.Checks, func(i, j int) bool { return checkRank(r.Checks[i].Name) < checkRank(r.Checks[j].Name) })
-	for _, f := range flagOrder {
-		if c.flags[f] {
-			r.Flags = append(r.Flags, f)
-		}
-	}
-	if r.Flags == nil {
-		r.Flags = []string{}
-	}
-	if r.Checks == nil {
-		r.Checks = []Check{}
-	}
-	r.Detail.Warnings = append(r.Detail.Warnings, c.warn...)
-	r.Expected = expected(r, c.thr)
-	if control {
-		r.Expected = expectedControl(r)
-	}
-	if c.discrete && !control {
-		r.Expected = expectedDiscrete(r, c.thr)
-	}
+	r.Checks = append(r.Checks, Check{Name: "attributed_vs_peak", Status: st, Detail: detail})
 }
 
 // expectedDiscrete is the Expected line of a run whose devices are all on
@@ -605,7 +585,7 @@ func (c *computation) isControl() bool {
 func expectedControl(r *Report) string {
 	id := r.Run.ControlOf
 	s := fmt.Sprintf("Control of run %s (the same command with offload off, -ngl 0): healthy when the loader's model buffer in GTT is 0 (the weights stay in host memory, the CPU model buffer row) and the peak is the runtime's own GTT (pools, code objects, compute buffers), so not attributed is most of a small peak by design; run %s's peak minus this one is the weights' residency (aggregator compare %s %s).",
-		id, id, id, or(r.Run.ID, "THIS-RUN"))
+		id, id, id, cmp.Or(r.Run.ID, "THIS-RUN"))
 	var this []string
 	if r.ModelGTTMiB != nil {
 		this = append(this, fmt.Sprintf("model buffer in GTT %.1f MiB", float64(*r.ModelGTTMiB)))

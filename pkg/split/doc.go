@@ -33,7 +33,11 @@
 //
 // # Files by job
 //
-//	types.go, report.go    the input (Line, Sample, RunInfo) and the output (Report)
+//	types.go, report.go    the input (Line, Sample, RunInfo) and the output (Report, its JSON)
+//	rowtable.go            Rows: the split's rows declared once (names, labels, unit, kind, how each
+//	                       is read from a report, compared and gated); every output reads them
+//	flags.go               the flags: names, order and words in one table
+//	config.go              Config: the split.* keys, and the fold's Options they make
 //	fold.go                Fold: applying lines and samples, the state, persistence
 //	input.go               Input and Fold.Apply: what one decoded event brings
 //	scan.go                ReadLog and LogFeed: a whole log, piece by piece
@@ -50,8 +54,7 @@
 //	cards.go               the report's cards: devices matched to them, each card's not attributed
 //	compute.go             Report, the samples' rows, the checks, the verdict
 //	fdinfo.go, samples.go  fdinfo texts (GTT, and the regions per card) and the gtt.txt samples file
-//	render.go, bar.go      the report as JSON, Markdown and text
-//	compare.go             two reports side by side (offload on and off)
+//	figures.go             Figures: what a split says of its lane over time (history, trend, gauges)
 //	errors.go              ErrParse
 //
 // # Where a change goes
@@ -61,7 +64,12 @@
 // counts goes to loads.go or rows.go and to docs/accounting.md, with a
 // test in rules_test.go whose fixture gives another figure under the
 // naive rule; a real log under testdata/logs/real with its figures worked
-// out by hand (expected.json, reallogs_test.go) pins them.
+// out by hand (expected.json, reallogs_test.go) pins them. A new row of
+// the split is an entry of Rows (rowtable.go), its field in Report (and
+// in Figures, for a row kept over a lane's runs) and the rule that
+// computes it: docs/architecture.md, "Add a split row". A new flag is a
+// constant and an entry of flagTable (flags.go). How a report is written
+// out (text, Markdown, bars, a comparison) is package present's.
 //
 // # Errors
 //

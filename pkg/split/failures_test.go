@@ -103,7 +103,7 @@ func TestFailedContextIsNotResident(t *testing.T) {
 	w := strings.Join(r.Detail.Warnings, "\n")
 	require.Contains(t, w, "line 10: a context's creation failed (`llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers`): its buffers (ROCm_Host output 0.58 MiB, ROCm0 KV 6564.00 MiB; 6564.58 MiB in all) were freed with it")
 	require.Equal(t, 1, strings.Count(w, "creation failed"), "the tool's line repeats the same failure")
-	require.Contains(t, Markdown(r), "context_failed: a context's creation failed")
+	require.Contains(t, words(r), "context_failed: a context's creation failed")
 
 	// A pipeline-parallel retry that works is no failure.
 	r = foldLog(t, verbose+load+"load_tensors:        ROCm0 model buffer size =  4000.00 MiB\n"+

@@ -7,10 +7,11 @@ import (
 )
 
 // Figures are what one split says of its lane over time: the model file it
-// measured, the llama.cpp build and commit, when it ran, and its headline
-// figures. The run index keeps them for every closed run, so the lane
-// gauges, `aggregator history` and the trend page read them without the
-// runs' states. Pointer fields are nil when the split does not know them
+// measured, the llama.cpp build and commit, when it ran, and the figures
+// of its rows that are kept (a field per row of Rows whose Kept is true).
+// The run index keeps them for every closed run, so the lane gauges,
+// `aggregator history` and the trend page read them without the runs'
+// states. Pointer fields are nil when the split does not know them
 // (and are left out of the JSON).
 type Figures struct {
 	Model     string `json:"model,omitempty"`
@@ -32,49 +33,24 @@ type Figures struct {
 	DuplicatePct    *Pct `json:"duplicate_pct,omitempty"`
 }
 
-// FiguresOf returns r's figures. The commit is the measured tree's
-// (provenance) or else the one the build line names.
+// FiguresOf returns r's figures: its provenance, and the figure of every
+// row Figures keep (Rows). The commit is the measured tree's (provenance)
+// or else the one the build line names.
 func FiguresOf(r Report) Figures {
 	commit := r.Provenance.SourceCommit
 	if commit == "" {
 		commit = BuildCommit(r.Provenance.LlamaBuild)
 	}
-	return Figures{
+	f := Figures{
 		Model: ModelName(r), Build: r.Provenance.LlamaBuild, Commit: commit, Dirty: r.Provenance.SourceDirty,
 		Started: r.Run.Started, ControlOf: r.Run.ControlOf, Complete: r.Run.Complete,
-		PeakGTTMiB: r.PeakGTTMiB, FinalGTTMiB: r.FinalGTTMiB, ModelGTTMiB: r.ModelGTTMiB, PackedMiB: r.PackedMiB,
-		StateMiB: r.StateMiB, ComputeMiB: r.ComputeMiB, UnattributedMiB: r.UnattributedMiB,
-		UnattributedPct: r.UnattributedPct, DuplicatePct: r.DuplicatePct,
 	}
-}
-
-// FigurePart is one MiB figure of a split as the lane gauges, history and
-// the trend page name it.
-type FigurePart struct {
-	Key   string // the gauges' part label: peak, final, model, ...
-	Label string // in words
-	Of    func(Figures) *MiB
-}
-
-// FigureParts are the MiB figures of Figures, in the report's order.
-var FigureParts = []FigurePart{
-	{"peak", "peak", func(f Figures) *MiB { return f.PeakGTTMiB }},
-	{"final", "final", func(f Figures) *MiB { return f.FinalGTTMiB }},
-	{"model", "model buffer", func(f Figures) *MiB { return f.ModelGTTMiB }},
-	{"packed", "packed", func(f Figures) *MiB { return f.PackedMiB }},
-	{"state", "KV + state", func(f Figures) *MiB { return f.StateMiB }},
-	{"compute", "compute", func(f Figures) *MiB { return f.ComputeMiB }},
-	{"unattributed", "not attributed", func(f Figures) *MiB { return f.UnattributedMiB }},
-}
-
-// FigurePartOf returns the part of FigureParts with key k.
-func FigurePartOf(k string) (FigurePart, bool) {
-	for _, p := range FigureParts {
-		if p.Key == k {
-			return p, true
+	for _, row := range Rows {
+		if row.figures != nil {
+			*row.figures(&f) = row.Of(r)
 		}
 	}
-	return FigurePart{}, false
+	return f
 }
 
 // ModelName is the model file a run measured: its main load's file, else

@@ -51,15 +51,19 @@ func TestModelName(t *testing.T) {
 // The 4B run's figures: what the run index keeps of it, and their JSON
 // (unknown figures left out).
 func TestFiguresOf(t *testing.T) {
-	f := FiguresOf(foldRun(t, "4b"))
+	r4 := foldRun(t, "4b")
+	f := FiguresOf(r4)
 	require.Equal(t, "Qwen3.5-4B-Q4_K_M.gguf", f.Model)
 	require.Equal(t, "b9866 (40f58efe1)", f.Build)
 	require.Equal(t, "40f58efe1", f.Commit, "no collector provenance: the build line's commit")
 	require.InDelta(t, 3925.0, float64(*f.PeakGTTMiB), 0.001)
 	require.InDelta(t, 795.8, float64(*f.PackedMiB), 0.001)
 	require.InDelta(t, 33.49, float64(*f.DuplicatePct), 0.01)
-	for _, p := range FigureParts {
-		require.NotNil(t, p.Of(f), p.Key)
+	for _, row := range Rows {
+		if row.Kept() {
+			require.NotNil(t, row.OfFigures(f), row.Key)
+			require.Equal(t, row.Of(r4), row.OfFigures(f), row.Key)
+		}
 	}
 	f.PackedMiB, f.DuplicatePct = nil, nil
 	b, err := json.Marshal(f)
@@ -71,10 +75,6 @@ func TestFiguresOf(t *testing.T) {
 	require.Nil(t, back.PackedMiB)
 	r := Report{Provenance: Provenance{LlamaBuild: "b1 (abc)", SourceCommit: "0123456789abcdef"}}
 	require.Equal(t, "0123456789abcdef", FiguresOf(r).Commit, "the measured tree's commit first")
-	_, ok := FigurePartOf("packed")
-	require.True(t, ok)
-	_, ok = FigurePartOf("duplicate")
-	require.False(t, ok)
 }
 
 // FuzzBuildNumber: a number is found only in a text that starts with it

@@ -1,6 +1,7 @@
 package split
 
 import (
+	"encoding/json"
 	"math"
 	"strconv"
 )
@@ -284,4 +285,13 @@ type CardRegion struct {
 	PeakAt   string `json:"peak_at,omitempty"`
 	FinalMiB MiB    `json:"final_mib"`
 	FinalAt  string `json:"final_at,omitempty"`
+}
+
+// JSON renders the report as indented JSON (the gttsplit.split.v1 object), with a final newline.
+func JSON(r Report) ([]byte, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }

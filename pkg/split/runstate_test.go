@@ -9,17 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// wordsOf is everything a report says in words: its Markdown (the page's
-// and the comment's text), its flags as the page words them, its checks
-// and warnings.
-func wordsOf(r Report) string {
-	var b strings.Builder
-	b.WriteString(Markdown(r))
-	for _, f := range r.Flags {
-		b.WriteString(FlagWords(r, f) + "\n")
-	}
-	return b.String()
-}
+// wordsOf is everything a report says in words (words: its flags as
+// FlagWords words them, its checks, its warnings and its expected line).
+func wordsOf(r Report) string { return words(r) }
 
 // An open run (started, no run-finished event yet) says what it has not
 // seen yet as not seen yet: the collector set the trace variable and the
@@ -78,12 +70,12 @@ func TestFailedCommandIsFlagged(t *testing.T) {
 	require.Contains(t, r.Flags, FlagChildFailed)
 	require.NotContains(t, r.Flags, FlagChildSignalled)
 	require.Equal(t, FlagChildFailed, r.Flags[0], "said first")
-	require.Contains(t, Markdown(r), "- child_failed: the command exited with status 3:")
+	require.Contains(t, words(r), "child_failed: the command exited with status 3:")
 
 	r = fold(FinishInfo{Finished: time.Now(), Signal: "SIGINT"})
 	require.Contains(t, r.Flags, FlagChildSignalled)
 	require.NotContains(t, r.Flags, FlagChildFailed)
-	require.Contains(t, Text(r), "child_signalled: the command was stopped by SIGINT:")
+	require.Contains(t, words(r), "child_signalled: the command was stopped by SIGINT:")
 
 	r = fold(FinishInfo{Finished: time.Now(), ExitCode: code(0)})
 	require.NotContains(t, r.Flags, FlagChildFailed)

@@ -3,7 +3,6 @@ package split
 import (
 	"encoding/json"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -113,21 +112,4 @@ func TestMarkersBounded(t *testing.T) {
 	require.Len(t, f.st.Markers, MaxMarkers)
 	require.Equal(t, uint64(2*MaxMarkers+1), f.st.Markers[0].Seq)
 	require.Equal(t, uint64(3*MaxMarkers), f.st.Markers[MaxMarkers-1].Seq)
-}
-
-func TestTextBars(t *testing.T) {
-	r := foldRun(t, "4b")
-	require.Equal(t, "peak  [██████████████████████████████▓▓▓▓▓▓▓▓▓▓░·········] 3925.0 MiB\n"+
-		"final [█████████████████████████████████▓▓▓▓▓▓▓▓▓▓▓░·····] 3641.2 MiB\n"+
-		"       █ model buffer  ▓ packed copies  ▒ KV + state  ░ compute + output  · not attributed\n", TextBars(r))
-	// Rows above the peak: drawn against their sum, nothing not attributed.
-	m := func(v float64) *MiB { x := MiB(v); return &x }
-	over := Report{PeakGTTMiB: m(100), ModelGTTMiB: m(150), StateMiB: m(50)}
-	require.Contains(t, TextBars(over), "peak  ["+strings.Repeat("█", 38)+strings.Repeat("▒", 12)+"] 100.0 MiB")
-	require.Empty(t, TextBars(Report{}))
-	// A run in progress: the peak is known, the log's rows are not yet,
-	// so the rest is unknown, not 100 % not attributed.
-	live := Report{PeakGTTMiB: m(20497)}
-	require.Equal(t, "peak  ["+strings.Repeat(" ", BarWidth)+"] 20497.0 MiB\n"+
-		"       █ model buffer  ▓ packed copies  ▒ KV + state  ░ compute + output  (blank: not known yet)\n", TextBars(live))
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/sinks/jsonsink"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 )
 
 // Reports finds the split of a compare input: a run id (looked up in the
@@ -329,7 +330,7 @@ func (f *Reports) Stored(ctx context.Context, keep func(runtable.RunSummary) boo
 }
 
 // WriteComparison writes a comparison as text, md or json.
-func WriteComparison(w io.Writer, format string, c split.Comparison) error {
+func WriteComparison(w io.Writer, format string, c present.Comparison) error {
 	var out []byte
 	switch format {
 	case "json":
@@ -340,9 +341,9 @@ func WriteComparison(w io.Writer, format string, c split.Comparison) error {
 		}
 		out = append(b, '\n')
 	case "md":
-		out = []byte(split.CompareMarkdown(c) + "\n")
+		out = []byte(present.CompareMarkdown(c) + "\n")
 	default:
-		out = []byte(split.CompareText(c) + "\n")
+		out = []byte(present.CompareText(c) + "\n")
 	}
 	_, err := w.Write(out)
 	return err

@@ -25,6 +25,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 )
 
 // embeddedMaxPayload lets a run's state (one bucket value) be larger than
@@ -391,9 +392,9 @@ func WriteReport(w io.Writer, format string, r split.Report) error {
 		}
 		out = append(b, '\n')
 	case "md":
-		out = []byte(split.Markdown(r) + "\n")
+		out = []byte(present.Markdown(r) + "\n")
 	default:
-		out = []byte(split.Text(r) + "\n")
+		out = []byte(present.Text(r) + "\n")
 	}
 	_, err := w.Write(out)
 	return err

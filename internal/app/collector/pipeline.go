@@ -16,6 +16,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/sources"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 )
 
 // pipeline is the downstream of a collector's sources: it turns records into
@@ -283,7 +284,7 @@ func (rec *recorder) finish(r split.Report) error {
 	if err := os.WriteFile(filepath.Join(rec.dir, "split.json"), js, 0o644); err != nil {
 		return fmt.Errorf("out: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(rec.dir, "split.md"), []byte(split.Markdown(r)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(rec.dir, "split.md"), []byte(present.Markdown(r)), 0o644); err != nil {
 		return fmt.Errorf("out: %w", err)
 	}
 	return rec.close()

@@ -54,6 +54,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/sinks/internal/gate"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 	"github.com/rs/zerolog"
 )
 
@@ -250,7 +251,7 @@ func (s *Sink) controlsOf(id string) []split.Report {
 // body is r's Markdown, with the comparison to the run r is the control
 // of when that run's split is known.
 func (s *Sink) body(ctx context.Context, r split.Report) string {
-	md := split.Markdown(r)
+	md := present.Markdown(r)
 	id := r.Run.ControlOf
 	if id == "" {
 		return md
@@ -268,7 +269,7 @@ func (s *Sink) body(ctx context.Context, r split.Report) string {
 	if !ok {
 		return md
 	}
-	return md + "\n" + split.CompareMarkdown(split.Compare(main, r, id, r.Run.ID))
+	return md + "\n" + present.CompareMarkdown(present.Compare(main, r, id, r.Run.ID))
 }
 
 // post posts or edits r's comment.

@@ -18,6 +18,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/sinks/commentsink/githubtest"
 	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -140,7 +141,7 @@ func TestOneCommentPerRunEditedNotDuplicated(t *testing.T) {
 	}
 	cs := e.srv.Comments(issue)
 	require.Len(t, cs, 1)
-	require.Equal(t, marker("run-1")+"\n"+split.Markdown(r), cs[0].Body)
+	require.Equal(t, marker("run-1")+"\n"+present.Markdown(r), cs[0].Body)
 	require.Equal(t, 1, e.srv.Count(http.MethodPost))
 	require.Equal(t, 0, e.srv.Count(http.MethodPatch))
 
@@ -149,7 +150,7 @@ func TestOneCommentPerRunEditedNotDuplicated(t *testing.T) {
 	require.NoError(t, s.Write(ctx, r))
 	cs = e.srv.Comments(issue)
 	require.Len(t, cs, 1, "a newer split edits the comment")
-	require.Equal(t, marker("run-1")+"\n"+split.Markdown(r), cs[0].Body)
+	require.Equal(t, marker("run-1")+"\n"+present.Markdown(r), cs[0].Body)
 	require.Equal(t, 1, cs[0].Edits)
 	require.Equal(t, 1, e.srv.Count(http.MethodPost))
 	require.Equal(t, 1, e.srv.Count(http.MethodPatch), "an unchanged body is not sent again")
@@ -181,7 +182,7 @@ func TestPaginationFindsMarkerPastFirstPage(t *testing.T) {
 	}
 	// Left by an earlier aggregator: the run's comment with an older split.
 	old := sinktest.Report("run-1")
-	e.srv.AddComment(issue, marker("run-1")+"\n"+split.Markdown(old))
+	e.srv.AddComment(issue, marker("run-1")+"\n"+present.Markdown(old))
 
 	r := sinktest.Report("run-1")
 	r.Flags = []string{"fit_probe"}
@@ -191,7 +192,7 @@ func TestPaginationFindsMarkerPastFirstPage(t *testing.T) {
 	require.Len(t, cs, 251, "found on page 3 and edited, not posted again")
 	mine := ours(cs, "run-1")
 	require.Len(t, mine, 1)
-	require.Equal(t, marker("run-1")+"\n"+split.Markdown(r), mine[0].Body)
+	require.Equal(t, marker("run-1")+"\n"+present.Markdown(r), mine[0].Body)
 	require.Equal(t, 0, e.srv.Count(http.MethodPost))
 	require.Equal(t, 1, e.srv.Count(http.MethodPatch))
 
@@ -351,7 +352,7 @@ func TestDeletedCommentIsPostedAgain(t *testing.T) {
 	require.NoError(t, s.Write(ctx, r))
 	cs := e.srv.Comments(issue)
 	require.Len(t, cs, 1)
-	require.Equal(t, marker("run-1")+"\n"+split.Markdown(r), cs[0].Body)
+	require.Equal(t, marker("run-1")+"\n"+present.Markdown(r), cs[0].Body)
 }
 
 func TestConcurrentWritesOneCommentEach(t *testing.T) {
@@ -454,7 +455,7 @@ func TestBodyTruncated(t *testing.T) {
 		r.Checks = append(r.Checks, split.Check{Name: fmt.Sprintf("check_%04d", i), Status: split.StatusWarn,
 			Detail: strings.Repeat("é", 40) + " many words of detail"})
 	}
-	md := split.Markdown(r)
+	md := present.Markdown(r)
 	require.Greater(t, utf8.RuneCountInString(md), 65536, "precondition: the report needs truncating")
 
 	require.NoError(t, e.sink(t).Write(context.Background(), r))
@@ -489,7 +490,7 @@ func TestDryRun(t *testing.T) {
 	require.NoError(t, s.Write(context.Background(), r))
 	out := e.out.String()
 	require.Contains(t, out, issue)
-	require.Contains(t, out, marker("run-1")+"\n"+split.Markdown(r))
+	require.Contains(t, out, marker("run-1")+"\n"+present.Markdown(r))
 	require.Equal(t, 1, strings.Count(out, "dry run:"), "an unchanged body is printed once")
 	require.Empty(t, e.srv.Requests(), "a dry run calls no API")
 }

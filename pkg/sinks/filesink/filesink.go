@@ -21,6 +21,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/sinks/internal/gate"
 	"github.com/gttsplit/gttsplit/pkg/sinks/internal/safefs"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 	"github.com/rs/zerolog"
 )
 
@@ -74,7 +75,7 @@ func (s *Sink) Write(ctx context.Context, r split.Report) error {
 		return err
 	}
 	name := safefs.RunPath(r.Run.Host, r.Run.Lane, r.Run.ID, ".md")
-	if err := safefs.WriteAtomic(s.root, name, []byte(split.Markdown(r))); err != nil {
+	if err := safefs.WriteAtomic(s.root, name, []byte(present.Markdown(r))); err != nil {
 		return fmt.Errorf("run %q: %w", r.Run.ID, err)
 	}
 	s.log.Debug().Str("run_id", r.Run.ID).Str("path", name).Msg("report written")
@@ -94,7 +95,7 @@ func (s *Sink) WriteBatch(ctx context.Context, rs []split.Report, keep func(spli
 	}
 	files := make([]safefs.File, len(rs))
 	for i, r := range rs {
-		files[i] = safefs.File{Name: safefs.RunPath(r.Run.Host, r.Run.Lane, r.Run.ID, ".md"), Data: []byte(split.Markdown(r))}
+		files[i] = safefs.File{Name: safefs.RunPath(r.Run.Host, r.Run.Lane, r.Run.ID, ".md"), Data: []byte(present.Markdown(r))}
 	}
 	b, err := safefs.Stage(s.root, files)
 	if err != nil {

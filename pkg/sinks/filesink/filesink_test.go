@@ -11,7 +11,7 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/sinks/filesink"
 	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
-	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/present"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
@@ -67,13 +67,13 @@ func TestWritesMarkdownAtRunPath(t *testing.T) {
 
 	got, err := os.ReadFile(filepath.Join(dir, "node-1", "lane-a", "2025-01-02_run-7.md"))
 	require.NoError(t, err, "readable ids are kept as they are")
-	require.Equal(t, split.Markdown(r), string(got))
+	require.Equal(t, present.Markdown(r), string(got))
 
 	r.Flags = []string{"not_verbose"}
 	require.NoError(t, s.Write(ctx, r))
 	got, err = os.ReadFile(filepath.Join(dir, "node-1", "lane-a", "2025-01-02_run-7.md"))
 	require.NoError(t, err)
-	require.Equal(t, split.Markdown(r), string(got), "a newer split replaces the file")
+	require.Equal(t, present.Markdown(r), string(got), "a newer split replaces the file")
 	require.NoError(t, s.Close(ctx))
 	requireConfined(t, dir)
 }

@@ -1,17 +1,12 @@
 package split
 
 import (
-	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
 
 // foldRun folds testdata/runs/<name>/{split.log,gtt.txt} with the default
 // options, as `aggregator parse` does.
@@ -59,29 +54,5 @@ func TestReferenceFigures(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestGoldenReports pins the three report formats of both runs.
-// `go test ./pkg/split -update` rewrites them.
-func TestGoldenReports(t *testing.T) {
-	t.Parallel()
-	for _, name := range []string{"4b", "27b"} {
-		r := foldRun(t, name)
-		js, err := JSON(r)
-		require.NoError(t, err)
-		for ext, got := range map[string][]byte{"json": js, "md": []byte(Markdown(r)), "txt": []byte(Text(r))} {
-			path := filepath.Join("testdata", "golden", name+"."+ext)
-			if *update {
-				require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-				require.NoError(t, os.WriteFile(path, got, 0o644))
-				continue
-			}
-			want, err := os.ReadFile(path)
-			require.NoError(t, err, "run with -update to create it")
-			if !bytes.Equal(want, got) {
-				t.Errorf("%s differs from the golden file; diff it after `go test ./pkg/split -update`:\n%s", path, got)
-			}
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package split
+package present
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
 // The 4B run and its offload-off control (testdata/controls/4b-ngl0): the
@@ -43,14 +45,13 @@ func TestCompareReferenceControl(t *testing.T) {
 }
 
 func TestCompareVerdicts(t *testing.T) {
-	m := func(v float64) *MiB { x := MiB(v); return &x }
-	rep := func(peak, model, packed *MiB, cmd string) Report {
-		return Report{PeakGTTMiB: peak, ModelGTTMiB: model, PackedMiB: packed, Run: RunMeta{Command: cmd}}
+	rep := func(peak, model, packed *split.MiB, cmd string) split.Report {
+		return split.Report{PeakGTTMiB: peak, ModelGTTMiB: model, PackedMiB: packed, Run: split.RunMeta{Command: cmd}}
 	}
 	off := rep(m(700), m(0), nil, "llama-cli -m x.gguf -ngl 0")
 	for _, tc := range []struct {
 		name    string
-		a, b    Report
+		a, b    split.Report
 		verdict string
 		words   string
 	}{

@@ -1,24 +1,47 @@
-package split
+package present
 
 import (
 	"fmt"
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
 // BarWidth is the width, in characters, of the text bar of a split.
 const BarWidth = 50
 
+// notKnownYet is the legend of the rest of a bar while the report's not
+// attributed is unknown (a run in progress whose model load is not read
+// yet).
+const notKnownYet = "(blank: not known yet)"
+
 // BarPart is one segment of the split at peak or at final, in the order
-// the bars and the charts draw them.
+// the bars and the charts draw them: the rows of kind split.RowPart, then
+// split.RowRest.
 type BarPart struct {
-	Key   string // model, packed, state, compute, unattributed
-	Label string
+	Key   string // the row's key: model, packed, state, compute, unattributed
+	Label string // the row's Labels.Bar
 	Glyph string // the text bar's character
 	MiB   float64
 	// Unknown says the row is unknown (drawn as 0).
 	Unknown bool
+}
+
+// barPart is a row's segment.
+func barPart(row split.Row, v *split.MiB) BarPart {
+	return BarPart{Key: row.Key, Label: row.Labels.Bar, Glyph: row.Glyph, MiB: val(v), Unknown: v == nil}
+}
+
+// restRow is the row of the bars' rest (not attributed).
+func restRow() split.Row { return split.RowsOf(split.RowRest)[0] }
+
+func val(m *split.MiB) float64 {
+	if m == nil {
+		return 0
+	}
+	return float64(*m)
 }
 
 // BarParts returns the segments of the split at the peak and at the final
@@ -28,36 +51,28 @@ type BarPart struct {
 // their sum and not attributed is 0. The rest is marked Unknown while the
 // report's not attributed is (a run in progress whose model load is not
 // read yet): it is then the part not known yet, not memory unaccounted.
-func BarParts(r Report) (peak, final []BarPart, peakTotal, finalTotal float64, ok bool) {
+func BarParts(r split.Report) (peak, final []BarPart, peakTotal, finalTotal float64, ok bool) {
 	if r.PeakGTTMiB == nil {
 		return nil, nil, 0, 0, false
 	}
-	v := func(m *MiB) float64 {
-		if m == nil {
-			return 0
-		}
-		return float64(*m)
-	}
-	rows := []BarPart{
-		{Key: "model", Label: "model buffer", Glyph: "█", MiB: v(r.ModelGTTMiB), Unknown: r.ModelGTTMiB == nil},
-		{Key: "packed", Label: "packed copies", Glyph: "▓", MiB: v(r.PackedMiB), Unknown: r.PackedMiB == nil},
-		{Key: "state", Label: "KV + state", Glyph: "▒", MiB: v(r.StateMiB), Unknown: r.StateMiB == nil},
-		{Key: "compute", Label: "compute + output", Glyph: "░", MiB: v(r.ComputeMiB), Unknown: r.ComputeMiB == nil},
-	}
+	var rows []BarPart
 	attributed := 0.0
-	for _, x := range rows {
-		attributed += x.MiB
+	for _, row := range split.RowsOf(split.RowPart) {
+		p := barPart(row, row.Of(r))
+		rows = append(rows, p)
+		attributed += p.MiB
 	}
+	rest := restRow()
 	with := func(total float64) []BarPart {
-		out := append([]BarPart(nil), rows...)
-		return append(out, BarPart{Key: "unattributed", Label: "not attributed", Glyph: "·", MiB: math.Max(0, total-attributed),
-			Unknown: r.UnattributedMiB == nil})
+		p := barPart(rest, rest.Of(r))
+		p.MiB = math.Max(0, total-attributed)
+		return append(slices.Clone(rows), p)
 	}
-	peakTotal = v(r.PeakGTTMiB)
+	peakTotal = val(r.PeakGTTMiB)
 	peak = with(peakTotal)
 	finalTotal = peakTotal
 	if r.FinalGTTMiB != nil {
-		finalTotal = v(r.FinalGTTMiB)
+		finalTotal = val(r.FinalGTTMiB)
 	}
 	final = with(finalTotal)
 	return peak, final, math.Max(peakTotal, attributed), math.Max(finalTotal, attributed), true
@@ -104,10 +119,24 @@ func textBar(parts []BarPart, total float64) string {
 	return b.String()
 }
 
+// legend is the text bars' legend of parts: each glyph and label, the
+// rest "not known yet" while it is unknown.
+func legend(parts []BarPart) string {
+	var out []string
+	for _, p := range parts {
+		if p.Key == restRow().Key && p.Unknown {
+			out = append(out, notKnownYet)
+			continue
+		}
+		out = append(out, p.Glyph+" "+p.Label)
+	}
+	return strings.Join(out, "  ")
+}
+
 // TextBars is the compact text bar of the split at peak and at final, with
 // its legend (a code block of the Markdown report), or "" when the peak is
 // unknown.
-func TextBars(r Report) string {
+func TextBars(r split.Report) string {
 	peak, final, pt, ft, ok := BarParts(r)
 	if !ok {
 		return ""
@@ -117,15 +146,7 @@ func TextBars(r Report) string {
 	if r.FinalGTTMiB != nil {
 		fmt.Fprintf(&b, "final [%s] %.1f MiB\n", textBar(final, ft), float64(*r.FinalGTTMiB))
 	}
-	var legend []string
-	for _, p := range peak {
-		if p.Key == "unattributed" && p.Unknown {
-			legend = append(legend, "(blank: not known yet)")
-			continue
-		}
-		legend = append(legend, p.Glyph+" "+p.Label)
-	}
-	fmt.Fprintf(&b, "       %s\n", strings.Join(legend, "  "))
+	fmt.Fprintf(&b, "       %s\n", legend(peak))
 	return b.String()
 }
 
@@ -147,61 +168,66 @@ type DeviceBar struct {
 // DeviceBars returns a bar per card with devices and per device matched
 // to no card, in the device table's order; none when the report has no
 // device table.
-func DeviceBars(r Report) []DeviceBar {
-	v := func(m *MiB) float64 {
-		if m == nil {
-			return 0
-		}
-		return float64(*m)
-	}
+func DeviceBars(r split.Report) []DeviceBar {
 	var out []DeviceBar
 	done := map[string]bool{}
 	for _, d := range r.Devices {
-		if d.Kind != DeviceGPU {
-			continue
-		}
-		if d.Card == "" {
-			parts := []BarPart{
-				{Key: "model", Label: "model buffer", Glyph: "█", MiB: v(d.ModelMiB), Unknown: d.ModelMiB == nil},
-				{Key: "state", Label: "KV + state", Glyph: "▒", MiB: v(d.StateMiB), Unknown: d.StateMiB == nil},
-				{Key: "compute", Label: "compute + output", Glyph: "░", MiB: v(d.ComputeMiB), Unknown: d.ComputeMiB == nil},
-			}
-			out = append(out, DeviceBar{Label: d.Name + " · no card", Parts: parts, Total: v(d.ModelMiB) + v(d.StateMiB) + v(d.ComputeMiB)})
-			continue
-		}
-		if done[d.Card] {
-			continue
-		}
-		done[d.Card] = true
-		i := slices.IndexFunc(r.Cards, func(k Card) bool { return k.PDev == d.Card })
-		if i < 0 {
-			continue
-		}
-		k := r.Cards[i]
-		model, state, comp, packed := v(k.ModelMiB), v(k.StateMiB), v(k.ComputeMiB), v(k.PackedMiB)
-		peak := 0.0
-		for _, g := range k.Regions {
-			if g.Class == k.Memory {
-				peak = float64(g.PeakMiB)
+		switch {
+		case d.Kind != split.DeviceGPU || done[d.Card]:
+		case d.Card == "":
+			out = append(out, deviceBar(d))
+		default:
+			done[d.Card] = true
+			if i := slices.IndexFunc(r.Cards, func(k split.Card) bool { return k.PDev == d.Card }); i >= 0 {
+				out = append(out, cardBar(r.Cards[i]))
 			}
 		}
-		attributed := model + packed + state + comp
-		parts := []BarPart{
-			{Key: "model", Label: "model buffer", Glyph: "█", MiB: model},
-			{Key: "packed", Label: "packed copies", Glyph: "▓", MiB: packed},
-			{Key: "state", Label: "KV + state", Glyph: "▒", MiB: state},
-			{Key: "compute", Label: "compute + output", Glyph: "░", MiB: comp},
-			{Key: "unattributed", Label: "not attributed", Glyph: "·", MiB: math.Max(0, peak-attributed)},
-		}
-		out = append(out, DeviceBar{Label: strings.Join(k.Devices, ", ") + " · " + k.PDev + " " + strings.ToUpper(k.Memory),
-			Parts: parts, Total: math.Max(peak, attributed), Measured: true})
 	}
 	return out
 }
 
+// deviceBar is the bar of a device matched to no card: its rows, drawn
+// against their sum.
+func deviceBar(d split.Device) DeviceBar {
+	bar := DeviceBar{Label: d.Name + " · no card"}
+	for _, row := range split.RowsOf(split.RowPart) {
+		if row.PerDevice() {
+			p := barPart(row, row.OfDevice(d))
+			bar.Parts = append(bar.Parts, p)
+			bar.Total += p.MiB
+		}
+	}
+	return bar
+}
+
+// cardBar is the bar of a card: its own memory at its peak, split among
+// what the log attributes to it by row and the rest.
+func cardBar(k split.Card) DeviceBar {
+	peak := 0.0
+	for _, g := range k.Regions {
+		if g.Class == k.Memory {
+			peak = float64(g.PeakMiB)
+		}
+	}
+	var parts []BarPart
+	attributed := 0.0
+	for _, row := range split.RowsOf(split.RowPart) {
+		if row.PerCard() {
+			p := barPart(row, row.OfCard(k))
+			p.Unknown = false // a card's unknown row is drawn as 0
+			parts = append(parts, p)
+			attributed += p.MiB
+		}
+	}
+	rest := barPart(restRow(), nil)
+	rest.MiB, rest.Unknown = math.Max(0, peak-attributed), false
+	return DeviceBar{Label: strings.Join(k.Devices, ", ") + " · " + k.PDev + " " + strings.ToUpper(k.Memory),
+		Parts: append(parts, rest), Total: math.Max(peak, attributed), Measured: true}
+}
+
 // deviceTextBars is the text bar of each DeviceBar, with the legend, or
 // "" when there is none.
-func deviceTextBars(r Report) string {
+func deviceTextBars(r split.Report) string {
 	bars := DeviceBars(r)
 	if len(bars) == 0 {
 		return ""
@@ -219,10 +245,10 @@ func deviceTextBars(r Report) string {
 		}
 		fmt.Fprintf(&b, "%s%s [%s] %.1f MiB %s\n", d.Label, pad, textBar(d.Parts, d.Total), d.Total, what)
 	}
-	var legend []string
-	for _, p := range []BarPart{{Glyph: "█", Label: "model buffer"}, {Glyph: "▓", Label: "packed copies"}, {Glyph: "▒", Label: "KV + state"}, {Glyph: "░", Label: "compute + output"}, {Glyph: "·", Label: "not attributed"}} {
-		legend = append(legend, p.Glyph+" "+p.Label)
+	var parts []BarPart
+	for _, row := range split.RowsOf(split.RowPart, split.RowRest) {
+		parts = append(parts, BarPart{Key: row.Key, Label: row.Labels.Bar, Glyph: row.Glyph})
 	}
-	fmt.Fprintf(&b, "%s  %s\n", strings.Repeat(" ", w), strings.Join(legend, "  "))
+	fmt.Fprintf(&b, "%s  %s\n", strings.Repeat(" ", w), legend(parts))
 	return b.String()
 }

@@ -1,11 +1,12 @@
-package split
+package present
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
 // CompareSchema is the value of Comparison.Schema.
@@ -33,10 +34,10 @@ type Comparison struct {
 	// when that cannot be told.
 	Offload string `json:"offload"`
 	// PeakDiffMiB is the offloaded side's peak minus the control's.
-	PeakDiffMiB *MiB `json:"peak_diff_mib"`
+	PeakDiffMiB *split.MiB `json:"peak_diff_mib"`
 	// ToleranceMiB is how close the difference must come to a
 	// candidate (5 % of the model buffer, at least 64 MiB).
-	ToleranceMiB *MiB `json:"tolerance_mib"`
+	ToleranceMiB *split.MiB `json:"tolerance_mib"`
 	// Verdict is resident_once, resident_twice or cannot_tell; Words says
 	// it in a sentence (with the reason when it cannot tell).
 	Verdict string `json:"verdict"`
@@ -70,11 +71,11 @@ type CompareSide struct {
 
 // CompareRow is one row of both splits.
 type CompareRow struct {
-	Part string `json:"part"`
-	Key  string `json:"key"` // the report's key
-	A    *MiB   `json:"a_mib"`
-	B    *MiB   `json:"b_mib"`
-	Diff *MiB   `json:"diff_mib"` // A − B; null when either is unknown
+	Part string     `json:"part"`
+	Key  string     `json:"key"` // the report's key
+	A    *split.MiB `json:"a_mib"`
+	B    *split.MiB `json:"b_mib"`
+	Diff *split.MiB `json:"diff_mib"` // A − B; null when either is unknown
 }
 
 // compareMinTolerance is the least tolerance of a verdict, in MiB: runtime
@@ -85,31 +86,12 @@ const compareMinTolerance = 64
 // Compare puts a and b side by side and says whether the weights are
 // resident once or twice. inputA and inputB are what the user named them
 // by (shown in the report).
-func Compare(a, b Report, inputA, inputB string) Comparison {
+func Compare(a, b split.Report, inputA, inputB string) Comparison {
 	c := Comparison{Schema: CompareSchema, A: side(a, inputA), B: side(b, inputB), Notes: []string{}}
-	add := func(part, key string, va, vb *MiB) {
-		r := CompareRow{Part: part, Key: key, A: va, B: vb}
-		if va != nil && vb != nil {
-			d := *va - *vb
-			r.Diff = &d
-		}
-		c.Rows = append(c.Rows, r)
+	for _, row := range split.RowsOf(split.RowTotal, split.RowPart, split.RowRest, split.RowOutside) {
+		va, vb := row.Compared(a), row.Compared(b)
+		c.Rows = append(c.Rows, CompareRow{Part: row.Labels.Report, Key: row.JSON, A: va, B: vb, Diff: row.Diff(va, vb)})
 	}
-	add("process GTT at peak (fdinfo)", "peak_gtt_mib", a.PeakGTTMiB, b.PeakGTTMiB)
-	add("process GTT at final (fdinfo)", "final_gtt_mib", a.FinalGTTMiB, b.FinalGTTMiB)
-	// A load whose model buffers are all host memory holds 0 in GTT.
-	asMiB := func(v *float64) *MiB {
-		if v == nil {
-			return nil
-		}
-		return mib(*v)
-	}
-	add("loader's model buffer", "model_gtt_mib", asMiB(modelInGTT(a)), asMiB(modelInGTT(b)))
-	add("packed copies", "packed_mib", a.PackedMiB, b.PackedMiB)
-	add("KV + state", "state_mib", a.StateMiB, b.StateMiB)
-	add("compute + output", "compute_mib", a.ComputeMiB, b.ComputeMiB)
-	add("not attributed", "unattributed_mib", a.UnattributedMiB, b.UnattributedMiB)
-	add("CPU model buffer (not in GTT)", "model_host_mib", a.ModelHostMiB, b.ModelHostMiB)
 	c.verdict(a, b)
 	c.devices(a, b)
 	if ca, cb := stripOffload(a.Run.Command), stripOffload(b.Run.Command); ca != "" && cb != "" && ca != cb {
@@ -117,7 +99,7 @@ func Compare(a, b Report, inputA, inputB string) Comparison {
 	}
 	for _, x := range []struct {
 		name string
-		r    Report
+		r    split.Report
 	}{{"A", a}, {"B", b}} {
 		if !x.r.Run.Complete && (x.r.Run.ID != "" || x.r.Run.Started != "") {
 			c.Notes = append(c.Notes, fmt.Sprintf("%s is incomplete: its split may miss data", x.name))
@@ -127,10 +109,10 @@ func Compare(a, b Report, inputA, inputB string) Comparison {
 }
 
 // gpuDevices lists a report's device rows of GPU devices by name.
-func gpuDevices(r Report) []string {
+func gpuDevices(r split.Report) []string {
 	var out []string
 	for _, d := range r.Devices {
-		if d.Kind == DeviceGPU {
+		if d.Kind == split.DeviceGPU {
 			out = append(out, d.Name)
 		}
 	}
@@ -139,7 +121,7 @@ func gpuDevices(r Report) []string {
 
 // devices compares the runs device by device when both have the same
 // devices; otherwise it says why not.
-func (c *Comparison) devices(a, b Report) {
+func (c *Comparison) devices(a, b split.Report) {
 	da, db := gpuDevices(a), gpuDevices(b)
 	if len(da) == 0 && len(db) == 0 {
 		return
@@ -151,52 +133,12 @@ func (c *Comparison) devices(a, b Report) {
 		c.Notes = append(c.Notes, fmt.Sprintf("the runs' devices differ (A: %s; B: %s): compared as totals only", orNone(da), orNone(db)))
 		return
 	}
-	byName := func(r Report, n string) (Device, Card) {
-		var d Device
-		for _, x := range r.Devices {
-			if x.Kind == DeviceGPU && x.Name == n {
-				d = x
-			}
-		}
-		for _, k := range r.Cards {
-			if k.PDev == d.Card && d.Card != "" {
-				return d, k
-			}
-		}
-		return d, Card{}
-	}
-	own := func(k Card) *MiB {
-		for _, g := range k.Regions {
-			if g.Class == k.Memory && k.Memory != "" {
-				v := g.PeakMiB
-				return &v
-			}
-		}
-		return nil
-	}
-	row := func(part, key string, va, vb *MiB) CompareRow {
-		r := CompareRow{Part: part, Key: key, A: va, B: vb}
-		if va != nil && vb != nil {
-			d := *va - *vb
-			r.Diff = &d
-		}
-		return r
-	}
 	for _, n := range da {
-		x, kx := byName(a, n)
-		y, ky := byName(b, n)
-		cd := CompareDevice{Name: n}
-		cd.Rows = append(cd.Rows,
-			row("model buffer", "model_mib", x.ModelMiB, y.ModelMiB),
-			row("KV + state", "state_mib", x.StateMiB, y.StateMiB),
-			row("compute + output", "compute_mib", x.ComputeMiB, y.ComputeMiB),
-			row("its card's memory at peak", "card_peak_mib", own(kx), own(ky)),
-			row("not attributed on its card", "not_attributed_mib", x.NotAttributedMiB, y.NotAttributedMiB))
-		c.Devices = append(c.Devices, cd)
+		c.Devices = append(c.Devices, compareDevice(n, a, b))
 	}
 	for _, x := range []struct {
 		name string
-		r    Report
+		r    split.Report
 	}{{"A", a}, {"B", b}} {
 		for _, k := range x.r.Cards {
 			if k.Memory == "vram" && len(k.Devices) > 0 {
@@ -207,6 +149,67 @@ func (c *Comparison) devices(a, b Report) {
 	}
 }
 
+// compareDevice is device n of both runs: its rows (split.Row.PerDevice),
+// its card's own memory at the peak and not attributed on it.
+func compareDevice(n string, a, b split.Report) CompareDevice {
+	x, kx := deviceOf(a, n)
+	y, ky := deviceOf(b, n)
+	cd := CompareDevice{Name: n}
+	for _, r := range deviceRows() {
+		va, vb := r.OfDevice(x), r.OfDevice(y)
+		cd.Rows = append(cd.Rows, CompareRow{Part: r.Labels.Bar, Key: r.DeviceJSON, A: va, B: vb, Diff: r.Diff(va, vb)})
+	}
+	// The card's figures: its own memory, and the rest of it.
+	for _, f := range []struct {
+		part, key string
+		a, b      *split.MiB
+	}{
+		{"its card's memory at peak", "card_peak_mib", ownPeak(kx), ownPeak(ky)},
+		{"not attributed on its card", "not_attributed_mib", x.NotAttributedMiB, y.NotAttributedMiB},
+	} {
+		cd.Rows = append(cd.Rows, CompareRow{Part: f.part, Key: f.key, A: f.a, B: f.b, Diff: minus(f.a, f.b)})
+	}
+	return cd
+}
+
+// deviceOf is the GPU device named n of r, and the card it was matched to.
+func deviceOf(r split.Report, n string) (split.Device, split.Card) {
+	var d split.Device
+	for _, x := range r.Devices {
+		if x.Kind == split.DeviceGPU && x.Name == n {
+			d = x
+		}
+	}
+	for _, k := range r.Cards {
+		if k.PDev == d.Card && d.Card != "" {
+			return d, k
+		}
+	}
+	return d, split.Card{}
+}
+
+// ownPeak is a card's own memory at its peak (nil: none).
+func ownPeak(k split.Card) *split.MiB {
+	for _, g := range k.Regions {
+		if g.Class == k.Memory && k.Memory != "" {
+			v := g.PeakMiB
+			return &v
+		}
+	}
+	return nil
+}
+
+// minus is a − b, nil when either is unknown.
+func minus(a, b *split.MiB) *split.MiB {
+	if a == nil || b == nil {
+		return nil
+	}
+	d := *a - *b
+	return &d
+}
+
+func mib(v float64) *split.MiB { m := split.MiB(v); return &m }
+
 func orNone(s []string) string {
 	if len(s) == 0 {
 		return "none"
@@ -214,22 +217,7 @@ func orNone(s []string) string {
 	return strings.Join(s, ", ")
 }
 
-// modelInGTT is the model buffer a run holds in GTT: its model row, else 0
-// when its model buffers are all host memory (offload off), else nil.
-func modelInGTT(r Report) *float64 {
-	var v float64
-	switch {
-	case r.ModelGTTMiB != nil:
-		v = float64(*r.ModelGTTMiB)
-	case r.ModelHostMiB != nil:
-		v = 0
-	default:
-		return nil
-	}
-	return &v
-}
-
-func side(r Report, input string) CompareSide {
+func side(r split.Report, input string) CompareSide {
 	return CompareSide{Input: input, RunID: r.Run.ID, Host: r.Run.Host, Lane: r.Run.Lane, Command: r.Run.Command, ControlOf: r.Run.ControlOf}
 }
 
@@ -238,7 +226,7 @@ func (c *Comparison) cannot(reason string) {
 	c.Words = "cannot tell: " + reason
 }
 
-func (c *Comparison) verdict(a, b Report) {
+func (c *Comparison) verdict(a, b split.Report) {
 	name := func(s CompareSide, which string) string {
 		if s.RunID != "" {
 			return which + " (" + s.RunID + ")"
@@ -257,7 +245,7 @@ func (c *Comparison) verdict(a, b Report) {
 		c.cannot(nb + " has no process peak (no fdinfo samples with an amdgpu client)")
 		return
 	}
-	ma, mb := modelInGTT(a), modelInGTT(b)
+	ma, mb := split.ModelInGTT(a), split.ModelInGTT(b)
 	switch {
 	case ma == nil:
 		c.cannot(na + " has no model buffer line in its log, so its model buffer is unknown")
@@ -267,11 +255,11 @@ func (c *Comparison) verdict(a, b Report) {
 		return
 	}
 	on, off, onName, offName := a, b, na, nb
-	mOn, mOff := *ma, *mb
+	mOn, mOff := float64(*ma), float64(*mb)
 	c.Offload, c.A.Role, c.B.Role = "a", "offload", "control"
 	if *mb > *ma {
 		on, off, onName, offName = b, a, nb, na
-		mOn, mOff = *mb, *ma
+		mOn, mOff = float64(*mb), float64(*ma)
 		c.Offload, c.A.Role, c.B.Role = "b", "control", "offload"
 	}
 	m := mOn
@@ -333,93 +321,4 @@ func stripOffload(cmd string) string {
 		}
 	}
 	return strings.Join(out, " ")
-}
-
-// CompareJSON renders a comparison as indented JSON with a final newline.
-func CompareJSON(c Comparison) ([]byte, error) {
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-// CompareText renders a comparison for a terminal.
-func CompareText(c Comparison) string { return renderCompare(c, false) }
-
-// CompareMarkdown renders a comparison as Markdown (a tracker comment).
-func CompareMarkdown(c Comparison) string { return renderCompare(c, true) }
-
-func renderCompare(c Comparison, md bool) string {
-	var b strings.Builder
-	title := "gttsplit: control comparison"
-	if md {
-		fmt.Fprintf(&b, "### %s\n\n", title)
-	} else {
-		fmt.Fprintf(&b, "%s\n\n", title)
-	}
-	for _, s := range []struct {
-		name string
-		s    CompareSide
-	}{{"A", c.A}, {"B", c.B}} {
-		id := s.s.RunID
-		if id == "" {
-			id = s.s.Input
-		}
-		role := ""
-		switch s.s.Role {
-		case "offload":
-			role = " (weights in GTT)"
-		case "control":
-			role = " (the control: offload off)"
-		}
-		cmd := s.s.Command
-		if cmd == "" {
-			cmd = "command unknown"
-		} else {
-			cmd = quoteCmd(cmd)
-		}
-		if md {
-			fmt.Fprintf(&b, "- **%s**: `%s`%s: %s\n", s.name, strings.ReplaceAll(id, "`", "'"), role, cmd)
-		} else {
-			fmt.Fprintf(&b, "%s: %s%s: %s\n", s.name, id, role, cmd)
-		}
-	}
-	b.WriteString("\n")
-	cell := func(v *MiB) string {
-		if v == nil {
-			return "unknown"
-		}
-		return fmt.Sprintf("%.1f", float64(*v))
-	}
-	diffCell := func(v *MiB) string {
-		if v == nil {
-			return "—"
-		}
-		return fmt.Sprintf("%+.1f", float64(*v))
-	}
-	var rows [][]string
-	for _, r := range c.Rows {
-		rows = append(rows, []string{r.Part, cell(r.A), cell(r.B), diffCell(r.Diff)})
-	}
-	writeTable(&b, md, []string{"part", "A MiB", "B MiB", "A − B MiB"}, rows)
-	if len(c.Devices) > 0 {
-		var drows [][]string
-		for _, d := range c.Devices {
-			for _, r := range d.Rows {
-				drows = append(drows, []string{d.Name, r.Part, cell(r.A), cell(r.B), diffCell(r.Diff)})
-			}
-		}
-		b.WriteString("\n")
-		writeTable(&b, md, []string{"device", "part", "A MiB", "B MiB", "A − B MiB"}, drows)
-	}
-	if md {
-		fmt.Fprintf(&b, "\n**Verdict**: %s\n", c.Words)
-	} else {
-		fmt.Fprintf(&b, "\nverdict: %s\n", c.Words)
-	}
-	for _, n := range c.Notes {
-		fmt.Fprintf(&b, "- note: %s\n", n)
-	}
-	return b.String()
 }
