@@ -59,7 +59,7 @@ Events go to NATS (--nats-url; spooled to disk while the broker is away)
 and, with --out DIR, to split.log, gtt.txt, events.jsonl, split.md and
 split.json (with no URL, fully offline). It exits with the child's code,
 but 75 when the child exited 0 and events wait in the spool, 1 when some
-were dropped. Details: docs/collector.md.`,
+were dropped or lost. Details: docs/collector.md.`,
 		Example: `  collector run --out split-4b -- llama-cli -m model.gguf -ngl 99 -c 256 -n 16
   collector run --nats-url nats://nats:4222 --lane gpu1 --issue org/repo#856 -- llama-server -m model.gguf`,
 		Args: cli.Args(cobra.MinimumNArgs(1)),
@@ -122,8 +122,8 @@ already holds change nothing; with no FILE it only delivers the spool.
 (and that host's NATS user) only that host's events are sent.
 
 It exits 0 when everything was delivered, 75 when events were left in the
-spool, 1 when some were dropped or another host's were not sent, or there
-was nothing to send, 128+N on signal N. Details: docs/collector.md.`,
+spool, 1 when some were dropped or lost, another host's were not sent, or
+there was nothing to send, 128+N on signal N. Details: docs/collector.md.`,
 		Example: `  collector replay --nats-url nats://127.0.0.1:4222 testdata/runs/4b/events.jsonl
   collector replay --nats-url nats://nats:4222 --pace 10x run1.jsonl run2.jsonl
   collector replay --nats-url nats://nats:4222 --lane gpu1`,

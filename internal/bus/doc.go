@@ -54,7 +54,10 @@
 // the same in-flight bound, and publishing goes direct again once it is
 // empty. Drained segments are deleted. A spool left by an earlier process is
 // drained by the next Publisher on the same directory; a torn record at the
-// end (a crash mid-write) is cut off when the spool is opened. Re-sending
+// end (a crash mid-write) is cut off when the spool is opened. A corrupt
+// record elsewhere costs only itself: the reader resyncs on the next
+// record's marker, says the loss at WARN with its runs, and SpoolLoss
+// counts it (the collector exits 1). Re-sending
 // events after a crash can duplicate them in the stream only if more than
 // the duplicate window passed; consumers de-duplicate by event id anyway.
 //
@@ -115,7 +118,8 @@
 //	publisher_spool.go       the pump's spool side: failover, draining, held run events
 //	publisher_drops.go       the counters and the drops and drains by run
 //	publisher_rejected.go    events refused for good: set aside in rejected/; which errors are which
-//	spool.go                 the disk spool: segments, checksummed records, the reserve
+//	spool.go                 the disk spool: segments, checksummed records with markers, the reserve
+//	spoolloss.go             what corrupt spool records cost: SpoolLoss, the runs they held
 //	ratelog.go               LogLimit and Clip: log lines a flood cannot multiply
 //	lock_*.go, reserve_*.go  the spool's directory lock and its reserve, per platform
 package bus

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,11 +18,28 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// The spool is a directory of segment files, <20-digit id>.seg, each a
-// sequence of records:
+// The spool is a directory of segment files, <20-digit id>.seg. A segment
+// starts with the 8 bytes "GTSPOOL2" and holds a sequence of records:
 //
-//	uint32 LE payload length | uint32 LE CRC-32C of payload | payload
+//	marker F7 47 53 52 | uint32 LE payload length | uint32 LE CRC-32C of the length's 4 bytes and the payload | payload
 //	payload = uvarint len(subject) subject | uvarint len(id) id | event bytes
+//
+// The marker is what a reader resynchronises on: a record whose checksum
+// fails costs only itself. The reader looks for the next marker that
+// starts a valid record, skips the bytes in between (a hole, kept in
+// memory, never rewritten) and says at WARN what they held: their bytes
+// and the runs whose events it can still read in them (else the runs of
+// the records on either side). 0xF7 never occurs in UTF-8, so a marker
+// inside an event's JSON is rare, and a false one fails its checksum. A
+// bad end of the last segment with no valid record after it is a torn
+// tail (a crash mid-write: its source was never told the event was
+// durable, so sends it again): it is cut off, and is no loss.
+//
+// Segments written before the header existed (the previous format: no
+// header, no marker, records "uint32 LE length | uint32 LE CRC-32C of the
+// payload | payload") are still read and drained; the reader resyncs in
+// them by trying every offset for a record whose checksum holds. New
+// records always go to a new segment of the current format.
 //
 // "head" holds the position of the first record not yet acknowledged by the
 // broker ("<segment id> <offset>\n"); it is rewritten at most every
@@ -37,16 +55,24 @@ const (
 	headFile         = "head"
 	lockFile         = "lock"
 	reserveFile      = "reserve"
-	recHeader        = 8
+	segMagic         = "GTSPOOL2"
+	recHeader        = 12 // marker, length, checksum
+	recHeaderV1      = 8  // length, checksum (the previous format)
 	headPersistEvery = 200 * time.Millisecond
 )
+
+// recMarker starts every record of the current format.
+var recMarker = [4]byte{0xf7, 'G', 'S', 'R'}
 
 var (
 	errSpoolFull = errors.New("spool full")
 	// errDiskFull wraps a write that failed because the spool's disk
 	// (or the user's quota on it) is full.
 	errDiskFull = errors.New("spool disk full")
-	crcTable    = crc32.MakeTable(crc32.Castagnoli)
+	// errTorn is a record that ends past the end of its segment: what a
+	// crash mid-write leaves.
+	errTorn  = errors.New("record runs past the end of the segment")
+	crcTable = crc32.MakeTable(crc32.Castagnoli)
 )
 
 // isDiskFull reports a write error of a full disk or quota.
@@ -63,7 +89,36 @@ type spoolPos struct {
 type segment struct {
 	id   uint64
 	size int64
+	// v1: written in the previous format (no header, no markers).
+	v1 bool
+	// holes are the byte ranges of corrupt records the reader skips, in
+	// ascending order.
+	holes []hole
 }
+
+// hole is a byte range [off, end) of a segment that holds no valid record.
+type hole struct{ off, end int64 }
+
+// start is the offset of the segment's first record.
+func (sg *segment) start() int64 {
+	if sg.v1 {
+		return 0
+	}
+	return int64(len(segMagic))
+}
+
+// skipHole returns the end of the hole that starts at off, else off.
+func (sg *segment) skipHole(off int64) int64 {
+	for _, h := range sg.holes {
+		if h.off == off {
+			return h.end
+		}
+	}
+	return off
+}
+
+// records is the segment's size without its header.
+func (sg *segment) records() int64 { return sg.size - sg.start() }
 
 // spool is an append-only on-disk queue. It is used by one goroutine.
 type spool struct {
@@ -80,12 +135,17 @@ type spool struct {
 	rfID   uint64
 	head   spoolPos // first unacknowledged record
 	read   spoolPos // next record to hand out
-	total  int64    // bytes in all segments
+	total  int64    // bytes of the records in all segments
 	nextID uint64
+	// lastRun is the run of the record next handed out last, to name
+	// the neighbours of a hole.
+	lastRun string
 
 	lastPersist time.Time
 	headDirty   bool
-	corrupt     int // records cut off as corrupt or torn
+	corrupt     int // torn tails cut off and corrupt records skipped
+	// loss counts what the corrupt records cost; read by Stats.
+	loss spoolLoss
 
 	// reserve is the size of the reserve file: disk space held for run
 	// records when the disk is full.
@@ -207,19 +267,18 @@ func (s *spool) load() error {
 		}
 	}
 	for i := range s.segs {
+		sg := &s.segs[i]
 		from := int64(0)
-		if s.segs[i].id == head.seg {
+		if sg.id == head.seg {
 			from = head.off
 		}
-		size, err := s.scan(s.segs[i].id, from)
-		if err != nil {
+		if err := s.scan(i, from); err != nil {
 			return err
 		}
-		if s.segs[i].id == head.seg && size < head.off {
-			head.off = size
+		if sg.id == head.seg && sg.size < head.off {
+			head.off = sg.size
 		}
-		s.segs[i].size = size
-		s.total += size
+		s.total += sg.records()
 	}
 	s.head = head
 	s.normalizeHead()
@@ -243,63 +302,192 @@ func (s *spool) readHead() spoolPos {
 	return p
 }
 
-// scan validates the records of a segment from offset from and cuts the
-// file after the last good one. It returns the segment's size.
-func (s *spool) scan(id uint64, from int64) (int64, error) {
-	path := filepath.Join(s.dir, segName(id))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+// scan validates the records of segment i from offset from on. A corrupt
+// record becomes a hole up to the next valid record (the loss is said and
+// counted); a torn tail of the last segment is cut off.
+func (s *spool) scan(i int, from int64) error {
+	sg := &s.segs[i]
+	f, err := os.OpenFile(filepath.Join(s.dir, segName(sg.id)), os.O_RDWR, 0)
 	if err != nil {
-		return 0, fmt.Errorf("open spool segment: %w", err)
+		return fmt.Errorf("open spool segment: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("stat spool segment: %w", err)
+		return fmt.Errorf("stat spool segment: %w", err)
 	}
 	size := st.Size()
-	off := min(from, size)
-	for off < size {
-		_, n, err := readRecord(f, off, size)
-		if err != nil {
-			s.corrupt++
-			s.log.Warn().Err(err).Str("segment", segName(id)).Int64("offset", off).Int64("bytes_cut", size-off).
-				Msg("spool segment has a torn or corrupt record, cutting it off")
-			if err := f.Truncate(off); err != nil {
-				return 0, fmt.Errorf("truncate spool segment: %w", err)
-			}
-			return off, nil
+	var magic [len(segMagic)]byte
+	n, _ := f.ReadAt(magic[:], 0)
+	if int64(n) == size && size < int64(len(magic)) && string(magic[:n]) == segMagic[:n] {
+		// A crash right after the segment was created: no record.
+		if err := f.Truncate(0); err != nil {
+			return fmt.Errorf("truncate spool segment: %w", err)
 		}
-		off += n
+		size = 0
 	}
-	return size, nil
+	sg.v1 = string(magic[:n]) != segMagic && previousFormat(f, size)
+	sg.size = size
+	prev := ""
+	for off := max(from, sg.start()); off < size; {
+		w, n, err := readRecord(f, off, size, sg.v1)
+		if err == nil {
+			prev = runOf(w)
+			off += n
+			continue
+		}
+		next := resync(f, sg.v1, off+1, size)
+		if next < 0 && i == len(s.segs)-1 && torn(f, off, size, err) {
+			s.corrupt++
+			s.log.Warn().Err(err).Str("segment", segName(sg.id)).Int64("offset", off).Int64("bytes_cut", size-off).
+				Msg("spool segment ends in a torn record (a crash while writing it: its source sends it again), cutting it off")
+			if err := f.Truncate(off); err != nil {
+				return fmt.Errorf("truncate spool segment: %w", err)
+			}
+			sg.size = off
+			return nil
+		}
+		if next < 0 {
+			next = size
+		}
+		s.lose(sg, f, off, next, prev, err)
+		off = next
+	}
+	return nil
 }
 
-// readRecord reads the record at off of a file of the given size and
-// returns it with its length on disk.
-func readRecord(f *os.File, off, size int64) (events.Wire, int64, error) {
-	var hdr [recHeader]byte
-	if size-off < recHeader {
-		return events.Wire{}, 0, errors.New("short record header")
+// torn reports whether a bad record at off, with no valid one after it,
+// is what a crash mid-write leaves: a record cut short, or zeros (a file
+// extended whose data never reached the disk).
+func torn(f *os.File, off, size int64, err error) bool {
+	if errors.Is(err, errTorn) {
+		return true
 	}
-	if _, err := f.ReadAt(hdr[:], off); err != nil {
+	b := make([]byte, size-off)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return false
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// previousFormat tells a segment without the current header: of the
+// previous format when it starts with a valid record of that format, or
+// holds no valid record of the current one (a current segment whose
+// header was damaged still has its markers).
+func previousFormat(f *os.File, size int64) bool {
+	if size == 0 {
+		return true
+	}
+	if _, _, err := readRecord(f, 0, size, true); err == nil {
+		return true
+	}
+	return resync(f, false, 0, size) < 0
+}
+
+// resync returns the offset of the first valid record at or after off, or
+// -1: the next marker that starts a valid record, or in a segment of the
+// previous format the next offset where one starts.
+func resync(f *os.File, v1 bool, off, size int64) int64 {
+	if off >= size {
+		return -1
+	}
+	b := make([]byte, size-off)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return -1
+	}
+	for i := 0; i < len(b); i++ {
+		if !v1 {
+			j := bytes.Index(b[i:], recMarker[:])
+			if j < 0 {
+				return -1
+			}
+			i += j
+		}
+		if _, _, err := parseRecord(b[i:], v1); err == nil {
+			return off + int64(i)
+		}
+	}
+	return -1
+}
+
+// recHeaderOf is the size of a record's header in a segment of the
+// previous format (v1) or the current one.
+func recHeaderOf(v1 bool) int64 {
+	if v1 {
+		return recHeaderV1
+	}
+	return recHeader
+}
+
+// recordLen reads the payload length from a record's header, checking the
+// marker; an incomplete header is errTorn.
+func recordLen(hdr []byte, v1 bool) (int64, error) {
+	if int64(len(hdr)) < recHeaderOf(v1) {
+		return 0, fmt.Errorf("short record header: %w", errTorn)
+	}
+	if v1 {
+		return int64(binary.LittleEndian.Uint32(hdr[0:4])), nil
+	}
+	if !bytes.Equal(hdr[0:4], recMarker[:]) {
+		return 0, errors.New("no record marker")
+	}
+	return int64(binary.LittleEndian.Uint32(hdr[4:8])), nil
+}
+
+// readRecord reads the record at off of a segment file of the given size
+// and returns it with its length on disk.
+func readRecord(f *os.File, off, size int64, v1 bool) (events.Wire, int64, error) {
+	h := recHeaderOf(v1)
+	hdr := make([]byte, min(h, size-off))
+	if _, err := f.ReadAt(hdr, off); err != nil {
 		return events.Wire{}, 0, fmt.Errorf("read record header: %w", err)
 	}
-	n := int64(binary.LittleEndian.Uint32(hdr[0:4]))
-	if n > size-off-recHeader {
-		return events.Wire{}, 0, errors.New("record runs past the end of the segment")
+	n, err := recordLen(hdr, v1)
+	if err != nil {
+		return events.Wire{}, 0, err
 	}
-	payload := make([]byte, n)
-	if _, err := f.ReadAt(payload, off+recHeader); err != nil {
+	if n > size-off-h {
+		return events.Wire{}, 0, errTorn
+	}
+	b := make([]byte, h+n)
+	if _, err := f.ReadAt(b, off); err != nil {
 		return events.Wire{}, 0, fmt.Errorf("read record: %w", err)
 	}
-	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(hdr[4:8]) {
+	return parseRecord(b, v1)
+}
+
+// parseRecord checks and decodes the record at the start of b and returns
+// it with its length on disk.
+func parseRecord(b []byte, v1 bool) (events.Wire, int64, error) {
+	h := recHeaderOf(v1)
+	n, err := recordLen(b, v1)
+	if err != nil {
+		return events.Wire{}, 0, err
+	}
+	if n > int64(len(b))-h {
+		return events.Wire{}, 0, errTorn
+	}
+	payload := b[h : h+n]
+	var sum, want uint32
+	if v1 {
+		sum, want = crc32.Checksum(payload, crcTable), binary.LittleEndian.Uint32(b[4:8])
+	} else {
+		sum = crc32.Update(crc32.Checksum(b[4:8], crcTable), crcTable, payload)
+		want = binary.LittleEndian.Uint32(b[8:12])
+	}
+	if sum != want {
 		return events.Wire{}, 0, errors.New("record checksum mismatch")
 	}
 	w, err := decodeRecord(payload)
 	if err != nil {
 		return events.Wire{}, 0, err
 	}
-	return w, recHeader + n, nil
+	return w, h + n, nil
 }
 
 func encodeRecord(w events.Wire) []byte {
@@ -309,8 +497,9 @@ func encodeRecord(w events.Wire) []byte {
 	b = binary.AppendUvarint(b, uint64(len(w.ID)))
 	b = append(b, w.ID...)
 	b = append(b, w.Data...)
-	binary.LittleEndian.PutUint32(b[0:4], uint32(len(b)-recHeader))
-	binary.LittleEndian.PutUint32(b[4:8], crc32.Checksum(b[recHeader:], crcTable))
+	copy(b[0:4], recMarker[:])
+	binary.LittleEndian.PutUint32(b[4:8], uint32(len(b)-recHeader))
+	binary.LittleEndian.PutUint32(b[8:12], crc32.Update(crc32.Checksum(b[4:8], crcTable), crcTable, b[recHeader:]))
 	return b
 }
 
@@ -384,7 +573,7 @@ func (s *spool) append(w events.Wire, reserve bool) error {
 // starting a new one when it is full.
 func (s *spool) appendRecord(rec []byte) error {
 	n := int64(len(rec))
-	if s.w == nil || (s.segs[len(s.segs)-1].size > 0 && s.segs[len(s.segs)-1].size+n > s.segBytes) {
+	if s.w == nil || (s.segs[len(s.segs)-1].records() > 0 && s.segs[len(s.segs)-1].records()+n > s.segBytes) {
 		if err := s.rotate(); err != nil {
 			return err
 		}
@@ -417,15 +606,21 @@ func (s *spool) rotate() error {
 		s.w = nil
 	}
 	id := s.nextID
-	f, err := os.OpenFile(filepath.Join(s.dir, segName(id)), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	path := filepath.Join(s.dir, segName(id))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
+		return fmt.Errorf("create spool segment: %w", err)
+	}
+	if _, err := s.write(f, []byte(segMagic)); err != nil {
+		f.Close()
+		_ = os.Remove(path)
 		return fmt.Errorf("create spool segment: %w", err)
 	}
 	s.nextID++
 	s.w, s.wID = f, id
-	s.segs = append(s.segs, segment{id: id})
+	s.segs = append(s.segs, segment{id: id, size: int64(len(segMagic))})
 	if len(s.segs) == 1 {
-		s.head = spoolPos{seg: id}
+		s.head = spoolPos{seg: id, off: int64(len(segMagic))}
 		s.read = s.head
 	}
 	return syncDir(s.dir)
@@ -443,7 +638,8 @@ func (s *spool) sync() error {
 }
 
 // next returns the record at the read position and the position after it;
-// false when every record was handed out.
+// false when every record was handed out. A corrupt record it comes upon
+// becomes a hole up to the next valid one (said and counted).
 func (s *spool) next() (events.Wire, spoolPos, bool) {
 	for {
 		if s.read.seg < s.head.seg {
@@ -456,7 +652,11 @@ func (s *spool) next() (events.Wire, spoolPos, bool) {
 		if i < 0 {
 			return events.Wire{}, spoolPos{}, false
 		}
-		sg := s.segs[i]
+		sg := &s.segs[i]
+		if off := sg.skipHole(max(s.read.off, sg.start())); off != s.read.off {
+			s.read.off = off
+			continue
+		}
 		if s.read.off >= sg.size {
 			if i+1 >= len(s.segs) {
 				return events.Wire{}, spoolPos{}, false
@@ -471,36 +671,43 @@ func (s *spool) next() (events.Wire, spoolPos, bool) {
 			}
 			f, err := os.Open(filepath.Join(s.dir, segName(sg.id)))
 			if err != nil {
-				s.log.Error().Err(err).Str("segment", segName(sg.id)).Msg("cannot read spool segment, skipping it")
-				s.cut(i, s.read.off)
+				s.lose(sg, nil, s.read.off, sg.size, s.lastRun, err)
+				s.passHoles()
 				continue
 			}
 			s.rf, s.rfID = f, sg.id
 		}
-		w, n, err := readRecord(s.rf, s.read.off, sg.size)
+		w, n, err := readRecord(s.rf, s.read.off, sg.size, sg.v1)
 		if err != nil {
-			s.corrupt++
-			s.log.Warn().Err(err).Str("segment", segName(sg.id)).Int64("offset", s.read.off).
-				Msg("spool segment has a corrupt record, cutting it off")
-			s.cut(i, s.read.off)
+			end := resync(s.rf, sg.v1, s.read.off+1, sg.size)
+			if end < 0 {
+				end = sg.size
+			}
+			s.lose(sg, s.rf, s.read.off, end, s.lastRun, err)
+			s.passHoles()
 			continue
 		}
+		s.lastRun = runOf(w)
 		s.read.off += n
 		return w, s.read, true
 	}
 }
 
-// cut shortens segment i to off bytes (its records from off on are lost).
-func (s *spool) cut(i int, off int64) {
-	sg := &s.segs[i]
-	if off >= sg.size {
+// passHoles moves a head that waits at a hole past it (what a hole held
+// is lost, there is nothing to acknowledge), and resets a spool that is
+// then empty.
+func (s *spool) passHoles() {
+	before := s.head
+	s.normalizeHead()
+	if s.head == before {
 		return
 	}
-	if err := os.Truncate(filepath.Join(s.dir, segName(sg.id)), off); err != nil {
-		s.log.Error().Err(err).Str("segment", segName(sg.id)).Msg("cannot truncate spool segment")
+	s.headDirty = true
+	if s.empty() {
+		if err := s.reset(); err != nil {
+			s.log.Error().Err(err).Msg("spool bookkeeping failed")
+		}
 	}
-	s.total -= sg.size - off
-	sg.size = off
 }
 
 // pending counts the records not yet acknowledged, reading each one's
@@ -511,9 +718,9 @@ func (s *spool) pending() int {
 		if sg.id < s.head.seg {
 			continue
 		}
-		off := int64(0)
+		off := sg.start()
 		if sg.id == s.head.seg {
-			off = s.head.off
+			off = max(off, s.head.off)
 		}
 		if off >= sg.size {
 			continue
@@ -522,12 +729,21 @@ func (s *spool) pending() int {
 		if err != nil {
 			continue
 		}
-		var hdr [recHeader]byte
-		for off+recHeader <= sg.size {
-			if _, err := f.ReadAt(hdr[:], off); err != nil {
+		h := recHeaderOf(sg.v1)
+		hdr := make([]byte, h)
+		for {
+			off = sg.skipHole(off)
+			if off+h > sg.size {
 				break
 			}
-			off += recHeader + int64(binary.LittleEndian.Uint32(hdr[0:4]))
+			if _, err := f.ReadAt(hdr, off); err != nil {
+				break
+			}
+			ln, err := recordLen(hdr, sg.v1)
+			if err != nil {
+				break
+			}
+			off += h + ln
 			n++
 		}
 		f.Close()
@@ -556,12 +772,18 @@ func (s *spool) commit(p spoolPos) error {
 	return nil
 }
 
-// normalizeHead moves a head at the end of a segment to the start of the
+// normalizeHead moves a head before a segment's first record, or at a
+// hole, past them, and a head at the end of a segment to the start of the
 // next one.
 func (s *spool) normalizeHead() {
 	for {
 		i := s.segIndex(s.head.seg)
-		if i < 0 || i+1 >= len(s.segs) || s.head.off < s.segs[i].size {
+		if i < 0 {
+			return
+		}
+		sg := &s.segs[i]
+		s.head.off = sg.skipHole(max(s.head.off, sg.start()))
+		if i+1 >= len(s.segs) || s.head.off < sg.size {
 			return
 		}
 		s.head = spoolPos{seg: s.segs[i+1].id}
@@ -581,7 +803,7 @@ func (s *spool) dropDrained() (bool, error) {
 		if err := os.Remove(filepath.Join(s.dir, segName(sg.id))); err != nil {
 			return deleted, fmt.Errorf("remove drained spool segment: %w", err)
 		}
-		s.total -= sg.size
+		s.total -= sg.records()
 		s.segs = s.segs[1:]
 		deleted = true
 	}

@@ -119,7 +119,10 @@ func TestSpoolCutsTornTail(t *testing.T) {
 	require.NoError(t, s2.close())
 }
 
-func TestSpoolCutsCorruptRecord(t *testing.T) {
+// TestSpoolSkipsCorruptRecord: a record whose bytes changed on disk costs
+// only itself; the records after it are read, the loss is counted with
+// the run around it. (Before the marker, everything after it was cut.)
+func TestSpoolSkipsCorruptRecord(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := openTest(t, dir, 1<<20, 1<<20)
@@ -131,19 +134,21 @@ func TestSpoolCutsCorruptRecord(t *testing.T) {
 	b, err := os.ReadFile(seg)
 	require.NoError(t, err)
 	n := len(encodeRecord(wire(0)))
-	b[2*n+recHeader+3] ^= 0xff // a byte inside the third record
+	b[len(segMagic)+2*n+recHeader+3] ^= 0xff // a byte inside the third record
 	require.NoError(t, os.WriteFile(seg, b, 0o600))
 
 	s2 := openTest(t, dir, 1<<20, 1<<20)
-	require.Equal(t, []string{wire(0).ID, wire(1).ID}, readIDs(t, s2, 0))
+	require.Equal(t, []string{wire(0).ID, wire(1).ID, wire(3).ID, wire(4).ID}, readIDs(t, s2, 0))
 	require.Equal(t, 1, s2.corrupt)
+	require.Equal(t, SpoolLoss{Holes: 1, Bytes: int64(n), Runs: []string{"r"}}, s2.loss.get())
+	require.Equal(t, 4, s2.pending())
 	require.NoError(t, s2.close())
 }
 
 func TestSpoolFull(t *testing.T) {
 	t.Parallel()
 	rec := int64(len(encodeRecord(wire(0))))
-	s := openTest(t, t.TempDir(), 3*rec, 1<<20)
+	s := openTest(t, t.TempDir(), 3*rec, 1<<20) // the segment's header is not counted
 	for i := range 3 {
 		require.NoError(t, s.append(wire(i), false))
 	}

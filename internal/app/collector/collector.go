@@ -250,7 +250,8 @@ func (s *session) close(ctx context.Context) (uint64, error) {
 // 1 when the run's start or finish was lost (no consumer will ever see
 // the run), else 75 (cli.ExitTempFail) when events wait in the spool (a
 // later collector of the lane delivers them), else 1 when some were
-// dropped (the split is flagged events_dropped); 0 when every event was
+// dropped (the split is flagged events_dropped) or corrupt spool records
+// lost events (of this run or an earlier one); 0 when every event was
 // delivered. Offline (no broker) it is 0.
 func (s *session) deliveryCode() int {
 	pub := s.pipe.pub
@@ -273,6 +274,11 @@ func (s *session) deliveryCode() int {
 		return cli.ExitFailure
 	case left.Events > 0:
 		return cli.ExitTempFail
+	}
+	if loss := pub.SpoolLoss(); loss.Bytes > 0 {
+		s.log.Warn().Int64("bytes_lost", loss.Bytes).Strs("runs", loss.Runs).Str("spool", left.Dir).
+			Msg("corrupt records in the spool were skipped: the events in them are lost")
+		return cli.ExitFailure
 	}
 	return 0
 }

@@ -47,6 +47,8 @@ func registry(p *pipeline, spool bus.SpoolConfig) *prometheus.Registry {
 			func() float64 { return float64(pub.Stats().Spooled) }),
 		counter("gttsplit_collector_events_dropped_total", "Events neither delivered nor spooled (a full spool, or refused by the broker for good).",
 			func() float64 { return float64(pub.Stats().Dropped) }),
+		counter("gttsplit_collector_spool_lost_bytes_total", "Bytes of corrupt spool records skipped: the events in them are lost.",
+			func() float64 { return float64(pub.SpoolLoss().Bytes) }),
 		gauge("gttsplit_collector_spool_bytes", "Size of the lane's spool on disk: events waiting for the broker (0 once drained).",
 			func() float64 { return float64(pub.Stats().SpoolBytes) }),
 		gauge("gttsplit_collector_spool_max_bytes", "The spool's bound (spool.max_bytes); past it new events are dropped.",

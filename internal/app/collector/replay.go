@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -37,6 +38,9 @@ type ReplayStats struct {
 	// (when it is set): not sent, since a host's credential may publish
 	// only its own.
 	Foreign int
+	// SpoolLost counts the bytes of corrupt spool records skipped: the
+	// events in them are lost (then Replay returns an error, exit 1).
+	SpoolLost int64
 }
 
 // Replay is `collector replay [FILE...]`: it delivers what waits in the
@@ -175,6 +179,8 @@ files:
 		all[run] += n
 	}
 	st.Delivered, st.Left, st.Dropped = int(ps.Published+ps.Drained), left.Events, int(ps.Dropped)
+	loss := pub.SpoolLoss()
+	st.SpoolLost = loss.Bytes
 	if st.Skipped+st.Invalid > 0 {
 		rlog.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be replayed")
 	}
@@ -183,11 +189,11 @@ files:
 			Msg("not sent: events of other hosts (a host's credential may publish only its own events; replay them with --host naming theirs, and their credentials)")
 	}
 	lev := rlog.Info()
-	if st.Left > 0 || st.Dropped > 0 || st.Delivered < st.Sent {
+	if st.Left > 0 || st.Dropped > 0 || st.SpoolLost > 0 || st.Delivered < st.Sent {
 		lev = rlog.Warn()
 	}
 	lev.Int("sent", st.Sent).Int("delivered", st.Delivered).Int("left_in_spool", st.Left).Int("dropped", st.Dropped).
-		Strs("runs", runIDs(all)).Msg("replayed")
+		Int64("spool_lost_bytes", st.SpoolLost).Strs("runs", runIDs(all)).Msg("replayed")
 	if sig := caught.Load(); sig != nil {
 		rlog.Warn().Str("signal", (*sig).String()).Msg("replay interrupted")
 		return st, errors.Join(closeErr, &cli.ExitError{Code: 128 + signalNumber(*sig)})
@@ -201,6 +207,9 @@ files:
 			st.Dropped, filepath.Join(left.Dir, bus.RejectedDir)))
 	case st.Foreign > 0:
 		runErr = errors.Join(runErr, fmt.Errorf("%d events of other hosts than %s not sent", st.Foreign, cfg.Host))
+	case st.SpoolLost > 0:
+		runErr = errors.Join(runErr, fmt.Errorf("%d bytes of corrupt records in the spool %s were skipped: their events are lost (runs %s)",
+			st.SpoolLost, left.Dir, strings.Join(loss.Runs, ", ")))
 	case len(files) > 0 && st.Sent == 0 && st.Delivered == 0 && runErr == nil:
 		runErr = errors.New("no event was published: the files hold no event, and the spool none either")
 	}

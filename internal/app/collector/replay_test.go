@@ -330,3 +330,81 @@ func TestReplayAsItsHostIntegration(t *testing.T) {
 	require.Equal(t, ReplayStats{Foreign: len(recorded)}, st)
 	require.Contains(t, logs.String(), "not sent: events of other hosts")
 }
+
+// TestReplayCorruptSpoolIntegration is the corrupt spool as found: three
+// runs' events (75) wait in a lane's spool, 40 bytes in the middle of its
+// segment are overwritten. `collector replay` delivers every event the
+// bytes did not touch, says at WARN which run lost what, and exits 1
+// (before, it delivered the events before the damage only, reported
+// nothing dropped and exited 0).
+func TestReplayCorruptSpoolIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "runs", "4b", "events.jsonl"))
+	require.NoError(t, err)
+	const recorded = "strix01-20261107T140311-4b"
+	var three []byte
+	runs := []string{"corrupt-a", "corrupt-b", "corrupt-c"}
+	for _, run := range runs {
+		three = append(three, bytes.ReplaceAll(raw, []byte(recorded), []byte(run))...)
+	}
+	file := filepath.Join(t.TempDir(), "three.jsonl")
+	require.NoError(t, os.WriteFile(file, three, 0o644))
+	url, port := deadBroker(t)
+	cfg := testConfig(t)
+	cfg.Host = "strix01" // the recorded runs' host: replay sends only its events
+	cfg.NATS.URL = url
+	cfg.ShutdownTimeout = 2 * time.Second
+	_, err = Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), testLogger(t))
+	require.Equal(t, cli.ExitTempFail, cli.Code(err), "err: %v", err)
+
+	segs, err := filepath.Glob(filepath.Join(cfg.Spool.Dir, cfg.Lane, "*.seg"))
+	require.NoError(t, err)
+	require.Len(t, segs, 1)
+	b, err := os.ReadFile(segs[0])
+	require.NoError(t, err)
+	mid := len(b) / 2
+	copy(b[mid:mid+40], bytes.Repeat([]byte("Z"), 40))
+	require.NoError(t, os.WriteFile(segs[0], b, 0o600))
+
+	srv := startBrokerAt(t, t.TempDir(), port)
+	var logs syncBuffer
+	st, err := Replay(testCtx(t), cfg, nil, newTestIO().io(), zerolog.New(&logs))
+	require.Equal(t, cli.ExitFailure, cli.Code(err), "err: %v\n%s", err, logs.String())
+	require.ErrorContains(t, err, "corrupt records")
+	require.Positive(t, st.SpoolLost)
+	require.Less(t, st.SpoolLost, int64(len(b)/10), "only the damaged records")
+	require.GreaterOrEqual(t, st.Delivered, 73, "every event the 40 bytes did not touch")
+	require.Less(t, st.Delivered, 75)
+	require.Contains(t, logs.String(), "corrupt spool record")
+	js := jsConn(t, srv.ClientURL())
+	total := 0
+	for _, run := range runs {
+		n := len(streamOf(t, js, run))
+		if n < 25 {
+			require.Contains(t, logs.String(), `"`+run+`"`, "the WARN names the run that lost events")
+		}
+		total += n
+	}
+	require.Equal(t, st.Delivered, total)
+
+	// A `collector run` that drains such a spool first exits 1 although
+	// its child exited 0, naming the run that lost events.
+	natstest.Shutdown(srv)
+	_, err = Replay(testCtx(t), cfg, []string{file}, newTestIO().io(), testLogger(t))
+	require.Equal(t, cli.ExitTempFail, cli.Code(err), "err: %v", err)
+	b, err = os.ReadFile(segs[0])
+	require.NoError(t, err)
+	copy(b[mid:mid+40], bytes.Repeat([]byte("Z"), 40))
+	require.NoError(t, os.WriteFile(segs[0], b, 0o600))
+	srv = startBrokerAt(t, t.TempDir(), port)
+	logs = syncBuffer{}
+	cfg.RunID = "after-corrupt"
+	code, err := Run(testCtx(t), cfg, childArgv(t, "src="+absPath(t, fixture4B), "print=0:20"), newTestIO().io(), zerolog.New(&logs))
+	require.NoError(t, err)
+	require.Equal(t, cli.ExitFailure, code, logs.String())
+	require.Contains(t, logs.String(), "corrupt records in the spool were skipped")
+	msgs := streamOf(t, jsConn(t, srv.ClientURL()), cfg.RunID)
+	require.NotEmpty(t, msgs)
+	require.Equal(t, events.TypeRunFinished, msgs[len(msgs)-1].Type, "the run itself was delivered")
+}
