@@ -64,6 +64,13 @@ type Settings struct {
 	Batch BatchConfig
 }
 
+// MaxLineBytes is the longest piece of a log line a source emits: a longer
+// line is cut into pieces of this size, each emitted as a line of its own
+// (consecutive Seq values), so that any line, even one whose every byte
+// needs a six-byte JSON escape, fits in one event under the smallest
+// max_payload a broker may have (1 MiB; see events.MaxEventBytes).
+const MaxLineBytes = 160 << 10
+
 // BatchConfig is the batch.* keys: how log lines are grouped into records, and
 // so into events.
 type BatchConfig struct {

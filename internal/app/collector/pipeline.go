@@ -135,15 +135,7 @@ func (p *pipeline) build(r sources.Record) ([]event.Event, error) {
 		ev, err := events.NewRunStarted(*r.Started, p.detail)
 		return []event.Event{ev}, err
 	case r.Lines != nil:
-		var out []event.Event
-		for _, b := range events.Batches(r.Lines, p.maxLines, 0) {
-			ev, err := events.NewLogLines(p.origin, b)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, ev)
-		}
-		return out, nil
+		return events.LogLinesEvents(p.origin, r.Lines, p.maxLines)
 	case r.Sample != nil:
 		ev, err := events.NewFDInfoSample(p.origin, *r.Sample)
 		return []event.Event{ev}, err

@@ -57,7 +57,7 @@ func DefaultConfig() Config {
 		Stream:             "log",
 		FirstSeq:           1,
 		PollInterval:       200 * time.Millisecond,
-		MaxLineBytes:       1 << 20,
+		MaxLineBytes:       sources.MaxLineBytes,
 		FlushPartialOnDone: true,
 		AckWait:            5 * time.Second,
 	}

@@ -16,7 +16,8 @@
 //
 // A line ends at '\n', which is not part of Text; a '\r' before it is kept
 // (the parser strips it). A partial last line is held until its newline
-// arrives. Lines longer than MaxLineBytes are cut into pieces. NUL bytes
+// arrives. Lines longer than MaxLineBytes (sources.MaxLineBytes by default)
+// are cut into pieces of that size, each a line of its own. NUL bytes
 // are dropped from Text (see Rotation); a line of NULs only is skipped.
 // Consecutive lines are emitted as one sources.Record{Lines: ...} of up to
 // Settings.Batch.MaxLines lines, at the latest Settings.Batch.MaxDelay after

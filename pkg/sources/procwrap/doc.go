@@ -29,7 +29,8 @@
 // "stderr"), its capture time and a sequence number from one counter shared
 // by both streams, starting at 1, in capture order. A last line without a
 // newline is captured when the child exits. A line longer than
-// Options.MaxLineBytes is captured in pieces of that size.
+// Options.MaxLineBytes (sources.MaxLineBytes by default) is captured in
+// pieces of that size, each a line of its own.
 //
 // Capture never slows the child down: captured lines wait in a buffer of
 // Options.BufferBytes, and when the downstream is slower than the child the

@@ -111,7 +111,8 @@ type Options struct {
 	// (text plus a fixed overhead per line); lines beyond it are dropped.
 	// 0 is 16 MiB.
 	BufferBytes int
-	// MaxLineBytes is the longest line captured in one piece; 0 is 1 MiB.
+	// MaxLineBytes is the longest line captured in one piece; 0 is
+	// sources.MaxLineBytes.
 	MaxLineBytes int
 }
 
@@ -130,7 +131,7 @@ func (o Options) withDefaults() Options {
 		o.DrainTimeout = 5 * time.Second
 	}
 	if o.MaxLineBytes <= 0 {
-		o.MaxLineBytes = 1 << 20
+		o.MaxLineBytes = sources.MaxLineBytes
 	}
 	if o.BufferBytes <= 0 {
 		o.BufferBytes = 16 << 20
