@@ -76,9 +76,11 @@ func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning)
 			log.Info().Str("url", redact.URLList(nc.ConnectedUrl())).Msg("nats connected")
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			// Each failed attempt comes here; only a TLS failure, which
-			// waiting does not cure, is worth saying (once).
+			// Each failed attempt comes here, the first connection's
+			// too; only a TLS failure, which waiting does not cure, is
+			// worth saying (once).
 			tlsWarn.say(err)
+			tlsWarn.first(err)
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil { // closed on purpose
@@ -150,7 +152,7 @@ func Connect(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logge
 		return nil, err
 	}
 	log = log.With().Str("component", "nats").Logger()
-	tlsWarn := &tlsWarning{log: log, servers: serverNames(cfg.URL)}
+	tlsWarn := &tlsWarning{log: log, servers: serverNames(cfg.URL), firstErr: make(chan error, 1)}
 	opts, err := options(cfg, opt, log, tlsWarn)
 	if err != nil {
 		return nil, fmt.Errorf("nats connect: %w", err)
@@ -172,7 +174,17 @@ func Connect(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logge
 		return nil, err
 	}
 	if !nc.IsConnected() {
-		err := nc.LastError()
+		// Why the first attempt failed comes to the reconnect handler
+		// (nc.LastError is cleared by the reconnecting goroutine).
+		var err error
+		select {
+		case err = <-tlsWarn.firstErr:
+		case <-time.After(max(cfg.ConnectTimeout, time.Second)):
+			err = nc.LastError()
+		case <-ctx.Done():
+			nc.Close()
+			return nil, ctx.Err()
+		}
 		if isAuthError(err) {
 			nc.Close()
 			return nil, fmt.Errorf("nats connect %s: %w", redact.URLList(cfg.URL), err)
@@ -327,6 +339,20 @@ type tlsWarning struct {
 	servers string
 	mu      sync.Mutex
 	said    bool
+	// firstErr gets the error of the first failed attempt (Connect reads
+	// it to say why the broker is not reachable).
+	firstErr chan error
+}
+
+// first hands err to Connect if it is the first attempt's.
+func (w *tlsWarning) first(err error) {
+	if w.firstErr == nil {
+		return
+	}
+	select {
+	case w.firstErr <- err:
+	default:
+	}
 }
 
 // say logs err if it is a TLS failure not said yet; it reports whether err
@@ -353,7 +379,8 @@ func (w *tlsWarning) reset() {
 
 // isTLSError reports a failed TLS handshake: a certificate that does not
 // verify (unknown authority, wrong name, expired), or one the server
-// refused (a TLS alert).
+// refused (a TLS alert, or, in TLS 1.3, the server closing the connection
+// right after the handshake: nats.ErrTLS).
 func isTLSError(err error) bool {
 	if err == nil {
 		return false
@@ -363,7 +390,7 @@ func isTLSError(err error) bool {
 	var host x509.HostnameError
 	var invalid x509.CertificateInvalidError
 	var alert tls.AlertError
-	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) ||
+	return errors.Is(err, nats.ErrTLS) || errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) ||
 		errors.As(err, &invalid) || errors.As(err, &alert) || strings.Contains(err.Error(), "tls: ")
 }
 

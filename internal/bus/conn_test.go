@@ -3,17 +3,11 @@ package bus_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,7 +54,8 @@ func TestConnectAuthIntegration(t *testing.T) {
 		s := startWith(t, func(o *server.Options) { o.Authorization = "s3cret" })
 		require.NoError(t, connectCfg(t, bus.Config{URL: s.ClientURL(), Token: "s3cret"}))
 		err := connectCfg(t, bus.Config{URL: s.ClientURL(), Token: "wrong"})
-		require.ErrorContains(t, err, "authorization")
+		require.Error(t, err)
+		require.Contains(t, strings.ToLower(err.Error()), "authorization")
 	})
 	t.Run("user password", func(t *testing.T) {
 		s := startWith(t, func(o *server.Options) { o.Username, o.Password = "agg", "pw" })
@@ -81,11 +76,11 @@ func TestConnectAuthIntegration(t *testing.T) {
 		require.ErrorContains(t, connectCfg(t, bus.Config{URL: s.ClientURL(), NKeySeedFile: filepath.Join(t.TempDir(), "missing.nk")}), "nkey_seed_file")
 	})
 	t.Run("tls with client certificate", func(t *testing.T) {
-		pki := newPKI(t)
-		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: pki.serverCert, KeyFile: pki.serverKey, CaFile: pki.ca, Verify: true})
+		pki := natstest.NewPKI(t)
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, CaFile: pki.CA, Verify: true})
 		require.NoError(t, err)
 		s := startWith(t, func(o *server.Options) { o.TLSConfig, o.TLS, o.TLSVerify = tc, true, true })
-		require.NoError(t, connectCfg(t, bus.Config{URL: s.ClientURL(), TLS: bus.TLSConfig{CAFile: pki.ca, CertFile: pki.clientCert, KeyFile: pki.clientKey}}))
+		require.NoError(t, connectCfg(t, bus.Config{URL: s.ClientURL(), TLS: bus.TLSConfig{CAFile: pki.CA, CertFile: pki.ClientCert, KeyFile: pki.ClientKey}}))
 	})
 }
 
@@ -108,50 +103,6 @@ func TestConnectNeedsURL(t *testing.T) {
 	cancel()
 	_, err = bus.Connect(ctx, bus.Config{URL: "nats://127.0.0.1:1"}, bus.DialOptions{}, testLogger(t))
 	require.ErrorIs(t, err, context.Canceled)
-}
-
-type pki struct{ ca, serverCert, serverKey, clientCert, clientKey string }
-
-// newPKI writes a CA, a server certificate for 127.0.0.1 and a client
-// certificate, all PEM, to a temporary directory.
-func newPKI(t *testing.T) pki {
-	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
-		return p
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gttsplit test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	caCert, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-	out := pki{ca: write("ca.pem", "CERTIFICATE", caDER)}
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		require.NoError(t, err)
-		kder, err := x509.MarshalECPrivateKey(key)
-		require.NoError(t, err)
-		return write(name+".pem", "CERTIFICATE", der), write(name+"-key.pem", "EC PRIVATE KEY", kder)
-	}
-	out.serverCert, out.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	out.clientCert, out.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	return out
 }
 
 // TestConnectFailFastUnreachable: with FailFast, an unreachable server is
@@ -240,8 +191,8 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 func TestConnectTLSVerifyFailureSaidOnce(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
-	served, other := newPKI(t), newPKI(t)
-	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: served.serverCert, KeyFile: served.serverKey})
+	served, other := natstest.NewPKI(t), natstest.NewPKI(t)
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: served.ServerCert, KeyFile: served.ServerKey})
 	require.NoError(t, err)
 	s := startWith(t, func(o *server.Options) { o.TLSConfig, o.TLS = tc, true })
 	var logs bytes.Buffer
@@ -249,7 +200,7 @@ func TestConnectTLSVerifyFailureSaidOnce(t *testing.T) {
 	w := zerolog.SyncWriter(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }))
 	cfg := bus.DefaultConfig()
 	cfg.URL = fmt.Sprintf("tls://127.0.0.1:%d", natstest.Port(s))
-	cfg.TLS.CAFile = other.ca // not the CA that signed the server's certificate
+	cfg.TLS.CAFile = other.CA // not the CA that signed the server's certificate
 	nc, err := bus.Connect(context.Background(), cfg, bus.DialOptions{ReconnectWait: 20 * time.Millisecond}, zerolog.New(w).Level(zerolog.DebugLevel))
 	require.NoError(t, err, "a collector keeps trying in the background")
 	defer nc.Close()
