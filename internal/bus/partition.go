@@ -101,6 +101,18 @@ func Folded(subject string) bool {
 	return slices.Contains(folded, events.Kind(kind))
 }
 
+// Unfolded says whether a stored subject is of a kind the aggregator
+// knows and does not fold: a split or a dead letter. A subject neither
+// Folded nor Unfolded is of a kind it does not know.
+func Unfolded(subject string) bool {
+	rest, ok := strings.CutPrefix(subject, events.SubjectRoot+".")
+	if !ok {
+		return false
+	}
+	kind, _, _ := strings.Cut(rest, ".")
+	return events.Kind(kind) == events.KindSplit || events.Kind(kind) == events.KindDLQ
+}
+
 // StoredFilters are the subject filters of the stored events of a kind,
 // host, lane and run ("" for any): the partitioned form and, for events
 // stored before the stream was partitioned, the five-token form (the two

@@ -22,13 +22,54 @@ const (
 )
 
 // deadLetters remembers which dead letters were counted (a redelivered
-// poison message is dead-lettered once), and rate-limits their warnings.
+// poison message is dead-lettered once) and which unknown types were said,
+// and rate-limits their warnings.
 type deadLetters struct {
 	// mu is taken last (under the consumer's handler lock): no other
 	// lock is taken while it is held.
 	mu   sync.Mutex
 	seen map[string]bool
-	log  bus.LogLimit
+	// types are the unknown event types (or subject kinds) said at WARN:
+	// each once.
+	types map[string]bool
+	log   bus.LogLimit
+}
+
+// maxTypesSaid bounds deadLetters.types: past it, the set starts again
+// (a flood of made-up types is said again, not remembered for ever).
+const maxTypesSaid = 1000
+
+// firstOfType records the unknown type typ and says whether it is new.
+func (d *deadLetters) firstOfType(typ string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.types == nil || len(d.types) >= maxTypesSaid {
+		d.types = map[string]bool{}
+	}
+	if d.types[typ] {
+		return false
+	}
+	d.types[typ] = true
+	return true
+}
+
+// unknownKind is why an event on a subject of a kind the aggregator does
+// not know is dead-lettered: its type is unknown (an UnknownTypeError), or
+// it is a known event on a subject not of its kind (invalid).
+func unknownKind(msg bus.Msg) error {
+	kind := ""
+	if toks := strings.SplitN(bus.PublishedSubject(msg.Subject()), ".", 3); len(toks) > 1 {
+		kind = toks[1]
+	}
+	d, err := msg.Decode()
+	if err != nil {
+		var ute *events.UnknownTypeError
+		if errors.As(err, &ute) {
+			return err
+		}
+		return fmt.Errorf("%w (%w)", &events.UnknownTypeError{Type: "subject kind " + kind}, err)
+	}
+	return fmt.Errorf("%w: %s on a subject of kind %q", events.ErrInvalid, d.Type, kind)
 }
 
 // count records that the dead letter id was counted, and says whether it
@@ -103,7 +144,17 @@ func (t *Table) deadLetter(ctx context.Context, msg bus.Msg, cause error) error 
 	if errors.As(cause, &oe) {
 		t.origins.say(t.log, oe, subject)
 	}
-	if err != nil {
+	var ute *events.UnknownTypeError
+	if errors.As(cause, &ute) {
+		// Said once per type: a collector newer than this aggregator
+		// sends many of them.
+		lev := t.log.Debug()
+		if t.dlq.firstOfType(ute.Type) {
+			lev = t.log.Warn()
+		}
+		lev.Str("subject", subject).Str("type", bus.Clip(ute.Type, 256)).Str("error", why).Bool("dead_lettered", err == nil).
+			Msg("event of an unknown type dead-lettered (said once per type; gttsplit_events_dead_lettered_total{reason=\"unknown_type\"} counts them)")
+	} else if err != nil {
 		t.dlq.log.Event(t.log.Error).Str("subject", subject).Str("reason", reason).Str("error", why).
 			Str("dead_letter_error", bus.Clip(err.Error(), dlqReasonMax)).Msg("event terminated; the broker took no dead letter of it")
 	} else {

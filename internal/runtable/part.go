@@ -234,7 +234,10 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 		return errNotOwned
 	}
 	if !bus.Folded(msg.Subject()) {
-		return msg.Ack() // a split or a dead letter: the partition's filter takes every kind
+		if bus.Unfolded(msg.Subject()) {
+			return msg.Ack() // a split or a dead letter: the partition's filter takes every kind
+		}
+		return t.deadLetter(ctx, msg, unknownKind(msg))
 	}
 	if msg.Metadata().NumDelivered > 1 {
 		t.m.redelivered.Inc()

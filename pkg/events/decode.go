@@ -416,18 +416,35 @@ func known(typ string) bool {
 	return false
 }
 
-// unknownType says whether typ is a known type at an unknown version.
+// unknownType is the error of an unknown typ: it says whether typ is a
+// known type at an unknown version.
 func unknownType(typ string) error {
 	base, _, ok := cutVersion(typ)
 	if ok {
 		for _, t := range Types {
 			if b, _, _ := cutVersion(t); b == base {
-				return fmt.Errorf("%w: unknown version %q of %s", ErrUnknownType, typ, base)
+				return &UnknownTypeError{Type: typ, Base: base}
 			}
 		}
 	}
-	return fmt.Errorf("%w: %q", ErrUnknownType, typ)
+	return &UnknownTypeError{Type: typ}
 }
+
+// UnknownTypeError is the error of an event whose type (or version of a
+// known type) this package does not know. It wraps ErrUnknownType.
+type UnknownTypeError struct {
+	Type string // the event's type attribute
+	Base string // the known type it is another version of; "" for none
+}
+
+func (e *UnknownTypeError) Error() string {
+	if e.Base != "" {
+		return fmt.Sprintf("%v: unknown version %q of %s", ErrUnknownType, e.Type, e.Base)
+	}
+	return fmt.Sprintf("%v: %q", ErrUnknownType, e.Type)
+}
+
+func (e *UnknownTypeError) Unwrap() error { return ErrUnknownType }
 
 // cutVersion splits "io.gttsplit.log.lines.v1" into its base and "v1".
 func cutVersion(typ string) (base, version string, ok bool) {

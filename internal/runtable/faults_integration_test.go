@@ -1,0 +1,78 @@
+package runtable_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/runtable"
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// retyped is a log-lines event of the fixture under another type and id.
+func retyped(t *testing.T, data []byte, typ, id string) []byte {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(data, &m))
+	m["type"], m["id"] = typ, id
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b
+}
+
+// Events of a type the aggregator does not know are dead-lettered with
+// reason unknown_type, counted, and said at WARN once per type, whatever
+// their subject: another version of a known type, a type of its own on a
+// known kind, and a kind the aggregator does not know at all (which was
+// acknowledged without a word). A known event on a subject of an unknown
+// kind is invalid. A run published after them is folded.
+func TestUnknownTypesDeadLetteredIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	var logs lockedBuf
+	r := startTableLog(t, b.URL, "unknown", runtable.Config{IdleTimeout: time.Hour}, zerolog.New(&logs).Level(zerolog.DebugLevel))
+	r.waitOwns(r.parts)
+	o := fx.Origin
+	logData := fx.Wires[1].Data
+	kinds := map[string]string{ // type → subject kind
+		"io.gttsplit.log.lines.v9":    "log",
+		"io.gttsplit.tokens.count.v1": "log",
+		"io.gttsplit.gpu.clock.v1":    "gpuclock",
+	}
+	n := 0
+	for typ, kind := range kinds {
+		for i := range 3 {
+			n++
+			subject := strings.Replace(events.Subject(events.KindLog, o.Host, o.Lane, o.RunID), ".log.", "."+kind+".", 1)
+			b.PublishRaw(t, subject, retyped(t, logData, typ, fmt.Sprintf("%s/%s/%d", o.RunID, typ, i)))
+		}
+	}
+	// A known event (log lines) on a subject of an unknown kind.
+	b.PublishRaw(t, strings.Replace(events.Subject(events.KindLog, o.Host, o.Lane, o.RunID), ".log.", ".gpuclock.", 1), logData)
+	rt.Eventually(t, "every unknown event dead-lettered", func() bool {
+		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "unknown_type") == float64(n) &&
+			counter(t, r.m, "gttsplit_events_dead_lettered_total", "invalid") == 1
+	})
+	require.Len(t, b.StreamMsgs(t, "gttsplit.dlq.>"), n+1)
+	out := logs.String()
+	for typ := range kinds {
+		said := 0
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, `"level":"warn"`) && strings.Contains(line, `"type":"`+typ+`"`) {
+				said++
+			}
+		}
+		require.Equal(t, 1, said, "one WARN for %s:\n%s", typ, out)
+	}
+	require.Zero(t, counter(t, r.m, "gttsplit_events_folded_total"), "none of them folded")
+
+	b.Publish(t, fx.Wires...)
+	rt.Eventually(t, "the run folded and closed", func() bool { _, runs := r.closes.count(); return runs == 1 })
+}
