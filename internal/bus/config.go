@@ -44,8 +44,8 @@ type Config struct {
 	// Replicas also those of the consumers and buckets it creates. A
 	// collector creates nothing (the collector has none of these keys).
 	Replicas        int           `mapstructure:"replicas" desc:"replicas of the stream, its consumers and the buckets when the aggregator creates them (1 to 5; 3 on a cluster); an existing stream is raised to it, never lowered"`
-	StreamMaxAge    time.Duration `mapstructure:"stream_max_age" desc:"age after which the stream discards events, set when the aggregator creates it; 0 keeps them until stream_max_bytes"`
-	StreamMaxBytes  int64         `mapstructure:"stream_max_bytes" desc:"size in bytes above which the stream discards its oldest events, set when the aggregator creates it; 0 means no limit"`
+	StreamMaxAge    time.Duration `mapstructure:"stream_max_age" desc:"age after which the stream discards events, set when the aggregator creates it: as long as store.retention keeps a closed run, so export and replay reach every run the state bucket holds; 0 keeps them for ever"`
+	StreamMaxBytes  int64         `mapstructure:"stream_max_bytes" desc:"size in bytes at which the stream refuses new events (collectors spool them and retry; nothing stored is discarded), set when the aggregator creates it; 0 means no limit"`
 	DuplicateWindow time.Duration `mapstructure:"duplicate_window" desc:"JetStream de-duplication window of the stream, set when the aggregator creates it (at least 2m)"`
 }
 
@@ -66,8 +66,13 @@ func DefaultConfig() Config {
 		AckTimeout:      5 * time.Second,
 		Replicas:        1,
 		DuplicateWindow: MinDuplicateWindow,
+		StreamMaxAge:    DefaultStreamMaxAge,
 	}
 }
+
+// DefaultStreamMaxAge is nats.stream_max_age's default: 30 days, what
+// store.retention keeps a closed run by default.
+const DefaultStreamMaxAge = 30 * 24 * time.Hour
 
 // Validate reports every problem of c at once, each a conf.FieldError
 // keyed relative to nats.* ("" for the auth methods together). It touches

@@ -30,8 +30,9 @@ type StreamConfig struct {
 	DuplicateWindow time.Duration
 	// MaxAge discards events older than this (0: keep for ever).
 	MaxAge time.Duration
-	// MaxBytes bounds the stream's size, oldest events go first (0: no
-	// limit).
+	// MaxBytes bounds the stream's size (0: no limit). A full stream
+	// refuses new events (discard new): publishers spool them and try
+	// again, and no event is discarded unread.
 	MaxBytes int64
 	// Replicas in a cluster.
 	Replicas int
@@ -62,13 +63,15 @@ func (c StreamConfig) withDefaults() StreamConfig {
 }
 
 // EnsureStream creates the stream when it is missing (file storage, limits
-// retention, cfg's limits and replicas, partitioned at ingest: see
-// partition.go; no message deleted or purged through the API, which the
-// server lets no update undo). An existing stream is never
+// retention, discard new, cfg's limits and replicas, partitioned at
+// ingest: see partition.go; no message deleted or purged through the API,
+// which the server lets no update undo). An existing stream is never
 // lowered: its replicas are raised to cfg.Replicas when fewer, and every
 // other difference (fewer replicas asked, another max age, max bytes or
 // duplicate window) is logged as a warning naming the setting, keeping the
-// server's value: an operator's settings win over a client's defaults.
+// server's value: an operator's settings win over a client's defaults. An
+// existing stream that discards its oldest events at a size or count limit
+// is said at WARN too: it may discard events no aggregator read yet.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, log zerolog.Logger) (jetstream.Stream, error) {
 	cfg = cfg.withDefaults()
 	maxBytes := cfg.MaxBytes
@@ -81,11 +84,13 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig,
 		Subjects:    cfg.Subjects,
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		Duplicates:  cfg.DuplicateWindow,
-		MaxAge:      cfg.MaxAge,
-		MaxBytes:    maxBytes,
-		Replicas:    cfg.Replicas,
+		// At max_bytes new events are refused (a publisher spools them
+		// and tries again) rather than old ones dropped, read or not.
+		Discard:    jetstream.DiscardNew,
+		Duplicates: cfg.DuplicateWindow,
+		MaxAge:     cfg.MaxAge,
+		MaxBytes:   maxBytes,
+		Replicas:   cfg.Replicas,
 		// Every event stored under its run's partition.
 		SubjectTransform: partitionTransform(partitionsOr(cfg.Partitions)),
 		// Nobody deletes or purges events (nor rolls them up): only the
@@ -120,6 +125,10 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig,
 		Drift(log, "nats.stream_max_age", "stream", cur.MaxAge, cfg.MaxAge)
 		Drift(log, "nats.stream_max_bytes", "stream", max(cur.MaxBytes, 0), max(maxBytes, 0))
 		Drift(log, "nats.duplicate_window", "stream", cur.Duplicates, cfg.DuplicateWindow)
+		if cur.Discard == jetstream.DiscardOld && (cur.MaxBytes > 0 || cur.MaxMsgs > 0) {
+			log.Warn().Str("setting", "nats.stream_max_bytes").Int64("max_bytes", cur.MaxBytes).Int64("max_msgs", cur.MaxMsgs).
+				Msg("the events stream discards its oldest events when it is full, whether an aggregator read them or not: those runs lose events without a trace; make it refuse new ones instead (publishers spool them): nats stream edit " + cfg.Name + " --discard new")
+		}
 		if upd.Replicas != cur.Replicas {
 			if s, err = js.UpdateStream(ctx, upd); err != nil {
 				return nil, fmt.Errorf("stream %s: raise replicas to %d: %w", cfg.Name, cfg.Replicas, err)

@@ -350,13 +350,16 @@ func (t *Table) watchOnce(ctx context.Context) {
 		t.health.clear("stalled")
 	}
 	// The events stream: without a leader, no event is stored at all.
+	var info *jetstream.StreamInfo
 	if st, err := t.js.Stream(wctx, t.cfg.Stream); err != nil {
 		t.health.set("stream", fmt.Sprintf("events stream %s does not answer: %v (events do not reach the partitions)", t.cfg.Stream, err))
 	} else if ci := st.CachedInfo().Cluster; ci != nil && ci.Leader == "" && st.CachedInfo().Config.Replicas > 1 {
 		t.health.set("stream", fmt.Sprintf("events stream %s has no leader (events do not reach the partitions)", t.cfg.Stream))
 	} else {
 		t.health.clear("stream")
+		info = st.CachedInfo()
 	}
+	t.room(wctx, info)
 	t.health.tick()
 	if t.legacy.Load() && t.part(0) != nil {
 		if gone, err := bus.RetireLegacy(wctx, t.js, t.cfg.Stream, t.cfg.Consumer.Durable, t.cfg.Partitions); err == nil && gone {

@@ -166,9 +166,11 @@ func (t *Table) deadLetter(ctx context.Context, msg bus.Msg, cause error) error 
 
 // permanentPublishError reports whether the broker refused a message for
 // what it is (too large, rejected by the stream), which sending it again
-// would not change.
+// would not change, or because its store is full: a poison event must not
+// hold its partition up until there is room (it stays in the events
+// stream; the log names it).
 func permanentPublishError(err error) bool {
-	if errors.Is(err, nats.ErrMaxPayload) {
+	if errors.Is(err, nats.ErrMaxPayload) || bus.StoreFull(err) {
 		return true
 	}
 	var apiErr *jetstream.APIError

@@ -76,3 +76,40 @@ func TestUnknownTypesDeadLetteredIntegration(t *testing.T) {
 	b.Publish(t, fx.Wires...)
 	rt.Eventually(t, "the run folded and closed", func() bool { _, runs := r.closes.count(); return runs == 1 })
 }
+
+// The store's room: an events stream that keeps every event for ever is
+// said at WARN when the table starts watching it; one that nears its
+// max_bytes shows in gttsplit_store_used_ratio{store="stream"} and is
+// said at WARN once (not at every watch), and again as having room once
+// the limit is raised.
+func TestStoreRoomSaidIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t) // a stream without max age or max bytes
+	var logs lockedBuf
+	r := startTableLog(t, b.URL, "room", runtable.Config{IdleTimeout: time.Hour}, zerolog.New(&logs).Level(zerolog.DebugLevel))
+	r.waitOwns(r.parts)
+	rt.Eventually(t, "the endless stream said", func() bool { return strings.Contains(logs.String(), "keeps every event for ever") })
+
+	b.Publish(t, fx.Wires...)
+	st, err := b.JS.Stream(rt.Ctx(t), "GTTSPLIT")
+	require.NoError(t, err)
+	info, err := st.Info(rt.Ctx(t))
+	require.NoError(t, err)
+	setMax := func(n int64) {
+		t.Helper()
+		cfg := info.Config
+		cfg.MaxBytes = n
+		_, err := b.JS.UpdateStream(rt.Ctx(t), cfg)
+		require.NoError(t, err)
+	}
+	setMax(int64(info.State.Bytes) * 10 / 9) // 90 % full
+	rt.Eventually(t, "the ratio and the warning", func() bool {
+		return counter(t, r.m, "gttsplit_store_used_ratio", "stream") >= 0.8 && strings.Contains(logs.String(), "nears its limit")
+	})
+	setMax(int64(info.State.Bytes) * 2)
+	rt.Eventually(t, "room again", func() bool {
+		return counter(t, r.m, "gttsplit_store_used_ratio", "stream") < 0.7 && strings.Contains(logs.String(), "has room again")
+	})
+	require.Equal(t, 1, strings.Count(logs.String(), "nears its limit"), "said once, not at every watch")
+}

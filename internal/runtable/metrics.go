@@ -42,6 +42,10 @@ type Metrics struct {
 	stalled  prometheus.Gauge
 	legacy   prometheus.Gauge
 	closeLat prometheus.Histogram
+	// The JetStream store: the events stream's size, and how full each
+	// store with a limit is (room.go).
+	streamBytes prometheus.Gauge
+	storeUsed   *prometheus.GaugeVec
 	// lanes exports the last closed split of each lane from the run
 	// index (lanes.go).
 	lanes *laneGauges
@@ -103,11 +107,15 @@ func NewMetrics() *Metrics {
 		Help: "1 while the partitioned stream of earlier versions is still being drained."})
 	m.closeLat = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gttsplit_close_seconds",
 		Help: "Time from a run's run-finished event being folded to its split handed to the sinks.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)})
+	m.streamBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_stream_bytes",
+		Help: "Size of the events stream."})
+	m.storeUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gttsplit_store_used_ratio",
+		Help: "How full a JetStream store with a limit is (0 to 1), by store: stream (the events stream's max_bytes), account (the account's store limit), server (the embedded server's store and its disk)."}, []string{"store"})
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
 		m.checkpoints, m.stateWrites, m.progress, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.streamBytes, m.storeUsed, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

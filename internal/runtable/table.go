@@ -79,6 +79,9 @@ type Config struct {
 	OnClose func(id string, r split.Report)
 	Now     func() time.Time
 	Metrics *Metrics
+	// StoreRoom, when set, reports the room of the server's JetStream
+	// store (the embedded server's); see room.go.
+	StoreRoom func() StoreRoom
 }
 
 // Table folds the runs of the partitions this aggregator owns (see the
@@ -108,6 +111,8 @@ type Table struct {
 	dlq    deadLetters
 	// origins says each event refused for its origin once per sender.
 	origins originWarnings
+	// roomW is the store watch's memory (room.go; the watch goroutine's).
+	roomW roomWatch
 	// health is what Ready reports (see watch).
 	health    health
 	stopWatch func()
