@@ -107,6 +107,8 @@ func (t *Table) deadLetter(ctx context.Context, msg bus.Msg, cause error) error 
 		reason = "origin"
 	case errors.Is(cause, errFinal):
 		reason = "final"
+	case errors.Is(cause, errNotState):
+		reason = reasonState
 	}
 	why := bus.Clip(cause.Error(), dlqReasonMax)
 	subject := bus.PublishedSubject(msg.Subject())

@@ -10,9 +10,11 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
 	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
 // retyped is a log-lines event of the fixture under another type and id.
@@ -112,4 +114,52 @@ func TestStoreRoomSaidIntegration(t *testing.T) {
 		return counter(t, r.m, "gttsplit_store_used_ratio", "stream") < 0.7 && strings.Contains(logs.String(), "has room again")
 	})
 	require.Equal(t, 1, strings.Count(logs.String(), "nears its limit"), "said once, not at every watch")
+}
+
+// A garbage value under an open run's key (the fault as found: the run
+// was dropped without a word, and its split read 540 of the 4B run's
+// 1,564 lines): the next owner says it at WARN with the key, dead-letters
+// the value (reason state, the key in a header) and folds the run again
+// from the events the stream holds, so the split is the whole run's,
+// byte for byte the replay's. Both a value that is no JSON (once taken
+// for an earlier version's marker, and purged) and one that is broken
+// JSON (once skipped).
+func TestGarbageStateRefoldedIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	for i, garbage := range [][]byte{[]byte("\x00\x13not a run state"), []byte(`{"origin":{"run_id":"` + fx.Origin.RunID + `","host`)} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			b := rt.StartBroker(t)
+			group := fmt.Sprintf("garbage%d", i)
+			half := len(fx.Wires) / 2
+			a := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour})
+			a.waitOwns(a.parts)
+			b.Publish(t, fx.Wires[:half]...)
+			b.WaitAcked(t, group) // checkpointed: the first half's messages are gone for good
+			a.stop()
+			key := runtable.OpenKey(bus.PartitionOf(fx.Origin.RunID, a.parts), fx.Origin.RunID)
+			require.NoError(t, getKey(t, b, key), "the open run's state is stored")
+			kv, err := b.JS.KeyValue(rt.Ctx(t), runtable.Bucket)
+			require.NoError(t, err)
+			_, err = kv.Put(rt.Ctx(t), key, garbage)
+			require.NoError(t, err)
+
+			var logs lockedBuf
+			c := startTableLog(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour}, zerolog.New(&logs))
+			b.Publish(t, fx.Wires[half:]...)
+			rt.Eventually(t, "the run's split", func() bool { n, _ := c.closes.count(); return n >= 1 })
+			got := c.closes.of(fx.Origin.RunID)
+			require.Len(t, got, 1)
+			js, err := split.JSON(got[0])
+			require.NoError(t, err)
+			require.Equal(t, string(fx.Want), string(js), "the whole run, refolded from the stream")
+			require.Contains(t, logs.String(), `"key":"`+key+`"`)
+			require.Contains(t, logs.String(), "unreadable run state dead-lettered")
+			dl := b.StreamMsgs(t, "gttsplit.dlq.>")
+			require.Len(t, dl, 1)
+			require.Equal(t, key, dl[0].Headers().Get("Gttsplit-State-Key"))
+			require.Equal(t, string(garbage), string(dl[0].Data()))
+			require.Equal(t, 1.0, counter(t, c.m, "gttsplit_events_dead_lettered_total", "state"))
+		})
+	}
 }

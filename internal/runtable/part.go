@@ -100,10 +100,16 @@ func (pt *part) load(ctx context.Context) error {
 	var resend []*RunState
 	n := 0
 	err := t.st.load(ctx, openPrefix(pt.p), func(e entry) error {
-		st, err := decodeStored(t, e.value)
+		st, err := decodeStored(t, e.key[len(openPrefix(pt.p)):], e.value)
 		if err != nil {
-			t.log.Warn().Str("key", e.key).Err(err).Msg("unreadable run state skipped")
-			return nil
+			// Not lost without a trace: dead-lettered, and the run
+			// folded again from the events stream (recover.go).
+			st, err := pt.recoverOpen(ctx, e.key, e.value, err)
+			if err == nil && st != nil {
+				pt.runs[st.Origin.RunID] = &liveRun{st: st, dirty: true}
+				n++
+			}
+			return err
 		}
 		if st == nil {
 			// An earlier version's marker (its value the run id): the
@@ -142,7 +148,9 @@ func (pt *part) load(ctx context.Context) error {
 			}
 			st, err := UnmarshalState(b, t.cfg.Fold)
 			if err != nil {
-				t.log.Warn().Str("key", e.key).Err(err).Msg("unreadable run state: its split is not sent again")
+				id, _ := runOfKey(e.key[len(pendPrefix(pt.p)):])
+				t.deadLetterState(ctx, e.key[len(pendPrefix(pt.p)):], events.Origin{RunID: id}, b, err)
+				t.log.Warn().Str("key", e.key[len(pendPrefix(pt.p)):]).Err(err).Msg("unreadable run state dead-lettered: its split is not sent again")
 				return nil
 			}
 			resend = append(resend, st)
@@ -265,7 +273,9 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 	t0 := time.Now()
 	var r *liveRun
 	for {
-		if r, err = pt.run(ctx, d.Origin); err != nil {
+		if r, err = pt.run(ctx, d.Origin); errors.Is(err, errNotState) {
+			return t.deadLetter(ctx, msg, err)
+		} else if err != nil {
 			return err // the bucket is not reachable: redelivered later
 		}
 		pt.mu.Lock()
@@ -394,7 +404,10 @@ func (pt *part) readClosed(ctx context.Context, o events.Origin) (*liveRun, erro
 	case err == nil:
 		st, err := UnmarshalState(b, pt.t.cfg.Fold)
 		if err != nil {
-			return nil, err
+			// Said and dead-lettered (once: the dead letter's id is
+			// the value's); the event meets no state to fold into.
+			pt.t.deadLetterState(ctx, stateKey(o.RunID), o, b, err)
+			return nil, fmt.Errorf("%w: the closed state of run %q: %w", errNotState, o.RunID, err)
 		}
 		return &liveRun{st: st}, nil
 	case errors.Is(err, errNotFound):

@@ -337,7 +337,7 @@ func (t *Table) read(ctx context.Context, id string) (*RunState, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := decodeStored(t, b)
+	st, err := decodeStored(t, stateKey(id), b)
 	if err != nil {
 		return nil, err
 	}
@@ -347,12 +347,16 @@ func (t *Table) read(ctx context.Context, id string) (*RunState, error) {
 	return st, nil
 }
 
-// decodeStored decodes a stored value: a state, or the marker an earlier
-// version left under a run's open key (its bare run id), whose state is
-// read from the run's closed key.
-func decodeStored(t *Table, b []byte) (*RunState, error) {
+// decodeStored decodes a value stored under the open key of the run whose
+// closed key is skey: a state, or the marker an earlier version left there
+// (the bare run id, nil here), whose state is read from the run's closed
+// key. Anything else is an error (errNotState, or the state's decoding).
+func decodeStored(t *Table, skey string, b []byte) (*RunState, error) {
 	if len(b) > 0 && b[0] != '{' {
-		return nil, nil
+		if stateKey(string(b)) == skey {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: %d bytes, starting %q", errNotState, len(b), b[:min(len(b), 32)])
 	}
 	return UnmarshalState(b, t.cfg.Fold)
 }
