@@ -36,6 +36,10 @@ type Config struct {
 	Stream string `mapstructure:"stream" desc:"JetStream stream of the events"`
 	// ConnectTimeout bounds one connection attempt.
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout" desc:"timeout for connecting to NATS"`
+	// PingInterval is how often the client pings the broker; a connection
+	// whose broker answered none of MaxPingsOut+1 pings in a row is cut
+	// off (CutOffAfter).
+	PingInterval time.Duration `mapstructure:"ping_interval" desc:"how often the client pings the broker; a broker that answers none of 3 pings in a row is taken as cut off (the collector spools, both reconnect) after about 3 intervals"`
 	// MaxInFlight and AckTimeout are a Publisher's: see the package doc.
 	MaxInFlight int           `mapstructure:"max_in_flight" desc:"maximum published events awaiting the broker's acknowledgement"`
 	AckTimeout  time.Duration `mapstructure:"ack_timeout" desc:"time an event waits for the broker's acknowledgement before it goes to the spool (run, attach) or is sent again (replay); a connected broker that answers later gets twice as long, up to 8 times"`
@@ -62,6 +66,7 @@ func DefaultConfig() Config {
 	return Config{
 		Stream:          DefaultStream,
 		ConnectTimeout:  5 * time.Second,
+		PingInterval:    2 * time.Second,
 		MaxInFlight:     256,
 		AckTimeout:      5 * time.Second,
 		Replicas:        1,
@@ -69,6 +74,15 @@ func DefaultConfig() Config {
 		StreamMaxAge:    DefaultStreamMaxAge,
 	}
 }
+
+// MaxPingsOut is how many pings may go unanswered: the next one declares
+// the connection stale.
+const MaxPingsOut = 2
+
+// CutOffAfter is the longest a connection whose broker went silent (a
+// network cut, a frozen broker) counts as up: the pings of that long went
+// unanswered.
+func (c Config) CutOffAfter() time.Duration { return time.Duration(MaxPingsOut+1) * c.PingInterval }
 
 // DefaultStreamMaxAge is nats.stream_max_age's default: 30 days, what
 // store.retention keeps a closed run by default.
@@ -112,6 +126,7 @@ func (c Config) Validate() error {
 	}
 	p.Check("stream", conf.Name(c.Stream))
 	p.Positive("connect_timeout", c.ConnectTimeout)
+	p.Positive("ping_interval", c.PingInterval)
 	p.AtLeast("max_in_flight", int64(c.MaxInFlight), 1)
 	p.Positive("ack_timeout", c.AckTimeout)
 	if c.Replicas < 1 || c.Replicas > 5 {

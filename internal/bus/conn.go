@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,9 +47,28 @@ type DialOptions struct {
 	ReconnectWait time.Duration
 }
 
+// connState is whether a connection made by Connect is up, as its
+// handlers say: nats.Conn's own IsConnected takes the connection's lock,
+// which a reconnect attempt holds for as long as it dials and waits for
+// the server (up to connect_timeout), so a publisher asking it while the
+// broker is cut off would stall with it.
+type connState struct{ up atomic.Bool }
+
+// states holds the connState of every open connection Connect made.
+var states sync.Map // *nats.Conn → *connState
+
+// connected reports whether nc is up without waiting for its lock (for a
+// connection Connect made; any other is asked directly).
+func connected(nc *nats.Conn) bool {
+	if st, ok := states.Load(nc); ok {
+		return st.(*connState).up.Load()
+	}
+	return nc.IsConnected()
+}
+
 // options turns the config into nats.go options; tlsWarn says a TLS
-// failure of a reconnect attempt.
-func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning) ([]nats.Option, error) {
+// failure of a reconnect attempt, state follows the connection's status.
+func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning, state *connState) ([]nats.Option, error) {
 	name := opt.Name
 	if name == "" {
 		name = "gttsplit"
@@ -72,6 +92,7 @@ func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning)
 		// spool's back after the reconnect, which would break the order.
 		nats.ReconnectBufSize(-1),
 		nats.ConnectHandler(func(nc *nats.Conn) {
+			state.up.Store(true)
 			tlsWarn.reset()
 			log.Info().Str("url", redact.URLList(nc.ConnectedUrl())).Msg("nats connected")
 		}),
@@ -83,15 +104,26 @@ func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning)
 			tlsWarn.first(err)
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			state.up.Store(false)
 			if err == nil { // closed on purpose
 				log.Debug().Msg("nats disconnected")
+				return
+			}
+			if errors.Is(err, nats.ErrStaleConnection) {
+				log.Warn().Err(err).Dur("silent_for", c.CutOffAfter()).
+					Msg("nats disconnected: the broker answered no ping (a network cut, or a frozen broker); reconnecting")
 				return
 			}
 			log.Warn().Err(err).Msg("nats disconnected")
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			state.up.Store(true)
 			tlsWarn.reset()
 			log.Info().Str("url", redact.URLList(nc.ConnectedUrl())).Msg("nats reconnected")
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			state.up.Store(false)
+			states.Delete(nc)
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
@@ -113,6 +145,13 @@ func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning)
 	}
 	if opt.Host != "" {
 		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(opt.Host)))
+	}
+	if c.PingInterval > 0 {
+		// A cut-off broker (no RST: a network partition, a frozen
+		// server) is noticed by its silence within CutOffAfter, not
+		// after the client's default of minutes: the collector spools
+		// meanwhile, a reconnect follows.
+		opts = append(opts, nats.PingInterval(c.PingInterval), nats.MaxPingsOutstanding(MaxPingsOut))
 	}
 	switch {
 	case c.Token != "":
@@ -153,7 +192,8 @@ func Connect(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logge
 	}
 	log = log.With().Str("component", "nats").Logger()
 	tlsWarn := &tlsWarning{log: log, servers: serverNames(cfg.URL), firstErr: make(chan error, 1)}
-	opts, err := options(cfg, opt, log, tlsWarn)
+	state := &connState{}
+	opts, err := options(cfg, opt, log, tlsWarn, state)
 	if err != nil {
 		return nil, fmt.Errorf("nats connect: %w", err)
 	}
@@ -169,6 +209,10 @@ func Connect(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("nats connect %s: %w", redact.URLList(cfg.URL), err)
 	}
+	// The handlers keep it current from here on (they run after the
+	// status changed, in order).
+	state.up.Store(nc.IsConnected())
+	states.Store(nc, state)
 	if err := ctx.Err(); err != nil {
 		nc.Close()
 		return nil, err

@@ -44,6 +44,12 @@
 //
 // # Spool
 //
+// A broker that goes silent without closing the connection (a network
+// cut) is noticed by its unanswered pings within Config.CutOffAfter; the
+// publisher reads the connection's state from its handlers, never waiting
+// for the connection's lock, which a reconnect attempt holds while it
+// waits for the broker.
+//
 // When the broker cannot be reached, or an event in flight fails (timeout,
 // disconnection, no stream, a full store), that event, every event after it
 // that is still in flight, and every new event go to the spool, an

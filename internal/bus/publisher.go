@@ -215,7 +215,7 @@ func (p *Publisher) handOver(ctx context.Context, e *entry) error {
 func (p *Publisher) Dropped() uint64 { return p.pump.n.dropped.Load() }
 
 // Connected reports whether the publisher's connection to the broker is up.
-func (p *Publisher) Connected() bool { return p.nc.IsConnected() }
+func (p *Publisher) Connected() bool { return connected(p.nc) }
 
 // Stats returns the publisher's counters.
 func (p *Publisher) Stats() PublisherStats { return p.pump.n.stats() }
@@ -274,7 +274,7 @@ func (p *Publisher) drainConn(ctx context.Context) error {
 	if p.nc.IsClosed() {
 		return nil
 	}
-	if !p.nc.IsConnected() {
+	if !connected(p.nc) {
 		p.nc.Close()
 		return nil
 	}

@@ -147,7 +147,7 @@ func newPump(nc *nats.Conn, js jetstream.JetStream, sp *spool, cfg PublisherConf
 func (pm *pump) publish(ctx context.Context, e *entry) error {
 	for {
 		pm.mu.Lock()
-		if pm.spooling || pm.queued > 0 || !pm.nc.IsConnected() {
+		if pm.spooling || pm.queued > 0 || !connected(pm.nc) {
 			break // the pump sends, spools or fails over, in order
 		}
 		if len(pm.inflight) >= pm.window {
@@ -254,7 +254,7 @@ func (pm *pump) run() {
 			return
 		}
 		if pm.inClosed && len(pm.inflight) == 0 &&
-			(!pm.spooling || (pm.sp.empty() && len(pm.held) == 0) || !pm.nc.IsConnected()) {
+			(!pm.spooling || (pm.sp.empty() && len(pm.held) == 0) || !connected(pm.nc)) {
 			pm.loseHeld()
 			pm.unlock()
 			return
@@ -423,7 +423,7 @@ func (pm *pump) accept(e *entry) {
 		pm.toSpool(batch)
 		return
 	}
-	if !pm.nc.IsConnected() {
+	if !connected(pm.nc) {
 		pm.failover(e, nats.ErrDisconnected)
 		return
 	}
@@ -502,7 +502,7 @@ func (pm *pump) headAcked() {
 func (pm *pump) headFailed(err error) {
 	e := pm.inflight[0]
 	pm.sayNoStream(e.w, err)
-	slow := errors.Is(err, jetstream.ErrAsyncPublishTimeout) && pm.nc.IsConnected()
+	slow := errors.Is(err, jetstream.ErrAsyncPublishTimeout) && connected(pm.nc)
 	if slow && pm.slow.level < maxPatience {
 		// Connected, and the ack is late: the broker is slow, not away.
 		// Later sends (the spool's drain included) wait longer.
@@ -580,7 +580,7 @@ func (pm *pump) waitSlow(err error) bool {
 // may not), so they wait in the spool until the aggregator (or an
 // operator) creates it.
 func (pm *pump) sayNoStream(w events.Wire, err error) {
-	if pm.noStream || !pm.nc.IsConnected() ||
+	if pm.noStream || !connected(pm.nc) ||
 		!(errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) {
 		return
 	}

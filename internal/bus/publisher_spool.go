@@ -22,7 +22,7 @@ type fullEpisode struct {
 // fill sends spooled events while the broker is connected, and the held
 // run events once the spool is empty.
 func (pm *pump) fill() {
-	if pm.aborted || time.Now().Before(pm.nextTry) || !pm.nc.IsConnected() {
+	if pm.aborted || time.Now().Before(pm.nextTry) || !connected(pm.nc) {
 		return
 	}
 	if len(pm.held) > 0 && pm.sp.empty() && len(pm.inflight) == 0 {
