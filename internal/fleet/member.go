@@ -609,9 +609,14 @@ type PartitionView struct {
 }
 
 // View returns every partition's owner as this member sees it, and the
-// live members.
+// live members: those whose member key came back within the member TTL.
+// While this member's own key does not come back (the members bucket's
+// watch is behind: its leader being elected, this member cut off), it
+// cannot tell a dead member from a late watch, and returns the members
+// of its last fresh view instead.
 func (m *Member) View() ([]PartitionView, []string) {
 	now := mono()
+	ttl := memberBeats * m.cfg.Heartbeat
 	m.mu.Lock()
 	out := make([]PartitionView, len(m.holders))
 	for p, h := range m.holders {
@@ -621,9 +626,14 @@ func (m *Member) View() ([]PartitionView, []string) {
 	for p, hl := range m.held {
 		held[p] = hl.l
 	}
+	// The freshest a member can look is our own key's last return.
+	since := now
+	if m.seen && now-m.selfAt > ttl {
+		since = m.selfAt
+	}
 	var members []string
 	for id, at := range m.members {
-		if now-at <= memberBeats*m.cfg.Heartbeat {
+		if since-at <= ttl {
 			members = append(members, id)
 		}
 	}

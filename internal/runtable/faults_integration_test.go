@@ -163,3 +163,30 @@ func TestGarbageStateRefoldedIntegration(t *testing.T) {
 		})
 	}
 }
+
+// gttsplit_partitions_unowned counts the partitions nobody folds: after an
+// owner is killed its leases live on until their time to live runs out
+// (10 s here), but their holder is no live member once its member key is
+// not renewed (5 heartbeats, 0.5 s here): the survivor counts them at
+// once (it read 0 for the whole time to live), and 0 again once it took
+// them over.
+func TestUnownedCountsDeadOwnersIntegration(t *testing.T) {
+	skipShort(t)
+	b := rt.StartBroker(t)
+	const lease = 10 * time.Second
+	a := startTable(t, b.URL, "unowned", runtable.Config{IdleTimeout: time.Hour}, lease)
+	c := startTable(t, b.URL, "unowned", runtable.Config{IdleTimeout: time.Hour}, lease)
+	rt.Eventually(t, "the partitions shared", func() bool { return a.owned() > 0 && c.owned() > 0 && a.owned()+c.owned() == a.parts })
+	unowned := func() int {
+		c.m.ObserveFleet(c.member.View())
+		return int(counter(t, c.m, "gttsplit_partitions_unowned"))
+	}
+	require.Zero(t, unowned(), "every partition has a live owner")
+	held := a.owned()
+	killed := time.Now()
+	a.crash()
+	rt.Eventually(t, "the killed owner's partitions counted", func() bool { return unowned() == held })
+	require.Less(t, time.Since(killed), lease, "counted while its leases still lived")
+	rt.Eventually(t, "taken over", func() bool { return c.owned() == c.parts })
+	require.Zero(t, unowned())
+}

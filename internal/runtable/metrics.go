@@ -1,6 +1,7 @@
 package runtable
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,9 +99,9 @@ func NewMetrics() *Metrics {
 	m.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_fleet_members",
 		Help: "Live aggregators of this group as this aggregator sees them."})
 	m.owner = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gttsplit_partition_owned",
-		Help: "1 for each partition this aggregator owns, 0 for one another member owns, -1 for one without an owner (as this aggregator sees the leases)."}, []string{"partition"})
+		Help: "1 for each partition this aggregator owns, 0 for one another live member owns, -1 for one without a live owner (no lease, or its holder stopped heartbeating; as this aggregator sees the leases and members)."}, []string{"partition"})
 	m.unowned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_partitions_unowned",
-		Help: "Partitions whose lease no member holds (as this aggregator sees the leases)."})
+		Help: "Partitions no live member holds: no lease, or its holder stopped heartbeating (killed, cut off) while its lease runs out (as this aggregator sees the leases and members)."})
 	m.stalled = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_partitions_stalled",
 		Help: "Partitions this aggregator owns whose events stopped reaching it: messages wait in the stream but none was delivered (nor a heartbeat of the consumer) for several seconds."})
 	m.legacy = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_legacy_stream",
@@ -134,7 +135,10 @@ func (m *Metrics) ObserveSink(e sinks.Event) {
 	}
 }
 
-// ObserveFleet sets the fleet's metrics from a member's view.
+// ObserveFleet sets the fleet's metrics from a member's view. A partition
+// is unowned when no lease of it is held, or the member holding it is no
+// live member any more (killed: its lease lives on until its time to live
+// runs out, its partition folded by nobody meanwhile).
 func (m *Metrics) ObserveFleet(view []fleet.PartitionView, members []string) {
 	m.members.Set(float64(len(members)))
 	unowned := 0
@@ -143,7 +147,7 @@ func (m *Metrics) ObserveFleet(view []fleet.PartitionView, members []string) {
 		switch {
 		case v.Mine:
 			x = 1
-		case v.Owner == "":
+		case v.Owner == "" || len(members) > 0 && !slices.Contains(members, v.Owner):
 			x = -1
 			unowned++
 		}
