@@ -3,6 +3,7 @@ package runtable
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
@@ -60,6 +61,7 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	t.m.checkpoints.Inc()
 
 	var werr error
+	wrote := false
 	for len(dirty) > 0 && werr == nil {
 		chunk := dirty[:min(len(dirty), checkpointChunk)]
 		dirty = dirty[len(chunk):]
@@ -72,7 +74,9 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 		}
 		pt.mu.Unlock()
 		for i, sn := range snaps {
-			if werr = pt.write(ctx, sn); werr != nil {
+			if werr = pt.write(ctx, sn); werr == nil {
+				wrote = true
+			} else {
 				// This run and the rest of the chunk stay changed.
 				pt.mu.Lock()
 				for _, s := range snaps[i:] {
@@ -93,7 +97,12 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 		pt.mu.Lock()
 		pt.ckpt = taken
 		pt.mu.Unlock()
-		pt.recovered()
+		if wrote {
+			// Only a write that went through ends a failing episode:
+			// a checkpoint with nothing to write says nothing of the
+			// bucket (readiness stayed honest).
+			pt.recovered()
+		}
 	}
 	if !final || werr == nil {
 		pt.afterCheckpoint(ctx)
@@ -148,14 +157,17 @@ func (pt *part) settleAcks(batch []pendingMsg, final bool) {
 	pt.mu.Unlock()
 }
 
-// fail records a failed checkpoint: the next is tried later (doubling up
-// to maxBackoff), and a full store is said once and reported by Ready.
+// fail records a failed write of the bucket (a checkpoint's, a close's):
+// the next is tried later (doubling up to maxBackoff), and a full store is
+// said once per episode and reported by Ready until a write goes through.
+// pt.ckptMu is held.
 func (pt *part) fail(err error) {
 	t := pt.t
 	pt.backoff = min(max(2*pt.backoff, t.cfg.Consumer.CheckpointInterval), maxBackoff)
-	full := bus.StoreFull(err)
+	pt.retryAt = time.Now().Add(pt.backoff)
+	full := bus.StoreFull(err) || errors.Is(err, errReserve)
 	if full {
-		t.health.set("store", "the state bucket's store is full (insufficient resources): checkpoints wait and retry; events wait unacknowledged")
+		t.health.set(pt.storeCond(), "the state bucket's store is full (insufficient resources): checkpoints wait and retry; events wait unacknowledged")
 	}
 	if !pt.failing {
 		pt.failing = true
@@ -164,19 +176,26 @@ func (pt *part) fail(err error) {
 			ev = t.log.Warn()
 		}
 		ev.Err(err).Int("partition", pt.p).Dur("retry_in", pt.backoff.Round(time.Millisecond)).
-			Msg("checkpoint failed: run states not written; their events wait unacknowledged and the checkpoint is tried again")
+			Msg("checkpoint failed: run states not written (nor closed runs); their events wait unacknowledged and the writes are tried again, later each time")
 	}
 }
 
-// recovered ends a failing episode.
+// recovered ends a failing episode: a write went through. pt.ckptMu is
+// held.
 func (pt *part) recovered() {
 	if pt.failing {
 		pt.failing = false
 		pt.t.log.Info().Int("partition", pt.p).Msg("checkpoints written again")
 	}
 	pt.backoff = 0
-	pt.t.health.clear("store")
+	pt.retryAt = time.Time{}
+	pt.t.health.clear(pt.storeCond())
 }
+
+// storeCond is the partition's readiness condition of a full store: each
+// partition's own, so one that has nothing to write does not clear
+// another's.
+func (pt *part) storeCond() string { return "store." + strconv.Itoa(pt.p) }
 
 // checkpointAge is the time since the runs in memory were last all written.
 func (pt *part) checkpointAge() time.Duration {

@@ -60,6 +60,9 @@ type closing struct {
 // earlier event acknowledged) or idle. pt.ckptMu is held.
 func (pt *part) closeDue(ctx context.Context) {
 	t := pt.t
+	if pt.failing && time.Now().Before(pt.retryAt) {
+		return // the bucket refuses writes: the closes wait out the back-off too
+	}
 	now := t.cfg.Now()
 	var floor *uint64 // read once, when a finished run needs it
 	var cs []*closing
@@ -107,12 +110,21 @@ func (pt *part) closeDue(ctx context.Context) {
 	}
 	pt.mu.Lock()
 	var done []*closing
+	var failed error
 	for _, c := range cs {
 		if pt.closed1(c) {
 			done = append(done, c)
 		}
+		if c.err != nil && !errors.Is(c.err, fleet.ErrLost) {
+			failed = c.err
+		}
 	}
 	pt.mu.Unlock()
+	if failed != nil {
+		pt.fail(failed) // said once per episode, with the checkpoints'
+	} else {
+		pt.recovered()
+	}
 	for _, c := range done {
 		pt.deliver(ctx, c)
 	}
@@ -235,7 +247,7 @@ func (pt *part) closed1(c *closing) bool {
 	if c.err != nil {
 		if !errors.Is(c.err, fleet.ErrLost) {
 			t.m.persistErrs.Inc()
-			t.log.Error().Err(c.err).Str("run_id", id).Msg("closed state not written; the run is closed again later")
+			t.log.Debug().Err(c.err).Str("run_id", id).Msg("closed state not written; the run is closed again later")
 		}
 		return false
 	}

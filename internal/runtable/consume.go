@@ -283,8 +283,10 @@ func (h *health) report() (bool, string) {
 	defer h.mu.Unlock()
 	var why []string
 	for name, w := range h.conds {
-		if h.seen[name] >= missedWatches || name == "store" {
-			why = append(why, w)
+		if h.seen[name] >= missedWatches || strings.HasPrefix(name, "store.") {
+			if !slices.Contains(why, w) {
+				why = append(why, w)
+			}
 		}
 	}
 	if len(why) == 0 {

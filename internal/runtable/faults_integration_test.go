@@ -190,3 +190,77 @@ func TestUnownedCountsDeadOwnersIntegration(t *testing.T) {
 	rt.Eventually(t, "taken over", func() bool { return c.owned() == c.parts })
 	require.Zero(t, unowned())
 }
+
+// A full state bucket (the fault as found: the closed-state write was
+// tried ~19 times a second per run with an ERROR each, /readyz flapped
+// back to ready while nothing could be written, and every partition's
+// lease, in the same bucket, was lost within the lease's time to live).
+// The bucket's max_bytes is reached by the table's own writes (runs that
+// close): their writes back off with the checkpoints' (a few attempts,
+// one line), the table stays not ready for as long as nothing can be
+// written, and it keeps every lease past several times to live (the run
+// states stop short of max_bytes by the leases' reserve). Once there is
+// room, every run is written, once.
+func TestStoreFullKeepsLeasesIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	ctx := rt.Ctx(t)
+	var logs lockedBuf
+	const lease = 8 * time.Second // renewed in time on a loaded machine under -race
+	r := startTableLog(t, b.URL, "fullkeep", runtable.Config{IdleTimeout: time.Hour,
+		Consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second}},
+		zerolog.New(&logs).Level(zerolog.InfoLevel), lease)
+	r.waitOwns(r.parts)
+	st, err := b.JS.Stream(ctx, "KV_"+runtable.Bucket)
+	require.NoError(t, err)
+	// One run first: its states show how large a run is in the bucket.
+	b.Publish(t, fx.Wires...)
+	rt.Eventually(t, "the first run", func() bool { n, _ := r.closes.count(); return n == 1 })
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	before := int64(info.State.Bytes)
+	cfg := info.Config
+	cfg.MaxBytes = before + 200<<10 // room for the reserve and a little: a few runs fill it
+	_, err = b.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	rt.Eventually(t, "the table to see the bucket's max_bytes", func() bool {
+		return counter(t, r.m, "gttsplit_store_used_ratio", "bucket") > 0
+	})
+
+	runs := rt.Gen(t, 12, fx)
+	for _, g := range runs {
+		b.Publish(t, g.Wires...)
+	}
+	rt.Eventually(t, "not ready: the store is full", func() bool {
+		ok, why := r.tbl.Ready()
+		return !ok && strings.Contains(why, "store is full")
+	})
+	full, err := st.Info(ctx)
+	require.NoError(t, err)
+	t.Logf("the bucket: %d of %d bytes", full.State.Bytes, cfg.MaxBytes)
+	require.GreaterOrEqual(t, cfg.MaxBytes-int64(full.State.Bytes), int64(64<<10), "the leases' reserve (64 KiB) is left")
+	// Watch for twice the leases' time to live: never ready, every lease
+	// kept, the writes backing off.
+	errs0 := counter(t, r.m, "gttsplit_state_persist_errors_total")
+	for end := time.Now().Add(2 * lease); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		ok, _ := r.tbl.Ready()
+		require.False(t, ok, "ready while nothing can be written")
+		require.Equal(t, r.parts, r.owned(), "a lease lost while the store is full: %s", logs.String())
+	}
+	attempts := counter(t, r.m, "gttsplit_state_persist_errors_total") - errs0
+	// Backing off to 5 s: a handful of attempts per partition that writes
+	// in 16 s, where every tick (20 a second) tried every closing run.
+	require.Less(t, attempts, float64(6*r.parts), "writes backed off")
+	require.LessOrEqual(t, strings.Count(logs.String(), `"level":"error"`), 0, logs.String())
+	require.Less(t, strings.Count(logs.String(), "checkpoint failed"), r.parts+1, "said once per partition and episode")
+
+	cfg.MaxBytes = -1
+	_, err = b.JS.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	rt.Eventually(t, "every run written", func() bool { n, _ := r.closes.count(); return n == 1+len(runs) })
+	rt.Eventually(t, "ready again", func() bool { ok, _ := r.tbl.Ready(); return ok })
+	for _, g := range runs {
+		require.Len(t, r.closes.of(g.Origin.RunID), 1, "written once")
+	}
+}

@@ -111,7 +111,7 @@ func NewMetrics() *Metrics {
 	m.streamBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_stream_bytes",
 		Help: "Size of the events stream."})
 	m.storeUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gttsplit_store_used_ratio",
-		Help: "How full a JetStream store with a limit is (0 to 1), by store: stream (the events stream's max_bytes), account (the account's store limit), server (the embedded server's store and its disk)."}, []string{"store"})
+		Help: "How full a JetStream store with a limit is (0 to 1), by store: stream (the events stream's max_bytes), bucket (the state bucket's max_bytes), account (the account's store limit), server (the embedded server's store and its disk)."}, []string{"store"})
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,

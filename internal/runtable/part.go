@@ -40,8 +40,11 @@ type part struct {
 	// writes), Table.mu, and the sinks' and Deliveries' locks (a closed
 	// run's split); ckptMu must not be taken while any of them is held.
 	ckptMu  sync.Mutex
-	backoff time.Duration // after a failed checkpoint
-	failing bool          // the last checkpoint failed (logged once)
+	backoff time.Duration // after a failed write of the bucket
+	failing bool          // the last write failed (said once)
+	// retryAt: a failing partition does not close runs before it (their
+	// writes wait out the same back-off as its checkpoints).
+	retryAt time.Time
 
 	kick     chan struct{}
 	stopLoop func()

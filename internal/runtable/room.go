@@ -15,6 +15,8 @@ import (
 // passes nearFull of its limit (again once it fell under roomAgain):
 //
 //   - stream: the events stream against its max_bytes;
+//   - bucket: the state bucket against its max_bytes (the run states stop
+//     leaseReserve short of it: store.go);
 //   - account: the account's JetStream store against its limit;
 //   - server: the embedded server's store against its max_file_store and
 //     the room left on its disk (Config.StoreRoom).
@@ -53,6 +55,13 @@ func (t *Table) room(ctx context.Context, info *jetstream.StreamInfo) {
 	rw := &t.roomW
 	if rw.said == nil {
 		rw.said = map[string]bool{}
+	}
+	// The state bucket's size against its max_bytes: the run states keep
+	// off the leases' reserve (store.go).
+	t.st.refreshRoom(ctx)
+	if mx := t.st.room.max.Load(); mx > 0 {
+		t.fill("bucket", uint64(t.st.room.used.Load()), uint64(mx),
+			fmt.Sprintf("the state bucket %s's max_bytes: the run states stop %d KiB short of it, kept for the partitions' leases, and wait", Bucket, leaseReserve>>10))
 	}
 	if info != nil {
 		t.m.streamBytes.Set(float64(info.State.Bytes))

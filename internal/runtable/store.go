@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -127,6 +128,44 @@ type store struct {
 	kv     jetstream.KeyValue
 	subj   string // $KV.<bucket>.
 	stream string // KV_<bucket>
+	// room is how full the bucket is, against its max_bytes: the run
+	// states stop short of it by leaseReserve, so that the partitions'
+	// leases (renewed in the same bucket, and tiny) always have room.
+	room bucketRoom
+}
+
+// leaseReserve is the room of a bucket with a max_bytes that the run
+// states leave to the leases: a lease renewal is a few hundred bytes
+// written before its previous revision is dropped.
+const leaseReserve = 64 << 10
+
+// errReserve is a write the store refused itself: it would eat into the
+// leases' reserve of a bucket near its max_bytes.
+var errReserve = errors.New("the state bucket is full: what is left of its max_bytes is kept for the partitions' leases")
+
+// bucketRoom is the bucket's size against its max_bytes, as the table's
+// watch last read it, plus what was written since (an overestimate: a
+// rewritten key's old value is dropped).
+type bucketRoom struct {
+	max  atomic.Int64 // <= 0: no max_bytes
+	used atomic.Int64
+}
+
+// fits reports whether n more bytes leave the leases their reserve.
+func (r *bucketRoom) fits(n int) bool {
+	mx := r.max.Load()
+	return mx <= 0 || r.used.Load()+int64(n) <= mx-leaseReserve
+}
+
+// refreshRoom reads the bucket's size and max_bytes.
+func (s *store) refreshRoom(ctx context.Context) {
+	st, err := s.js.Stream(ctx, s.stream)
+	if err != nil {
+		return
+	}
+	info := st.CachedInfo()
+	s.room.max.Store(info.Config.MaxBytes)
+	s.room.used.Store(int64(info.State.Bytes))
 }
 
 func newStore(js jetstream.JetStream, kv jetstream.KeyValue) *store {
@@ -135,7 +174,16 @@ func newStore(js jetstream.JetStream, kv jetstream.KeyValue) *store {
 
 // put writes key, fenced by l.
 func (s *store) put(ctx context.Context, l *fleet.Lease, key string, b []byte) error {
-	return s.publishFenced(ctx, l, &nats.Msg{Subject: s.subj + key, Data: b})
+	m := &nats.Msg{Subject: s.subj + key, Data: b}
+	n := len(m.Subject) + len(b) + 64
+	if !s.room.fits(n) {
+		return errReserve
+	}
+	if err := s.publishFenced(ctx, l, m); err != nil {
+		return err
+	}
+	s.room.used.Add(int64(n))
+	return nil
 }
 
 // purge removes key with every revision, fenced by l; the marker it
