@@ -15,8 +15,8 @@ import (
 // the page cache in place, nothing is copied (a read copies every byte
 // out of the page cache into the process, which is most of what reading
 // a log costs). The blocks' pages are released once applied, so the
-// mapping's resident part is the blocks in flight (at most mapInFlight
-// bytes), not the file. What follows the last newline (a line without its
+// mapping's resident part is the blocks in flight (see mapWindow), not
+// the file. What follows the last newline (a line without its
 // newline, what was appended since the file was opened) is read with
 // ReadAt. It returns errNoMap, having fed nothing, when the file cannot
 // be mapped (a file system without mmap, no address space this large).
@@ -29,8 +29,14 @@ func readLogMapped(feed *split.LogFeed, f *os.File, size int64, block, workers i
 		return 0, errNoMap
 	}
 	defer syscall.Munmap(m)
-	w := max(1, min(workers, mapInFlight/block/2))
-	return readPieces(feed, &mapBlocks{m: m, block: block, page: os.Getpagesize()}, f, size, block, w, 2*w)
+	return readMapped(feed, &mapBlocks{m: m, block: block, page: os.Getpagesize()}, f, size, workers)
+}
+
+// readMapped feeds the log of the mapping src.m (of f, size bytes) to
+// feed, the blocks in flight as mapWindow bounds them.
+func readMapped(feed *split.LogFeed, src *mapBlocks, f *os.File, size int64, workers int) (uint64, error) {
+	w, inflight := mapWindow(src.block, workers)
+	return readPieces(feed, src, f, size, src.block, w, inflight)
 }
 
 // dontNeed drops b's pages from the mapping (they stay in the page

@@ -2,13 +2,18 @@ package offline
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -213,4 +218,105 @@ func BenchmarkMapCosts(b *testing.B) {
 			})
 		}
 	}
+}
+
+// The mapping's resident pages stay within the blocks in flight, at most
+// mapInFlight bytes, however the goroutines are scheduled: on one core or
+// with more workers than cores, with goroutines spinning beside them, and
+// with an applier that sleeps at every block (the workers stop; they do
+// not scan ahead). The mapping's Rss (/proc/self/smaps) is read each time
+// a block is released.
+func TestMappedResidentStaysInFlight(t *testing.T) {
+	// Not parallel: it sets GOMAXPROCS.
+	p := filepath.Join(t.TempDir(), "server.log")
+	w, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, err := perftest.WriteServerLog(w, 12*mapBlock)
+	if err == nil {
+		err = w.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := ""
+	for _, c := range []struct{ procs, workers, hogs int }{{1, 2, 2}, {2, 8, 3}, {4, 16, 4}} {
+		t.Run(fmt.Sprintf("procs%d-workers%d", c.procs, c.workers), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(c.procs))
+			stop := make(chan struct{})
+			var hogs sync.WaitGroup
+			for range c.hogs {
+				hogs.Go(func() {
+					for n := 0; ; n++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						for i := 0; i < 1<<16; i++ {
+							n ^= i
+						}
+					}
+				})
+			}
+			defer func() { close(stop); hogs.Wait() }()
+			m, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Munmap(m)
+			var peak int64
+			src := &mapBlocks{m: m, block: mapBlock, page: os.Getpagesize(), released: func(k int64) {
+				peak = max(peak, mappingRss(t, m))
+				time.Sleep(5 * time.Millisecond) // a starved applier
+			}}
+			fo := split.NewFold(split.Options{})
+			n, err := readMapped(fo.NewLogFeed("log"), src, f, size, c.workers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := folded(t, fo, n)
+			if want == "" {
+				want = got
+			} else if got != want {
+				t.Fatal("the fold differs between the schedules")
+			}
+			_, inflight := mapWindow(mapBlock, c.workers)
+			t.Logf("%d blocks in flight, the mapping's peak Rss %d KiB", inflight, peak>>10)
+			if peak > mapInFlight || peak > int64(inflight)*mapBlock {
+				t.Fatalf("the mapping held %d KiB resident: more than the %d blocks of %d KiB in flight (at most %d KiB)", peak>>10, inflight, mapBlock>>10, mapInFlight>>10)
+			}
+		})
+	}
+}
+
+// mappingRss is the resident size of the mapping m (its Rss in
+// /proc/self/smaps).
+func mappingRss(t *testing.T, m []byte) int64 {
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := fmt.Sprintf("%x-", uintptr(unsafe.Pointer(&m[0])))
+	in := false
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(l, head):
+			in = true
+		case in && strings.HasPrefix(l, "Rss:"):
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(l, "Rss:")), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(l, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no mapping at %s in /proc/self/smaps", head)
+	return 0
 }

@@ -242,11 +242,25 @@ var errNoMap = errors.New("cannot map the file")
 // mapBlock is the block of a mapped file: the workers touch the mapping
 // page by page as they scan, so its size costs no copy; a larger block is
 // fewer releases and hand-overs, a smaller one less resident. mapInFlight
-// bounds what the blocks in flight hold.
+// bounds what the blocks in flight hold (see mapWindow).
 const (
 	mapBlock    = 4 << 20
-	mapInFlight = 64 << 20
+	mapInFlight = 32 << 20
 )
+
+// mapWindow returns how many workers scan a mapped file in blocks of
+// block bytes and how many blocks are in flight (taken by a worker and
+// not yet applied and released): two a worker, at most mapInFlight bytes
+// whatever the number of cores, and a worker fewer than blocks. A worker
+// takes a block only with a piece the applier gave back, and the applier
+// gives a piece back only once its block is released, so this bounds the
+// mapping's resident pages by construction, however the goroutines are
+// scheduled: a starved applier stops the workers, it does not let them
+// run ahead.
+func mapWindow(block, workers int) (w, inflight int) {
+	inflight = max(2, min(2*max(1, workers), mapInFlight/max(1, block)))
+	return max(1, min(workers, inflight-1)), inflight
+}
 
 // mapBlocks hands out the blocks of a mapped file (or of bytes in memory,
 // with page 0).
@@ -254,6 +268,9 @@ type mapBlocks struct {
 	m     []byte
 	block int
 	page  int
+	// released, when set (by a test), is called after block k's
+	// pages are released.
+	released func(k int64)
 }
 
 func (s *mapBlocks) load(pb *piece, k int64) error {
@@ -262,17 +279,32 @@ func (s *mapBlocks) load(pb *piece, k int64) error {
 	return nil
 }
 
-// applied releases the pages that hold only block k's bytes
-// (MADV_DONTNEED: they stay in the page cache, the mapping drops them).
+// applied releases the pages of block k and of the block before it
+// (MADV_DONTNEED: they stay in the page cache, the mapping drops them),
+// but a page that holds bytes of block k+1. The kernel maps the pages
+// around a fault too (fault-around, a large folio whole), and where the
+// mapping does not start on such a window's edge, a fault at the start
+// of block k maps pages of block k-1 after k-1 was released: they go
+// with block k. A page released twice costs a walk of empty page tables;
+// a page still to be read is faulted in again (a shared mapping of a
+// file loses nothing).
 func (s *mapBlocks) applied(k int64) {
 	if s.page == 0 {
 		return
 	}
 	p := int64(s.page)
-	lo := (k*int64(s.block) + p - 1) / p * p
-	hi := min((k+1)*int64(s.block), int64(len(s.m))) / p * p
+	lo := max(0, (k-1)*int64(s.block)) / p * p
+	hi := (k + 1) * int64(s.block)
+	if hi < int64(len(s.m)) {
+		hi = hi / p * p
+	} else {
+		hi = int64(len(s.m))
+	}
 	if hi > lo {
 		dontNeed(s.m[lo:hi])
+	}
+	if s.released != nil {
+		s.released(k)
 	}
 }
 
