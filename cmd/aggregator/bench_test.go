@@ -1,12 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -85,14 +85,13 @@ func parseVsWc(b *testing.B, bin, wc, logPath string, n int64) {
 	}
 	run := func(name string, args ...string) usage {
 		cmd := exec.Command(name, args...)
-		t0 := time.Now()
-		if out, err := cmd.Output(); err != nil || len(out) == 0 {
-			b.Fatalf("%s %v: %v (%d bytes out)", name, args, err, len(out))
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		u, err := perftest.RunChild(cmd)
+		if err != nil || out.Len() == 0 {
+			b.Fatalf("%s %v: %v (%d bytes out)", name, args, err, out.Len())
 		}
-		wall := time.Since(t0)
-		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		sys := time.Duration(syscall.TimevalToNsec(ru.Stime))
-		return usage{wall, time.Duration(syscall.TimevalToNsec(ru.Utime)) + sys, sys, ru.Maxrss << 10}
+		return usage{u.Wall, u.User + u.Sys, u.Sys, u.PeakRSS}
 	}
 	run(wc, "-l", logPath) // into the page cache
 	run(bin, "parse", logPath)
