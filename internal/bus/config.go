@@ -225,3 +225,25 @@ func (c SpoolConfig) Root() string {
 	}
 	return filepath.Join(cache, "gttsplit", "spool")
 }
+
+// Partitioning is the consumer.partitions key, which the aggregator
+// composes into its consumer.* section: how many partitions the events
+// stream is made with when an aggregator creates it or first partitions it
+// (Dial's DialOptions.Partitions, EnsurePartitioned). An existing stream
+// keeps its own count (Layout.Partitions).
+type Partitioning struct {
+	Partitions int `mapstructure:"partitions" desc:"partitions of the runs when the events stream is created or first partitioned (an existing one keeps its count); each is owned by one aggregator at a time"`
+}
+
+// DefaultPartitioning returns the default of consumer.partitions,
+// DefaultPartitions.
+func DefaultPartitioning() Partitioning { return Partitioning{Partitions: DefaultPartitions} }
+
+// Validate reports the problem of c (keys relative to consumer.*).
+func (c Partitioning) Validate() error {
+	var p conf.Problems
+	if n := c.Partitions; n < 1 || n > 1024 {
+		p.Add("partitions", "must be 1 to 1024, got %d", n)
+	}
+	return p.Err()
+}

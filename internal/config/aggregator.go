@@ -8,6 +8,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/cli"
+	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
@@ -23,20 +24,44 @@ import (
 // package that reads it. It has no nats.max_in_flight and nats.ack_timeout:
 // it publishes no events of its own through a Publisher.
 type Aggregator struct {
-	Log         cli.LogConfig           `mapstructure:"log"`
-	NATS        bus.Config              `mapstructure:"nats" omit:"max_in_flight,ack_timeout" desc.url:"NATS server URL(s), comma-separated; empty means start the embedded server; a server not reachable at start is an error" desc.stream:"JetStream stream the events are consumed from"`
-	Embedded    Embedded                `mapstructure:"embedded"`
-	Consumer    runtable.ConsumerConfig `mapstructure:"consumer"`
-	IdleTimeout time.Duration           `mapstructure:"idle_timeout" flag:"idle-timeout" desc:"a run with no event for this long is folded and reported as incomplete"`
-	HTTP        HTTP                    `mapstructure:"http"`
-	Store       runtable.StoreConfig    `mapstructure:"store"`
-	Split       split.Config            `mapstructure:"split"`
-	Sinks       Sinks                   `mapstructure:"sinks"`
-	Format      string                  `mapstructure:"format" flag:"format" desc:"format of the splits printed by serve, parse, replay and quickstart: text, md or json (JSON Lines)"`
+	Log         cli.LogConfig        `mapstructure:"log"`
+	NATS        bus.Config           `mapstructure:"nats" omit:"max_in_flight,ack_timeout" desc.url:"NATS server URL(s), comma-separated; empty means start the embedded server; a server not reachable at start is an error" desc.stream:"JetStream stream the events are consumed from"`
+	Embedded    Embedded             `mapstructure:"embedded"`
+	Consumer    Consumer             `mapstructure:"consumer"`
+	IdleTimeout time.Duration        `mapstructure:"idle_timeout" flag:"idle-timeout" desc:"a run with no event for this long is folded and reported as incomplete"`
+	HTTP        HTTP                 `mapstructure:"http"`
+	Store       runtable.StoreConfig `mapstructure:"store"`
+	Split       split.Config         `mapstructure:"split"`
+	Sinks       Sinks                `mapstructure:"sinks"`
+	Format      string               `mapstructure:"format" flag:"format" desc:"format of the splits printed by serve, parse, replay and quickstart: text, md or json (JSON Lines)"`
 	// ShutdownTimeout bounds draining, folding and writing the sinks at
 	// shutdown.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" desc:"deadline for draining, folding and writing the sinks at shutdown"`
 	MemoryLimitMiB  int           `mapstructure:"memory_limit_mib" desc:"soft memory limit of serve in MiB (the Go runtime's, as GOMEMLIMIT, which wins when set): near it the garbage collector runs more often instead of letting the heap grow to twice what is live; 0 means none"`
+}
+
+// Consumer is the consumer.* keys: the aggregators' group and how it
+// consumes the events stream. Each package declares the keys it reads
+// (their type, defaults and Validate), and they are squashed into one
+// section here, as a collector's configuration composes its components':
+//
+//	Fleet   durable, lease_ttl                                     fleet.Config            internal/fleet
+//	Stream  partitions                                             bus.Partitioning        internal/bus
+//	Table   ack_wait, max_ack_pending, checkpoint_interval, lanes  runtable.ConsumerConfig internal/runtable
+type Consumer struct {
+	Fleet  fleet.Config            `mapstructure:",squash"`
+	Stream bus.Partitioning        `mapstructure:",squash"`
+	Table  runtable.ConsumerConfig `mapstructure:",squash"`
+}
+
+// DefaultConsumer returns the consumer.* keys' defaults, each from the
+// package that declares the key.
+func DefaultConsumer() Consumer {
+	return Consumer{
+		Fleet:  fleet.DefaultConfig(),
+		Stream: bus.DefaultPartitioning(),
+		Table:  runtable.DefaultConsumerConfig(),
+	}
 }
 
 // Embedded is the embedded.* keys: the in-process NATS server serve and
@@ -97,17 +122,6 @@ func (s Sinks) Validate() error {
 	return p.Err()
 }
 
-// Count returns how many sinks the configuration enables.
-func (s Sinks) Count() int {
-	n := 0
-	for _, on := range []bool{s.File.Enabled(), s.JSON.Enabled(), s.IssueComment.Enabled()} {
-		if on {
-			n++
-		}
-	}
-	return n
-}
-
 // DefaultAggregator returns the aggregator's defaults: each section's
 // defaults from its package, and the aggregator's own.
 func DefaultAggregator() Aggregator {
@@ -115,7 +129,7 @@ func DefaultAggregator() Aggregator {
 		Log:         cli.DefaultLogConfig(),
 		NATS:        bus.DefaultConfig(),
 		Embedded:    Embedded{Listen: "127.0.0.1:4222", Store: "./data"},
-		Consumer:    runtable.DefaultConsumerConfig(),
+		Consumer:    DefaultConsumer(),
 		IdleTimeout: 10 * time.Minute,
 		HTTP:        HTTP{Listen: "127.0.0.1:8080"},
 		Store:       runtable.DefaultStoreConfig(),

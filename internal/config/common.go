@@ -40,19 +40,23 @@ type validator interface{ Validate() error }
 
 // sections returns the problems of every section of v, a config struct:
 // each struct field whose type has a Validate method reports its own
-// keys' problems, prefixed with the field's key path, and its nested
-// sections are asked in turn.
+// keys' problems, prefixed with the field's key path (a squashed field's
+// with the path of the section holding it), and its nested sections are
+// asked in turn.
 func sections(v reflect.Value, prefix string) []*conf.FieldError {
 	var out []*conf.FieldError
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name := f.Tag.Get("mapstructure")
-		if !f.IsExported() || name == "" || name == "-" || f.Type.Kind() != reflect.Struct {
+		name, squash := tagName(f)
+		if !f.IsExported() || (name == "" && !squash) || name == "-" || f.Type.Kind() != reflect.Struct {
 			continue
 		}
 		path := name
-		if prefix != "" {
+		switch {
+		case squash:
+			path = prefix // its keys are the enclosing section's
+		case prefix != "":
 			path = prefix + "." + name
 		}
 		if s, ok := v.Field(i).Interface().(validator); ok {

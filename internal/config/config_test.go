@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/sinks/commentsink"
 	"github.com/spf13/pflag"
@@ -301,6 +302,37 @@ sinks:
 	require.Contains(t, err.Error(), "did you mean sinks.issue_comment.api?")
 }
 
+// The consumer.* section is composed of the sections of the packages that
+// read its keys (squashed): each key still loads from a file and the
+// environment into its reader's field, and a bad value is reported under
+// its consumer.* key, once.
+func TestConsumerSectionIsComposed(t *testing.T) {
+	t.Setenv("GTTSPLIT_CONSUMER_LEASE_TTL", "20s")
+	path := writeFile(t, `
+consumer:
+  durable: blue
+  partitions: 8
+  ack_wait: 30s
+  lanes: gpu0
+`)
+	a, err := LoadAggregator(path, nil)
+	require.NoError(t, err)
+	want := DefaultAggregator()
+	want.Consumer.Fleet = fleet.Config{Group: "blue", LeaseTTL: 20 * time.Second}
+	want.Consumer.Stream.Partitions = 8
+	want.Consumer.Table.AckWait, want.Consumer.Table.Lanes = 30*time.Second, "gpu0"
+	if diff := cmp.Diff(want, a); diff != "" {
+		t.Errorf("aggregator (-want +got):\n%s", diff)
+	}
+}
+
+func TestConsumerSectionProblems(t *testing.T) {
+	t.Parallel()
+	_, err := LoadAggregator(writeFile(t, "consumer:\n  lease_ttl: 1s\n  partitions: 0\n  ack_wait: 30\n  durable: 'a b'\n"), nil)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Equal(t, []string{"consumer.durable", "consumer.lease_ttl", "consumer.partitions", "consumer.ack_wait"}, problemKeys(err))
+}
+
 func TestLoadErrors(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
@@ -441,13 +473,13 @@ func TestValidate(t *testing.T) {
 		{"http ipv6", func(a *Aggregator) { a.HTTP.Listen = "[::1]:8080" }, nil},
 		{"http bad", func(a *Aggregator) { a.HTTP.Listen = "8080" }, []string{"http.listen"}},
 		{"store empty", func(a *Aggregator) { a.Embedded.Store = "" }, []string{"embedded.store"}},
-		{"durable", func(a *Aggregator) { a.Consumer.Durable = "a b" }, []string{"consumer.durable"}},
-		{"consumer numbers", func(a *Aggregator) { a.Consumer.AckWait, a.Consumer.MaxAckPending = 0, 0 },
+		{"durable", func(a *Aggregator) { a.Consumer.Fleet.Group = "a b" }, []string{"consumer.durable"}},
+		{"consumer numbers", func(a *Aggregator) { a.Consumer.Table.AckWait, a.Consumer.Table.MaxAckPending = 0, 0 },
 			[]string{"consumer.ack_wait", "consumer.max_ack_pending"}},
-		{"checkpoint interval 0", func(a *Aggregator) { a.Consumer.CheckpointInterval = 0 }, []string{"consumer.checkpoint_interval"}},
-		{"checkpoint interval over half the ack wait", func(a *Aggregator) { a.Consumer.CheckpointInterval = 6 * time.Second },
+		{"checkpoint interval 0", func(a *Aggregator) { a.Consumer.Table.CheckpointInterval = 0 }, []string{"consumer.checkpoint_interval"}},
+		{"checkpoint interval over half the ack wait", func(a *Aggregator) { a.Consumer.Table.CheckpointInterval = 6 * time.Second },
 			[]string{"consumer.checkpoint_interval"}},
-		{"checkpoint interval half the ack wait", func(a *Aggregator) { a.Consumer.CheckpointInterval = 5 * time.Second }, nil},
+		{"checkpoint interval half the ack wait", func(a *Aggregator) { a.Consumer.Table.CheckpointInterval = 5 * time.Second }, nil},
 		{"idle timeout", func(a *Aggregator) { a.IdleTimeout = 0 }, []string{"idle_timeout"}},
 		{"store negative", func(a *Aggregator) { a.Store.Retention, a.Store.CompactAfter = -time.Hour, -time.Second },
 			[]string{"store.retention", "store.compact_after"}},

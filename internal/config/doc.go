@@ -14,7 +14,11 @@
 //	sample.*              fdinfo.Config            pkg/sources/fdinfo
 //	wrap.*                procwrap.Config          pkg/sources/procwrap
 //	batch.*               sources.BatchConfig      pkg/sources
-//	consumer.*, store.*   runtable.ConsumerConfig, runtable.StoreConfig
+//	consumer.*            Consumer (squashed:)
+//	  durable, lease_ttl  fleet.Config             internal/fleet
+//	  partitions          bus.Partitioning         internal/bus
+//	  ack_wait, ...       runtable.ConsumerConfig  internal/runtable
+//	store.*               runtable.StoreConfig     internal/runtable
 //	split.*               split.Config             pkg/split
 //	sinks.file.*          filesink.Config          pkg/sinks/filesink
 //	sinks.json.*          jsonsink.Config          pkg/sinks/jsonsink
@@ -29,7 +33,9 @@
 // have (omit:"max_in_flight,ack_timeout") and word a key for it
 // (desc.url:"...": what an empty nats.url means), and the binary's Validate
 // checks what spans sections (embedded.listen beyond loopback needs
-// nats.token or nats.user).
+// nats.token or nats.user). A section whose keys several packages read is
+// composed of their structs, each a field tagged mapstructure:",squash"
+// (its keys are the section's own): consumer.* is Consumer.
 //
 // To add a key, add a field to its section's struct, tagged with its key,
 // its description and (if it has one) its flag, give it a default in the

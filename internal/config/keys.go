@@ -86,8 +86,14 @@ func walk(v reflect.Value, prefix string, outer []section, out *[]leaf) {
 fields:
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name := f.Tag.Get("mapstructure")
-		if !f.IsExported() || name == "" || name == "-" {
+		name, squash := tagName(f)
+		if !f.IsExported() || (name == "" && !squash) || name == "-" {
+			continue
+		}
+		if squash {
+			// A section declared by another package, its keys this
+			// section's own.
+			walk(v.Field(i), prefix, outer, out)
 			continue
 		}
 		key := name
@@ -123,6 +129,15 @@ fields:
 		}
 		*out = append(*out, leaf{KeyInfo: info, field: f, value: fv})
 	}
+}
+
+// tagName returns the key of a field's mapstructure tag, and whether the
+// tag squashes the field (",squash": its keys are those of the struct
+// holding it).
+func tagName(f reflect.StructField) (name string, squash bool) {
+	tag := f.Tag.Get("mapstructure")
+	name, opts, _ := strings.Cut(tag, ",")
+	return name, f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "squash")
 }
 
 // envName returns the environment variable of key: GTTSPLIT_NATS_URL for

@@ -34,6 +34,9 @@
 //
 // # Lifecycle
 //
+// Config is the keys a member reads (consumer.durable and
+// consumer.lease_ttl of the aggregator's configuration), Settings what the
+// program gives it besides (the partitions, the bucket of the leases).
 // Join announces the member; Run follows the assignment until its context
 // ends, then hands everything over and leaves. Handler's methods tell the
 // caller what to do with each partition. Ready and View report the

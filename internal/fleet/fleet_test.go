@@ -99,21 +99,19 @@ type running struct {
 	done   chan struct{}
 }
 
-// join starts a member with its own connection.
+// join starts a member of cfg (group "g" when it names none) on 16
+// partitions, with its own connection and a heartbeat of 100ms.
 func (f *testFleet) join(cfg Config) *running {
 	f.t.Helper()
 	js := connect(f.t, f.url)
 	kv, err := js.KeyValue(context.Background(), testBucket)
 	require.NoError(f.t, err)
-	cfg.Bucket, cfg.KV, cfg.Replicas = testBucket, kv, replicasOf(f.url)
+	set := Settings{Partitions: 16, Bucket: testBucket, KV: kv, Replicas: replicasOf(f.url), Heartbeat: 100 * time.Millisecond}
 	if cfg.Group == "" {
 		cfg.Group = "g"
 	}
-	if cfg.Partitions == 0 {
-		cfg.Partitions = 16
-	}
 	h := handler{f: f}
-	m, err := Join(context.Background(), js, cfg, h, zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel))
+	m, err := Join(context.Background(), js, cfg, set, h, zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel))
 	require.NoError(f.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{m: m, cancel: cancel, done: make(chan struct{})}
@@ -177,7 +175,7 @@ func TestMembersShareAndHandOverIntegration(t *testing.T) {
 	}
 	s := natstest.Start(t)
 	f := newTestFleet(t, s.ClientURL())
-	cfg := Config{Heartbeat: 100 * time.Millisecond, LeaseTTL: 3 * time.Second}
+	cfg := Config{LeaseTTL: 3 * time.Second}
 	var rs []*running
 	for i := 0; i < 3; i++ {
 		rs = append(rs, f.join(cfg))
@@ -327,7 +325,7 @@ func TestMemberSurvivesServerRestartIntegration(t *testing.T) {
 	s := natstest.StartAt(t, store, -1)
 	port := natstest.Port(s)
 	f := newTestFleet(t, s.ClientURL())
-	r := f.join(Config{Heartbeat: 100 * time.Millisecond, LeaseTTL: 15 * time.Second})
+	r := f.join(Config{LeaseTTL: 15 * time.Second})
 	eventually(t, "16 partitions", 10*time.Second, func() bool { return f.shares()[r.m.ID()] == 16 })
 	natstest.Shutdown(s)
 	natstest.StartAt(t, store, port)
@@ -361,8 +359,8 @@ func TestUnownedPartitionReportedIntegration(t *testing.T) {
 	js := connect(t, f.url)
 	kv, err := js.KeyValue(context.Background(), testBucket)
 	require.NoError(t, err)
-	m, err := Join(context.Background(), js, Config{Group: "g", Partitions: 4, Bucket: testBucket, KV: kv,
-		Heartbeat: 100 * time.Millisecond, LeaseTTL: 3 * time.Second}, refusing{handler{f}, 2},
+	m, err := Join(context.Background(), js, Config{Group: "g", LeaseTTL: 3 * time.Second},
+		Settings{Partitions: 4, Bucket: testBucket, KV: kv, Heartbeat: 100 * time.Millisecond}, refusing{handler{f}, 2},
 		zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

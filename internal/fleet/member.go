@@ -22,44 +22,6 @@ import (
 // gone some seconds after the member stops renewing it).
 const MembersBucket = "GTTSPLIT_MEMBERS"
 
-// Config tunes a Member. Zero durations take the defaults below.
-type Config struct {
-	// Group is the name the members sharing the partitions have in
-	// common (the aggregators' consumer.durable).
-	Group string
-	// Partitions is the number of partitions.
-	Partitions int
-	// Bucket is the name of the key-value bucket holding the leases (its
-	// stream must allow per-message TTLs); KV is that bucket.
-	Bucket string
-	KV     jetstream.KeyValue
-	// Replicas of the members bucket when a member creates it.
-	Replicas int
-	// LeaseTTL is a lease's time to live (default 15s): a member that
-	// stops (killed, paused, cut off) keeps its partitions that long; it
-	// must outlast a cluster electing a new leader for the bucket (up to
-	// about 10 s), or a node's loss makes partitions move.
-	LeaseTTL time.Duration
-	// Heartbeat is how often a member renews its member key and computes
-	// the assignment (default 1s).
-	Heartbeat time.Duration
-	// Step bounds the partitions a member takes a heartbeat (default 2):
-	// members starting together see each other before one takes all.
-	Step int
-}
-
-func (c *Config) defaults() {
-	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = 15 * time.Second
-	}
-	if c.Heartbeat <= 0 {
-		c.Heartbeat = time.Second
-	}
-	if c.Step <= 0 {
-		c.Step = 2
-	}
-}
-
 // memberTTL is how long a member key lives without renewal, in
 // heartbeats; renewTick how often a lease is renewed, as a fraction of
 // its time to live; the margin a lease holder takes off its validity.
@@ -98,6 +60,7 @@ type Handler interface {
 type Member struct {
 	id  string
 	cfg Config
+	set Settings
 	js  jetstream.JetStream
 	mkv jetstream.KeyValue
 	h   Handler
@@ -135,20 +98,20 @@ type heldLease struct {
 // and the leases, and takes its first partitions (a few at a time, the
 // members read again between). Run goes on following the assignment;
 // Abort leaves without running.
-func Join(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler, log zerolog.Logger) (*Member, error) {
-	cfg.defaults()
-	if cfg.Group == "" || cfg.Partitions <= 0 || cfg.KV == nil || cfg.Bucket == "" {
+func Join(ctx context.Context, js jetstream.JetStream, cfg Config, set Settings, h Handler, log zerolog.Logger) (*Member, error) {
+	cfg, set = withDefaults(cfg, set)
+	if cfg.Group == "" || set.Partitions <= 0 || set.KV == nil || set.Bucket == "" {
 		return nil, errors.New("fleet: group, partitions and bucket are required")
 	}
-	mkv, err := membersBucket(ctx, js, cfg)
+	mkv, err := membersBucket(ctx, js, set)
 	if err != nil {
 		return nil, err
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	m := &Member{id: cfg.Group + "." + hex.EncodeToString(b[:]), cfg: cfg, js: js, mkv: mkv, h: h,
-		held: map[int]*heldLease{}, members: map[string]time.Duration{}, holders: make([]string, cfg.Partitions),
-		free: make([]time.Duration, cfg.Partitions), faults: map[string]time.Duration{}}
+	m := &Member{id: cfg.Group + "." + hex.EncodeToString(b[:]), cfg: cfg, set: set, js: js, mkv: mkv, h: h,
+		held: map[int]*heldLease{}, members: map[string]time.Duration{}, holders: make([]string, set.Partitions),
+		free: make([]time.Duration, set.Partitions), faults: map[string]time.Duration{}}
 	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
 	starting := "starting"
 	m.why.Store(&starting)
@@ -162,7 +125,7 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, h Handler, lo
 	// Wait until this member sees itself and the leases (a few
 	// heartbeats at most): members starting together see each other
 	// before any takes a partition.
-	deadline := time.Now().Add(memberBeats * cfg.Heartbeat)
+	deadline := time.Now().Add(memberBeats * set.Heartbeat)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		m.mu.Lock()
 		ok := m.seen && m.leaseOK
@@ -192,12 +155,12 @@ func (m *Member) Abort() {
 
 // membersBucket opens the members bucket, creating it when it is missing
 // (it is kept in memory: a server's restart loses it).
-func membersBucket(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
+func membersBucket(ctx context.Context, js jetstream.JetStream, set Settings) (jetstream.KeyValue, error) {
 	mkv, err := js.KeyValue(ctx, MembersBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		mkv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: MembersBucket, Description: "gttsplit: live aggregators", TTL: memberBeats * cfg.Heartbeat,
-			Storage: jetstream.MemoryStorage, Replicas: max(cfg.Replicas, 1),
+			Bucket: MembersBucket, Description: "gttsplit: live aggregators", TTL: memberBeats * set.Heartbeat,
+			Storage: jetstream.MemoryStorage, Replicas: max(set.Replicas, 1),
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			mkv, err = js.KeyValue(ctx, MembersBucket)
@@ -220,7 +183,7 @@ func (m *Member) ID() string { return m.id }
 func (m *Member) Run(ctx context.Context) {
 	defer m.Abort()
 	for {
-		wait := m.cfg.Heartbeat
+		wait := m.set.Heartbeat
 		if m.tick(ctx) {
 			wait = min(wait, 100*time.Millisecond)
 		}
@@ -234,7 +197,7 @@ func (m *Member) Run(ctx context.Context) {
 
 // keepMember renews the member key every heartbeat.
 func (m *Member) keepMember(ctx context.Context) {
-	t := time.NewTicker(m.cfg.Heartbeat)
+	t := time.NewTicker(m.set.Heartbeat)
 	defer t.Stop()
 	for {
 		select {
@@ -247,12 +210,12 @@ func (m *Member) keepMember(ctx context.Context) {
 }
 
 func (m *Member) renewMember(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat*2)
+	rctx, cancel := context.WithTimeout(ctx, m.set.Heartbeat*2)
 	defer cancel()
 	if _, err := m.mkv.PutString(rctx, m.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			// The bucket is gone (a restarted server loses it): again.
-			_, _ = membersBucket(rctx, m.js, m.cfg)
+			_, _ = membersBucket(rctx, m.js, m.set)
 		}
 		m.renewErr.Store(&err)
 		return
@@ -282,13 +245,13 @@ func (m *Member) watchMembers(ctx context.Context) {
 // watchLeases follows who holds each partition's lease.
 func (m *Member) watchLeases(ctx context.Context) {
 	prefix := leasePrefix(m.cfg.Group)
-	watch(ctx, m.cfg.KV, prefix+">", m.log, func() {
+	watch(ctx, m.set.KV, prefix+">", m.log, func() {
 		m.mu.Lock()
 		m.leaseOK = true
 		m.mu.Unlock()
 	}, func(e jetstream.KeyValueEntry) {
 		var p int
-		if _, err := fmt.Sscanf(strings.TrimPrefix(e.Key(), prefix), "%d", &p); err != nil || p < 0 || p >= m.cfg.Partitions {
+		if _, err := fmt.Sscanf(strings.TrimPrefix(e.Key(), prefix), "%d", &p); err != nil || p < 0 || p >= m.set.Partitions {
 			return
 		}
 		m.mu.Lock()
@@ -338,7 +301,7 @@ func (m *Member) tick(ctx context.Context) bool {
 	}
 	now := mono()
 	m.mu.Lock()
-	ttl := memberBeats * m.cfg.Heartbeat
+	ttl := memberBeats * m.set.Heartbeat
 	var members []string
 	for id, at := range m.members {
 		if now-at <= ttl {
@@ -363,7 +326,7 @@ func (m *Member) tick(ctx context.Context) bool {
 		}
 	}
 	free := make([]bool, len(holders))
-	grace := staleBeats * m.cfg.Heartbeat
+	grace := staleBeats * m.set.Heartbeat
 	var unowned []string
 	for p, h := range holders {
 		switch {
@@ -392,7 +355,7 @@ func (m *Member) tick(ctx context.Context) bool {
 	if stale || !leaseOK {
 		return false
 	}
-	pl := decide(view{me: m.id, members: members, holders: holders, stale: free, step: m.cfg.Step})
+	pl := decide(view{me: m.id, members: members, holders: holders, stale: free, step: m.set.Step})
 	if pl.release >= 0 {
 		m.releaseOne(ctx, pl.release)
 	}
@@ -415,7 +378,7 @@ func (m *Member) report(faults map[string]string) {
 		if _, ok := m.faults[k]; !ok {
 			m.faults[k] = now
 		}
-		if now-m.faults[k] >= missedBeats*m.cfg.Heartbeat {
+		if now-m.faults[k] >= missedBeats*m.set.Heartbeat {
 			why = append(why, v)
 		}
 	}
@@ -458,7 +421,7 @@ const loadTimeout = 2 * time.Minute
 // reports whether the partition is this member's now.
 func (m *Member) take(ctx context.Context, p int) bool {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	l, err := acquire(cctx, m.js, m.cfg.KV, m.cfg.Bucket, m.cfg.Group, m.id, p, m.cfg.LeaseTTL, m.margin())
+	l, err := acquire(cctx, m.js, m.set.KV, m.set.Bucket, m.cfg.Group, m.id, p, m.cfg.LeaseTTL, m.margin())
 	cancel()
 	if errors.Is(err, ErrTaken) {
 		return false
@@ -616,7 +579,7 @@ type PartitionView struct {
 // of its last fresh view instead.
 func (m *Member) View() ([]PartitionView, []string) {
 	now := mono()
-	ttl := memberBeats * m.cfg.Heartbeat
+	ttl := memberBeats * m.set.Heartbeat
 	m.mu.Lock()
 	out := make([]PartitionView, len(m.holders))
 	for p, h := range m.holders {

@@ -216,7 +216,7 @@ func TestPreferenceSpreads(t *testing.T) {
 // Readiness does not flap on one slow heartbeat: a fault is reported only
 // once it lasted missedBeats heartbeats, and clears at once.
 func TestReportWaitsForSeveralBeats(t *testing.T) {
-	m := &Member{cfg: Config{Heartbeat: 20 * time.Millisecond}, faults: map[string]time.Duration{}}
+	m := &Member{set: Settings{Heartbeat: 20 * time.Millisecond}, faults: map[string]time.Duration{}}
 	starting := "starting"
 	m.why.Store(&starting)
 	m.report(nil)
@@ -228,7 +228,7 @@ func TestReportWaitsForSeveralBeats(t *testing.T) {
 	require.True(t, ok, "one slow heartbeat")
 	m.report(nil)
 	m.report(slow)
-	time.Sleep(time.Duration(missedBeats) * m.cfg.Heartbeat)
+	time.Sleep(time.Duration(missedBeats) * m.set.Heartbeat)
 	m.report(slow)
 	ok, why := m.Ready()
 	require.False(t, ok)

@@ -7,15 +7,13 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/conf"
 )
 
-// ConsumerConfig is the consumer.* keys: the group of aggregators that
-// share the runs' partitions (its name, its partitions and their leases,
-// which fleet.Member holds) and how each partition is consumed. A zero
-// AckWait, MaxAckPending or CheckpointInterval takes the table's fallback
-// (10s, 512, 500ms); the keys' defaults are DefaultConsumerConfig's.
+// ConsumerConfig is the keys of the consumer.* section the run table
+// reads: how each partition is consumed and which lanes. The aggregator
+// composes it into consumer.* beside the group's keys (fleet.Config:
+// durable, lease_ttl) and the stream's (bus.Partitioning: partitions). A
+// zero AckWait, MaxAckPending or CheckpointInterval given to New is
+// DefaultConsumerConfig's.
 type ConsumerConfig struct {
-	// Durable names the group: its partition consumers are
-	// <Durable>-pNN, its leases lease.<Durable>.N.
-	Durable string `mapstructure:"durable" desc:"name of the aggregators' group: aggregators with the same name share the partitions (consumers <durable>-pNN, leases lease.<durable>.N)"`
 	// AckWait and MaxAckPending are the partition consumers'.
 	AckWait       time.Duration `mapstructure:"ack_wait" desc:"time after which an unacknowledged message is redelivered"`
 	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages of a partition delivered and not yet acknowledged; a checkpoint starts once half of them wait"`
@@ -24,26 +22,35 @@ type ConsumerConfig struct {
 	// starts early when a run is complete (its split is due) or half of
 	// MaxAckPending messages wait.
 	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often a partition's changed runs' states are written to the state bucket and their messages acknowledged (also when a run is complete, or half of max_ack_pending messages wait); a longer one writes each busy run less often, a shorter one folds less again after a crash; at most half of ack_wait"`
-	// Partitions is the count a stream is created (or first
-	// partitioned) with; an existing stream keeps its own (Config.Partitions).
-	Partitions int `mapstructure:"partitions" desc:"partitions of the runs when the events stream is created or first partitioned (an existing one keeps its count); each is owned by one aggregator at a time"`
-	// LeaseTTL is a partition lease's time to live (fleet.Config.LeaseTTL).
-	LeaseTTL time.Duration `mapstructure:"lease_ttl" desc:"time to live of a partition's lease: a killed or cut-off aggregator's partitions are taken over this long after its last renewal (a stopping one hands them over at once); it must outlast a cluster electing a new leader (about 10 s)"`
 	// Lanes restricts the partition consumers to these lanes,
 	// comma-separated (see LaneList); empty is every lane.
 	Lanes string `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`
 }
 
-// DefaultConsumerConfig returns the defaults of the consumer.* keys.
+// DefaultConsumerConfig returns the defaults of the run table's consumer.*
+// keys.
 func DefaultConsumerConfig() ConsumerConfig {
 	return ConsumerConfig{
-		Durable:            "gttsplit-aggregator",
 		AckWait:            10 * time.Second,
 		MaxAckPending:      4096,
 		CheckpointInterval: 2 * time.Second,
-		Partitions:         16,
-		LeaseTTL:           15 * time.Second,
 	}
+}
+
+// withDefaults gives the zero values of c their defaults (those of
+// DefaultConsumerConfig), in this one place.
+func (c ConsumerConfig) withDefaults() ConsumerConfig {
+	d := DefaultConsumerConfig()
+	if c.AckWait <= 0 {
+		c.AckWait = d.AckWait
+	}
+	if c.MaxAckPending <= 0 {
+		c.MaxAckPending = d.MaxAckPending
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = d.CheckpointInterval
+	}
+	return c
 }
 
 // LaneList returns the lanes of Lanes (nil: every lane).
@@ -61,7 +68,6 @@ func (c ConsumerConfig) LaneList() []string {
 // consumer.*).
 func (c ConsumerConfig) Validate() error {
 	var p conf.Problems
-	p.Check("durable", conf.Name(c.Durable))
 	p.Positive("ack_wait", c.AckWait)
 	if ci, w := c.CheckpointInterval, c.AckWait; ci <= 0 {
 		p.Positive("checkpoint_interval", ci)
@@ -70,16 +76,10 @@ func (c ConsumerConfig) Validate() error {
 		// well before the server would deliver it again.
 		p.Add("checkpoint_interval", "must be at most half of consumer.ack_wait (%s), got %s", w, ci)
 	}
-	if n := c.Partitions; n < 1 || n > 1024 {
-		p.Add("partitions", "must be 1 to 1024, got %d", n)
-	}
 	for _, l := range c.LaneList() {
 		p.Check("lanes", conf.Token(l, conf.MaxLaneLen))
 	}
 	p.AtLeast("max_ack_pending", int64(c.MaxAckPending), 1)
-	if l := c.LeaseTTL; l < 3*time.Second {
-		p.Add("lease_ttl", "must be at least 3s, got %s", l)
-	}
 	return p.Err()
 }
 

@@ -100,7 +100,7 @@ func (pt *part) startConsumers(ctx context.Context) error {
 // and unpins it.
 func (pt *part) consumer(ctx context.Context, stream string, filters []string) (*partConsumer, error) {
 	t := pt.t
-	name := bus.ConsumerName(t.cfg.Consumer.Durable, pt.p)
+	name := bus.ConsumerName(t.cfg.Group, pt.p)
 	replicas := t.cfg.Replicas
 	if replicas <= 1 {
 		replicas = 0 // the stream's
@@ -364,7 +364,7 @@ func (t *Table) watchOnce(ctx context.Context) {
 	t.room(wctx, info)
 	t.health.tick()
 	if t.legacy.Load() && t.part(0) != nil {
-		if gone, err := bus.RetireLegacy(wctx, t.js, t.cfg.Stream, t.cfg.Consumer.Durable, t.cfg.Partitions); err == nil && gone {
+		if gone, err := bus.RetireLegacy(wctx, t.js, t.cfg.Stream, t.cfg.Group, t.cfg.Partitions); err == nil && gone {
 			t.legacy.Store(false)
 			t.m.legacy.Set(0)
 			t.log.Info().Str("stream", bus.LegacyStream(t.cfg.Stream)).Msg("the earlier versions' partitioned stream is drained and deleted")

@@ -31,9 +31,11 @@ type Deliveries struct {
 	overflow atomic.Bool
 }
 
-// NewDeliveries tracks the outcomes of nSinks sinks.
-func NewDeliveries(nSinks int) *Deliveries {
-	return &Deliveries{sinks: nSinks, runs: map[string]map[string]bool{}, done: map[int][]string{}}
+// NewDeliveries returns a Deliveries to give as the Fanout's Observer and
+// as Config.Deliveries: the table's New tells it how many sinks the
+// Fanout (Config.Sinks) writes to.
+func NewDeliveries() *Deliveries {
+	return &Deliveries{runs: map[string]map[string]bool{}, done: map[int][]string{}}
 }
 
 // Observe is the Fanout's observer.
@@ -70,11 +72,13 @@ func (d *Deliveries) Observe(e sinks.Event) {
 	d.done[p] = append(d.done[p], e.RunID)
 }
 
-// setPartitions sets the partition count the settled runs are sorted by.
-func (d *Deliveries) setPartitions(n int) {
+// track sets the sinks counted, those fan writes to, and the partition
+// count the settled runs are sorted by.
+func (d *Deliveries) track(fan *sinks.Fanout, partitions int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.parts = n
+	d.sinks = len(fan.Targets())
+	d.parts = partitions
 }
 
 // queued starts counting for a split of run handed to the sinks.

@@ -19,4 +19,30 @@
 // summaries (/runs and the live page; a closed run's holds its figures),
 // from which Metrics exports the last closed split of each lane
 // (lanes.go); Runs folds recorded streams without a broker (replay).
+//
+// ConsumerConfig is the run table's keys of the aggregator's consumer.*
+// section (ack_wait, max_ack_pending, checkpoint_interval, lanes), StoreConfig
+// the store.* keys; the group's name (consumer.durable) is the fleet's and
+// comes in Config.Group. A zero key given to New is its default.
+//
+// # Locks
+//
+// Each lock's field says where it stands; together, from first to last (a
+// lock is never taken while one below it is held):
+//
+//	part.ckptMu      a partition's checkpoints and closes, one at a time
+//	                 (checkpoint.go), held across the checkpoint's writes
+//	handler lock     a partition consumer's, one message at a time (consume.go),
+//	                 taken before part.mu and the dead letters'; it never meets
+//	                 ckptMu (a handler does not checkpoint, a checkpoint does
+//	                 not handle messages)
+//	fleet.Lease.mu   a fenced write or a renewal, one at a time; a checkpoint
+//	                 takes it under ckptMu (a renewal waits for the write,
+//	                 which bus.APITimeout bounds)
+//	the Fanout's mu  a closed run's split handed to the sinks (under ckptMu);
+//	                 it tells Deliveries
+//	the leaves       part.mu, Table.mu, Deliveries.mu, deadLetters.mu,
+//	                 health.mu, Index.mu: no other lock is taken while one of
+//	                 them is held, and none is held across a request to the
+//	                 broker
 package runtable

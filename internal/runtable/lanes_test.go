@@ -31,7 +31,7 @@ func TestLaneGaugesIntegration(t *testing.T) {
 	const group = "lanes"
 	clk := newFakeClock()
 	t0 := clk.now()
-	cfg := runtable.Config{IdleTimeout: time.Hour, Now: clk.now}
+	cfg := tableConfig{idle: time.Hour, now: clk.now}
 	r := startTable(t, b.URL, group, cfg)
 	r.waitOwns(r.parts)
 

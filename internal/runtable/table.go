@@ -22,9 +22,6 @@ import (
 
 // Tuning of the run table.
 const (
-	// defaultCheckpoint is the checkpoint interval when the config gives
-	// none.
-	defaultCheckpoint = 500 * time.Millisecond
 	// tickEvery is how often a partition looks at its finished and idle
 	// runs and at the sinks' deliveries between checkpoints.
 	tickEvery = 50 * time.Millisecond
@@ -50,10 +47,13 @@ type Config struct {
 	Fold split.Options
 	// Stream is the events stream.
 	Stream string
-	// Consumer is the consumer.* keys: the group the partition consumers
-	// are named after (Durable), the lanes they take (none: every lane),
-	// their AckWait and MaxAckPending, and the CheckpointInterval. Its
-	// Partitions is not read: Partitions below is the stream's.
+	// Group is the fleet's group (consumer.durable, fleet.Config.Group):
+	// the partition consumers are <Group>-pNN.
+	Group string
+	// Consumer is the run table's consumer.* keys: the lanes the
+	// partition consumers take (none: every lane), their AckWait and
+	// MaxAckPending, and the CheckpointInterval (zero values: their
+	// defaults, DefaultConsumerConfig's).
 	Consumer ConsumerConfig
 	// Store is the store.* keys: Retention and CompactAfter.
 	Store StoreConfig
@@ -70,8 +70,8 @@ type Config struct {
 	IdleTimeout time.Duration
 
 	Sinks *sinks.Fanout // nil: no sink
-	// Deliveries, when set, observes Sinks' outcomes: closed runs stay
-	// SinksPending until every sink settled their split.
+	// Deliveries, when set, is Sinks' observer: closed runs stay
+	// SinksPending until every sink of Sinks settled their split.
 	Deliveries *Deliveries
 	// Print, if set, receives every split written to the sinks.
 	Print func(split.Report)
@@ -138,17 +138,9 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	if cfg.Consumer.CheckpointInterval <= 0 {
-		cfg.Consumer.CheckpointInterval = defaultCheckpoint
-	}
-	if cfg.Consumer.AckWait <= 0 {
-		cfg.Consumer.AckWait = 10 * time.Second
-	}
-	if cfg.Consumer.MaxAckPending <= 0 {
-		cfg.Consumer.MaxAckPending = 512
-	}
+	cfg.Consumer = cfg.Consumer.withDefaults()
 	if cfg.Deliveries != nil {
-		cfg.Deliveries.setPartitions(cfg.Partitions)
+		cfg.Deliveries.track(cfg.Sinks, cfg.Partitions)
 	}
 	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{}}
 	if t.parser = cfg.Fold.Parser; t.parser == nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +34,7 @@ func TestCrashRestartIntegration(t *testing.T) {
 	const group = "crash"
 	third := len(fx.Wires) / 3
 
-	a := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour})
+	a := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
 	a.waitOwns(a.parts)
 	b.Publish(t, fx.Wires[:third]...)
 	b.WaitAcked(t, group) // the first third is durable
@@ -48,7 +47,7 @@ func TestCrashRestartIntegration(t *testing.T) {
 	_, n := a.closes.count()
 	require.Zero(t, n)
 
-	c := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour})
+	c := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
 	b.Publish(t, fx.Wires[2*third:]...)
 	rt.Eventually(t, "the split after the restart", func() bool { n, _ := c.closes.count(); return n >= 1 })
 	b.WaitAcked(t, group)
@@ -77,7 +76,7 @@ func TestIdleTimeoutIntegration(t *testing.T) {
 	b := rt.StartBroker(t)
 	const group, idle = "idle", 10 * time.Minute
 	clk := newFakeClock()
-	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: idle, Now: clk.now})
+	r := startTable(t, b.URL, group, tableConfig{idle: idle, now: clk.now})
 	r.waitOwns(r.parts)
 
 	fin := fx.FinishedIndex(t)
@@ -120,8 +119,8 @@ func TestSharedPartitionsIntegration(t *testing.T) {
 	runs := rt.Gen(t, n, fxs...)
 	b := rt.StartBroker(t)
 	const group = "shared"
-	s1 := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour})
-	s2 := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour})
+	s1 := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
+	s2 := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
 	rt.Eventually(t, "8/8", func() bool { return s1.owned() == 8 && s2.owned() == 8 })
 	b.Publish(t, rt.Interleave(runs)...)
 	closed := func() int {
@@ -181,18 +180,13 @@ func TestResendsUnsettledSplitsIntegration(t *testing.T) {
 	stuck := new(sinktest.Memory)
 	block := make(chan struct{})
 	stuck.Block(block)
-	deliv := runtable.NewDeliveries(1)
-	fan1, err := sinks.NewFanout(sinks.Settings{Logger: testLogger(t)}, sinks.FanoutConfig{Observer: deliv},
-		sinks.Target{Name: "mem", Sink: stuck})
-	require.NoError(t, err)
-	a := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour, Sinks: fan1, Deliveries: deliv})
+	// The sinks' close gives up at once (the sink is blocked) and the
+	// table stops with the split not settled.
+	a := startTable(t, b.URL, group, tableConfig{idle: time.Hour, sinks: memSinks(stuck, nil), shutdown: 100 * time.Millisecond})
 	a.waitOwns(a.parts)
 	b.Publish(t, fx.Wires...)
 	rt.Eventually(t, "the split is written", func() bool { n, _ := a.closes.count(); return n >= 1 })
 	a.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	_ = fan1.Close(ctx) // gives up: the sink is blocked
-	cancel()
 	close(block)
 	id := fx.Origin.RunID
 	st := b.State(t, id, rt.FoldOptions(t))
@@ -203,16 +197,11 @@ func TestResendsUnsettledSplitsIntegration(t *testing.T) {
 	require.ErrorIs(t, getKey(t, b, runtable.OpenKey(p, id)), jetstream.ErrKeyNotFound, "closed: no open key")
 
 	mem := new(sinktest.Memory)
-	deliv2 := runtable.NewDeliveries(1)
-	fan2, err := sinks.NewFanout(sinks.Settings{Logger: testLogger(t)}, sinks.FanoutConfig{Observer: deliv2},
-		sinks.Target{Name: "mem", Sink: mem})
-	require.NoError(t, err)
-	c := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour, Sinks: fan2, Deliveries: deliv2})
+	c := startTable(t, b.URL, group, tableConfig{idle: time.Hour, sinks: memSinks(mem, nil)})
 	rt.Eventually(t, "the split re-sent", func() bool { _, ok := mem.Runs()[id]; return ok })
 	rt.Eventually(t, "the flag cleared", func() bool { return !b.State(t, id, rt.FoldOptions(t)).SinksPending })
 	require.ErrorIs(t, getKey(t, b, runtable.PendKey(p, id)), jetstream.ErrKeyNotFound, "settled: the marker goes")
 	c.stop()
-	require.NoError(t, fan2.Close(context.Background()))
 	got, err := split.JSON(mem.Runs()[id])
 	require.NoError(t, err)
 	require.Equal(t, string(fx.Want), string(got), "the re-sent split is the written one")
@@ -251,7 +240,7 @@ func TestClosedRunCompactIntegration(t *testing.T) {
 	b := rt.StartBroker(t)
 	const group, idle, grace = "compact", 10 * time.Minute, time.Hour
 	clk := newFakeClock()
-	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: idle, Store: runtable.StoreConfig{CompactAfter: grace}, Now: clk.now})
+	r := startTable(t, b.URL, group, tableConfig{idle: idle, store: runtable.StoreConfig{CompactAfter: grace}, now: clk.now})
 	r.waitOwns(r.parts)
 	ctx := rt.Ctx(t)
 	id := fx.Origin.RunID
@@ -325,7 +314,7 @@ func TestExpireClosedRunsIntegration(t *testing.T) {
 	b := rt.StartBroker(t)
 	const group, grace, retention = "expire", time.Hour, 30 * 24 * time.Hour
 	clk := newFakeClock()
-	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour, Store: runtable.StoreConfig{CompactAfter: grace}, Now: clk.now})
+	r := startTable(t, b.URL, group, tableConfig{idle: time.Hour, store: runtable.StoreConfig{CompactAfter: grace}, now: clk.now})
 	r.waitOwns(r.parts)
 	ctx := rt.Ctx(t)
 	const n = 6
@@ -383,7 +372,7 @@ func TestReopenedRunResumedIntegration(t *testing.T) {
 	b := rt.StartBroker(t)
 	const group, idle = "reopen", 10 * time.Minute
 	clk := newFakeClock()
-	cfg := runtable.Config{IdleTimeout: idle, Now: clk.now}
+	cfg := tableConfig{idle: idle, now: clk.now}
 	a := startTable(t, b.URL, group, cfg)
 	a.waitOwns(a.parts)
 	id := fx.Origin.RunID
@@ -437,7 +426,7 @@ func TestBadRunIDsDeadLetteredIntegration(t *testing.T) {
 	skipShort(t)
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
-	r := startTable(t, b.URL, "badids", runtable.Config{IdleTimeout: time.Hour})
+	r := startTable(t, b.URL, "badids", tableConfig{idle: time.Hour})
 	r.waitOwns(r.parts)
 	long := fx.Origin
 	long.RunID = strings.Repeat("x", runtable.MaxRunIDBytes+1)
@@ -477,7 +466,7 @@ func TestCutOffOwnerIntegration(t *testing.T) {
 	b := rt.BrokerAt(t, srv)
 	proxy := natstest.StartProxy(t, srv.Addr().String())
 	const group = "cutoff"
-	a := startTable(t, proxy.URL(), group, runtable.Config{IdleTimeout: time.Hour, Consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond}})
+	a := startTable(t, proxy.URL(), group, tableConfig{idle: time.Hour, consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond}})
 	a.waitOwns(a.parts)
 	half := len(fx.Wires) / 2
 	b.Publish(t, fx.Wires[:half]...)
@@ -489,7 +478,7 @@ func TestCutOffOwnerIntegration(t *testing.T) {
 	// The successor's leases outlive a write that a busy machine stalls
 	// for seconds (renewals wait for a fenced write): only a's are to be
 	// lost here. a's own stay at testLease, so c takes over that soon.
-	c := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour}, 15*time.Second)
+	c := startTable(t, b.URL, group, tableConfig{idle: time.Hour}, 15*time.Second)
 	c.waitOwns(c.parts)
 	b.Publish(t, fx.Wires[len(fx.Wires)-1])
 	rt.Eventually(t, "the split by the new owner", func() bool { n, _ := c.closes.count(); return n == 1 })
@@ -550,13 +539,8 @@ func TestReloadSplitIntegration(t *testing.T) {
 	stuck := new(sinktest.Memory)
 	block := make(chan struct{})
 	stuck.Block(block)
-	fan, err := sinks.NewFanout(sinks.Settings{Logger: testLogger(t)}, sinks.FanoutConfig{}, sinks.Target{Name: "mem", Sink: stuck})
-	require.NoError(t, err)
-	defer func() {
-		close(block)
-		require.NoError(t, fan.Close(context.Background()))
-	}()
-	a := startTable(t, b.URL, "reload", runtable.Config{IdleTimeout: time.Hour, Sinks: fan, Deliveries: runtable.NewDeliveries(1)})
+	defer close(block)
+	a := startTable(t, b.URL, "reload", tableConfig{idle: time.Hour, sinks: memSinks(stuck, nil), shutdown: 100 * time.Millisecond})
 	a.waitOwns(a.parts)
 	b.Publish(t, fx.Wires...)
 	rt.Eventually(t, "the split is written", func() bool { n, _ := a.closes.count(); return n >= 1 })
@@ -601,21 +585,12 @@ func TestResendsWhatASinkDroppedIntegration(t *testing.T) {
 	mem := new(sinktest.Memory)
 	block := make(chan struct{})
 	mem.Block(block)
-	deliv := runtable.NewDeliveries(1)
-	var tbl atomic.Pointer[runtable.Table]
-	reload := func(ctx context.Context, sink, id string) (split.Report, bool, error) {
-		if t := tbl.Load(); t != nil {
-			return t.Reload(ctx, sink, id)
-		}
-		return split.Report{}, false, errors.New("no table yet")
-	}
 	var counts sinks.Counters
-	obs := sinks.ObserverFunc(func(e sinks.Event) { counts.Observe(e); deliv.Observe(e) })
-	fan, err := sinks.NewFanout(sinks.Settings{Logger: testLogger(t)},
-		sinks.FanoutConfig{MaxPending: 1, MaxDeferred: 1, Reload: reload, Observer: obs}, sinks.Target{Name: "mem", Sink: mem})
-	require.NoError(t, err)
-	a := startTable(t, b.URL, "overflow", runtable.Config{IdleTimeout: time.Hour, Sinks: fan, Deliveries: deliv})
-	tbl.Store(a.tbl)
+	a := startTable(t, b.URL, "overflow", tableConfig{idle: time.Hour, sinks: memSinks(mem, func(fc *sinks.FanoutConfig) {
+		fc.MaxPending, fc.MaxDeferred = 1, 1
+		obs := fc.Observer
+		fc.Observer = sinks.ObserverFunc(func(e sinks.Event) { counts.Observe(e); obs.Observe(e) })
+	})})
 	a.waitOwns(a.parts)
 	const n = 8
 	runs := rt.Gen(t, n, fx)
@@ -634,8 +609,7 @@ func TestResendsWhatASinkDroppedIntegration(t *testing.T) {
 		}
 		return true
 	})
-	a.stop()
-	require.NoError(t, fan.Close(context.Background()))
+	require.NoError(t, a.node.Stop(context.Background()))
 	for _, r := range runs {
 		want, err := split.JSON(a.closes.of(r.Origin.RunID)[0])
 		require.NoError(t, err)
@@ -655,7 +629,7 @@ func TestStalledPartitionsReportedIntegration(t *testing.T) {
 	srv := natstest.Start(t)
 	b := rt.BrokerAt(t, srv)
 	proxy := natstest.StartProxy(t, srv.Addr().String())
-	a := startTable(t, proxy.URL(), "stall", runtable.Config{IdleTimeout: time.Hour}, time.Minute)
+	a := startTable(t, proxy.URL(), "stall", tableConfig{idle: time.Hour}, time.Minute)
 	a.waitOwns(a.parts)
 	b.Publish(t, fx.Wires[:3]...)
 	b.WaitAcked(t, "stall")
@@ -692,7 +666,7 @@ func TestStoreFullBacksOffIntegration(t *testing.T) {
 	st, err := b.JS.Stream(ctx, "KV_"+runtable.Bucket)
 	require.NoError(t, err)
 	cfg := st.CachedInfo().Config
-	r := startTableLog(t, b.URL, "full", runtable.Config{IdleTimeout: time.Hour, Consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second}},
+	r := startTableLog(t, b.URL, "full", tableConfig{idle: time.Hour, consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second}},
 		zerolog.New(&logs).Level(zerolog.InfoLevel))
 	r.waitOwns(r.parts)
 	info, err := st.Info(ctx)

@@ -15,10 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/app/aggregator"
+	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -64,55 +66,86 @@ func (c *closes) of(id string) []split.Report {
 	return append([]split.Report(nil), c.runs[id]...)
 }
 
-// table is a run table and its fleet member on a connection of their own,
-// wired as `aggregator serve` wires them.
+// table is an aggregator (aggregator.Node: built and stopped as serve
+// builds and stops it) on a connection of its own, whose run table and
+// fleet member the test looks at.
 type table struct {
 	t      testing.TB
+	node   *aggregator.Node
 	tbl    *runtable.Table
 	member *fleet.Member
 	nc     *nats.Conn
 	m      *runtable.Metrics
 	closes *closes
 	parts  int
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // testLease is the lease time to live of the tests: a crashed table's
 // partitions go to the next one that soon.
 const testLease = 3 * time.Second
 
-// startTable starts a table of group on its own connection to url. cfg's
-// fold, stream, group, partitions, OnClose and metrics are filled in.
-func startTable(t testing.TB, url, group string, cfg runtable.Config, lease ...time.Duration) *table {
+// tableConfig is what a test sets of its table's aggregator; the rest is
+// config.DefaultAggregator()'s.
+type tableConfig struct {
+	idle  time.Duration        // idle_timeout
+	now   func() time.Time     // the table's clock (nil: time.Now)
+	store runtable.StoreConfig // store.* (zero: keep everything)
+	// consumer is the run table's consumer.* keys; a zero field is the
+	// tests': ack_wait 2s (a crashed table's events come again soon),
+	// checkpoint_interval 500ms, max_ack_pending 512.
+	consumer runtable.ConsumerConfig
+	// sinks opens the fanout (aggregator.ServeOptions.Sinks; nil: no
+	// sink), shutdown bounds its close at stop (zero: 20s).
+	sinks    func(sinks.Settings, sinks.FanoutConfig) (*sinks.Fanout, error)
+	shutdown time.Duration
+}
+
+// memSinks opens a fanout over one sink, "mem", with the fanout config
+// the aggregator wires, changed by edit (if not nil).
+func memSinks(s sinks.Sink, edit func(*sinks.FanoutConfig)) func(sinks.Settings, sinks.FanoutConfig) (*sinks.Fanout, error) {
+	return func(set sinks.Settings, fc sinks.FanoutConfig) (*sinks.Fanout, error) {
+		if edit != nil {
+			edit(&fc)
+		}
+		return sinks.NewFanout(set, fc, sinks.Target{Name: "mem", Sink: s})
+	}
+}
+
+// startTable starts a table of group on its own connection to url, with
+// leases of lease (testLease when none is given).
+func startTable(t testing.TB, url, group string, tc tableConfig, lease ...time.Duration) *table {
 	t.Helper()
-	return startTableLog(t, url, group, cfg, testLogger(t), lease...)
+	return startTableLog(t, url, group, tc, testLogger(t), lease...)
 }
 
 // startTableLog is startTable logging to log.
-func startTableLog(t testing.TB, url, group string, cfg runtable.Config, log zerolog.Logger, lease ...time.Duration) *table {
+func startTableLog(t testing.TB, url, group string, tc tableConfig, log zerolog.Logger, lease ...time.Duration) *table {
 	t.Helper()
-	nc, js := rt.Connect(t, url)
-	ctx := rt.Ctx(t)
-	lay, err := bus.EnsurePartitioned(ctx, js, bus.DefaultStream, 0, 1, testLogger(t))
-	require.NoError(t, err)
-	kv, err := runtable.EnsureBucket(ctx, js, 1, testLogger(t))
-	require.NoError(t, err)
-	r := &table{t: t, nc: nc, m: runtable.NewMetrics(), closes: newCloses(), parts: lay.Partitions, done: make(chan struct{})}
-	cfg.Fold = rt.FoldOptions(t)
-	cfg.Stream, cfg.Consumer.Durable, cfg.Partitions, cfg.Legacy = bus.DefaultStream, group, lay.Partitions, lay.Legacy
-	cfg.OnClose, cfg.Metrics = r.closes.add, r.m
-	if cfg.Consumer.AckWait == 0 {
-		cfg.Consumer.AckWait = 2 * time.Second
+	cfg := config.DefaultAggregator()
+	cfg.NATS.URL, cfg.HTTP.Listen, cfg.Embedded.Store = url, "", t.TempDir()
+	cfg.Consumer.Fleet = fleet.Config{Group: group, LeaseTTL: append(lease, testLease)[0]}
+	c := runtable.ConsumerConfig{AckWait: 2 * time.Second, CheckpointInterval: 500 * time.Millisecond, MaxAckPending: 512, Lanes: tc.consumer.Lanes}
+	if tc.consumer.AckWait > 0 {
+		c.AckWait = tc.consumer.AckWait
 	}
-	r.tbl, err = runtable.New(ctx, js, kv, cfg, log)
+	if tc.consumer.CheckpointInterval > 0 {
+		c.CheckpointInterval = tc.consumer.CheckpointInterval
+	}
+	if tc.consumer.MaxAckPending > 0 {
+		c.MaxAckPending = tc.consumer.MaxAckPending
+	}
+	cfg.Consumer.Table = c
+	cfg.IdleTimeout, cfg.Store, cfg.ShutdownTimeout = tc.idle, tc.store, 20*time.Second
+	if tc.shutdown > 0 {
+		cfg.ShutdownTimeout = tc.shutdown
+	}
+	r := &table{t: t, closes: newCloses()}
+	opt := aggregator.ServeOptions{OnClose: r.closes.add, Now: tc.now, Sinks: tc.sinks,
+		Heartbeat: 100 * time.Millisecond, Step: 1024}
+	n, err := aggregator.Open(rt.Ctx(t), cfg, opt, log)
 	require.NoError(t, err)
-	r.member, err = fleet.Join(ctx, js, fleet.Config{Group: group, Partitions: lay.Partitions, Bucket: runtable.Bucket, KV: kv,
-		LeaseTTL: append(lease, testLease)[0], Heartbeat: 100 * time.Millisecond, Step: lay.Partitions}, r.tbl, log)
-	require.NoError(t, err)
-	mctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go func() { defer close(r.done); r.member.Run(mctx) }()
+	n.Start(context.Background())
+	r.node, r.tbl, r.member, r.nc, r.m, r.parts = n, n.Table(), n.Member(), n.Conn(), n.Metrics(), n.Layout().Partitions
 	t.Cleanup(r.stop)
 	return r
 }
@@ -135,17 +168,10 @@ func (r *table) waitOwns(n int) {
 	rt.Eventually(r.t, "the table to own its partitions", func() bool { return r.owned() == n })
 }
 
-// stop is the graceful stop: the member hands every partition over
-// (written, acknowledged, given back).
-func (r *table) stop() {
-	if r.cancel == nil {
-		return
-	}
-	r.cancel()
-	r.cancel = nil
-	<-r.done
-	r.tbl.Close()
-}
+// stop is the graceful stop: the sinks close, the member hands every
+// partition over (written, acknowledged, given back). Later calls do
+// nothing.
+func (r *table) stop() { _ = r.node.Stop(context.Background()) }
 
 // crash is the abrupt stop: the connection goes away first, so nothing is
 // written, acknowledged or given back (the leases expire).

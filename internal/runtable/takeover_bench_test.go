@@ -84,7 +84,7 @@ func BenchmarkTakeOver(b *testing.B) {
 	var resumed float64
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		r := startTable(b, br.URL, fmt.Sprintf("takeover%d", i), runtable.Config{IdleTimeout: time.Hour})
+		r := startTable(b, br.URL, fmt.Sprintf("takeover%d", i), tableConfig{idle: time.Hour})
 		r.waitOwns(r.parts)
 		took = time.Since(t0)
 		resumed = counter(b, r.m, "gttsplit_runs_open")

@@ -160,6 +160,19 @@ func NewFanout(set Settings, cfg FanoutConfig, targets ...Target) (*Fanout, erro
 	return f, nil
 }
 
+// Targets returns the names of the sinks f writes to, in order (none for
+// a nil Fanout).
+func (f *Fanout) Targets() []string {
+	if f == nil {
+		return nil
+	}
+	names := make([]string, len(f.ws))
+	for i, w := range f.ws {
+		names[i] = w.name
+	}
+	return names
+}
+
 // Write queues r for every sink and returns without waiting for delivery.
 // It fails only when ctx is done or the Fanout is closed (ErrClosed).
 func (f *Fanout) Write(ctx context.Context, r split.Report) error {

@@ -86,11 +86,11 @@ func BenchmarkServeThroughput(b *testing.B) {
 	cfg := testConfig(b, br.url)
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.IdleTimeout = time.Hour
-	cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending = time.Minute, benchAckPending
+	cfg.Consumer.Table.AckWait, cfg.Consumer.Table.MaxAckPending = time.Minute, benchAckPending
 	if v := os.Getenv("GTTSPLIT_BENCH_CHECKPOINT_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)
 		require.NoError(b, err)
-		cfg.Consumer.CheckpointInterval = d
+		cfg.Consumer.Table.CheckpointInterval = d
 	}
 	t0 := time.Now()
 	s := startServe(b, cfg, ServeOptions{})
@@ -114,7 +114,7 @@ func BenchmarkServeThroughput(b *testing.B) {
 		if c, _ := s.closes.count(); c < len(runs) {
 			return false
 		}
-		ci, err := br.consumerInfo(cfg.Consumer.Durable)
+		ci, err := br.consumerInfo(cfg.Consumer.Fleet.Group)
 		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
 	})
 	b.StopTimer()

@@ -60,7 +60,7 @@ func TestServeCompactsClosedRunIntegration(t *testing.T) {
 	kv, err := b.js.KeyValue(testCtx(t), runtable.Bucket)
 	require.NoError(t, err)
 	eventually(t, "the open key purged", func() bool {
-		_, err := kv.Get(testCtx(t), "open."+fmt.Sprint(bus.PartitionOf(id, cfg.Consumer.Partitions))+".run."+id)
+		_, err := kv.Get(testCtx(t), "open."+fmt.Sprint(bus.PartitionOf(id, cfg.Consumer.Stream.Partitions))+".run."+id)
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
 	// The compaction does not wait for the sinks (the compact record keeps

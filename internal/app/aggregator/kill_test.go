@@ -105,7 +105,7 @@ func TestServeKill9Integration(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(compact(t, fx.Want))+"\n", string(out), "aggregator replay --format json: one JSON line")
 	b := startBroker(t)
-	durable := config.DefaultAggregator().Consumer.Durable
+	durable := config.DefaultAggregator().Consumer.Fleet.Group
 	jsonDir, logDir := t.TempDir(), t.TempDir()
 	third := len(fx.Wires) / 3
 

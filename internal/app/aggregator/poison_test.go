@@ -81,7 +81,7 @@ func TestServePoisonFloodIntegration(t *testing.T) {
 	t.Logf("ordinary run (%d events) folded %s after its publication, behind %d poison events",
 		len(fx.Wires), time.Since(start).Round(time.Millisecond), flood)
 
-	b.waitAcked(t, cfg.Consumer.Durable)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
 	t.Logf("every message settled %s after the ordinary run's publication", time.Since(start).Round(time.Millisecond))
 	msgs := b.streamMsgs(t, "gttsplit.dlq.>")
 	require.Len(t, msgs, flood+1)

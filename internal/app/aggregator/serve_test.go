@@ -48,10 +48,10 @@ func TestServeShuffledDuplicatesIntegration(t *testing.T) {
 
 	cfg := testConfig(t, b.url)
 	s := startServe(t, cfg, ServeOptions{})
-	b.waitAcked(t, cfg.Consumer.Durable)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
 	require.NoError(t, s.stop(t))
 
-	ci, err := b.consumerInfo(cfg.Consumer.Durable)
+	ci, err := b.consumerInfo(cfg.Consumer.Fleet.Group)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, ci.Delivered.Consumer, uint64(len(ws)), "every copy was delivered")
 
@@ -85,7 +85,7 @@ func TestServeLiveEqualsReplayIntegration(t *testing.T) {
 		b.publish(t, fx.Wires...)
 	}
 	eventually(t, "both splits", func() bool { n, _ := s.closes.count(); return n >= len(fxs) })
-	b.waitAcked(t, cfg.Consumer.Durable)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
 	require.NoError(t, s.stop(t))
 
 	docs := sinkDocs(t, cfg.Sinks.JSON.Dir)
@@ -128,7 +128,7 @@ func TestServeManyRunsIntegration(t *testing.T) {
 	t.Logf("published in %s", time.Since(t0))
 	eventually(t, fmt.Sprintf("%d splits", n), func() bool { c, _ := s.closes.count(); return c >= n })
 	t.Logf("folded in %s", time.Since(t0))
-	b.waitAcked(t, cfg.Consumer.Durable)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
 	require.NoError(t, s.stop(t))
 
 	splits, distinct := s.closes.count()
@@ -196,7 +196,7 @@ func TestServePoisonIntegration(t *testing.T) {
 	b.publish(t, fx.Wires[half:]...)
 
 	eventually(t, "the run's split", func() bool { n, _ := s.closes.count(); return n >= 1 })
-	b.waitAcked(t, cfg.Consumer.Durable)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
 
 	dlq := events.Subject(events.KindDLQ, fx.Origin.Host, fx.Origin.Lane, fx.Origin.RunID)
 	require.Equal(t, "gttsplit.dlq.strix01.gpu0."+fx.Origin.RunID, dlq)
@@ -282,7 +282,7 @@ func TestServeHTTPIntegration(t *testing.T) {
 	eventually(t, "every event folded", func() bool {
 		return metricValue(httpGet(t, s.http, "/metrics", http.StatusOK), "gttsplit_events_folded_total") == fmt.Sprint(len(open))
 	})
-	b.waitAcked(t, cfg.Consumer.Durable)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
 
 	m := httpGet(t, s.http, "/metrics", http.StatusOK)
 	require.Equal(t, fmt.Sprint(len(open)), metricValue(m, "gttsplit_events_folded_total"))
@@ -312,7 +312,7 @@ func TestServeHTTPIntegration(t *testing.T) {
 
 	b.publish(t, fx.Wires[fin])
 	eventually(t, "the split", func() bool { n, _ := s.closes.count(); return n == 1 })
-	b.waitAcked(t, cfg.Consumer.Durable)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
 	require.NoError(t, json.Unmarshal([]byte(httpGet(t, s.http, "/runs", http.StatusOK)), &list))
 	require.Len(t, list, 1)
 	require.Equal(t, "closed", list[0].State)

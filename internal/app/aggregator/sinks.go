@@ -23,13 +23,20 @@ type Reload = func(ctx context.Context, sink, runID string) (split.Report, bool,
 // reload, a sink's full queue (sinks.max_pending) defers reports instead of
 // dropping them.
 func OpenSinks(cfg config.Sinks, stdout io.Writer, log zerolog.Logger, obs sinks.Observer, reload Reload) (*sinks.Fanout, error) {
-	return openSinks(cfg, sinks.Settings{Logger: log, Stdout: stdout}, obs, reload, nil)
+	return openSinks(cfg, sinks.Settings{Logger: log, Stdout: stdout}, fanoutConfig(cfg, obs, reload, nil))
 }
 
-// openSinks is OpenSinks with the fleet's guard: keep, if not nil, is
-// asked right before each write commits whether this aggregator still
-// owns the report's run (sinks.FanoutConfig.Keep).
-func openSinks(cfg config.Sinks, set sinks.Settings, obs sinks.Observer, reload Reload, keep func(split.Report) bool) (*sinks.Fanout, error) {
+// fanoutConfig is the Fanout's config from the sinks.* keys, with its
+// observer, its reload and its guard: keep, if not nil, is asked right
+// before each write commits whether this aggregator still owns the
+// report's run (sinks.FanoutConfig.Keep).
+func fanoutConfig(cfg config.Sinks, obs sinks.Observer, reload Reload, keep func(split.Report) bool) sinks.FanoutConfig {
+	return sinks.FanoutConfig{Retry: cfg.Retry, Observer: obs, MaxPending: cfg.MaxPending, Reload: reload, Keep: keep}
+}
+
+// openSinks opens the sinks cfg enables behind a Fanout of config fc (nil
+// when none is enabled).
+func openSinks(cfg config.Sinks, set sinks.Settings, fc sinks.FanoutConfig) (*sinks.Fanout, error) {
 	var targets []sinks.Target
 	// add opens one sink (name is its key under sinks.*); a failure closes
 	// the ones opened before it.
@@ -62,5 +69,5 @@ func openSinks(cfg config.Sinks, set sinks.Settings, obs sinks.Observer, reload 
 	if len(targets) == 0 {
 		return nil, nil
 	}
-	return sinks.NewFanout(set, sinks.FanoutConfig{Retry: cfg.Retry, Observer: obs, MaxPending: cfg.MaxPending, Reload: reload, Keep: keep}, targets...)
+	return sinks.NewFanout(set, fc, targets...)
 }
