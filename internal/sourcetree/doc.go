@@ -1,0 +1,8 @@
+// Package sourcetree holds no code: its tests hold the repository's Go
+// source to what a reader relies on when finding their way in it.
+//
+//   - A package doc with a file map (a section "# Files", or "# Files by
+//     …", of indented lines each naming files, "a.go, b*.go", then what
+//     they hold) names every Go file of its package but the doc's own and
+//     its tests, and only files that exist (TestFileMapsNameTheFiles).
+package sourcetree
