@@ -384,3 +384,81 @@ func TestUnownedPartitionReportedIntegration(t *testing.T) {
 		require.True(t, view[p].Mine, "partition %d", p)
 	}
 }
+
+// slowLoading is a Handler whose Acquired of one partition waits until
+// that partition's lease is lost (another writer took its key), and
+// records whether Lost came while Acquired still ran.
+type slowLoading struct {
+	handler
+	p       int
+	kv      jetstream.KeyValue
+	mu      sync.Mutex
+	loading bool
+	overlap bool
+	lost    chan struct{}
+}
+
+func (h *slowLoading) Acquired(ctx context.Context, l *Lease) error {
+	if l.Partition != h.p {
+		return h.handler.Acquired(ctx, l)
+	}
+	h.mu.Lock()
+	h.loading = true
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.loading = false
+		h.mu.Unlock()
+	}()
+	if _, err := h.kv.PutString(ctx, l.Key(), "someone-else"); err != nil {
+		return err
+	}
+	select {
+	case <-l.Lost():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	time.Sleep(300 * time.Millisecond) // the member's own notice would come meanwhile
+	return h.handler.Acquired(ctx, l)
+}
+
+func (h *slowLoading) Lost(l *Lease) {
+	if l.Partition == h.p {
+		h.mu.Lock()
+		h.overlap = h.overlap || h.loading
+		h.mu.Unlock()
+		close(h.lost)
+	}
+	h.handler.Lost(l)
+}
+
+// A lease lost while the Handler still loads its partition is told to the
+// Handler once Acquired returned, never during it: the Handler never has
+// two calls for one partition at once.
+func TestLostWhileLoadingWaitsForAcquiredIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	js := connect(t, f.url)
+	kv, err := js.KeyValue(context.Background(), testBucket)
+	require.NoError(t, err)
+	h := &slowLoading{handler: handler{f}, p: 1, kv: kv, lost: make(chan struct{})}
+	m, err := Join(context.Background(), js, Config{Group: "g", LeaseTTL: 3 * time.Second},
+		Settings{Partitions: 2, Bucket: testBucket, KV: kv, Heartbeat: 100 * time.Millisecond}, h,
+		zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-h.lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lost lease was never told")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.False(t, h.overlap, "Lost came while Acquired ran")
+}

@@ -92,6 +92,10 @@ type heldLease struct {
 	// releasing is set (under Member.mu) while the partition is handed
 	// over: a loss meanwhile is the release's to handle.
 	releasing bool
+	// loading is set (under Member.mu) while Handler.Acquired runs: a
+	// loss meanwhile (lostLoading) is told once it returned, so that the
+	// Handler never has two calls for one partition at once.
+	loading, lostLoading bool
 }
 
 // Join announces a new member of cfg.Group, starts following the members
@@ -441,6 +445,14 @@ func (m *Member) take(ctx context.Context, p int) bool {
 		rcancel()
 		return false
 	}
+	m.mu.Lock()
+	hl.loading = false
+	lost := hl.lostLoading
+	m.mu.Unlock()
+	if lost {
+		m.lost(hl)
+		return false
+	}
 	m.log.Info().Int("partition", p).Uint64("lease_revision", l.Revision()).Msg("fleet: partition taken")
 	return true
 }
@@ -449,10 +461,11 @@ func (m *Member) take(ctx context.Context, p int) bool {
 // disagree by less keep one owner.
 func (m *Member) margin() time.Duration { return max(m.cfg.LeaseTTL/5, time.Second) }
 
-// hold starts renewing l until it is released or lost.
+// hold starts renewing l until it is released or lost; the Handler is
+// loading it (take clears loading once Acquired returned).
 func (m *Member) hold(l *Lease) *heldLease {
 	ctx, stop := context.WithCancel(context.Background())
-	hl := &heldLease{l: l, stop: stop, done: make(chan struct{})}
+	hl := &heldLease{l: l, stop: stop, done: make(chan struct{}), loading: true}
 	m.mu.Lock()
 	m.held[l.Partition] = hl
 	m.mu.Unlock()
@@ -499,10 +512,16 @@ func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 	}
 }
 
-// lost tells the Handler, and forgets the lease.
+// lost tells the Handler, and forgets the lease; while the Handler is
+// still loading the partition, take tells it once Acquired returned.
 func (m *Member) lost(hl *heldLease) {
 	l := hl.l
 	m.mu.Lock()
+	if hl.loading {
+		hl.lostLoading = true
+		m.mu.Unlock()
+		return
+	}
 	mine := m.held[l.Partition] == hl && !hl.releasing
 	if mine {
 		delete(m.held, l.Partition)
