@@ -385,26 +385,31 @@ func TestUnownedPartitionReportedIntegration(t *testing.T) {
 	}
 }
 
-// slowLoading is a Handler whose Acquired of one partition waits until
-// that partition's lease is lost (another writer took its key), and
+// slowLoading is a Handler whose first Acquired of one partition waits
+// until that partition's lease is lost (another writer took its key), and
 // records whether Lost came while Acquired still ran.
 type slowLoading struct {
 	handler
-	p       int
-	kv      jetstream.KeyValue
-	mu      sync.Mutex
-	loading bool
-	overlap bool
-	lost    chan struct{}
+	p        int
+	kv       jetstream.KeyValue
+	mu       sync.Mutex
+	loaded   bool // the slow Acquired began
+	loading  bool
+	overlap  bool
+	lost     chan struct{}
+	lostOnce sync.Once
 }
 
 func (h *slowLoading) Acquired(ctx context.Context, l *Lease) error {
-	if l.Partition != h.p {
+	h.mu.Lock()
+	slow := l.Partition == h.p && !h.loaded
+	if slow {
+		h.loaded, h.loading = true, true
+	}
+	h.mu.Unlock()
+	if !slow {
 		return h.handler.Acquired(ctx, l)
 	}
-	h.mu.Lock()
-	h.loading = true
-	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
 		h.loading = false
@@ -427,7 +432,7 @@ func (h *slowLoading) Lost(l *Lease) {
 		h.mu.Lock()
 		h.overlap = h.overlap || h.loading
 		h.mu.Unlock()
-		close(h.lost)
+		h.lostOnce.Do(func() { close(h.lost) })
 	}
 	h.handler.Lost(l)
 }
