@@ -58,7 +58,7 @@ func TestForeignOriginDeadLetteredIntegration(t *testing.T) {
 			t.Log(logs.String())
 		}
 	})
-	r := startTableLog(t, b.URL, "origin", runtable.Config{IdleTimeout: time.Hour}, zerolog.New(&logs))
+	r := startTableLog(t, b.URL, "origin", tableConfig{idle: time.Hour}, zerolog.New(&logs))
 	r.waitOwns(r.parts)
 
 	// strix02 publishes, on its own subjects, events that say they are
@@ -115,7 +115,7 @@ func TestCompleteRunIsFinalIntegration(t *testing.T) {
 	fx := rt.Load(t, fixture4B, opts)
 	b := rt.StartBroker(t)
 	const group = "final"
-	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour})
+	r := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
 	r.waitOwns(r.parts)
 	id := fx.Origin.RunID
 	b.Publish(t, fx.Wires...)
@@ -185,7 +185,7 @@ func TestIncompleteRunCompletedByItsHostIntegration(t *testing.T) {
 	b := rt.StartBroker(t)
 	const group, idle, grace = "incomplete", 10 * time.Minute, time.Hour
 	clk := newFakeClock()
-	r := startTable(t, b.URL, group, runtable.Config{IdleTimeout: idle, Store: runtable.StoreConfig{CompactAfter: grace}, Now: clk.now})
+	r := startTable(t, b.URL, group, tableConfig{idle: idle, store: runtable.StoreConfig{CompactAfter: grace}, now: clk.now})
 	r.waitOwns(r.parts)
 	id := fx.Origin.RunID
 	fin := fx.FinishedIndex(t)
