@@ -115,6 +115,7 @@
 //
 //	config.go                Config (nats.*), SpoolConfig (spool.*)
 //	conn.go                  Connect and Dial: the connection, its options and what its errors mean
+//	inbox.go                 InboxPrefix: a collector's reply subjects, its host's own
 //	stream.go                StreamConfig and EnsureStream: the events stream's settings
 //	partition.go             the stream's partitions: subjects, filters, EnsurePartitioned, the legacy stream
 //	api.go                   Retry and Transient: JetStream requests on a busy or failing-over cluster
