@@ -119,8 +119,11 @@ func TestSharedPartitionsIntegration(t *testing.T) {
 	runs := rt.Gen(t, n, fxs...)
 	b := rt.StartBroker(t)
 	const group = "shared"
-	s1 := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
-	s2 := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
+	// Leases of 15 s, not the tests' 3 s: nobody dies here, and a busy
+	// machine that delays renewals must not move a partition (its runs
+	// would be written twice, once by each table).
+	s1 := startTable(t, b.URL, group, tableConfig{idle: time.Hour}, 15*time.Second)
+	s2 := startTable(t, b.URL, group, tableConfig{idle: time.Hour}, 15*time.Second)
 	rt.Eventually(t, "8/8", func() bool { return s1.owned() == 8 && s2.owned() == 8 })
 	b.Publish(t, rt.Interleave(runs)...)
 	closed := func() int {
