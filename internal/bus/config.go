@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -246,4 +247,55 @@ func (c Partitioning) Validate() error {
 		p.Add("partitions", "must be 1 to 1024, got %d", n)
 	}
 	return p.Err()
+}
+
+// PublisherConfig is what NewPublisher needs: the keys it reads, and what
+// the program decides.
+type PublisherConfig struct {
+	// NATS gives MaxInFlight, the bound on the events awaiting the
+	// broker's ack, and AckTimeout, how long one may await it before it
+	// counts as lost and goes to the spool.
+	NATS Config
+	// Spool gives the spools' directory and MaxBytes.
+	Spool SpoolConfig
+	// Name is this publisher's spool, a directory of Spool.Root() (the
+	// collector's lane); "" is Spool.Root() itself. One publisher at a
+	// time uses a spool.
+	Name string
+	// BackPressure, when positive, makes an ack timeout while the
+	// connection is up what it is, a slow broker, for that long: the
+	// events in flight are sent again (same ids, so a copy the broker
+	// already stored is dropped as a duplicate) and waited for longer,
+	// and Publish blocks meanwhile, instead of going to the spool. A
+	// replay, which has no source to hold up, sets it to its shutdown
+	// timeout. Zero spools them at once (run and attach: a child's or a
+	// log's output is never held up).
+	BackPressure time.Duration
+	// RetryInterval is how often the publisher looks for the broker while
+	// events are spooled; after failed attempts it backs off up to 10s.
+	// Zero is 500ms.
+	RetryInterval time.Duration
+	// SegmentBytes is the size at which the spool starts a new segment
+	// file. Zero is 8 MiB.
+	SegmentBytes int64
+}
+
+// DefaultPublisherConfig returns the keys' defaults.
+func DefaultPublisherConfig() PublisherConfig {
+	return PublisherConfig{NATS: DefaultConfig(), Spool: DefaultSpoolConfig()}
+}
+
+// Dir is the publisher's spool directory.
+func (c PublisherConfig) Dir() string { return filepath.Join(c.Spool.Root(), c.Name) }
+
+// validate checks the keys the publisher reads (their sections' Validate).
+func (c PublisherConfig) validate() error {
+	var errs []error
+	for _, fe := range conf.Within("nats", c.NATS.Validate()) {
+		errs = append(errs, fe)
+	}
+	for _, fe := range conf.Within("spool", c.Spool.Validate()) {
+		errs = append(errs, fe)
+	}
+	return errors.Join(errs...)
 }

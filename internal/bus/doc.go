@@ -113,7 +113,7 @@
 //
 // # Files
 //
-//	config.go                Config (nats.*), SpoolConfig (spool.*)
+//	config.go                Config (nats.*), SpoolConfig (spool.*), Partitioning (consumer.partitions), PublisherConfig
 //	conn.go                  Connect and Dial: the connection, its options and what its errors mean
 //	inbox.go                 InboxPrefix: a collector's reply subjects, its host's own
 //	stream.go                StreamConfig and EnsureStream: the events stream's settings
@@ -121,10 +121,10 @@
 //	api.go                   Retry and Transient: JetStream requests on a busy or failing-over cluster
 //	msg.go                   Msg, AckRef, Metadata: a delivered message; Export
 //	publisher.go             Publisher: the front door (Publish, Flush, Stats, Close)
-//	publisher_pump.go        the pump: the publisher's goroutine, the events in flight, the direct path
+//	publisher_pump.go        the pump: the publisher's goroutine, the events in flight, the direct path, drops
 //	publisher_spool.go       the pump's spool side: failover, draining, held run events
-//	publisher_drops.go       the counters and the drops and drains by run
-//	publisher_rejected.go    events refused for good: set aside in rejected/; which errors are which
+//	publisher_drops.go       PublisherStats, the counters, the drops and drains by run
+//	publisher_rejected.go    RejectedDir: events refused for good set aside; which errors are which
 //	spool.go                 the disk spool: segments, checksummed records with markers, the reserve
 //	spoolloss.go             what corrupt spool records cost: SpoolLoss, the runs they held
 //	ratelog.go               LogLimit and Clip: log lines a flood cannot multiply

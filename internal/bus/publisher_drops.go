@@ -9,6 +9,17 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
+// PublisherStats counts what happened to the events handed to Publish.
+type PublisherStats struct {
+	Published    uint64 // acknowledged by the broker when sent directly
+	Spooled      uint64 // written to the spool
+	Drained      uint64 // spooled events later acknowledged by the broker
+	Dropped      uint64 // neither delivered nor spooled (see Dropped)
+	Rejected     uint64 // of Dropped: refused by the broker, set aside in RejectedDir
+	SpoolBytes   int64  // size of the spool on disk
+	SpoolCorrupt uint64 // corrupt or torn spool records cut off
+}
+
 // counters are what happened to the events handed to Publish: the pump
 // counts, Stats reads them without a lock.
 type counters struct {
@@ -89,8 +100,8 @@ func (b *dropBook) drainedRuns() map[string]int {
 	return maps.Clone(b.drained)
 }
 
-// countDrop counts a dropped event, in all and for its run.
-func (pm *pump) countDrop(w events.Wire) {
-	pm.n.dropped.Add(1)
-	pm.runs.noteDropped(w)
+// isRunEvent reports a run-started or run-finished event (subject
+// gttsplit.run.…), which may use the spool's reserve.
+func isRunEvent(w events.Wire) bool {
+	return strings.HasPrefix(w.Subject, events.SubjectRoot+"."+string(events.KindRun)+".")
 }

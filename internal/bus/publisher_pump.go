@@ -588,3 +588,31 @@ func (pm *pump) sayNoStream(w events.Wire, err error) {
 	pm.log.Warn().Str("subject", w.Subject).Str("stream", pm.cfg.NATS.Stream).
 		Msg("no stream takes the events: the events stream does not exist yet (the aggregator creates it when it starts, or an operator does) or has no leader; spooling until it does")
 }
+
+// drop counts an event that will never be delivered. An event the broker
+// refused (err is not nil) is set aside in the spool's rejected/ directory
+// with the reason, so that it is kept for a look, not lost silently.
+func (pm *pump) drop(w events.Wire, err error) {
+	pm.countDrop(w)
+	path, serr := pm.aside.setAside(w, err)
+	if serr == nil {
+		pm.n.rejected.Add(1)
+	}
+	ev := pm.dropLog.Event(pm.log.Warn)
+	if ev == nil {
+		return
+	}
+	ev = ev.Str("error", Clip(err.Error(), 1024)).Str("id", Clip(w.ID, 256)).Str("subject", w.Subject).Int("bytes", len(w.Data))
+	if serr != nil {
+		ev = ev.Str("set_aside_error", serr.Error())
+	} else {
+		ev = ev.Str("set_aside", path)
+	}
+	ev.Msg("event rejected by the broker for good, dropped and set aside")
+}
+
+// countDrop counts a dropped event, in all and for its run.
+func (pm *pump) countDrop(w events.Wire) {
+	pm.n.dropped.Add(1)
+	pm.runs.noteDropped(w)
+}

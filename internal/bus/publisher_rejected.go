@@ -45,28 +45,6 @@ func (r *rejectedDir) path() string { return filepath.Join(r.dir, RejectedDir) }
 // loadBytes counts what an earlier process set aside.
 func (r *rejectedDir) loadBytes() { r.bytes.Store(dirBytes(r.path())) }
 
-// drop counts an event that will never be delivered. An event the broker
-// refused (err is not nil) is set aside in the spool's rejected/ directory
-// with the reason, so that it is kept for a look, not lost silently.
-func (pm *pump) drop(w events.Wire, err error) {
-	pm.countDrop(w)
-	path, serr := pm.aside.setAside(w, err)
-	if serr == nil {
-		pm.n.rejected.Add(1)
-	}
-	ev := pm.dropLog.Event(pm.log.Warn)
-	if ev == nil {
-		return
-	}
-	ev = ev.Str("error", Clip(err.Error(), 1024)).Str("id", Clip(w.ID, 256)).Str("subject", w.Subject).Int("bytes", len(w.Data))
-	if serr != nil {
-		ev = ev.Str("set_aside_error", serr.Error())
-	} else {
-		ev = ev.Str("set_aside", path)
-	}
-	ev.Msg("event rejected by the broker for good, dropped and set aside")
-}
-
 // setAside writes w to RejectedDir and returns the file's path.
 func (r *rejectedDir) setAside(w events.Wire, reason error) (string, error) {
 	dir := r.path()

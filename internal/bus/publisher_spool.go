@@ -2,10 +2,7 @@ package bus
 
 import (
 	"errors"
-	"strings"
 	"time"
-
-	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
 // The pump's spool side: failing over to the spool, draining it, going
@@ -235,10 +232,4 @@ func (pm *pump) abandon() {
 	if len(direct) > 0 {
 		pm.toSpool(direct)
 	}
-}
-
-// isRunEvent reports a run-started or run-finished event (subject
-// gttsplit.run.…), which may use the spool's reserve.
-func isRunEvent(w events.Wire) bool {
-	return strings.HasPrefix(w.Subject, events.SubjectRoot+"."+string(events.KindRun)+".")
 }
