@@ -12,6 +12,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/split"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 // part is the table of one partition this aggregator owns: its runs in
@@ -241,124 +242,24 @@ var errLongID = errors.New("run id too long")
 // (it comes again).
 func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 	t := pt.t
-	if !pt.lease.Valid() {
-		return errNotOwned
-	}
-	if !bus.Folded(msg.Subject()) {
-		if bus.Unfolded(msg.Subject()) {
-			return msg.Ack() // a split or a dead letter: the partition's filter takes every kind
-		}
-		return t.deadLetter(ctx, msg, unknownKind(msg))
-	}
-	if msg.Metadata().NumDelivered > 1 {
-		t.m.redelivered.Inc()
-	}
-	// The log lines no rule reads are counted, not unescaped (most of a
-	// batch).
-	lf := t.parser.NewLineFilter()
-	d, err := msg.DecodeFiltered(lf)
-	if err != nil {
-		return t.deadLetter(ctx, msg, err)
-	}
-	if d.Type == events.TypeSplit {
-		return msg.Ack()
-	}
-	if err := checkSubject(msg.Subject(), d); err != nil {
-		return t.deadLetter(ctx, msg, err)
-	}
-	id := d.Origin.RunID
-	if len(id) > MaxRunIDBytes {
-		return t.deadLetter(ctx, msg, fmt.Errorf("%w: %d bytes, at most %d", errLongID, len(id), MaxRunIDBytes))
-	}
-	if partitionOf(id, t.cfg.Partitions) != pt.p {
-		return t.deadLetter(ctx, msg, fmt.Errorf("%w: run %q on subject %q", errWrongPartition, id, bus.PublishedSubject(msg.Subject())))
+	d, lf, ok, err := pt.decode(ctx, msg)
+	if !ok {
+		return err
 	}
 	t0 := time.Now()
-	var r *liveRun
-	for {
-		if r, err = pt.run(ctx, d.Origin); errors.Is(err, errNotState) {
-			return t.deadLetter(ctx, msg, err)
-		} else if err != nil {
-			return err // the bucket is not reachable: redelivered later
-		}
-		pt.mu.Lock()
-		if pt.runs[id] != r {
-			pt.mu.Unlock() // closed and forgotten meanwhile: again
-			continue
-		}
-		if r.closing == nil {
-			break // pt.mu held
-		}
-		// Its closed state is being written: the event meets the
-		// closed run (a late event re-opens it).
-		ch := r.closing
-		pt.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	// loadedOnly: a closed run read from the bucket for this event alone.
-	loadedOnly := r.st.Closed && !r.dirty && r.folds == r.written
-	if err := checkOwner(r.st, d); err != nil {
-		if loadedOnly {
-			pt.forgetRun(id)
-		}
-		pt.mu.Unlock()
+	r, err := pt.lockRun(ctx, d.Origin)
+	if errors.Is(err, errNotState) {
 		return t.deadLetter(ctx, msg, err)
+	} else if err != nil {
+		return err // the bucket is not reachable: redelivered later
 	}
-	if d.Span != nil && lf.SkippedMarker() && r.st.Fold != nil && r.st.Fold.WantsDebug() {
-		// The batch may hold the run's first -v marker, which the
-		// filter leaves out: take it whole (the first batches of a
-		// verbose log only).
-		if whole, err := msg.Decode(); err == nil {
-			d = whole
-		}
-	}
-	final, ferr := finalCheck(r.st, d, t.cfg.Fold)
-	if ferr != nil {
-		// New to a run closed complete: it is final (see origin.go).
-		if loadedOnly {
-			pt.forgetRun(id)
-		}
+	// pt.mu held from here.
+	final, refuse := pt.admit(ctx, msg, r, &d, lf)
+	if refuse != nil {
 		pt.mu.Unlock()
-		return t.deadLetter(ctx, msg, ferr)
+		return refuse()
 	}
-	if r.st.Compact() && !r.st.holds(d) {
-		// New to a run whose record was compacted: not folded (see late).
-		pt.forgetRun(id)
-		pt.mu.Unlock()
-		return t.late(ctx, msg, r.st)
-	}
-	reopens := r.st.Closed
-	fresh := !final && ApplyTo(r.st, d)
-	due := false
-	if fresh && reopens {
-		t.log.Info().Str("run_id", id).Str("host", d.Origin.Host).Str("event", d.ID).
-			Msg("a late event of its host re-opens a run closed incomplete: its split is replaced at its next close")
-	}
-	if fresh {
-		// (A finish drained from the legacy stream has a sequence of
-		// that stream: the ack floor says nothing of it.)
-		if seq := msg.Metadata().StreamSeq; d.Finished != nil && seq > r.st.FinishedSeq && msg.Metadata().Stream == t.cfg.Stream {
-			r.st.FinishedSeq = seq
-			r.finished = time.Now()
-		}
-		r.st.LastEvent = t.cfg.Now()
-		r.dirty = true
-		r.folds++
-		// A complete run closes at the next checkpoint: start it now.
-		due = r.st.Finished && r.st.Fold.Complete()
-	} else {
-		// A duplicate (a redelivery, or an event re-published under
-		// another message id): nothing to write, only to acknowledge
-		// once what it repeats is durable.
-		t.m.duplicates.Inc()
-		if r.st.Closed && !r.dirty && r.folds == r.written {
-			pt.forgetRun(id) // loaded only to see it was a duplicate
-		}
-	}
+	fresh, due := pt.fold(msg, r, d, final)
 	pt.pending = append(pt.pending, pendingMsg{ack: msg.AckRef(), run: r, gen: r.folds, at: time.Now()})
 	due = due || len(pt.pending) >= max(t.cfg.Consumer.MaxAckPending/2, 1)
 	pt.mu.Unlock()
@@ -373,6 +274,155 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 		}
 	}
 	return nil
+}
+
+// decode reads a message of the partition as an event to fold. When it is
+// not one (ok false), the message is settled: acknowledged (a split, or a
+// dead letter on the partition's subjects), dead-lettered (a kind of
+// event it does not know, one it cannot decode, one whose subject does
+// not match what it says, whose run id is too long or of another
+// partition), or left unacknowledged with err (the lease is not valid).
+func (pt *part) decode(ctx context.Context, msg bus.Msg) (d events.Decoded, lf *llamalog.LineFilter, ok bool, err error) {
+	t := pt.t
+	if !pt.lease.Valid() {
+		return d, nil, false, errNotOwned
+	}
+	if !bus.Folded(msg.Subject()) {
+		if bus.Unfolded(msg.Subject()) {
+			return d, nil, false, msg.Ack() // a split or a dead letter: the partition's filter takes every kind
+		}
+		return d, nil, false, t.deadLetter(ctx, msg, unknownKind(msg))
+	}
+	if msg.Metadata().NumDelivered > 1 {
+		t.m.redelivered.Inc()
+	}
+	// The log lines no rule reads are counted, not unescaped (most of a
+	// batch).
+	lf = t.parser.NewLineFilter()
+	d, err = msg.DecodeFiltered(lf)
+	if err != nil {
+		return d, nil, false, t.deadLetter(ctx, msg, err)
+	}
+	if d.Type == events.TypeSplit {
+		return d, nil, false, msg.Ack()
+	}
+	if err := checkSubject(msg.Subject(), d); err != nil {
+		return d, nil, false, t.deadLetter(ctx, msg, err)
+	}
+	id := d.Origin.RunID
+	if len(id) > MaxRunIDBytes {
+		return d, nil, false, t.deadLetter(ctx, msg, fmt.Errorf("%w: %d bytes, at most %d", errLongID, len(id), MaxRunIDBytes))
+	}
+	if partitionOf(id, t.cfg.Partitions) != pt.p {
+		return d, nil, false, t.deadLetter(ctx, msg, fmt.Errorf("%w: run %q on subject %q", errWrongPartition, id, bus.PublishedSubject(msg.Subject())))
+	}
+	return d, lf, true, nil
+}
+
+// lockRun returns the live run of o with pt.mu held, once no close of it
+// is being written (an event meets the closed run, and a late one
+// re-opens it). On error pt.mu is not held: the bucket is not reachable,
+// or the run's stored state is not one (errNotState).
+func (pt *part) lockRun(ctx context.Context, o events.Origin) (*liveRun, error) {
+	for {
+		r, err := pt.run(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		pt.mu.Lock()
+		if pt.runs[o.RunID] != r {
+			pt.mu.Unlock() // closed and forgotten meanwhile: again
+			continue
+		}
+		if r.closing == nil {
+			return r, nil // pt.mu held
+		}
+		// Its closed state is being written: the event meets the
+		// closed run (a late event re-opens it).
+		ch := r.closing
+		pt.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// admit says, under pt.mu, whether run r takes event d: refuse, when not
+// nil, settles the message once pt.mu is released (the event is not its
+// sender's to send, new to a run that is final, or new to a compacted
+// one); final says d repeats what a final run folded. A verbose log's
+// first batches are decoded whole into d (see below).
+func (pt *part) admit(ctx context.Context, msg bus.Msg, r *liveRun, d *events.Decoded, lf *llamalog.LineFilter) (final bool, refuse func() error) {
+	t := pt.t
+	id := d.Origin.RunID
+	// loadedOnly: a closed run read from the bucket for this event alone.
+	loadedOnly := r.st.Closed && !r.dirty && r.folds == r.written
+	if err := checkOwner(r.st, *d); err != nil {
+		if loadedOnly {
+			pt.forgetRun(id)
+		}
+		return false, func() error { return t.deadLetter(ctx, msg, err) }
+	}
+	if d.Span != nil && lf.SkippedMarker() && r.st.Fold != nil && r.st.Fold.WantsDebug() {
+		// The batch may hold the run's first -v marker, which the
+		// filter leaves out: take it whole (the first batches of a
+		// verbose log only).
+		if whole, err := msg.Decode(); err == nil {
+			*d = whole
+		}
+	}
+	final, ferr := finalCheck(r.st, *d, t.cfg.Fold)
+	if ferr != nil {
+		// New to a run closed complete: it is final (see origin.go).
+		if loadedOnly {
+			pt.forgetRun(id)
+		}
+		return false, func() error { return t.deadLetter(ctx, msg, ferr) }
+	}
+	if r.st.Compact() && !r.st.holds(*d) {
+		// New to a run whose record was compacted: not folded (see late).
+		pt.forgetRun(id)
+		st := r.st
+		return false, func() error { return t.late(ctx, msg, st) }
+	}
+	return final, nil
+}
+
+// fold folds d into run r under pt.mu, unless it repeats what the run
+// holds (final: what a final run folded); fresh says it was folded, due
+// that the run is complete and its checkpoint should start now.
+func (pt *part) fold(msg bus.Msg, r *liveRun, d events.Decoded, final bool) (fresh, due bool) {
+	t := pt.t
+	id := d.Origin.RunID
+	reopens := r.st.Closed
+	fresh = !final && ApplyTo(r.st, d)
+	if fresh && reopens {
+		t.log.Info().Str("run_id", id).Str("host", d.Origin.Host).Str("event", d.ID).
+			Msg("a late event of its host re-opens a run closed incomplete: its split is replaced at its next close")
+	}
+	if !fresh {
+		// A duplicate (a redelivery, or an event re-published under
+		// another message id): nothing to write, only to acknowledge
+		// once what it repeats is durable.
+		t.m.duplicates.Inc()
+		if r.st.Closed && !r.dirty && r.folds == r.written {
+			pt.forgetRun(id) // loaded only to see it was a duplicate
+		}
+		return false, false
+	}
+	// (A finish drained from the legacy stream has a sequence of that
+	// stream: the ack floor says nothing of it.)
+	if seq := msg.Metadata().StreamSeq; d.Finished != nil && seq > r.st.FinishedSeq && msg.Metadata().Stream == t.cfg.Stream {
+		r.st.FinishedSeq = seq
+		r.finished = time.Now()
+	}
+	r.st.LastEvent = t.cfg.Now()
+	r.dirty = true
+	r.folds++
+	// A complete run closes at the next checkpoint: start it now.
+	return true, r.st.Finished && r.st.Fold.Complete()
 }
 
 // run returns the live run of o, reading it from the bucket (without
