@@ -39,7 +39,7 @@ func TestUnknownTypesDeadLetteredIntegration(t *testing.T) {
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
 	var logs lockedBuf
-	r := startTableLog(t, b.URL, "unknown", runtable.Config{IdleTimeout: time.Hour}, zerolog.New(&logs).Level(zerolog.DebugLevel))
+	r := startTableLog(t, b.URL, "unknown", tableConfig{idle: time.Hour}, zerolog.New(&logs).Level(zerolog.DebugLevel))
 	r.waitOwns(r.parts)
 	o := fx.Origin
 	logData := fx.Wires[1].Data
@@ -89,7 +89,7 @@ func TestStoreRoomSaidIntegration(t *testing.T) {
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t) // a stream without max age or max bytes
 	var logs lockedBuf
-	r := startTableLog(t, b.URL, "room", runtable.Config{IdleTimeout: time.Hour}, zerolog.New(&logs).Level(zerolog.DebugLevel))
+	r := startTableLog(t, b.URL, "room", tableConfig{idle: time.Hour}, zerolog.New(&logs).Level(zerolog.DebugLevel))
 	r.waitOwns(r.parts)
 	rt.Eventually(t, "the endless stream said", func() bool { return strings.Contains(logs.String(), "keeps every event for ever") })
 
@@ -132,7 +132,7 @@ func TestGarbageStateRefoldedIntegration(t *testing.T) {
 			b := rt.StartBroker(t)
 			group := fmt.Sprintf("garbage%d", i)
 			half := len(fx.Wires) / 2
-			a := startTable(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour})
+			a := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
 			a.waitOwns(a.parts)
 			b.Publish(t, fx.Wires[:half]...)
 			b.WaitAcked(t, group) // checkpointed: the first half's messages are gone for good
@@ -145,7 +145,7 @@ func TestGarbageStateRefoldedIntegration(t *testing.T) {
 			require.NoError(t, err)
 
 			var logs lockedBuf
-			c := startTableLog(t, b.URL, group, runtable.Config{IdleTimeout: time.Hour}, zerolog.New(&logs))
+			c := startTableLog(t, b.URL, group, tableConfig{idle: time.Hour}, zerolog.New(&logs))
 			b.Publish(t, fx.Wires[half:]...)
 			rt.Eventually(t, "the run's split", func() bool { n, _ := c.closes.count(); return n >= 1 })
 			got := c.closes.of(fx.Origin.RunID)
@@ -174,8 +174,8 @@ func TestUnownedCountsDeadOwnersIntegration(t *testing.T) {
 	skipShort(t)
 	b := rt.StartBroker(t)
 	const lease = 10 * time.Second
-	a := startTable(t, b.URL, "unowned", runtable.Config{IdleTimeout: time.Hour}, lease)
-	c := startTable(t, b.URL, "unowned", runtable.Config{IdleTimeout: time.Hour}, lease)
+	a := startTable(t, b.URL, "unowned", tableConfig{idle: time.Hour}, lease)
+	c := startTable(t, b.URL, "unowned", tableConfig{idle: time.Hour}, lease)
 	rt.Eventually(t, "the partitions shared", func() bool { return a.owned() > 0 && c.owned() > 0 && a.owned()+c.owned() == a.parts })
 	unowned := func() int {
 		c.m.ObserveFleet(c.member.View())
@@ -208,8 +208,8 @@ func TestStoreFullKeepsLeasesIntegration(t *testing.T) {
 	ctx := rt.Ctx(t)
 	var logs lockedBuf
 	const lease = 8 * time.Second // renewed in time on a loaded machine under -race
-	r := startTableLog(t, b.URL, "fullkeep", runtable.Config{IdleTimeout: time.Hour,
-		Consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second}},
+	r := startTableLog(t, b.URL, "fullkeep", tableConfig{idle: time.Hour,
+		consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond, AckWait: 3 * time.Second}},
 		zerolog.New(&logs).Level(zerolog.InfoLevel), lease)
 	r.waitOwns(r.parts)
 	st, err := b.JS.Stream(ctx, "KV_"+runtable.Bucket)
