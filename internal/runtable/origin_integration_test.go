@@ -2,6 +2,7 @@ package runtable_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,20 @@ func reasons(t *testing.T, b *rt.Broker) []string {
 		out = append(out, m.Headers().Get("Gttsplit-Reason"))
 	}
 	return out
+}
+
+// replacing is fx's split as a run closed incomplete with the split inc
+// (its split n) and completed by its host's late events writes it: the
+// recorded split, saying it replaces inc.
+func replacing(t testing.TB, fx rt.Fixture, inc split.Report, n int) []byte {
+	t.Helper()
+	at, err := time.Parse(time.RFC3339Nano, inc.Run.Finished) // (the close's time)
+	require.NoError(t, err)
+	want := fx.Report
+	want.Replacing(split.Replaced{Written: at.UTC().Format(time.RFC3339), Split: n, Missing: inc.Detail.Missing})
+	js, err := split.JSON(want)
+	require.NoError(t, err)
+	return js
 }
 
 // An event that does not speak for the host whose subject it came on is
@@ -221,13 +236,27 @@ func TestIncompleteRunCompletedByItsHostIntegration(t *testing.T) {
 	require.True(t, b.State(t, id, opts).Closed)
 
 	// Its own host's finish: re-opened, and the complete split replaces
-	// the incomplete one.
+	// the incomplete one, saying so: when that one was written, its
+	// number, what it lacked. The split is otherwise the recorded one.
+	incomplete := b.State(t, id, opts)
 	b.Publish(t, fx.Wires[fin])
 	rt.Eventually(t, "the complete split", func() bool { return len(r.closes.of(id)) == 2 })
+	wantJS := replacing(t, fx, r.closes.of(id)[0], 0)
+	require.Contains(t, string(wantJS), `"written": "`+incomplete.ClosedAt.UTC().Format(time.RFC3339)+`"`)
+	require.Contains(t, string(wantJS), `"missing": [
+        "the run-finished event"
+      ]`)
+	var want split.Report
+	require.NoError(t, json.Unmarshal(wantJS, &want))
 	js, err := split.JSON(r.closes.of(id)[1])
 	require.NoError(t, err)
-	require.Equal(t, string(fx.Want), string(js))
+	require.Equal(t, string(wantJS), string(js))
+	require.Contains(t, string(js), `"replaces_incomplete"`)
 	require.Equal(t, 2, b.State(t, id, opts).Splits)
+	require.Equal(t, string(wantJS), b.State(t, id, opts).Reported, "the closed state holds the replacing split")
+	rt.Eventually(t, "both split events", func() bool { return len(b.SplitEvents(t)[id]) == 2 })
+	require.Equal(t, want.Run.Replaces, b.SplitEvents(t)[id][1].Run.Replaces, "the split event says it too")
+	require.Nil(t, b.SplitEvents(t)[id][0].Run.Replaces)
 
 	// The other run, compacted after its grace, takes no late finish.
 	clk.advance(grace + time.Second)

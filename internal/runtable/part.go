@@ -399,6 +399,7 @@ func (pt *part) fold(msg bus.Msg, r *liveRun, d events.Decoded, final bool) (fre
 	reopens := r.st.Closed
 	fresh = !final && ApplyTo(r.st, d)
 	if fresh && reopens {
+		r.st.reopened()
 		t.log.Info().Str("run_id", id).Str("host", d.Origin.Host).Str("event", d.ID).
 			Msg("a late event of its host re-opens a run closed incomplete: its split is replaced at its next close")
 	}

@@ -54,6 +54,11 @@ type RunState struct {
 	// Seen is what the dropped fold of a compact record took in; nil in a
 	// full state.
 	Seen *split.Seen `json:"seen,omitempty"`
+	// Replaces is the incomplete split written at the run's last close,
+	// once a late event of its own host re-opened it: the run's splits
+	// from then on replace that one and say so (see Report). nil until a
+	// run is re-opened.
+	Replaces *split.Replaced `json:"replaces,omitempty"`
 
 	// reopen is set when a closed state was loaded to fold a new event
 	// into: its next write puts the partition's open marker again.
@@ -122,6 +127,26 @@ func (st *RunState) complete() bool {
 		return json.Unmarshal([]byte(st.Reported), &r) == nil && r.Run.Complete
 	}
 	return st.Finished && st.Fold.Complete()
+}
+
+// reopened records, as a late event re-opens st's run (closed
+// incomplete), the split written at its close: the run's next split
+// replaces it. A state without a written split has nothing to replace.
+func (st *RunState) reopened() {
+	if st.Reported == "" {
+		return
+	}
+	var w struct {
+		Detail struct {
+			Missing []string `json:"missing"`
+		} `json:"detail"`
+	}
+	_ = json.Unmarshal([]byte(st.Reported), &w) // (the split this aggregator wrote)
+	p := &split.Replaced{Split: max(st.Splits-1, 0), Missing: w.Detail.Missing}
+	if !st.ClosedAt.IsZero() {
+		p.Written = st.ClosedAt.UTC().Format(time.RFC3339)
+	}
+	st.Replaces = p
 }
 
 // Runs holds the runs an aggregator (or a replay) is folding. It is not
@@ -220,6 +245,9 @@ func Report(st *RunState) split.Report {
 	}
 	if r.Run.Lane == "" {
 		r.Run.Lane = st.Origin.Lane
+	}
+	if st.Replaces != nil {
+		r.Replacing(*st.Replaces)
 	}
 	return r
 }

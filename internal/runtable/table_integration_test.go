@@ -69,7 +69,7 @@ func TestCrashRestartIntegration(t *testing.T) {
 // A run whose run-finished event never comes stays open until the idle
 // timeout passes on the table's clock, then gets an incomplete split. The
 // late run-finished event re-opens it and the complete split, the
-// replay's, replaces it.
+// replay's, replaces it, saying so.
 func TestIdleTimeoutIntegration(t *testing.T) {
 	skipShort(t)
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
@@ -101,11 +101,12 @@ func TestIdleTimeoutIntegration(t *testing.T) {
 	b.WaitAcked(t, group)
 	got, err := split.JSON(r.closes.of(fx.Origin.RunID)[1])
 	require.NoError(t, err)
-	require.Equal(t, string(fx.Want), string(got))
+	want := replacing(t, fx, inc, 0)
+	require.Equal(t, string(want), string(got))
 	require.Equal(t, float64(0), counter(t, r.m, "gttsplit_runs_open"), "the gauge does not drift")
 	st := b.State(t, fx.Origin.RunID, rt.FoldOptions(t))
 	require.Equal(t, 2, st.Splits)
-	require.Equal(t, string(fx.Want), st.Reported)
+	require.Equal(t, string(want), st.Reported)
 }
 
 // Two tables of one group share the partitions: 30 runs interleaved, each
@@ -260,7 +261,8 @@ func TestClosedRunCompactIntegration(t *testing.T) {
 	b.WaitAcked(t, group)
 	got, err := split.JSON(r.closes.of(id)[1])
 	require.NoError(t, err)
-	require.Equal(t, string(fx.Want), string(got), "re-opened within the grace: folded as if in time")
+	want := replacing(t, fx, r.closes.of(id)[0], 0)
+	require.Equal(t, string(want), string(got), "re-opened within the grace: folded as if in time, saying it replaces the incomplete split")
 	require.False(t, b.State(t, id, opts).Compact())
 	_, fullBytes := kvBytes(t, b)
 
@@ -278,7 +280,7 @@ func TestClosedRunCompactIntegration(t *testing.T) {
 	require.True(t, ok)
 	js, err := split.JSON(rep)
 	require.NoError(t, err)
-	require.Equal(t, string(fx.Want), string(js), "/runs/<id> of a compact record")
+	require.Equal(t, string(want), string(js), "/runs/<id> of a compact record")
 	rt.Eventually(t, "the index says compacted", func() bool {
 		list, err := r.tbl.List(ctx)
 		return err == nil && len(list) == 1 && list[0].State == "closed" && list[0].Compact

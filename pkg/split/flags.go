@@ -1,6 +1,10 @@
 package split
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Flags: what a report says of how far to trust it, each a name (in the
 // report's "flags"), its words (the text and Markdown reports', the live
@@ -34,6 +38,9 @@ const (
 	FlagSourceUnknown    = "source_unknown"
 	FlagIncomplete       = "incomplete"
 	FlagEventsDropped    = "events_dropped"
+	// FlagReplaces says the split replaces the run's earlier, incomplete
+	// one (Report.Replacing; its run.replaces says which).
+	FlagReplaces         = "replaces_incomplete"
 	FlagRemoteBuffers    = "remote_buffers"
 	FlagDeviceOrder      = "device_order_assumed"
 	FlagDeviceUnmatched  = "device_unmatched"
@@ -90,6 +97,8 @@ var flagTable = []struct{ name, text, open string }{
 	{FlagSourceUnknown, "the measured source tree's commit is unknown", ""},
 	{FlagIncomplete, "the run did not finish (no run-finished event): a partial split", "the run is still open (its run-finished event has not come): the split so far"},
 	{FlagEventsDropped, "the collector dropped events of this run: the split misses data", ""},
+	{FlagReplaces, "this split replaces an earlier, incomplete split of the run (written when the run went idle): late events of the run's own host re-opened it; run.replaces says when that split was written and what it lacked",
+		"late events of the run's own host re-opened it after an incomplete split was written (when the run went idle): the split the run closes with replaces that one"},
 	{FlagStateCapped, "a very long run outgrew the fold's memory: its earliest lines were left out (never the live load's); a figure whose lines were left out is unknown", ""},
 }
 
@@ -102,6 +111,8 @@ func FlagWords(r Report, f string) string {
 		return fmt.Sprintf("the command exited with status %d: a failed run, measured until it ended", *r.Run.ExitCode)
 	case f == FlagChildSignalled && r.Run.Signal != "":
 		return fmt.Sprintf("the command was stopped by %s: an interrupted run, measured until it stopped", r.Run.Signal)
+	case f == FlagReplaces && r.Run.Replaces != nil:
+		return replacesWords(r)
 	case r.Run.Open && flagOpen[f] != "":
 		return flagOpen[f]
 	}
@@ -128,3 +139,42 @@ var FlagText = func() map[string]string {
 	}
 	return m
 }()
+
+// replacesWords says which split r replaces: when it was written, its
+// number and what it lacked.
+func replacesWords(r Report) string {
+	p := r.Run.Replaces
+	which := fmt.Sprintf("the incomplete split written at %s (split %d)", p.Written, p.Split)
+	if p.Written == "" {
+		which = fmt.Sprintf("the incomplete split %d", p.Split)
+	}
+	if len(p.Missing) > 0 {
+		which += ", which lacked " + strings.Join(p.Missing, "; ")
+	}
+	if r.Run.Open {
+		return "late events of the run's own host re-opened it after " + which + ": the split the run closes with replaces that one"
+	}
+	return "this split replaces " + which + ": late events of the run's own host re-opened the run"
+}
+
+// flagRank is each flag's place in flagTable.
+var flagRank = func() map[string]int {
+	m := make(map[string]int, len(flagTable))
+	for i, f := range flagTable {
+		m[f.name] = i
+	}
+	return m
+}()
+
+// raise adds flag f to r's flags (once), in flagTable's order.
+func (r *Report) raise(f string) {
+	if slices.Contains(r.Flags, f) {
+		return
+	}
+	i := 0
+	for i < len(r.Flags) && flagRank[r.Flags[i]] < flagRank[f] {
+		i++
+	}
+	// (Clipped: r may share its flags with a copy.)
+	r.Flags = slices.Insert(slices.Clip(r.Flags), i, f)
+}

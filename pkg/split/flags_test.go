@@ -64,3 +64,20 @@ func words(r Report) string {
 	s = append(s, r.Detail.Warnings...)
 	return strings.Join(append(s, r.Expected), "\n")
 }
+
+// Replacing raises replaces_incomplete once, in the table's order, and
+// leaves a copy of the report that shares its flags as it was.
+func TestReplacingRaisesItsFlagInOrder(t *testing.T) {
+	t.Parallel()
+	flags := make([]string, 0, 8)
+	flags = append(flags, FlagNoTrace, FlagIncomplete, FlagStateCapped)
+	r := Report{Flags: flags}
+	copied := r
+	r.Replacing(Replaced{Written: "2026-11-07T15:10:00Z", Split: 1, Missing: []string{"samples: 3 of 412 (the last at seq 411)"}})
+	r.Replacing(Replaced{Written: "2026-11-07T15:10:00Z", Split: 1})
+	require.Equal(t, []string{FlagNoTrace, FlagIncomplete, FlagReplaces, FlagStateCapped}, r.Flags)
+	require.Equal(t, []string{FlagNoTrace, FlagIncomplete, FlagStateCapped}, copied.Flags)
+	require.Equal(t, 1, r.Run.Replaces.Split)
+	require.Contains(t, FlagWords(r, FlagReplaces), "written at 2026-11-07T15:10:00Z (split 1)")
+	require.Contains(t, FlagText[FlagReplaces], "run.replaces says")
+}

@@ -86,6 +86,32 @@ type RunMeta struct {
 	// come: its figures are the ones seen so far, and what is absent is
 	// not seen yet.
 	Open bool `json:"open,omitempty"`
+	// Replaces is the run's earlier split that this one replaces: the run
+	// was closed incomplete (the idle timeout), and late events of its own
+	// host re-opened it. Omitted for a run's first split (and in every
+	// split that is not an aggregator's: a replay folds a run once).
+	Replaces *Replaced `json:"replaces,omitempty"`
+}
+
+// Replaced is a run's earlier, incomplete split, which a later split of
+// the run replaces (the report is flagged replaces_incomplete).
+type Replaced struct {
+	// Written is when it was written (RFC 3339, the aggregator's clock).
+	Written string `json:"written"`
+	// Split is its number among the run's splits (0 for the first): the n
+	// of its split event's id, <run>/split/<n>.
+	Split int `json:"split"`
+	// Missing is what it lacked of what the run's collector sent (its
+	// detail.missing).
+	Missing []string `json:"missing,omitempty"`
+}
+
+// Replacing makes r the split that replaces p, the run's earlier
+// incomplete split: r.Run.Replaces says which, and r is flagged
+// replaces_incomplete.
+func (r *Report) Replacing(p Replaced) {
+	r.Run.Replaces = &p
+	r.raise(FlagReplaces)
 }
 
 // Provenance names what was measured (docs/accounting.md rule 13).

@@ -33,6 +33,17 @@ func (d *doc) title(s string) {
 	}
 }
 
+// note is a paragraph about the report itself, under its title: a quote
+// in Markdown.
+func (d *doc) note(s string) {
+	s = strings.ToUpper(s[:1]) + s[1:] + "."
+	if d.md {
+		fmt.Fprintf(&d.b, "> %s\n\n", s)
+	} else {
+		fmt.Fprintf(&d.b, "%s\n\n", s)
+	}
+}
+
 func (d *doc) section(name string) {
 	if d.md {
 		fmt.Fprintf(&d.b, "\n**%s**\n\n", name)
@@ -64,6 +75,11 @@ func render(r split.Report, md bool) string {
 		title += " of run " + r.Run.ID
 	}
 	d.title(title)
+	if r.Run.Replaces != nil {
+		// An edited tracker comment, a file written again: what it
+		// replaces comes first.
+		d.note(split.FlagWords(r, split.FlagReplaces))
+	}
 	writeTable(&d.b, md, []string{"part", "MiB at peak", "share of peak", "MiB at final", "share of final"}, headline(r))
 	d.bars(TextBars(r))
 	shares(&d.b, r)

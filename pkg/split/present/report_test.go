@@ -98,3 +98,39 @@ func TestFlagsInTheirWords(t *testing.T) {
 	require.Contains(t, Markdown(r), "- child_failed: the command exited with status 3: a failed run")
 	require.Contains(t, Text(r), "- child_failed: the command exited with status 3: a failed run")
 }
+
+// A split that replaces the run's earlier, incomplete one says so first,
+// under its title, with when that split was written and what it lacked,
+// and lists the flag in its words; while the re-opened run is open, it
+// says the split it closes with will replace it.
+func TestReplacedSplitSaysSo(t *testing.T) {
+	t.Parallel()
+	r := foldRun(t, "4b")
+	r.Replacing(split.Replaced{Written: "2026-11-07T15:10:00Z", Split: 0, Missing: []string{"the run-finished event"}})
+	words := "his split replaces the incomplete split written at 2026-11-07T15:10:00Z (split 0), which lacked the run-finished event: late events of the run's own host re-opened the run"
+	md := Markdown(r)
+	require.True(t, strings.HasPrefix(md, "### gttsplit: GTT split\n\n> T"+words+".\n\n"), md)
+	require.Contains(t, md, "- replaces_incomplete: t"+words+"\n")
+	txt := Text(r)
+	require.True(t, strings.HasPrefix(txt, "gttsplit: GTT split\n\nT"+words+".\n\n"), txt)
+	require.Contains(t, txt, "- replaces_incomplete: t"+words+"\n")
+	js, err := split.JSON(r)
+	require.NoError(t, err)
+	require.Contains(t, string(js), `"replaces": {
+      "written": "2026-11-07T15:10:00Z",
+      "split": 0,
+      "missing": [
+        "the run-finished event"
+      ]
+    }`)
+
+	r.Run.Open = true
+	require.Contains(t, Text(r), "Late events of the run's own host re-opened it after the incomplete split written at 2026-11-07T15:10:00Z (split 0), which lacked the run-finished event: the split the run closes with replaces that one.\n")
+
+	// A first split says nothing of it.
+	first := foldRun(t, "4b")
+	require.NotContains(t, Markdown(first), "replaces")
+	js, err = split.JSON(first)
+	require.NoError(t, err)
+	require.NotContains(t, string(js), "replaces")
+}
