@@ -14,8 +14,9 @@
 // every sink settled it; a partition's next owner re-sends what is still
 // pending. Closed states are compacted after a grace; an event the table
 // cannot fold is dead-lettered, and so is one that does not speak for the
-// host whose subject it came on, or that would change a run closed
-// complete (origin.go). Index is the in-memory copy of the runs'
+// host whose subject it came on, or that is not byte for byte an event a
+// run closed complete folded (origin.go; each run keeps its events'
+// fingerprints, digest.go). Index is the in-memory copy of the runs'
 // summaries (/runs and the live page; a closed run's holds its figures),
 // from which Metrics exports the last closed split of each lane
 // (lanes.go); Runs folds recorded streams without a broker (replay).

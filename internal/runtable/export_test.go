@@ -12,6 +12,15 @@ var (
 	OpenKey    = openKey
 	PendKey    = pendKey
 	SummaryKey = summaryKey
+
+	Fingerprint     = fingerprint
+	DigestFalseRate = digestFalseRate
+)
+
+// The bounds of a run's fingerprints.
+const (
+	DigestExact       = digestExact
+	DigestFilterBytes = digestFilterBytes
 )
 
 // Compacted is RunState.compacted.

@@ -26,13 +26,16 @@ import (
 //     event. Anything else is dead-lettered with reason origin, counted,
 //     and said once per sending host and claimed source.
 //   - final: a run closed complete (its finish folded, and every line and
-//     sample the finish announced) is final. An event that repeats what
-//     it folded is a duplicate; anything else (a line or sample it did
-//     not hold, a start or finish that would change its split) is
-//     dead-lettered with reason final, and the split written stays the
-//     split. A run closed incomplete (the idle timeout) is not final: a
-//     late event of its own host re-opens it, and its next close replaces
-//     the split (and the tracker comment).
+//     sample the finish announced) is final. An event byte-identical to
+//     one it folded is a duplicate (its fingerprint is among the run's
+//     Digests); anything else (a line or sample it did not hold, one it
+//     holds sent again with other bytes, a start or finish that differs)
+//     is dead-lettered with reason final, and the split written stays the
+//     split. A state an earlier version began keeps no fingerprints: it
+//     tells a repeat by position, and a start or finish by the split it
+//     would give. A run closed incomplete (the idle timeout) is not
+//     final: a late event of its own host re-opens it, and its next close
+//     replaces the split (and the tracker comment), saying so.
 
 // errOrigin marks an event whose subject does not vouch for what it says
 // it is (see originError).
@@ -86,11 +89,12 @@ func checkOwner(st *RunState, d events.Decoded) error {
 }
 
 // finalCheck says whether st's run is final (closed complete), and for a
-// final run whether d is refused: nil for an event that repeats what the
-// run holds (a duplicate, which folds nothing), errFinal for one that
-// brings anything new or would change the split written. opts are the
-// fold's options (a repeated start or finish is tried on a copy).
-func finalCheck(st *RunState, d events.Decoded, opts split.Options) (final bool, err error) {
+// final run whether d, whose bytes have the fingerprint fp, is refused:
+// nil for a re-send of an event the run folded (a duplicate, which folds
+// nothing), errFinal for one that brings anything new or differs. opts
+// are the fold's options (a state without fingerprints tries a repeated
+// start or finish on a copy).
+func finalCheck(st *RunState, d events.Decoded, fp func() uint64, opts split.Options) (final bool, err error) {
 	if !st.complete() {
 		return false, nil
 	}
@@ -98,17 +102,25 @@ func finalCheck(st *RunState, d events.Decoded, opts split.Options) (final bool,
 		return fmt.Errorf("%w: run %s closed complete at %s and is final: the event (%s %s) %s; its split stays the one written",
 			errFinal, st.Origin.RunID, st.ClosedAt.UTC().Format(time.RFC3339), d.Type, d.ID, what)
 	}
+	var held bool
 	if st.Compact() {
-		if !st.holds(d) {
-			return true, refuse("brings what the run did not hold")
+		held = st.holds(d)
+	} else {
+		seen := st.Fold.Seen()
+		held = seenHolds(&seen, d)
+	}
+	if !held {
+		return true, refuse("brings what the run did not hold")
+	}
+	if st.Digests != nil {
+		if !st.Digests.Has(fp()) {
+			return true, refuse("is not byte for byte an event the run folded (what it says at positions the run holds differs)")
 		}
 		return true, nil
 	}
-	seen := st.Fold.Seen()
-	if !seenHolds(&seen, d) {
-		return true, refuse("brings what the run did not hold")
-	}
-	if d.Started == nil && d.Finished == nil {
+	// A state an earlier version began: by position, and a start or
+	// finish by the split it would give.
+	if st.Compact() || (d.Started == nil && d.Finished == nil) {
 		return true, nil // lines or a sample folded before: the fold ignores them
 	}
 	// A repeated start or finish replaces what the fold holds: it is a

@@ -3,11 +3,14 @@ package runtable_test
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -56,6 +59,18 @@ func replacing(t testing.TB, fx rt.Fixture, inc split.Report, n int) []byte {
 	js, err := split.JSON(want)
 	require.NoError(t, err)
 	return js
+}
+
+// exitedWith is fx's run-finished event with another exit status.
+func exitedWith(t testing.TB, fx rt.Fixture, code int) events.Wire {
+	t.Helper()
+	finish := *fx.Decoded[fx.FinishedIndex(t)].Finished
+	finish.Info.ExitCode = &code
+	ev, err := events.NewRunFinished(fx.Origin, finish.Info, finish.Detail)
+	require.NoError(t, err)
+	w, err := events.ToWire(ev)
+	require.NoError(t, err)
+	return w
 }
 
 // An event that does not speak for the host whose subject it came on is
@@ -152,14 +167,7 @@ func TestCompleteRunIsFinalIntegration(t *testing.T) {
 
 	// A new line; a finish with another exit code; a start with another
 	// command.
-	fin := fx.FinishedIndex(t)
-	finish := *fx.Decoded[fin].Finished
-	code := 137
-	finish.Info.ExitCode = &code
-	forgedFin, err := events.NewRunFinished(fx.Origin, finish.Info, finish.Detail)
-	require.NoError(t, err)
-	wFin, err := events.ToWire(forgedFin)
-	require.NoError(t, err)
+	wFin := exitedWith(t, fx, 137)
 	start := *fx.Decoded[0].Started
 	start.Info.Command += " --extra"
 	forgedStart, err := events.NewRunStarted(start.Info, start.Detail)
@@ -176,8 +184,8 @@ func TestCompleteRunIsFinalIntegration(t *testing.T) {
 	}
 	got := strings.Join(reasons(t, b), "\n")
 	require.Contains(t, got, "brings what the run did not hold")
-	require.Contains(t, got, "(io.gttsplit.run.finished.v1 "+wFin.ID+") differs from the one the run folded")
-	require.Contains(t, got, "(io.gttsplit.run.started.v1 "+wStart.ID+") differs from the one the run folded")
+	require.Contains(t, got, "(io.gttsplit.run.finished.v1 "+wFin.ID+") is not byte for byte an event the run folded")
+	require.Contains(t, got, "(io.gttsplit.run.started.v1 "+wStart.ID+") is not byte for byte an event the run folded")
 
 	time.Sleep(300 * time.Millisecond)
 	n, _ := r.closes.count()
@@ -269,4 +277,142 @@ func TestIncompleteRunCompletedByItsHostIntegration(t *testing.T) {
 	})
 	require.Zero(t, counter(t, r.m, "gttsplit_events_dead_lettered_total", "final"))
 	require.Len(t, r.closes.of(other.RunID), 1)
+}
+
+// altered are events of fx's run at positions the run holds, with other
+// bytes: its first log-lines event with its first line's text changed,
+// its first sample with its time a millisecond later, and its run-started
+// event with the same content, indented (another encoding of the same
+// values). Each has the id of the event it alters.
+func altered(t testing.TB, fx rt.Fixture) []events.Wire {
+	t.Helper()
+	var out []events.Wire
+	for i, d := range fx.Decoded {
+		switch {
+		case d.Lines != nil && len(out) == 0:
+			ls := append([]split.Line(nil), d.Lines...)
+			ls[0].Text += " (altered)"
+			w, err := rt.Rewrite(events.Decoded{Lines: ls}, fx.Origin)
+			require.NoError(t, err)
+			require.Equal(t, fx.Wires[i].ID, w.ID, "the same position, the same id")
+			out = append(out, w)
+		case d.Sample != nil && len(out) == 1:
+			s := *d.Sample
+			s.Time = s.Time.Add(time.Millisecond)
+			w, err := rt.Rewrite(events.Decoded{Sample: &s}, fx.Origin)
+			require.NoError(t, err)
+			require.Equal(t, fx.Wires[i].ID, w.ID)
+			out = append(out, w)
+		}
+	}
+	require.Len(t, out, 2)
+	var buf bytes.Buffer
+	require.NoError(t, json.Indent(&buf, fx.Wires[0].Data, "", "  "))
+	re := fx.Wires[0]
+	re.Data = buf.Bytes()
+	d, err := events.DecodeBytes(re.Data)
+	require.NoError(t, err)
+	require.Equal(t, fx.Decoded[0].Started, d.Started, "the same start, other bytes")
+	return append(out, re)
+}
+
+// A run closed complete compares a re-send by its bytes: the events of
+// its recorded stream, byte for byte (the file's own lines, under other
+// message ids), are duplicates; an event at a position it holds with
+// other bytes (a line's text, a sample's time, the same start encoded
+// otherwise) is dead-lettered as final. A state an earlier version wrote
+// keeps no fingerprints: there such a re-send is a duplicate by position,
+// as it was, and only what brings new positions or changes the split is
+// final. Within the stream's duplicate window the broker itself drops an
+// event whose message id it stored, whatever its bytes: the table never
+// sees it.
+func TestFinalRunComparesBytesIntegration(t *testing.T) {
+	skipShort(t)
+	opts := rt.FoldOptions(t)
+	fx := rt.Load(t, fixture4B, opts)
+	old := rt.Load(t, fixture27B, opts)
+	b := rt.StartBroker(t)
+	const group = "bytes"
+	r := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
+	r.waitOwns(r.parts)
+	b.Publish(t, fx.Wires...)
+	b.Publish(t, old.Wires...)
+	rt.Eventually(t, "both splits", func() bool { n, _ := r.closes.count(); return n == 2 })
+	b.WaitAcked(t, group)
+	st := b.State(t, fx.Origin.RunID, opts)
+	require.True(t, st.Closed)
+	require.NotNil(t, st.Digests)
+	require.Equal(t, uint64(len(fx.Wires)), st.Digests.Len(), "a fingerprint per event folded")
+
+	// The duplicate window: an altered line under its genuine message id
+	// is dropped by the broker.
+	alt := altered(t, fx)
+	m := nats.NewMsg(alt[0].Subject)
+	m.Data = alt[0].Data
+	m.Header.Set(jetstream.MsgIDHeader, alt[0].ID)
+	ack, err := b.JS.PublishMsg(rt.Ctx(t), m)
+	require.NoError(t, err)
+	require.True(t, ack.Duplicate, "within the duplicate window the broker drops the same id")
+
+	// The recorded stream's own bytes: duplicates.
+	raw, err := os.ReadFile(fixture4B)
+	require.NoError(t, err)
+	lines := bytes.Split(bytes.TrimSuffix(raw, []byte("\n")), []byte("\n"))
+	require.Len(t, lines, len(fx.Wires))
+	for i, l := range lines {
+		b.PublishIDs(t, []events.Wire{{Subject: fx.Wires[i].Subject, ID: fx.Wires[i].ID, Data: l}}, []string{fx.Wires[i].ID + "/replayed"})
+	}
+	rt.Eventually(t, "the replayed stream counted as duplicates", func() bool {
+		return counter(t, r.m, "gttsplit_events_duplicate_total") == float64(len(lines))
+	})
+
+	// Other bytes at positions the run holds: final.
+	ids := []string{"alt-line", "alt-sample", "alt-start"}
+	b.PublishIDs(t, alt, ids)
+	rt.Eventually(t, "three dead-lettered as final", func() bool {
+		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "final") == 3
+	})
+	b.WaitAcked(t, group)
+	got := strings.Join(reasons(t, b), "\n")
+	for _, w := range alt {
+		require.Contains(t, got, w.ID+") is not byte for byte an event the run folded")
+	}
+	require.Equal(t, float64(len(lines)), counter(t, r.m, "gttsplit_events_duplicate_total"))
+
+	// A closed state an earlier version wrote: no "digests".
+	kv, err := b.JS.KeyValue(rt.Ctx(t), runtable.Bucket)
+	require.NoError(t, err)
+	e, err := kv.Get(rt.Ctx(t), runtable.StateKey(old.Origin.RunID))
+	require.NoError(t, err)
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(e.Value(), &fields))
+	require.Contains(t, fields, "digests")
+	delete(fields, "digests")
+	earlier, err := json.Marshal(fields)
+	require.NoError(t, err)
+	_, err = kv.Put(rt.Ctx(t), runtable.StateKey(old.Origin.RunID), earlier)
+	require.NoError(t, err)
+	require.Nil(t, b.State(t, old.Origin.RunID, opts).Digests)
+	dups := counter(t, r.m, "gttsplit_events_duplicate_total")
+	b.PublishIDs(t, altered(t, old), []string{"old-alt-line", "old-alt-sample", "old-alt-start"})
+	rt.Eventually(t, "by position, and the start by the split it gives: duplicates", func() bool {
+		return counter(t, r.m, "gttsplit_events_duplicate_total") == dups+3
+	})
+	wFin := exitedWith(t, old, 137)
+	b.PublishIDs(t, []events.Wire{lateLine(t, old), wFin}, []string{"old-new-line", "old-forged-finish"})
+	rt.Eventually(t, "a new line, a finish that changes the split: final", func() bool {
+		return counter(t, r.m, "gttsplit_events_dead_lettered_total", "final") == 5
+	})
+	b.WaitAcked(t, group)
+	require.Contains(t, strings.Join(reasons(t, b), "\n"), "(io.gttsplit.run.finished.v1 "+wFin.ID+") differs from the one the run folded")
+
+	// Nothing changed either run.
+	n, _ := r.closes.count()
+	require.Equal(t, 2, n, "no split written again")
+	for _, f := range []rt.Fixture{fx, old} {
+		after := b.State(t, f.Origin.RunID, opts)
+		require.Equal(t, string(f.Want), after.Reported, "the split stays the split")
+		require.Equal(t, 1, after.Splits)
+	}
+	require.Nil(t, b.State(t, old.Origin.RunID, opts).Digests, "an earlier version's state is not given fingerprints it cannot have")
 }

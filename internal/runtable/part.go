@@ -373,7 +373,9 @@ func (pt *part) admit(ctx context.Context, msg bus.Msg, r *liveRun, d *events.De
 			*d = whole
 		}
 	}
-	final, ferr := finalCheck(r.st, *d, t.cfg.Fold)
+	// (The fingerprint of its bytes is taken only for a final run, which
+	// folds nothing, or as the event is folded: once a message.)
+	final, ferr := finalCheck(r.st, *d, func() uint64 { return fingerprint(msg.Data()) }, t.cfg.Fold)
 	if ferr != nil {
 		// New to a run closed complete: it is final (see origin.go).
 		if loadedOnly {
@@ -412,6 +414,9 @@ func (pt *part) fold(msg bus.Msg, r *liveRun, d events.Decoded, final bool) (fre
 			pt.forgetRun(id) // loaded only to see it was a duplicate
 		}
 		return false, false
+	}
+	if r.st.Digests != nil {
+		r.st.Digests.Add(fingerprint(msg.Data()))
 	}
 	// (A finish drained from the legacy stream has a sequence of that
 	// stream: the ack floor says nothing of it.)
@@ -472,7 +477,7 @@ func (pt *part) readClosed(ctx context.Context, o events.Origin) (*liveRun, erro
 
 // NewRunState returns the empty state of a run of origin o.
 func NewRunState(o events.Origin, opts split.Options) *RunState {
-	return &RunState{Origin: o, Fold: split.NewFold(opts)}
+	return &RunState{Origin: o, Fold: split.NewFold(opts), Digests: &Digests{}}
 }
 
 // startLoop starts the partition's checkpoint loop.

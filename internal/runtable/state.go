@@ -59,6 +59,11 @@ type RunState struct {
 	// from then on replace that one and say so (see Report). nil until a
 	// run is re-opened.
 	Replaces *split.Replaced `json:"replaces,omitempty"`
+	// Digests are the fingerprints of the events the run folded, from its
+	// first on (digest.go): a run closed complete tells by them a
+	// byte-identical re-send from one that differs. nil in a state an
+	// earlier version began (see finalCheck).
+	Digests *Digests `json:"digests,omitempty"`
 
 	// reopen is set when a closed state was loaded to fold a new event
 	// into: its next write puts the partition's open marker again.
