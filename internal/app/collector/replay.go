@@ -63,21 +63,9 @@ type ReplayStats struct {
 // 128+N when signal N stopped it.
 func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, log zerolog.Logger) (ReplayStats, error) {
 	var st ReplayStats
-	if cfg.NATS.URL == "" {
-		return st, cli.Usage(errors.New("replay publishes to NATS: set --nats-url (GTTSPLIT_NATS_URL)"))
-	}
-	factor, err := config.ParsePace(cfg.Replay.Pace)
+	factor, err := replayArgs(cfg, files)
 	if err != nil {
-		return st, cli.Usage(fmt.Errorf("replay.pace: %w", err))
-	}
-	for _, f := range files {
-		fi, err := os.Stat(f)
-		if err != nil {
-			return st, cli.Usage(fmt.Errorf("cannot read input: %w", err))
-		}
-		if fi.IsDir() {
-			return st, cli.Usage(fmt.Errorf("cannot read input: %s is a directory: give the recorded streams in it (%s/*.jsonl)", f, f))
-		}
+		return st, err
 	}
 	// replay sends other runs' events: its log names them, not a run of
 	// its own.
@@ -107,66 +95,14 @@ func Replay(ctx context.Context, cfg config.Collector, files []string, io IO, lo
 		stop()
 	})
 
-	var last time.Time
+	rp := &replayer{pub: pub, log: rlog, factor: factor, only: only, st: &st, all: map[string]int{}, foreign: foreign}
+	all := rp.all
 	var runErr error
-	all := map[string]int{}
-files:
 	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
+		if end, err := rp.file(ctx, name); end || err != nil {
 			runErr = err
 			break
 		}
-		r := events.NewReader(f)
-		runs := map[string]int{}
-		sent := st.Sent
-		for r.Next() {
-			ev := r.Event()
-			d, err := events.Decode(ev)
-			if err != nil {
-				st.Invalid++
-				rlog.Debug().Str("file", name).Int("line", r.Line()).Err(err).Msg("skipped an event")
-				continue
-			}
-			if only != "" && events.Token(d.Origin.Host) != only {
-				st.Foreign++
-				foreign[d.Origin.Host]++
-				continue
-			}
-			runs[d.Origin.RunID]++
-			all[d.Origin.RunID]++
-			// Pace by the latest time seen: an event stamped earlier than
-			// the one before it (a log batch is stamped with its first
-			// line) goes at once and does not make the next one wait its
-			// gap again.
-			if factor > 0 && ev.Time().After(last) {
-				if !last.IsZero() {
-					wait := time.Duration(float64(ev.Time().Sub(last)) / factor)
-					select {
-					case <-time.After(wait):
-					case <-ctx.Done():
-						f.Close()
-						break files
-					}
-				}
-				last = ev.Time()
-			}
-			if err := pub.Publish(ctx, ev, nil); err != nil {
-				if ctx.Err() == nil { // else stopped by a signal
-					runErr = err
-				}
-				f.Close()
-				break files
-			}
-			st.Sent++
-		}
-		st.Skipped += r.Skipped()
-		f.Close()
-		if err := r.Err(); err != nil {
-			runErr = err
-			break
-		}
-		rlog.Info().Str("file", name).Int("events", st.Sent-sent).Strs("runs", runIDs(runs)).Msg("file replayed")
 	}
 	sctx, cancel := s.shutdownCtx(ctx)
 	defer cancel()
@@ -198,22 +134,135 @@ files:
 		rlog.Warn().Str("signal", (*sig).String()).Msg("replay interrupted")
 		return st, errors.Join(closeErr, &cli.ExitError{Code: 128 + signalNumber(*sig)})
 	}
-	switch {
-	case st.Left > 0:
-		runErr = errors.Join(runErr, &cli.ExitError{Code: cli.ExitTempFail,
-			Err: fmt.Errorf("%d events left undelivered in the spool %s (the next collector of the lane delivers them)", st.Left, left.Dir)})
-	case st.Dropped > 0:
-		runErr = errors.Join(runErr, fmt.Errorf("%d events dropped: refused by the broker (set aside in %s) or the spool was full",
-			st.Dropped, filepath.Join(left.Dir, bus.RejectedDir)))
-	case st.Foreign > 0:
-		runErr = errors.Join(runErr, fmt.Errorf("%d events of other hosts than %s not sent", st.Foreign, cfg.Host))
-	case st.SpoolLost > 0:
-		runErr = errors.Join(runErr, fmt.Errorf("%d bytes of corrupt records in the spool %s were skipped: their events are lost (runs %s)",
-			st.SpoolLost, left.Dir, strings.Join(loss.Runs, ", ")))
-	case len(files) > 0 && st.Sent == 0 && st.Delivered == 0 && runErr == nil:
-		runErr = errors.New("no event was published: the files hold no event, and the spool none either")
+	if err := replayShortfall(st, left.Dir, loss.Runs, cfg.Host, len(files) > 0 && runErr == nil); err != nil {
+		runErr = errors.Join(runErr, err)
 	}
 	return st, errors.Join(runErr, closeErr)
+}
+
+// replayArgs checks what Replay is given before it connects, and returns
+// the pace's factor.
+func replayArgs(cfg config.Collector, files []string) (float64, error) {
+	if cfg.NATS.URL == "" {
+		return 0, cli.Usage(errors.New("replay publishes to NATS: set --nats-url (GTTSPLIT_NATS_URL)"))
+	}
+	factor, err := config.ParsePace(cfg.Replay.Pace)
+	if err != nil {
+		return 0, cli.Usage(fmt.Errorf("replay.pace: %w", err))
+	}
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			return 0, cli.Usage(fmt.Errorf("cannot read input: %w", err))
+		}
+		if fi.IsDir() {
+			return 0, cli.Usage(fmt.Errorf("cannot read input: %s is a directory: give the recorded streams in it (%s/*.jsonl)", f, f))
+		}
+	}
+	return factor, nil
+}
+
+// replayer sends the events of recorded streams, file by file, paced.
+type replayer struct {
+	pub    *bus.Publisher
+	log    zerolog.Logger
+	factor float64 // the pace (0: instant)
+	only   string  // the host token whose events are sent ("": every host's)
+	st     *ReplayStats
+	all    map[string]int // events by run, in all
+	// foreign counts the events not sent, by host.
+	foreign map[string]int
+	last    time.Time // the latest event time seen, for the pace
+}
+
+// file sends the events of one recorded stream; end says the replay
+// ends here (ctx ended, or a publish or the file failed: err).
+func (rp *replayer) file(ctx context.Context, name string) (end bool, err error) {
+	st := rp.st
+	f, err := os.Open(name)
+	if err != nil {
+		return true, err
+	}
+	defer f.Close()
+	r := events.NewReader(f)
+	runs := map[string]int{}
+	sent := st.Sent
+	for r.Next() {
+		ev := r.Event()
+		d, err := events.Decode(ev)
+		if err != nil {
+			st.Invalid++
+			rp.log.Debug().Str("file", name).Int("line", r.Line()).Err(err).Msg("skipped an event")
+			continue
+		}
+		if rp.only != "" && events.Token(d.Origin.Host) != rp.only {
+			st.Foreign++
+			rp.foreign[d.Origin.Host]++
+			continue
+		}
+		runs[d.Origin.RunID]++
+		rp.all[d.Origin.RunID]++
+		if !rp.pace(ctx, ev.Time()) {
+			return true, nil
+		}
+		if err := rp.pub.Publish(ctx, ev, nil); err != nil {
+			if ctx.Err() != nil {
+				err = nil // stopped by a signal
+			}
+			return true, err
+		}
+		st.Sent++
+	}
+	st.Skipped += r.Skipped()
+	if err := r.Err(); err != nil {
+		return true, err
+	}
+	rp.log.Info().Str("file", name).Int("events", st.Sent-sent).Strs("runs", runIDs(runs)).Msg("file replayed")
+	return false, nil
+}
+
+// pace waits for an event stamped at: by the latest time seen, so that
+// an event stamped earlier than the one before it (a log batch is stamped
+// with its first line) goes at once and does not make the next one wait
+// its gap again. It reports false when ctx ended meanwhile.
+func (rp *replayer) pace(ctx context.Context, at time.Time) bool {
+	if rp.factor <= 0 || !at.After(rp.last) {
+		return true
+	}
+	if !rp.last.IsZero() {
+		wait := time.Duration(float64(at.Sub(rp.last)) / rp.factor)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return false
+		}
+	}
+	rp.last = at
+	return true
+}
+
+// replayShortfall is the error of a replay that did not deliver all it
+// read (nil when it did): events left in the spool dir (exit 75), dropped,
+// of other hosts than host, lost in corrupt spool records (of the runs
+// lost), or, with filesSent (files given and no error so far), no event
+// at all.
+func replayShortfall(st ReplayStats, dir string, lost []string, host string, filesSent bool) error {
+	switch {
+	case st.Left > 0:
+		return &cli.ExitError{Code: cli.ExitTempFail,
+			Err: fmt.Errorf("%d events left undelivered in the spool %s (the next collector of the lane delivers them)", st.Left, dir)}
+	case st.Dropped > 0:
+		return fmt.Errorf("%d events dropped: refused by the broker (set aside in %s) or the spool was full",
+			st.Dropped, filepath.Join(dir, bus.RejectedDir))
+	case st.Foreign > 0:
+		return fmt.Errorf("%d events of other hosts than %s not sent", st.Foreign, host)
+	case st.SpoolLost > 0:
+		return fmt.Errorf("%d bytes of corrupt records in the spool %s were skipped: their events are lost (runs %s)",
+			st.SpoolLost, dir, strings.Join(lost, ", "))
+	case filesSent && st.Sent == 0 && st.Delivered == 0:
+		return errors.New("no event was published: the files hold no event, and the spool none either")
+	}
+	return nil
 }
 
 // signalNumber is the number of a caught signal (its exit code is 128+N).
