@@ -126,6 +126,7 @@
 //	publisher_drops.go       PublisherStats, the counters, the drops and drains by run
 //	publisher_rejected.go    RejectedDir: events refused for good set aside; which errors are which
 //	spool.go                 the disk spool: segments, checksummed records with markers, the reserve
+//	spool_record.go          a spool record: its encoding, reading one, a torn tail, resyncing past a hole
 //	spoolloss.go             what corrupt spool records cost: SpoolLoss, the runs they held
 //	ratelog.go               LogLimit and Clip: log lines a flood cannot multiply
 //	lock_*.go, reserve_*.go  the spool's directory lock and its reserve, per platform
