@@ -1,9 +1,11 @@
 package sourcetree
 
 import (
+	"bufio"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -13,6 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
+
+// MaxLines bounds a Go file that is not a test.
+const MaxLines = 900
 
 // root is the repository's root, from this package's directory.
 const root = "../.."
@@ -50,6 +55,32 @@ func goFiles(t *testing.T) map[string][]string {
 		slices.Sort(fs)
 	}
 	return out
+}
+
+func lines(t *testing.T, p string) int {
+	t.Helper()
+	f, err := os.Open(p)
+	require.NoError(t, err)
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		n++
+	}
+	require.NoError(t, sc.Err())
+	return n
+}
+
+func TestNoFileOverMaxLines(t *testing.T) {
+	t.Parallel()
+	for dir, names := range goFiles(t) {
+		for _, name := range names {
+			if n := lines(t, filepath.Join(root, dir, name)); n > MaxLines {
+				t.Errorf("%s/%s has %d lines, more than %d: split it by what its parts do (and say so in the package doc's file map)", dir, name, n, MaxLines)
+			}
+		}
+	}
 }
 
 // fileMapHeading is the heading of a package doc's file map.
