@@ -3,6 +3,11 @@ package aggregator
 import (
 	"context"
 	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,4 +70,85 @@ func TestCommentTimeoutReachesTheSink(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
 	_ = fan.Close(ctx)
+}
+
+// sinkSection is a section of sinks.* that is a sink: its key, its
+// package, and the key that switches it on, with that key's flag.
+type sinkSection struct {
+	key, pkg, on, flag string
+}
+
+// sinkSections finds the sinks of config.Sinks: each field whose type has
+// Enabled, its switch the one key that, set alone, turns Enabled true.
+func sinkSections(t *testing.T) []sinkSection {
+	t.Helper()
+	var out []sinkSection
+	st := reflect.TypeOf(config.Sinks{})
+	for i := range st.NumField() {
+		f := st.Field(i)
+		if _, ok := reflect.New(f.Type).Elem().Interface().(interface{ Enabled() bool }); !ok {
+			continue
+		}
+		s := sinkSection{key: f.Tag.Get("mapstructure"), pkg: path.Base(f.Type.PkgPath())}
+		for j := range f.Type.NumField() {
+			sw := f.Type.Field(j)
+			if sw.Type.Kind() != reflect.String {
+				continue
+			}
+			v := reflect.New(f.Type).Elem()
+			v.Field(j).SetString("x")
+			if v.Interface().(interface{ Enabled() bool }).Enabled() {
+				s.on, s.flag = sw.Tag.Get("mapstructure"), sw.Tag.Get("flag")
+			}
+		}
+		require.NotEmpty(t, s.on, "sinks.%s: no key switches it on (Config.Enabled)", s.key)
+		out = append(out, s)
+	}
+	require.NotEmpty(t, out, "no field of config.Sinks has Enabled")
+	return out
+}
+
+// TestDocsNameEverySink holds the words of docs/architecture.md's "Add a
+// sink" (steps 3 and 8): every sink of config.Sinks is named where its
+// siblings are, in the package docs and in docs/.
+func TestDocsNameEverySink(t *testing.T) {
+	t.Parallel()
+	read := func(p ...string) string {
+		b, err := os.ReadFile(filepath.Join(append([]string{"..", "..", ".."}, p...)...))
+		require.NoError(t, err)
+		return string(b)
+	}
+	// section is the text of doc from the heading to the next one of its
+	// level.
+	section := func(doc, heading string) string {
+		i := strings.Index(doc, "\n"+heading+"\n")
+		require.GreaterOrEqual(t, i, 0, "no heading %q", heading)
+		rest := doc[i+len(heading)+2:]
+		if j := strings.Index(rest, "\n"+strings.SplitAfter(heading, " ")[0]); j >= 0 {
+			rest = rest[:j]
+		}
+		return rest
+	}
+	cfgDoc, sinksDoc := read("internal", "config", "doc.go"), read("pkg", "sinks", "doc.go")
+	conf, ops, arch := read("docs", "configuration.md"), read("docs", "operations.md"), read("docs", "architecture.md")
+	sections, switching := section(conf, "## One struct per section"), section(conf, "## Switching a sink on")
+	opsSinks, packages := section(ops, "## Sinks"), section(arch, "## The packages")
+	names := func(text, want, where string) {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s does not name %s", where, want)
+		}
+	}
+	for _, s := range sinkSections(t) {
+		keys := "sinks." + s.key + ".*"
+		names(cfgDoc, keys, "internal/config/doc.go's list of the sections")
+		names(sections, "`"+keys+"`", "docs/configuration.md's table of the sections")
+		names(switching, "`sinks."+s.key+"."+s.on+"`", "docs/configuration.md's Switching a sink on")
+		on := "`sinks." + s.key + "." + s.on
+		if s.flag != "" {
+			on = "`--" + s.flag
+		}
+		names(opsSinks, on, "docs/operations.md's table of the sinks")
+		names(sinksDoc, s.pkg, "pkg/sinks/doc.go")
+		names(packages, s.pkg+"`", "docs/architecture.md's table of the packages")
+	}
 }
