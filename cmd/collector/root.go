@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"os"
 
@@ -62,7 +63,12 @@ but 75 when the child exited 0 and events wait in the spool, 1 when some
 were dropped or lost. Details: docs/collector.md.`,
 		Example: `  collector run --out split-4b -- llama-cli -m model.gguf -ngl 99 -c 256 -n 16
   collector run --nats-url nats://nats:4222 --lane gpu1 --issue org/repo#856 -- llama-server -m model.gguf`,
-		Args: cli.Args(cobra.MinimumNArgs(1)),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cli.Usage(errors.New("no command to measure: give it after --, as in 'collector run --out DIR -- llama-cli -m model.gguf ...' (see 'collector run --help')"))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {

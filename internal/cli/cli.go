@@ -3,11 +3,14 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -79,11 +82,29 @@ func Execute(root *cobra.Command, args []string, stderr io.Writer) int {
 	if errors.As(err, &e) && e.Err == nil {
 		return code // the command already said why
 	}
-	if strings.HasPrefix(err.Error(), "unknown command") {
+	msg := strings.TrimSpace(err.Error())
+	if strings.HasPrefix(msg, "unknown command") {
 		code = ExitUsage // cobra's own error for a mistyped subcommand
+		msg = unknownCommand(root, msg)
 	}
-	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), strings.TrimSpace(err.Error()))
+	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), msg)
 	return code
+}
+
+// unknownCommand rewrites cobra's error for a mistyped subcommand
+// ("unknown command "pasre" for "aggregator"", then its suggestions on
+// lines of their own) as one line that names the suggestions and where
+// the commands are listed.
+func unknownCommand(root *cobra.Command, msg string) string {
+	first, rest, _ := strings.Cut(msg, "\n")
+	var sugg []string
+	if _, list, ok := strings.Cut(rest, "Did you mean this?"); ok {
+		sugg = strings.Fields(list)
+	}
+	if len(sugg) > 0 {
+		first += " (did you mean " + strings.Join(sugg, " or ") + "?)"
+	}
+	return fmt.Sprintf("%s (see '%s --help')", first, root.CommandPath())
 }
 
 // Args wraps a cobra positional-argument check so a violation exits 2.
@@ -118,10 +139,34 @@ func (c LogConfig) Validate() error {
 // Logger builds the process's only root logger, on stderr, at level
 // (LogConfig.Level) in format (LogConfig.Format).
 func Logger(w io.Writer, level, format string) zerolog.Logger {
+	return logger(w, level, format, nil)
+}
+
+// QuietLogger is Logger for a command that runs the fleet's machinery for
+// one user on one machine (quickstart): an INFO record is written at
+// DEBUG unless its component is one of keep (a record without a component
+// counts as ""), so the partition mechanics of a one-member fleet (taken,
+// handed over, member ids, lease revisions) and the plumbing's start and
+// stop lines show only at --log-level debug. Warnings and errors are
+// untouched.
+func QuietLogger(w io.Writer, level, format string, keep ...string) zerolog.Logger {
+	lvl := parseLevel(level)
+	return logger(w, level, format, func(next io.Writer) io.Writer {
+		return &demoter{next: next, show: lvl <= zerolog.DebugLevel, keep: keep}
+	})
+}
+
+func parseLevel(level string) zerolog.Level {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
 		lvl = zerolog.InfoLevel
 	}
+	return lvl
+}
+
+// logger builds a root logger; filter, if set, sits between the JSON
+// records and the output (the console writer's, in console format).
+func logger(w io.Writer, level, format string, filter func(io.Writer) io.Writer) zerolog.Logger {
 	// Milliseconds in both formats (zerolog's default cuts to seconds);
 	// durations as strings with units (100ms, not 100).
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
@@ -129,7 +174,40 @@ func Logger(w io.Writer, level, format string) zerolog.Logger {
 	if format != "json" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !IsTerminal(w)}
 	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	if filter != nil {
+		w = filter(w)
+	}
+	return zerolog.New(w).Level(parseLevel(level)).With().Timestamp().Logger()
+}
+
+// demoter rewrites INFO records (one JSON object a Write) of the
+// components not in keep as DEBUG ones, and drops them unless show.
+type demoter struct {
+	next io.Writer
+	show bool
+	keep []string
+}
+
+var infoLevel = []byte(`"level":"info"`)
+
+func (d *demoter) Write(p []byte) (int, error) {
+	if !bytes.Contains(p, infoLevel) {
+		return d.next.Write(p)
+	}
+	var rec struct {
+		Level     string `json:"level"`
+		Component string `json:"component"`
+	}
+	if err := json.Unmarshal(p, &rec); err != nil || rec.Level != "info" || slices.Contains(d.keep, rec.Component) {
+		return d.next.Write(p)
+	}
+	if !d.show {
+		return len(p), nil
+	}
+	if _, err := d.next.Write(bytes.Replace(p, infoLevel, []byte(`"level":"debug"`), 1)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // IsTerminal reports whether v (a reader or writer) is a terminal. A

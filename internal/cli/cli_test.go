@@ -58,3 +58,31 @@ func TestIsTerminal(t *testing.T) {
 	require.True(t, IsTerminal(ptmx))
 	require.False(t, IsTerminal(&bytes.Buffer{}))
 }
+
+// TestQuietLogger: INFO records of components not kept are DEBUG (shown
+// only at debug level), kept ones and warnings are untouched, in both
+// formats.
+func TestQuietLogger(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "console"} {
+		for _, level := range []string{"info", "debug"} {
+			var b bytes.Buffer
+			log := QuietLogger(&b, level, format, "quickstart")
+			log.Info().Str("component", "fleet").Int("partition", 3).Msg("partition taken")
+			log.Info().Str("component", "quickstart").Msg("waiting for the splits")
+			log.Warn().Str("component", "fleet").Msg("lease lost")
+			log.Info().Msg("split written")
+			out := b.String()
+			require.Contains(t, out, "waiting for the splits", format)
+			require.Contains(t, out, "lease lost", format)
+			if level == "info" {
+				require.NotContains(t, out, "partition taken", format)
+				require.NotContains(t, out, "split written", format)
+				continue
+			}
+			want := map[string]string{"json": `{"level":"debug","component":"fleet","partition":3,`, "console": "DBG partition taken"}[format]
+			require.Contains(t, out, want, format)
+			require.NotContains(t, out, `"level":"info","component":"fleet"`, format)
+		}
+	}
+}
