@@ -442,9 +442,18 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 
 // runEvents streams a run's page (below its title) as server-sent events:
 // one "run" event at once, then one whenever the run changes (its report
-// is read again only when its summary moved).
+// is read again only when its summary moved). A run the source does not
+// have is a 404, as its page is, not a stream that never sends.
 func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	switch _, ok, err := h.src.Report(r.Context(), id); {
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	case !ok:
+		http.Error(w, "no such run: "+id, http.StatusNotFound)
+		return
+	}
 	var lastKey, last string
 	h.stream(w, r, "run", func(ctx context.Context) (string, bool) {
 		key := ""

@@ -149,6 +149,8 @@ func TestPages(t *testing.T) {
 	require.Contains(t, page, `<g class="marker">`)
 	require.Contains(t, page, on.Expected[:40])
 	get(t, srv.URL+"/run/nope", http.StatusNotFound)
+	// Its live updates are a 404 too, not a stream that never sends.
+	require.Contains(t, get(t, srv.URL+"/run/nope/events", http.StatusNotFound), "no such run: nope")
 
 	cmp := get(t, srv.URL+"/compare?a=strix01-20261107T140311-4b&b=strix01-20261107T141509-4b-ngl0", http.StatusOK)
 	require.Contains(t, cmp, "weights resident twice: the difference of the peaks is 3171.7 MiB")
