@@ -135,15 +135,16 @@ without a single event (a saved log: use 'aggregator parse') exits 2.`,
 				}
 				return err
 			}
-			if st.Skipped+st.Invalid > 0 {
-				log.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be folded")
-			}
 			switch {
 			case len(runs.IDs()) == 0 && len(st.NotStreams) > 0:
-				// The last line says what to run instead.
+				// The last line says what to run instead (the count of
+				// a binary's "bad lines" would say nothing).
 				return cli.Usage(fmt.Errorf("no run to replay: %s", aggregator.NotAStreamHint(st.NotStreams[0])))
 			case len(runs.IDs()) == 0:
 				return fmt.Errorf("no run in %d events", st.Events)
+			}
+			if st.Skipped+st.Invalid > 0 {
+				log.Warn().Int("bad_lines", st.Skipped).Int("bad_events", st.Invalid).Msg("skipped what could not be folded")
 			}
 			for _, name := range st.NotStreams {
 				log.Warn().Str("file", name).Msg(aggregator.NotAStreamHint(name))

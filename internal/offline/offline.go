@@ -191,3 +191,10 @@ func LoadSamples(path string) ([]split.Sample, int, error) {
 	sort.Slice(fds, func(i, j int) bool { return fds[i].FD < fds[j].FD })
 	return []split.Sample{{Seq: 1, Procs: []split.ProcFDs{{FDs: fds}}}}, 0, nil
 }
+
+// SniffBytes is how much of the start of a file NotText needs.
+const SniffBytes = sniffBytes
+
+// NotText says why b (the start of a file, SniffBytes of it) is not text,
+// or "": what parse refuses a log for, and replay a stream.
+func NotText(b []byte) string { return notText(b) }

@@ -3,11 +3,13 @@ package aggregator
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gttsplit/gttsplit/internal/offline"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
@@ -25,9 +27,20 @@ type ReplayStats struct {
 	NotStreams []string
 }
 
-// NotAStreamHint is what to say of a file replay found no event in.
+// NotAStreamHint is what to say of a file replay found no event in. It
+// reads the start of the file: a binary file is said to be one, not sent
+// to 'aggregator parse' as if it were a saved log.
 func NotAStreamHint(name string) string {
-	return fmt.Sprintf("%s holds no gttsplit event: replay reads recorded event streams (events.jsonl, as 'collector run --out' and 'aggregator export' write them); a saved llama.cpp log is split by 'aggregator parse %s --samples gtt.txt'", name, name)
+	const streams = "replay reads recorded event streams (events.jsonl, as 'collector run --out' and 'aggregator export' write them)"
+	if f, err := os.Open(name); err == nil {
+		head := make([]byte, offline.SniffBytes)
+		n, _ := io.ReadFull(f, head)
+		f.Close()
+		if why := offline.NotText(head[:n]); why != "" {
+			return fmt.Sprintf("%s is not a recorded event stream but %s: %s", name, why, streams)
+		}
+	}
+	return fmt.Sprintf("%s holds no gttsplit event: %s; a saved llama.cpp log is split by 'aggregator parse %s --samples gtt.txt'", name, streams, name)
 }
 
 // ReplayFiles folds recorded streams (events.jsonl files) into runs, the
