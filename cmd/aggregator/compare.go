@@ -2,7 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -47,11 +52,44 @@ unknown run exits 2. Details: docs/reading.md.`,
 					return errors.New(name + ": " + err.Error())
 				}
 			}
-			return aggregator.WriteComparison(stdout, cfg.Format, present.Compare(reps[0], reps[1], args[0], args[1]))
+			c := present.Compare(reps[0], reps[1], args[0], args[1])
+			if err := aggregator.WriteComparison(stdout, cfg.Format, c); err != nil {
+				return err
+			}
+			if c.Verdict == present.VerdictCannotTell {
+				if hint := samplesHint(args, reps, [2][]string{samplesA, samplesB}); hint != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), "aggregator: "+hint)
+				}
+			}
+			return nil
 		},
 	}
 	c.Flags().StringArrayVar(&samplesA, "samples-a", nil, "samples file (gtt.txt) or fdinfo snapshot directory of A when A is a saved log; repeatable")
 	c.Flags().StringArrayVar(&samplesB, "samples-b", nil, "samples file (gtt.txt) or fdinfo snapshot directory of B when B is a saved log; repeatable")
 	addFlags(c.Flags(), "format", "threshold", "nats-url", "store", "log-level")
 	return c
+}
+
+// samplesHint says which of A and B are saved logs given without their
+// fdinfo samples (so their peaks, and the verdict, are unknown) and the
+// flags that give them, or "".
+func samplesHint(args []string, reps [2]split.Report, samples [2][]string) string {
+	var which, flags []string
+	for i, name := range []string{"A", "B"} {
+		st, err := os.Stat(args[i])
+		ext := filepath.Ext(args[i])
+		if err != nil || st.IsDir() || ext == ".json" || ext == ".jsonl" || len(samples[i]) > 0 ||
+			!slices.Contains(reps[i].Flags, split.FlagNoSamples) {
+			continue
+		}
+		which = append(which, name+" ("+args[i]+")")
+		flags = append(flags, "--samples-"+strings.ToLower(name)+" PATH")
+	}
+	switch len(which) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf("%s is a saved log without its fdinfo samples, so its peak is unknown: give them with %s (its gtt.txt, or an fdinfo snapshot directory)", which[0], flags[0])
+	}
+	return fmt.Sprintf("%s and %s are saved logs without their fdinfo samples, so their peaks are unknown: give them with %s and %s (each run's gtt.txt, or an fdinfo snapshot directory)", which[0], which[1], flags[0], flags[1])
 }
