@@ -232,7 +232,7 @@ func (f *Reports) openStore(ctx context.Context, noStore func(store string) stri
 	}
 	b, err := openBroker(ctx, c, f.log)
 	if err != nil {
-		return err
+		return forReader(err)
 	}
 	f.b = b
 	kv, err := b.js.KeyValue(ctx, runtable.Bucket)

@@ -50,7 +50,7 @@ func StartEmbedded(listen, store string, auth EmbeddedAuth, log zerolog.Logger) 
 	lock, err := dirlock.Acquire(store)
 	if err != nil {
 		if errors.Is(err, ErrStoreInUse) {
-			return nil, fmt.Errorf("embedded NATS store %w: stop the other `aggregator serve` or `aggregator export` on it, or give another --store", err)
+			return nil, newStoreBusy(store, err)
 		}
 		return nil, fmt.Errorf("embedded NATS store: %w", err)
 	}
@@ -91,6 +91,7 @@ func StartEmbedded(listen, store string, auth EmbeddedAuth, log zerolog.Logger) 
 		lock.Release()
 		return nil, fmt.Errorf("embedded NATS server on %s (store %s) did not start within 20s", listen, store)
 	}
+	writeStoreURL(store, ns.ClientURL())
 	go func() {
 		ns.WaitForShutdown()
 		lock.Release()

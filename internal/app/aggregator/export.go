@@ -32,7 +32,7 @@ func Export(ctx context.Context, cfg config.Aggregator, sel ExportSelect, w io.W
 	}
 	b, err := openBroker(ctx, c, log)
 	if err != nil {
-		return 0, err
+		return 0, forReader(err)
 	}
 	defer b.close()
 	r := bus.Range{Start: sel.Since, End: sel.Until}
