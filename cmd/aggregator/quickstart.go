@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,10 +51,27 @@ testdata/runs/*/events.jsonl (run it from the repository's root).`,
 					return cli.Usage(errors.New("no FILE given and no testdata/runs/*/events.jsonl here: run it from the repository's root"))
 				}
 			}
-			log := cli.Logger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			err = quickstart(ctx, cfg, args, out, timeout, stdout, log)
+			// One member on one machine: the partition mechanics are
+			// at debug here (serve keeps them at info for a fleet).
+			log := cli.QuietLogger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format, "quickstart", "sinks")
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			var caught atomic.Pointer[os.Signal]
+			go func() {
+				select {
+				case sig := <-sigs:
+					caught.Store(&sig)
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			res, err := quickstart(ctx, cfg, args, out, timeout, stdout, log)
+			if sig := caught.Load(); sig != nil {
+				return &cli.ExitError{Code: 128 + signalNumber(*sig), Err: errors.New("interrupted: " + res.said())}
+			}
 			if errors.Is(err, aggregator.ErrInput) {
 				return cli.Usage(err)
 			}
@@ -64,23 +84,47 @@ testdata/runs/*/events.jsonl (run it from the repository's root).`,
 	return c
 }
 
+// qsResult is what a quickstart wrote.
+type qsResult struct {
+	written, want int
+	out           string // the --out directory
+	tidied        bool   // empty files and directories it made were removed
+}
+
+// said is what an interrupted quickstart left, in words.
+func (r qsResult) said() string {
+	switch {
+	case r.want == 0 || r.written == 0 && r.tidied:
+		return "no split written; nothing left under " + r.out
+	case r.written == 0:
+		return "no split written"
+	case r.written < r.want:
+		return fmt.Sprintf("%d of %d splits written under %s (the others are missing: run it again for all)", r.written, r.want, r.out)
+	}
+	return fmt.Sprintf("all %d splits written under %s", r.written, r.out)
+}
+
 // quickstart runs the real pipeline on the embedded default, in one
 // process: an aggregator with an embedded NATS server (fresh store, free
 // port) consumes; a collector publishes the recorded streams to it over
 // NATS as `collector replay` does; each run's split is printed and written
 // to the file and JSON sinks under outDir; it returns once every run in the
-// files was written (or ctx ends, or the timeout passes).
-func quickstart(ctx context.Context, cfg config.Aggregator, files []string, outDir string, timeout time.Duration, stdout io.Writer, log zerolog.Logger) error {
+// files was written (or ctx ends, or the timeout passes). When not every
+// split was written, the empty files and directories it made under outDir
+// (the sinks make theirs at start) are removed.
+func quickstart(ctx context.Context, cfg config.Aggregator, files []string, outDir string, timeout time.Duration, stdout io.Writer, log zerolog.Logger) (res qsResult, err error) {
+	res.out = outDir
 	want, err := runIDs(files)
 	if err != nil {
-		return err
+		return res, err
 	}
 	if len(want) == 0 {
-		return fmt.Errorf("no run in %v", files)
+		return res, fmt.Errorf("no run in %v", files)
 	}
+	res.want = len(want)
 	store, err := os.MkdirTemp("", "gttsplit-quickstart-")
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer os.RemoveAll(store)
 	c := cfg
@@ -89,15 +133,24 @@ func quickstart(ctx context.Context, cfg config.Aggregator, files []string, outD
 	c.HTTP.Listen = ""
 	c.Sinks.File.Dir = filepath.Join(outDir, "reports")
 	c.Sinks.JSON.Dir = filepath.Join(outDir, "json")
+	made := notYet(outDir, c.Sinks.File.Dir, c.Sinks.JSON.Dir, filepath.Join(c.Sinks.JSON.Dir, "splits.jsonl"))
+	var (
+		mu   sync.Mutex
+		done = map[string]bool{}
+	)
+	defer func() {
+		mu.Lock()
+		res.written = len(done)
+		mu.Unlock()
+		if res.written < res.want {
+			res.tidied = tidy(made)
+		}
+	}()
 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	serveCtx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
-	var (
-		mu   sync.Mutex
-		done = map[string]bool{}
-	)
 	ready := make(chan string, 1)
 	opt := aggregator.ServeOptions{
 		Stdout: stdout,
@@ -120,8 +173,10 @@ func quickstart(ctx context.Context, cfg config.Aggregator, files []string, outD
 	select {
 	case url = <-ready:
 	case err := <-serveErr:
-		return err
+		return res, err
 	}
+	qlog := log.With().Str("component", "quickstart").Logger()
+	qlog.Info().Msg("an aggregator with an embedded NATS server (a fresh store, removed at exit) is consuming")
 	cc := config.DefaultCollector()
 	cc.NATS.URL = url
 	cc.Spool.Dir = filepath.Join(store, "spool")
@@ -130,27 +185,67 @@ func quickstart(ctx context.Context, cfg config.Aggregator, files []string, outD
 	if err != nil {
 		stopServe()
 		<-serveErr
-		return fmt.Errorf("publish: %w", err)
+		return res, fmt.Errorf("publish: %w", err)
 	}
-	log.Info().Int("events", st.Delivered).Int("runs", len(want)).Msg("published the recorded runs through NATS; waiting for their splits")
+	qlog.Info().Int("events", st.Delivered).Int("runs", len(want)).Msg("published the recorded runs through NATS; waiting for their splits")
 	err = <-serveErr
 	mu.Lock()
 	missing := len(want) - len(done)
 	mu.Unlock()
 	if missing > 0 {
-		return errors.Join(err, fmt.Errorf("%d of %d runs got no split before the timeout (%s)", missing, len(want), timeout))
+		return res, errors.Join(err, fmt.Errorf("%d of %d runs got no split before the timeout (%s)", missing, len(want), timeout))
 	}
 	if err != nil {
-		return err
+		return res, err
 	}
 	if cfg.Format == "json" {
 		// stdout holds only JSON Lines: the summary goes to the log.
-		log.Info().Int("splits", len(want)).Str("markdown_dir", c.Sinks.File.Dir).Str("json_dir", c.Sinks.JSON.Dir).Msg("wrote the splits")
-		return nil
+		qlog.Info().Int("splits", len(want)).Str("markdown_dir", c.Sinks.File.Dir).Str("json_dir", c.Sinks.JSON.Dir).Msg("wrote the splits")
+		return res, nil
 	}
 	fmt.Fprintf(stdout, "wrote %d splits: Markdown under %s, JSON under %s (and %s)\n",
 		len(want), c.Sinks.File.Dir, c.Sinks.JSON.Dir, filepath.Join(c.Sinks.JSON.Dir, "splits.jsonl"))
-	return nil
+	return res, nil
+}
+
+// notYet returns the paths that do not exist yet, in the order given
+// (parents first).
+func notYet(paths ...string) []string {
+	var out []string
+	for _, p := range paths {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// tidy removes, children first, those of made that are an empty file or
+// an empty directory, and reports whether none of made is left.
+func tidy(made []string) bool {
+	left := false
+	for _, p := range slices.Backward(made) {
+		st, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil, st.Mode().IsRegular() && st.Size() > 0:
+			left = true
+			continue
+		}
+		if os.Remove(p) != nil { // a directory that is not empty
+			left = true
+		}
+	}
+	return !left
+}
+
+// signalNumber is the number of a caught signal (its exit code is 128+N).
+func signalNumber(sig os.Signal) int {
+	if n, ok := sig.(syscall.Signal); ok {
+		return int(n)
+	}
+	return int(syscall.SIGINT)
 }
 
 // runIDs lists the runs of recorded streams.

@@ -30,6 +30,11 @@
 //	jsmsgs STREAM                print the message count of a JetStream stream
 //	                             on $GTTSPLIT_NATS_URL
 //	startproc VAR PROG [ARGS...] start PROG in the background, its pid in $VAR
+//	sigwhen SIGNAL PATH          once PATH exists, send SIGNAL (INT, TERM) to
+//	                             the newest background command (`exec ... &name&`,
+//	                             then `wait name` collects its output)
+//	sigexit N                    require that the command sigwhen signalled,
+//	                             once waited for, exited with code N
 //
 // The waits poll every 20ms and give up after [WaitTimeout].
 package clitest
@@ -112,6 +117,7 @@ func Setup(e *testscript.Env) error {
 	if err := os.MkdirAll(sys, 0o755); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	e.Values[signalledKey{}] = &signalled{}
 	e.Setenv("GTTSPLIT_SPOOL_DIR", filepath.Join(e.WorkDir, "spool"))
 	e.Setenv("GTTSPLIT_SAMPLE_SYS_ROOT", sys)
 	if os.Getenv("GORACE") == "" {
@@ -208,6 +214,49 @@ func Commands() map[string]func(ts *testscript.TestScript, neg bool, args []stri
 		"cmpjson":   cmdCmpJSON,
 		"jsmsgs":    cmdJSMsgs,
 		"startproc": cmdStartProc,
+		"sigwhen":   cmdSigWhen,
+		"sigexit":   cmdSigExit,
+	}
+}
+
+// signalled is the command sigwhen signalled last, per script.
+type signalled struct{ cmd *exec.Cmd }
+
+type signalledKey struct{}
+
+func cmdSigWhen(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: sigwhen SIGNAL PATH")
+	}
+	sig, ok := map[string]os.Signal{"INT": os.Interrupt, "TERM": syscall.SIGTERM}[args[0]]
+	if !ok {
+		ts.Fatalf("sigwhen: signal %q is not INT or TERM", args[0])
+	}
+	bg := ts.BackgroundCmds()
+	if len(bg) == 0 {
+		ts.Fatalf("sigwhen: no background command")
+	}
+	cmd := bg[len(bg)-1]
+	cmdWaitFile(ts, false, args[1:])
+	ts.Check(cmd.Process.Signal(sig))
+	ts.Value(signalledKey{}).(*signalled).cmd = cmd
+}
+
+func cmdSigExit(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sigexit N")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("sigexit: %q is not a number", args[0])
+	}
+	cmd := ts.Value(signalledKey{}).(*signalled).cmd
+	// The script's wait has returned: the state is set.
+	if cmd == nil || cmd.ProcessState == nil {
+		ts.Fatalf("sigexit: no signalled command was waited for (sigwhen, then wait)")
+	}
+	if got := cmd.ProcessState.ExitCode(); got != want {
+		ts.Fatalf("sigexit: exit code %d (%v), want %d", got, cmd.ProcessState, want)
 	}
 }
 
