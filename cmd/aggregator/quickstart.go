@@ -154,7 +154,10 @@ func quickstart(ctx context.Context, cfg config.Aggregator, files []string, outD
 	ready := make(chan string, 1)
 	opt := aggregator.ServeOptions{
 		Stdout: stdout,
-		Ready:  func(url string) { ready <- url },
+		// Stopped once every split is written (not interrupted, not
+		// timed out): the tracker gets its shutdown_timeout.
+		OneShot: func() bool { return ctx.Err() == nil },
+		Ready:   func(url string) { ready <- url },
 		OnClose: func(id string, _ split.Report) {
 			mu.Lock()
 			defer mu.Unlock()

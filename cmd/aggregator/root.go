@@ -181,9 +181,7 @@ without a single event (a saved log: use 'aggregator parse') exits 2.`,
 			}
 			if fan != nil {
 				// The sinks retry transient errors until shutdown_timeout.
-				ctx, cancel := context.WithTimeout(cmd.Context(), cfg.ShutdownTimeout)
-				defer cancel()
-				if err := fan.Close(ctx); err != nil {
+				if err := aggregator.CloseOneShot(cmd.Context(), fan, cfg.ShutdownTimeout); err != nil {
 					return fmt.Errorf("sinks: %w", err)
 				}
 				if err := undelivered(counts.Snapshot()); err != nil {

@@ -289,7 +289,11 @@ func (n *Node) stop(ctx context.Context) error {
 	var errs []error
 	// 1. sinks
 	if n.fan != nil {
-		if err := n.fan.Close(sctx); err != nil {
+		closeFan := n.fan.Close
+		if n.opt.OneShot != nil && n.opt.OneShot() {
+			closeFan = func(ctx context.Context) error { return CloseOneShot(ctx, n.fan, n.cfg.ShutdownTimeout) }
+		}
+		if err := closeFan(sctx); err != nil {
 			errs = append(errs, fmt.Errorf("sinks: %w", err))
 		}
 	}

@@ -43,6 +43,11 @@ type ServeOptions struct {
 	// its defaults).
 	Heartbeat time.Duration
 	Step      int
+	// OneShot, if set, is asked at the end whether no aggregator comes
+	// after this one to send what the sinks hold (quickstart, unless it
+	// was interrupted): then they keep retrying until shutdown_timeout
+	// (CloseOneShot) instead of giving up after a few tries.
+	OneShot func() bool
 }
 
 // Serve is `aggregator serve`: it joins the aggregators of its group,

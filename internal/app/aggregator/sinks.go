@@ -2,8 +2,10 @@ package aggregator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -70,4 +72,47 @@ func openSinks(cfg config.Sinks, set sinks.Settings, fc sinks.FanoutConfig) (*si
 		return nil, nil
 	}
 	return sinks.NewFanout(set, fc, targets...)
+}
+
+// CloseOneShot ends the sinks of a one-shot command (replay, quickstart).
+// Nothing comes after it to send what its sinks still hold (serve's
+// partitions have a next owner), so it does not close them at once: they
+// keep retrying with their backoff (sinks.retry.*), as they do while serve
+// runs, until every report is delivered or timeout (shutdown_timeout)
+// passes or ctx ends; then they are closed, and what is still queued is
+// undelivered, each sink's last failure named.
+func CloseOneShot(ctx context.Context, fan *sinks.Fanout, timeout time.Duration) error {
+	if fan == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := fan.Flush(ctx); err == nil {
+		return fan.Close(ctx)
+	}
+	// Close gives up at once on what is queued; its "delivery cut short"
+	// is said by the line's end instead.
+	var errs []error
+	for _, e := range unjoin(fan.Close(ctx)) {
+		if !errors.Is(e, sinks.ErrUndelivered) && (errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled)) {
+			continue
+		}
+		errs = append(errs, e)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w (after retrying for shutdown_timeout, %s)", errors.Join(errs...), timeout)
+}
+
+// unjoin lists the errors errors.Join joined (err itself when it is not a
+// join, none when nil).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
