@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -81,9 +82,14 @@ func (g Guard) ok(s string) bool {
 }
 
 // Listen listens on addr (host:port) and reports whether the listener is
-// on a loopback address, which decides what a Guard asks for.
+// on a loopback address, which decides what a Guard asks for. A port in
+// use is said with what to do about it. The commands listen before they
+// start anything else, so a busy port is found at once.
 func Listen(addr string) (net.Listener, bool, error) {
 	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, false, fmt.Errorf("http.listen: %w (is another aggregator, a collector or another program listening there? give --http another port, or --http '' for none)", err)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("http.listen: %w", err)
 	}

@@ -30,6 +30,8 @@
 //	jsmsgs STREAM                print the message count of a JetStream stream
 //	                             on $GTTSPLIT_NATS_URL
 //	startproc VAR PROG [ARGS...] start PROG in the background, its pid in $VAR
+//	holdport VAR                 listen on a free 127.0.0.1 port until the
+//	                             script ends (a port in use), its number in $VAR
 //	sigwhen SIGNAL PATH          once PATH exists, send SIGNAL (INT, TERM) to
 //	                             the newest background command (`exec ... &name&`,
 //	                             then `wait name` collects its output)
@@ -214,9 +216,20 @@ func Commands() map[string]func(ts *testscript.TestScript, neg bool, args []stri
 		"cmpjson":   cmdCmpJSON,
 		"jsmsgs":    cmdJSMsgs,
 		"startproc": cmdStartProc,
+		"holdport":  cmdHoldPort,
 		"sigwhen":   cmdSigWhen,
 		"sigexit":   cmdSigExit,
 	}
+}
+
+func cmdHoldPort(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: holdport VAR")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	ts.Defer(func() { _ = ln.Close() })
+	ts.Setenv(args[0], strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 }
 
 // signalled is the command sigwhen signalled last, per script.

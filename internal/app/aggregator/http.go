@@ -3,6 +3,7 @@ package aggregator
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -51,14 +52,10 @@ type partitionsView struct {
 }
 
 // startHTTP serves /healthz, /readyz, /metrics, /partitions, /runs,
-// /runs/{id} and the live page on cfg.Listen. On a loopback address every
+// /runs/{id} and the live page on ln (cfg.Listen's, loop when loopback). On a loopback address every
 // path is open; on any other, every path but /healthz and /readyz needs
 // cfg.Token (see httpguard.Guard), and /metrics too unless cfg.MetricsPublic.
-func startHTTP(cfg config.HTTP, e endpoints, log zerolog.Logger) (*http.Server, string, error) {
-	ln, loop, err := httpguard.Listen(cfg.Listen)
-	if err != nil {
-		return nil, "", err
-	}
+func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, e endpoints, log zerolog.Logger) (*http.Server, string) {
 	token := cfg.Token.Reveal()
 	guard := httpguard.Guard{Token: token, Loopback: loop}
 	svc := e.tbl
@@ -121,7 +118,7 @@ func startHTTP(cfg config.HTTP, e endpoints, log zerolog.Logger) (*http.Server, 
 	case token == "":
 		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) only /healthz and /readyz are served; the page, /partitions, /runs, /runs/{id} and /metrics are refused")
 	}
-	return srv, ln.Addr().String(), nil
+	return srv, ln.Addr().String()
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

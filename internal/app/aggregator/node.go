@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/internal/httpguard"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
@@ -31,18 +33,22 @@ import (
 // Start order (Open, then Start):
 //
 //  1. fold options  the split.* keys (the line grammar's patterns)
-//  2. sinks         the fanout, its observer feeding the metrics and
+//  2. http port     http.listen's listener, taken before anything starts:
+//     a busy port is said at once, before the sinks, the broker or the
+//     fleet do anything
+//  3. sinks         the fanout, its observer feeding the metrics and
 //     Deliveries; the comment sink looks a run up in the table and a
 //     deferred split is read back from it, both through the table of
-//     step 6, once it is there
-//  3. broker        the connection (after starting the embedded server
+//     step 7, once it is there
+//  4. broker        the connection (after starting the embedded server
 //     when nats.url is empty)
-//  4. stream        the events stream, partitioned at ingest
-//  5. bucket        the state bucket (runs, leases)
-//  6. table         the run table, following the run index
-//  7. member        joins the group and takes its first partitions
-//  8. http          the endpoints, reading the table and the member
-//  9. Start         the fleet's view to the metrics every second, and the
+//  5. stream        the events stream, partitioned at ingest
+//  6. bucket        the state bucket (runs, leases)
+//  7. table         the run table, following the run index
+//  8. member        joins the group and takes its first partitions
+//  9. http          the endpoints on the listener of step 2, reading the
+//     table and the member
+//  10. Start        the fleet's view to the metrics every second, and the
 //     member's run (taking and giving back partitions)
 //
 // A step that fails undoes those before it, the last first.
@@ -76,6 +82,8 @@ type Node struct {
 	// tref is tbl for the sinks, opened before it.
 	tref   atomic.Pointer[runtable.Table]
 	member *fleet.Member
+	ln     net.Listener // http.listen's, until srv serves on it
+	loop   bool         // ln is a loopback address
 	srv    *http.Server // nil: no HTTP
 
 	// undo holds what Open built, undone in reverse when a later step
@@ -99,7 +107,7 @@ func Open(ctx context.Context, cfg config.Aggregator, opt ServeOptions, log zero
 	n := &Node{cfg: cfg, opt: opt, log: log, m: runtable.NewMetrics(), deliv: runtable.NewDeliveries(),
 		runDone: make(chan struct{})}
 	steps := []func(context.Context) error{
-		n.openFold, n.openSinks, n.openBroker, n.ensureStream, n.ensureBucket, n.openTable, n.joinFleet, n.openHTTP,
+		n.openFold, n.listenHTTP, n.openSinks, n.openBroker, n.ensureStream, n.ensureBucket, n.openTable, n.joinFleet, n.openHTTP,
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -119,6 +127,18 @@ func (n *Node) onFail(undo func()) { n.undo = append(n.undo, undo) }
 func (n *Node) openFold(context.Context) (err error) {
 	n.fold, err = FoldOptions(n.cfg)
 	return err
+}
+
+// listenHTTP takes http.listen's port first (see Node).
+func (n *Node) listenHTTP(context.Context) (err error) {
+	if n.cfg.HTTP.Listen == "" {
+		return nil
+	}
+	if n.ln, n.loop, err = httpguard.Listen(n.cfg.HTTP.Listen); err != nil {
+		return err
+	}
+	n.onFail(func() { _ = n.ln.Close() })
+	return nil
 }
 
 func (n *Node) openSinks(context.Context) (err error) {
@@ -220,13 +240,10 @@ func (n *Node) joinFleet(ctx context.Context) error {
 }
 
 func (n *Node) openHTTP(context.Context) error {
-	if n.cfg.HTTP.Listen == "" {
+	if n.ln == nil {
 		return nil
 	}
-	srv, addr, err := startHTTP(n.cfg.HTTP, endpoints{tbl: n.tbl, member: n.member, nc: n.b.nc, m: n.m}, n.log)
-	if err != nil {
-		return err
-	}
+	srv, addr := startHTTP(n.cfg.HTTP, n.ln, n.loop, endpoints{tbl: n.tbl, member: n.member, nc: n.b.nc, m: n.m}, n.log)
 	n.srv = srv
 	n.onFail(func() { _ = srv.Close() })
 	if n.opt.HTTPReady != nil {

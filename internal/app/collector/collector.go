@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,6 +33,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/httpguard"
 	"github.com/gttsplit/gttsplit/internal/provenance"
 	"github.com/gttsplit/gttsplit/pkg/events"
 	"github.com/gttsplit/gttsplit/pkg/sources"
@@ -88,8 +90,24 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, resume 
 	if cfg.NATS.URL == "" && cfg.Out == "" {
 		return nil, cli.Usage(ErrNoDestination)
 	}
+	// The HTTP port is taken first: a busy one is said before --out is
+	// written or the broker dialled.
+	var ln net.Listener
+	var loop bool
+	if cfg.HTTP.Listen != "" {
+		var err error
+		if ln, loop, err = httpguard.Listen(cfg.HTTP.Listen); err != nil {
+			return nil, err
+		}
+	}
+	closeLn := func() {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
 	host, err := hostOf(cfg)
 	if err != nil {
+		closeLn()
 		return nil, err
 	}
 	if runID == "" {
@@ -106,6 +124,7 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, resume 
 		}
 		rec, err := newRecorder(cfg.Out, resumeRun, s.pipe.fold)
 		if err != nil {
+			closeLn()
 			return nil, err
 		}
 		s.pipe.out = rec
@@ -113,6 +132,7 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, resume 
 	if cfg.NATS.URL != "" {
 		pub, err := s.connect(ctx, host)
 		if err != nil {
+			closeLn()
 			if s.pipe.out != nil {
 				_ = s.pipe.out.close()
 			}
@@ -120,18 +140,8 @@ func newSession(ctx context.Context, cfg config.Collector, runID string, resume 
 		}
 		s.pipe.pub = pub
 	}
-	if cfg.HTTP.Listen != "" {
-		srv, err := startHTTP(cfg.HTTP, registry(s.pipe, cfg.Spool), s.log)
-		if err != nil {
-			if s.pipe.pub != nil {
-				_ = s.pipe.pub.Close(ctx)
-			}
-			if s.pipe.out != nil {
-				_ = s.pipe.out.close()
-			}
-			return nil, err
-		}
-		s.http = srv
+	if ln != nil {
+		s.http = startHTTP(cfg.HTTP, ln, loop, registry(s.pipe, cfg.Spool), s.log)
 	}
 	return s, nil
 }

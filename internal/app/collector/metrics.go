@@ -2,6 +2,7 @@ package collector
 
 import (
 	"io"
+	"net"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,14 +65,10 @@ func registry(p *pipeline, spool bus.SpoolConfig) *prometheus.Registry {
 	return reg
 }
 
-// startHTTP serves /healthz and /metrics on cfg.Listen. On a loopback
-// address /metrics is open; on any other it needs cfg.Token, unless
-// cfg.MetricsPublic.
-func startHTTP(cfg config.HTTP, reg *prometheus.Registry, log zerolog.Logger) (*http.Server, error) {
-	ln, loop, err := httpguard.Listen(cfg.Listen)
-	if err != nil {
-		return nil, err
-	}
+// startHTTP serves /healthz and /metrics on ln (cfg.Listen's, loop when
+// loopback). On a loopback address /metrics is open; on any other it needs
+// cfg.Token, unless cfg.MetricsPublic.
+func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, reg *prometheus.Registry, log zerolog.Logger) *http.Server {
 	token := cfg.Token.Reveal()
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if !cfg.MetricsPublic {
@@ -85,5 +82,5 @@ func startHTTP(cfg config.HTTP, reg *prometheus.Registry, log zerolog.Logger) (*
 	if !loop && token == "" && !cfg.MetricsPublic {
 		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) or http.metrics_public, /metrics is refused; only /healthz is served")
 	}
-	return srv, nil
+	return srv
 }
