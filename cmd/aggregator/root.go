@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 
@@ -42,10 +43,15 @@ Settings are flags, keys of the --config file and GTTSPLIT_<KEY> variables
 	return root
 }
 
-// loadConfig loads the aggregator config with cmd's flags on top.
+// loadConfig loads the aggregator config with cmd's flags on top, and
+// warns of the GTTSPLIT_* variables that set no key.
 func loadConfig(cmd *cobra.Command) (config.Aggregator, error) {
 	path, _ := cmd.Flags().GetString("config")
-	return config.LoadAggregator(path, cmd.Flags())
+	cfg, err := config.LoadAggregator(path, cmd.Flags())
+	if err == nil {
+		cli.WarnUnknownEnv(cmd.ErrOrStderr(), cfg.Log, config.UnknownEnvNow())
+	}
+	return cfg, err
 }
 
 func addFlags(fs *pflag.FlagSet, names ...string) {
@@ -56,8 +62,9 @@ func addFlags(fs *pflag.FlagSet, names ...string) {
 
 func newValidate(stdout io.Writer) *cobra.Command {
 	return cli.NewValidate("aggregator", stdout, func(cmd *cobra.Command) error {
-		_, err := loadConfig(cmd)
-		return err
+		path, _ := cmd.Flags().GetString("config")
+		_, err := config.LoadAggregator(path, cmd.Flags())
+		return config.CheckEnv(err, os.Environ())
 	})
 }
 

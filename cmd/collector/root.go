@@ -34,9 +34,15 @@ Settings are flags, keys of the --config file and GTTSPLIT_<KEY> variables
 	return root
 }
 
+// loadConfig loads the collector config with cmd's flags on top, and
+// warns of the GTTSPLIT_* variables that set no key.
 func loadConfig(cmd *cobra.Command) (config.Collector, error) {
 	path, _ := cmd.Flags().GetString("config")
-	return config.LoadCollector(path, cmd.Flags())
+	cfg, err := config.LoadCollector(path, cmd.Flags())
+	if err == nil {
+		cli.WarnUnknownEnv(cmd.ErrOrStderr(), cfg.Log, config.UnknownEnvNow())
+	}
+	return cfg, err
 }
 
 func addFlags(fs *pflag.FlagSet, names ...string) {
@@ -155,7 +161,8 @@ there was nothing to send, 128+N on signal N. Details: docs/collector.md.`,
 
 func newValidate(stdout io.Writer) *cobra.Command {
 	return cli.NewValidate("collector", stdout, func(cmd *cobra.Command) error {
-		_, err := loadConfig(cmd)
-		return err
+		path, _ := cmd.Flags().GetString("config")
+		_, err := config.LoadCollector(path, cmd.Flags())
+		return config.CheckEnv(err, os.Environ())
 	})
 }

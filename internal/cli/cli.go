@@ -210,6 +210,20 @@ func (d *demoter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// WarnUnknownEnv logs a WARN line, with the logger Logger builds from lc,
+// for each problem of unknown (config.UnknownEnv of the environment): a
+// misspelt GTTSPLIT_* variable is ignored, so a command says so at start;
+// `validate` fails on it.
+func WarnUnknownEnv(w io.Writer, lc LogConfig, unknown []*conf.FieldError) {
+	if len(unknown) == 0 {
+		return
+	}
+	log := Logger(w, lc.Level, lc.Format)
+	for _, p := range unknown {
+		log.Warn().Str("variable", p.Key).Msg("environment variable ignored: " + p.Err.Error())
+	}
+}
+
 // IsTerminal reports whether v (a reader or writer) is a terminal. A
 // character device that is not a terminal (/dev/null) is not one.
 func IsTerminal(v any) bool {

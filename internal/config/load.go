@@ -84,6 +84,7 @@ func load(path string, fs *pflag.FlagSet, cfg checker) error {
 			found = append(found, p)
 		}
 	}
+	found = append(found, placeholders(ls, bad)...)
 	rank := keyRank(ls)
 	slices.SortStableFunc(found, func(a, b *conf.FieldError) int { return rank(a.Key) - rank(b.Key) })
 	return invalid(found)
@@ -270,4 +271,21 @@ func pathCause(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// placeholders reports each secret set to a placeholder a deploy file
+// ships (conf.Secret.Placeholder), naming it and where it comes from: a
+// deployment that was never given its own would let in whoever read the
+// repository.
+func placeholders(ls []leaf, bad map[string]bool) []*conf.FieldError {
+	var p conf.Problems
+	for _, l := range ls {
+		if l.value.Type() != secretType || bad[l.Key] {
+			continue
+		}
+		if v := conf.Secret(l.value.String()).Placeholder(); v != "" {
+			p.Add(l.Key, "%q is the placeholder the deploy files ship, not a secret: choose one (%s)", v, strings.Join(append([]string{l.Env}, l.EnvAliases...), " or "))
+		}
+	}
+	return p
 }

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Secret is a string that is never printed: String, GoString, MarshalText
@@ -57,6 +58,32 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // MarshalJSON is String as a JSON string, for encoding/json and loggers.
 func (s Secret) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(s.String())), nil }
+
+// Placeholder returns the value when it is a placeholder the deploy files
+// (or any sample) ship for an operator to replace, not a secret anyone
+// chose: change-me and its kin (change-me-too, CHANGE_ME, changeme,
+// replace-me), a <word> in angle brackets, or a bare "password", "secret"
+// or "token". It returns "" otherwise. The placeholder is no secret: an
+// error may name it.
+func (s Secret) Placeholder() string {
+	v := strings.TrimSpace(string(s))
+	n := strings.Map(func(r rune) rune {
+		switch r {
+		case '-', '_', ' ', '.':
+			return -1
+		}
+		return unicode.ToLower(r)
+	}, v)
+	switch {
+	case n == "":
+		return ""
+	case strings.HasPrefix(n, "changeme"), strings.HasPrefix(n, "replaceme"),
+		strings.HasPrefix(v, "<") && strings.HasSuffix(v, ">"),
+		n == "password", n == "secret", n == "token":
+		return v
+	}
+	return ""
+}
 
 // FieldError is one configuration problem, attached to the key it concerns.
 type FieldError struct {
