@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,4 +58,49 @@ func TestRegressionsDocWorkflow(t *testing.T) {
 	require.Equal(t, []string{"gtt"}, args, "the collector's --out directory")
 	format, _ := cmd.Flags().GetString("format")
 	require.Equal(t, "github", format)
+}
+
+// TestRegressionsDocRunsAsPrinted runs every "$ aggregator ..." example of
+// docs/regressions.md as printed, in a directory laid out as the page
+// names its files: run/ (the 4B reference run, as `collector run --out`
+// writes it), baseline.json, builds.jsonl and splits/ (testdata/
+// regressions), and requires the output the page prints. The workflow
+// commands of its `--format github` example are among the output of the
+// same gate in that format.
+func TestRegressionsDocRunsAsPrinted(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(clitest.RepoRoot, "docs", "regressions.md"))
+	require.NoError(t, err)
+	doc := string(b)
+	work := t.TempDir()
+	for from, to := range map[string]string{
+		filepath.Join(clitest.RepoRoot, "testdata", "runs", "4b"): "run",
+		regressionsDir: ".",
+	} {
+		require.NoError(t, os.CopyFS(filepath.Join(work, to), os.DirFS(from)))
+	}
+	t.Chdir(work)
+	run := func(args []string) string {
+		var stdout, stderr bytes.Buffer
+		root := newRoot(&stdout, &stderr)
+		root.SilenceUsage, root.SilenceErrors = true, true
+		root.SetArgs(args)
+		_ = root.Execute() // a gate that fails exits 1: its output is the point
+		return strings.TrimRight(stdout.String(), "\n")
+	}
+	ts := clitest.Transcripts(doc, "aggregator")
+	require.GreaterOrEqual(t, len(ts), 2, "the page's gate and history examples")
+	var gate []string
+	for _, tr := range ts {
+		require.Equal(t, tr.Output, run(tr.Args[1:]), "$ %s", strings.Join(tr.Args, " "))
+		if tr.Args[1] == "gate" {
+			gate = tr.Args[1:]
+		}
+	}
+	require.NotNil(t, gate, "the page's gate example")
+	github := run(append(gate, "--format", "github"))
+	for _, l := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(l, "::error ") {
+			require.Contains(t, strings.Split(github, "\n"), l, "the workflow command the page shows")
+		}
+	}
 }

@@ -145,3 +145,34 @@ func RequireScripted(t *testing.T, path string, examples []string) {
 		}
 	}
 }
+
+// Transcript is a command and the output a doc prints for it: a code
+// block whose first line is "$ COMMAND" and whose other lines are what
+// COMMAND writes on stdout.
+type Transcript struct {
+	Args   []string // the command line's words, the binary first
+	Output string   // without the final newline
+}
+
+// Transcripts returns the transcripts of doc whose command runs binary, in
+// order. The command line is split at spaces (no quoting: a transcript
+// with quotes or shell syntax is not run as printed and is left out).
+func Transcripts(doc, binary string) []Transcript {
+	var out []Transcript
+	blocks := strings.Split(doc, "```")
+	for i := 1; i < len(blocks); i += 2 {
+		b := blocks[i]
+		nl := strings.IndexByte(b, '\n')
+		if nl < 0 {
+			continue
+		}
+		body := b[nl+1:] // the fence's info string ends the first line
+		first, rest, _ := strings.Cut(body, "\n")
+		cmd, ok := strings.CutPrefix(first, "$ "+binary+" ")
+		if !ok || strings.ContainsAny(cmd, `'"|;&<>$`+"`") {
+			continue
+		}
+		out = append(out, Transcript{Args: append([]string{binary}, strings.Fields(cmd)...), Output: strings.TrimRight(rest, "\n")})
+	}
+	return out
+}
