@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -31,8 +32,19 @@ func TestMain(m *testing.M) {
 // embedded JetStream server with the events stream, as an aggregator
 // makes it (a collector creates none), its URL in GTTSPLIT_NATS_URL (a
 // script that must run without a broker clears it), and the environment
-// of clitest.Setup.
+// of clitest.Setup. The scripts of `collector check` also need
+// aggregators: the aggregator is built once from ./cmd/aggregator (a
+// package main cannot be imported) and put first on the scripts' PATH;
+// under -short it is not built and those scripts skip or stop.
 func TestScript(t *testing.T) {
+	bin := t.TempDir()
+	if !testing.Short() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if _, err := clitest.BuildCommand(ctx, bin, "github.com/gttsplit/gttsplit/cmd/aggregator"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
@@ -42,6 +54,7 @@ func TestScript(t *testing.T) {
 			if err := clitest.Setup(e); err != nil {
 				return err
 			}
+			e.Setenv("PATH", bin+string(filepath.ListSeparator)+e.Getenv("PATH"))
 			srv, err := natstest.NewServer(e.WorkDir+"/.nats", -1)
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -30,7 +31,7 @@ Settings are flags, keys of the --config file and GTTSPLIT_<KEY> variables
 	root.SetErr(stderr)
 	root.PersistentFlags().String("config", "", "YAML config file (see configs/collector.yaml)")
 	io := collector.IO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Signals: sigs, InForeground: cli.InForeground()}
-	root.AddCommand(newRun(io), newAttach(io), newReplay(io), newValidate(stdout))
+	root.AddCommand(newRun(io), newAttach(io), newReplay(io), newCheck(io), newValidate(stdout))
 	return root
 }
 
@@ -156,6 +157,37 @@ there was nothing to send, 128+N on signal N. Details: docs/collector.md.`,
 	c.Flags().Lookup("nats-url").Usage = "NATS server URL(s), comma-separated; replay needs one (nats.url: GTTSPLIT_NATS_URL)"
 	c.Flags().Lookup("lane").Usage = "lane whose spool (<spool-dir>/<lane>) is delivered first; the replayed events keep their own lanes (lane: GTTSPLIT_LANE)"
 	c.Flags().Lookup("host").Usage = "host whose events are sent (its NATS user may publish no other host's); empty sends every host's (host: GTTSPLIT_HOST)"
+	return c
+}
+
+func newCheck(io collector.IO) *cobra.Command {
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "check [flags] AGGREGATOR_URL...",
+		Short: "Check a new fleet end to end: the aggregators, their partitions, a run on the page",
+		Long: `check is the last step of a deployment, run on a GPU host with its collector's
+settings (NATS URL, user, password, host): every aggregator answers
+/readyz, the partitions are owned and shared by the aggregators given,
+and the recorded 4B run, under a new id of this host (lane check, or
+--lane), published through the broker shows closed on every aggregator's
+page. Off loopback, GTTSPLIT_HTTP_TOKEN must be the aggregators'
+http.token. It exits 0 when all holds, 1 naming the first step that does
+not. Details: docs/deploy.md.`,
+		Example: `  collector check --nats-url nats://nats-1:4222 http://agg-1:8080 http://agg-2:8080`,
+		Args:    cli.Args(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			// Its steps are its output; the publishing's own lines are
+			// at debug.
+			log := cli.QuietLogger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			return collector.Check(cmd.Context(), cfg, collector.CheckOptions{Aggregators: args, Timeout: timeout}, io.Stdout, log)
+		},
+	}
+	c.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long each step may wait (an aggregator ready, the partitions shared, the run on a page)")
+	addFlags(c.Flags(), "nats-url", "spool-dir", "host", "lane", "log-level")
 	return c
 }
 

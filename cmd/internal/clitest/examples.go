@@ -27,6 +27,8 @@ var ExampleSubstitutions = []struct{ From, To string }{
 	{"/srv/gttsplit/", "$WORK/srv/"},
 	{"--http 0.0.0.0:8080", "--http 127.0.0.1:$HTTP_PORT2"},
 	{"/tmp/q", "$WORK/q"},
+	{"http://agg-1:8080", "http://127.0.0.1:$HTTP_PORT"},
+	{"http://agg-2:8080", "http://127.0.0.1:$HTTP_PORT2"},
 }
 
 // HelpExamples returns every example line of root and its subcommands.
