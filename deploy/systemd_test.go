@@ -22,7 +22,7 @@ var systemdUnitDirs = []string{"/usr/lib/systemd/system", "/lib/systemd/system"}
 func TestSystemdUnitsVerify(t *testing.T) {
 	analyze := systemdAnalyze(t)
 	root := systemdRoot(t)
-	for _, unit := range []string{"gttsplit-aggregator.service", "gttsplit-collector@gpu0.service"} {
+	for _, unit := range []string{"gttsplit-nats.service", "gttsplit-aggregator.service", "gttsplit-collector@gpu0.service"} {
 		t.Run(unit, func(t *testing.T) {
 			out, err := exec.Command(analyze, "verify", "--man=no", "--root="+root, unit).CombinedOutput()
 			if err != nil || len(strings.TrimSpace(string(out))) > 0 {
@@ -111,13 +111,19 @@ func systemdAnalyze(t *testing.T) string {
 func systemdRoot(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
-	for _, d := range []string{"usr/local/bin", "etc/systemd/system", "usr/lib/systemd/system", "etc/gttsplit"} {
+	for _, d := range []string{"usr/local/bin", "etc/systemd/system", "usr/lib/systemd/system", "etc/gttsplit", "etc/nats"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	copyFile(t, aggregatorBin(t), filepath.Join(root, "usr/local/bin/aggregator"), 0o755)
 	copyFile(t, collectorBin(t), filepath.Join(root, "usr/local/bin/collector"), 0o755)
+	copyFile(t, natsServerBin(t), filepath.Join(root, "usr/local/bin/nats-server"), 0o755)
+	// The shell of the NATS unit's guard (ExecStartPre).
+	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, "/bin/sh", filepath.Join(root, "bin/sh"), 0o755)
 	found := false
 	for _, dir := range systemdUnitDirs {
 		ents, err := os.ReadDir(dir)
@@ -144,6 +150,8 @@ func systemdRoot(t *testing.T) string {
 		switch {
 		case strings.HasSuffix(e.Name(), ".service"):
 			copyFile(t, filepath.Join(sd, e.Name()), filepath.Join(root, "etc/systemd/system", e.Name()), 0o644)
+		case e.Name() == "nats.env":
+			copyFile(t, filepath.Join(sd, e.Name()), filepath.Join(root, "etc/nats", e.Name()), 0o600)
 		case strings.HasSuffix(e.Name(), ".env"):
 			copyFile(t, filepath.Join(sd, e.Name()), filepath.Join(root, "etc/gttsplit", e.Name()), 0o600)
 		}
