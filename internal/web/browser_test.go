@@ -232,6 +232,52 @@ const minFontJS = `(() => {
   return n > 0 ? min : -1;
 })()`
 
+// labelsOffCurveJS lists, for the timeline svg of id, each label (of a
+// marker, the peak, the final sample) that crosses the GTT curve, a mark
+// or another label, or leaves the chart, as the browser lays them out
+// (their boxes in the chart's coordinates).
+func labelsOffCurveJS(id string) string {
+	return `(() => {
+  const svg = document.getElementById("` + id + `");
+  const pts = svg.querySelector("polyline.gtt-line").getAttribute("points").trim().split(/\s+/).map(p => p.split(",").map(Number));
+  const texts = [...svg.querySelectorAll("g.marker text, g.peak text, g.final text")];
+  const marks = [...svg.querySelectorAll("g.peak use, g.final use")].map(u => u.getBBox());
+  const view = svg.viewBox.baseVal;
+  const hit = (a, b) => a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+  const bad = [];
+  const boxes = texts.map(t => t.getBBox());
+  texts.forEach((t, i) => {
+    const b = boxes[i];
+    for (let k = 1; k < pts.length; k++) {
+      const [x0, y0] = pts[k-1], [x1, y1] = pts[k];
+      if (hit(b, {x: Math.min(x0, x1), y: Math.min(y0, y1), width: Math.abs(x1 - x0), height: Math.abs(y1 - y0)})) { bad.push(t.textContent + ": on the curve"); break; }
+    }
+    for (const m of marks) if (hit(b, m)) bad.push(t.textContent + ": on a mark");
+    boxes.forEach((o, j) => { if (j > i && hit(b, o)) bad.push(t.textContent + ": on " + texts[j].textContent); });
+    if (b.x < 0 || b.y < 0 || b.x + b.width > view.width || b.y + b.height > view.height) bad.push(t.textContent + ": outside the chart");
+  });
+  return bad;
+})()`
+}
+
+// oneLineJS lists the cells of the runs list that should hold one line (a
+// run id, a model file, a start time) but take more, or whose title is
+// not their whole text.
+const oneLineJS = `(() => {
+  const bad = [];
+  for (const row of document.querySelectorAll("tr.run")) {
+    for (const sel of ["td.c-run a.cut", "td.c-model .cut", "td.c-started .cut", "td.c-host .cut", "td.c-lane .cut", "td.c-issue .cut"]) {
+      const el = row.querySelector(sel);
+      if (!el || el.textContent.trim() === "") continue;
+      const lines = el.getBoundingClientRect().height / parseFloat(getComputedStyle(el).lineHeight || "20");
+      if (el.getClientRects().length !== 1 || el.getBoundingClientRect().height > 1.8 * parseFloat(getComputedStyle(el).fontSize)) bad.push(row.dataset.run + " " + sel + ": " + lines.toFixed(1) + " lines");
+      const whole = sel.startsWith("td.c-started") ? el.firstChild.textContent.trim() : el.textContent.trim();
+      if (!el.title.startsWith(whole)) bad.push(row.dataset.run + " " + sel + ": title " + JSON.stringify(el.title) + " is not " + JSON.stringify(whole));
+    }
+  }
+  return bad;
+})()`
+
 // TestBrowserPages drives headless Chromium against a real aggregator fed
 // by the collector's replay of the recorded runs: the runs list shows the
 // reference runs, one page at a time (?limit=, a next link); the 4B run's
@@ -320,6 +366,19 @@ func TestBrowserPages(t *testing.T) {
 			return nil
 		})
 	}
+	// elementShot saves a picture of one element, at twice the scale, to
+	// look at its details.
+	elementShot := func(sel, name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			b, err := chromedp.ScreenshotScale(chromedp.CSS(sel), 2)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			path := filepath.Join(shots, name+".png")
+			t.Logf("screenshot: %s", path)
+			return os.WriteFile(path, b, 0o644)
+		})
+	}
 	row := func(id string) chromedp.CSS { return chromedp.CSS(`tr[data-run="` + id + `"]`) }
 	text := func(ctx context.Context, sel string) string {
 		t.Helper()
@@ -350,6 +409,17 @@ func TestBrowserPages(t *testing.T) {
 	list := text(ctx, "#runs")
 	require.Contains(t, list, "3925.0")
 	require.Contains(t, list, "20497.0")
+	strs := func(ctx context.Context, js string) []string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](js))
+		require.NoError(t, err, js)
+		return v
+	}
+	// At 1100 px a run is one line but for its flags: its id, model file
+	// and start are cut where the column is narrow, whole on hover; the
+	// list fits the window.
+	require.Empty(t, strs(ctx, oneLineJS), "cells of more than one line at 1100 px")
+	require.LessOrEqual(t, eval(ctx, `document.documentElement.scrollWidth`), eval(ctx, `window.innerWidth`), "a sideways scroll at 1100 px")
 
 	// One run a page: the next link walks them, newest activity first.
 	ctx = step()
@@ -376,6 +446,14 @@ func TestBrowserPages(t *testing.T) {
 	font := eval(ctx, minFontJS)
 	t.Logf("smallest chart label at 1100 px: %.1f px", font)
 	require.GreaterOrEqual(t, font, 11.0, "chart labels at 1100 px")
+	// The timeline's labels (final, ctx, load, peak) are off the curve,
+	// the marks and each other; the caption's legend draws the peak and
+	// final marks with the symbols the chart draws.
+	require.Empty(t, strs(ctx, labelsOffCurveJS("timeline")), "timeline labels at 1100 px")
+	require.NoError(t, chromedp.Do(ctx, elementShot("#timeline", "timeline-4b")))
+	require.Equal(t, []string{"#m-peak", "#m-final"}, strs(ctx, `[...document.querySelectorAll("#timeline-caption svg.mark use")].map(u => u.getAttribute("href"))`))
+	require.Equal(t, []string{"#m-peak", "#m-final"}, strs(ctx, `[...document.querySelectorAll("#peak-marker use, #final-marker use")].map(u => u.getAttribute("href"))`))
+	require.NotContains(t, text(ctx, "#timeline-caption"), "○", "the caption's peak mark is the drawn one, not a character")
 
 	// A run's page follows the run: the open 27B run's rows are unknown
 	// until its log's model load is folded, then its split is there,
@@ -395,6 +473,8 @@ func TestBrowserPages(t *testing.T) {
 	p.replay(t, tail27)
 	waitFor(ctx, `document.getElementById("status").textContent === "complete"`)
 	require.NoError(t, chromedp.Do(ctx, shot("run-27b-live")))
+	require.Empty(t, strs(ctx, labelsOffCurveJS("timeline")), "the 27B run's timeline labels")
+	require.NoError(t, chromedp.Do(ctx, elementShot("#timeline", "timeline-27b")))
 	require.Equal(t, "1909.5 MiB, 9.3 % of the peak", text(ctx, "#unattributed"))
 	kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.gttsplitNoReload === true`))
 	require.NoError(t, err)
@@ -448,12 +528,15 @@ func TestBrowserPages(t *testing.T) {
 		require.Less(t, eval(ctx, cell(c)+`.top`), eval(ctx, cell("c-host")+`.top`), "%s after the host", c)
 	}
 	require.Contains(t, text(ctx, `tr[data-run="`+run4B+`"] td.c-peak`), "3925.0")
+	require.Empty(t, strs(ctx, oneLineJS), "cells of more than one line at 390 px")
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(p.base+"/run/"+run4B),
 		chromedp.WaitVisible(chromedp.CSS("#peak-marker-narrow")),
 		shot("run-4b-390"),
 	))
 	readableAt390(ctx, "run page chart")
+	require.Empty(t, strs(ctx, labelsOffCurveJS("timeline-narrow")), "timeline labels at 390 px")
+	require.NoError(t, chromedp.Do(ctx, elementShot("#timeline-narrow", "timeline-4b-390")))
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1100, 1300)))
 
 	// The compare page: the difference of the peaks and the verdict.
@@ -511,6 +594,10 @@ func TestBrowserPages(t *testing.T) {
 	require.Equal(t, 0.0, eval(ctx, `document.querySelectorAll('tr[data-run="`+runCtl+`"]').length`), "the control is not in the trend")
 	font = eval(ctx, minFontJS)
 	require.GreaterOrEqual(t, font, 11.0, "trend labels at 1100 px")
+	// The table fits 1100 px: no sideways scroll, the duplicate column
+	// shown; the run id whole on hover.
+	require.LessOrEqual(t, eval(ctx, `document.querySelector(".trend-rows").scrollWidth`), eval(ctx, `document.querySelector(".trend-rows").clientWidth`), "the trend table scrolls sideways at 1100 px")
+	require.Equal(t, []string{run4B, run9800}, strs(ctx, `[...document.querySelectorAll("#trend-rows td.c-run a")].map(a => a.title)`))
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile),
 		chromedp.Reload(),

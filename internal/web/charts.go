@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/gttsplit/gttsplit/pkg/split/present"
@@ -161,7 +162,10 @@ type MarkerLine struct {
 	X     float64
 	Label string
 	Title string
-	Row   int // label row, so close markers do not overlap
+	// LX, LY and Anchor place the label (see placeLabels): off the curve,
+	// the marks and the other labels.
+	LX, LY float64
+	Anchor string
 }
 
 // Spot is a marked sample (peak, final).
@@ -170,7 +174,11 @@ type Spot struct {
 	MiB   float64
 	TSec  float64
 	Label string
-	Right bool // label to the left of the point (near the right edge)
+	// LX, LY and Anchor place the label (see placeLabels); Right says it
+	// is drawn to the left of the point (Anchor "end").
+	LX, LY float64
+	Anchor string
+	Right  bool
 }
 
 // Timeline is the GTT timeline chart.
@@ -212,8 +220,6 @@ var (
 	narrowTimeline = tlGeom{id: "-narrow", w: 360, h: 290, left: 48, right: 348, top: 44, bottom: 240, xTicks: 4, yTicks: 4, labelW: 112}
 )
 
-const markerLabelRows = 2
-
 // NewTimeline lays out the timeline of r; nil when r has none.
 func NewTimeline(r split.Report) Charts[Timeline] {
 	return Charts[Timeline]{newTimeline(r, wideTimeline), newTimeline(r, narrowTimeline)}
@@ -249,14 +255,13 @@ func newTimeline(r split.Report, g tlGeom) *Timeline {
 	y := func(mib float64) float64 { return r1(g.bottom - mib/yTop*(g.bottom-g.top)) }
 	c := &Timeline{ID: g.id, Width: g.w, Height: g.h, Left: g.left, Right: g.right, Top: g.top, Bottom: g.bottom,
 		N: len(tl.Points), Samples: max(r.Detail.Samples, len(tl.Points)), Start: utcSecond(tl.Start), BucketMS: float64(tl.BucketMS)}
+	curve := curvePoints(tl, x, y)
 	var pts []byte
-	for i, p := range tl.Points {
-		px, py := x(float64(p.TMS)), y(float64(p.MiB))
+	for i, p := range curve {
 		if i > 0 {
-			// The step: the last value held until this sample's time.
-			pts = fmt.Appendf(pts, " %.1f,%.1f ", px, y(float64(tl.Points[i-1].MiB)))
+			pts = append(pts, ' ')
 		}
-		pts = fmt.Appendf(pts, "%.1f,%.1f", px, py)
+		pts = fmt.Appendf(pts, "%.1f,%.1f", p.X, p.Y)
 	}
 	first, last := tl.Points[0], tl.Points[len(tl.Points)-1]
 	c.Points = string(pts)
@@ -267,7 +272,6 @@ func newTimeline(r split.Report, g tlGeom) *Timeline {
 	for _, t := range yt {
 		c.YTicks = append(c.YTicks, Tick{Pos: y(t), Label: fmt.Sprintf("%g", t)})
 	}
-	lastX := map[int]float64{}
 	for _, m := range tl.Markers {
 		label := "load"
 		what := "model load"
@@ -280,15 +284,7 @@ func newTimeline(r split.Report, g tlGeom) *Timeline {
 			continue
 		}
 		mx := x(float64(*m.TMS))
-		row := 0
-		for row < markerLabelRows-1 {
-			if lx, ok := lastX[row]; !ok || mx-lx > 40 {
-				break
-			}
-			row++
-		}
-		lastX[row] = mx
-		c.Markers = append(c.Markers, MarkerLine{X: mx, Label: label, Title: fmt.Sprintf("%s at %.2f s", title, float64(*m.TMS)/1000), Row: row})
+		c.Markers = append(c.Markers, MarkerLine{X: mx, Label: label, Title: fmt.Sprintf("%s at %.2f s", title, float64(*m.TMS)/1000)})
 	}
 	spot := func(ms *split.Millis, v *split.MiB, name string) *Spot {
 		if ms == nil || v == nil {
@@ -301,7 +297,150 @@ func newTimeline(r split.Report, g tlGeom) *Timeline {
 	}
 	c.Peak = spot(tl.PeakMS, r.PeakGTTMiB, "peak")
 	c.Final = spot(tl.FinalMS, r.FinalGTTMiB, "final")
+	placeLabels(c, curve)
 	return c
+}
+
+// curvePoints is the step line's vertices: GTT holds from one sample
+// until the next, so before each sample's point comes the last value at
+// this sample's time.
+func curvePoints(tl *split.Timeline, x, y func(float64) float64) []Point {
+	var out []Point
+	for i, p := range tl.Points {
+		px := x(float64(p.TMS))
+		if i > 0 {
+			out = append(out, Point{px, y(float64(tl.Points[i-1].MiB))})
+		}
+		out = append(out, Point{px, y(float64(p.MiB))})
+	}
+	return out
+}
+
+// A label's extent is estimated from its length: labelCharW a character
+// (12 px text, a wide sans-serif's digits), labelAscent above the
+// baseline and labelDescent below; labelGap is the room kept around it.
+const (
+	labelCharW   = 7.5
+	labelAscent  = 10.0
+	labelDescent = 3.0
+	labelGap     = 2.0
+)
+
+// box is an extent in the chart's coordinates.
+type box struct{ x0, y0, x1, y1 float64 }
+
+func (b box) overlaps(o box) bool {
+	return b.x0 < o.x1+labelGap && o.x0 < b.x1+labelGap && b.y0 < o.y1+labelGap && o.y0 < b.y1+labelGap
+}
+
+// labelBox is the extent of text drawn at (x, y) with anchor.
+func labelBox(text string, x, y float64, anchor string) box {
+	w := float64(utf8.RuneCountInString(text)) * labelCharW
+	if anchor == "end" {
+		x -= w
+	}
+	return box{x, y - labelAscent, x + w, y + labelDescent}
+}
+
+// spotAt is a label position: its baseline's start (or end) and anchor.
+type spotAt struct {
+	x, y   float64
+	anchor string
+}
+
+// placeLabels puts the peak's, the final sample's and the markers'
+// labels where they cross neither the curve nor a mark nor another label
+// and stay in the chart: the peak's above its point, the final's below
+// it (else beside, above, further off, or flush with the plot's right
+// edge), a marker's beside its line from the top of the plot down; each
+// the first of its candidates that is clear, on the side away from the
+// right edge first, the first candidate when none is.
+func placeLabels(c *Timeline, curve []Point) {
+	var taken []box
+	for i := 1; i < len(curve); i++ {
+		a, b := curve[i-1], curve[i]
+		taken = append(taken, box{math.Min(a.X, b.X), math.Min(a.Y, b.Y), math.Max(a.X, b.X), math.Max(a.Y, b.Y)})
+	}
+	for _, s := range []*Spot{c.Peak, c.Final} {
+		if s != nil {
+			taken = append(taken, box{s.X - 7, s.Y - 7, s.X + 7, s.Y + 7}) // the mark
+		}
+	}
+	// The markers' dashed lines are kept clear of too, but a label may
+	// cross one when nothing else is clear.
+	var lines []box
+	for _, m := range c.Markers {
+		lines = append(lines, box{m.X, c.Top, m.X, c.Bottom})
+	}
+	clear := func(b box, obstacles ...[]box) bool {
+		if b.x0 < 0 || b.x1 > c.Width || b.y0 < 0 || b.y1 > c.Height {
+			return false
+		}
+		for _, os := range obstacles {
+			for _, o := range os {
+				if b.overlaps(o) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	pick := func(text string, cands []spotAt) spotAt {
+		for _, strict := range []bool{true, false} {
+			for _, p := range cands {
+				b := labelBox(text, p.x, p.y, p.anchor)
+				if (strict && clear(b, taken, lines)) || (!strict && clear(b, taken)) {
+					taken = append(taken, b)
+					return p
+				}
+			}
+		}
+		taken = append(taken, labelBox(text, cands[0].x, cands[0].y, cands[0].anchor))
+		return cands[0]
+	}
+	// sides orders a right and a left candidate, the left first when the
+	// point is near the right edge.
+	sides := func(right bool, r, l spotAt) []spotAt {
+		if right {
+			return []spotAt{l, r}
+		}
+		return []spotAt{r, l}
+	}
+	place := func(s *Spot, dys []float64) {
+		if s == nil {
+			return
+		}
+		var cands []spotAt
+		for _, dy := range dys {
+			cands = append(cands, sides(s.Right, spotAt{s.X + 8, s.Y + dy, "start"}, spotAt{s.X - 8, s.Y + dy, "end"})...)
+			// Flush with the plot's right edge: clear of a curve that
+			// climbs to the point from the left.
+			cands = append(cands, spotAt{c.Right, s.Y + dy, "end"})
+		}
+		p := pick(s.Label, cands)
+		s.LX, s.LY, s.Anchor = p.x, p.y, p.anchor
+		s.Right = p.anchor == "end"
+	}
+	// Further off the point when nothing near is clear: down the plot in
+	// steps of a line.
+	further := func(first ...float64) []float64 {
+		for dy := 48.0; dy < c.Bottom-c.Top; dy += 14 {
+			first = append(first, dy)
+		}
+		return first
+	}
+	place(c.Peak, further(-12, 4, 22, -26, 36))
+	place(c.Final, further(20, -12, 4, 34, -26, -40, -48))
+	for i := range c.Markers {
+		m := &c.Markers[i]
+		right := m.X > c.Right-40
+		var cands []spotAt
+		for y := c.Top + 12; y <= c.Bottom-4; y += 13 {
+			cands = append(cands, sides(right, spotAt{m.X + 3, y, "start"}, spotAt{m.X - 3, y, "end"})...)
+		}
+		p := pick(m.Label, cands)
+		m.LX, m.LY, m.Anchor = p.x, p.y, p.anchor
+	}
 }
 
 // utcSecond writes an RFC 3339 time as the page writes every time: UTC,

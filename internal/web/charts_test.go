@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -134,5 +135,47 @@ func TestEveryRowIsDrawn(t *testing.T) {
 	}
 	for _, row := range split.RowsOf(split.RowTotal, split.RowPart, split.RowRest, split.RowOutside) {
 		require.Contains(t, labels, row.Labels.Report)
+	}
+}
+
+// TestTimelineLabelsOffTheCurve: in both layouts of the recorded runs'
+// timelines, no label (a marker's, the peak's, the final sample's) is
+// placed on the curve or on another label, by the boxes the layout
+// estimates (the browser test measures the drawn ones). The 4B run's
+// final label and last context label sat on the curve once.
+func TestTimelineLabelsOffTheCurve(t *testing.T) {
+	for _, f := range []string{"testdata/runs/4b/events.jsonl", "testdata/runs/27b/events.jsonl", "testdata/controls/4b-ngl0/events.jsonl"} {
+		r := replay(t, f)
+		tls := NewTimeline(r)
+		for _, tl := range []*Timeline{tls.Wide, tls.Narrow} {
+			var curve []box
+			var pts []Point
+			for _, p := range strings.Fields(tl.Points) {
+				var pt Point
+				_, err := fmt.Sscanf(p, "%f,%f", &pt.X, &pt.Y)
+				require.NoError(t, err)
+				pts = append(pts, pt)
+			}
+			for i := 1; i < len(pts); i++ {
+				a, b := pts[i-1], pts[i]
+				curve = append(curve, box{min(a.X, b.X), min(a.Y, b.Y), max(a.X, b.X), max(a.Y, b.Y)})
+			}
+			var labels []box
+			for _, m := range tl.Markers {
+				labels = append(labels, labelBox(m.Label, m.LX, m.LY, m.Anchor))
+			}
+			for _, s := range []*Spot{tl.Peak, tl.Final} {
+				labels = append(labels, labelBox(s.Label, s.LX, s.LY, s.Anchor))
+			}
+			for i, l := range labels {
+				for _, c := range curve {
+					require.False(t, l.overlaps(c), "%s%s: label %d %+v on the curve %+v", f, tl.ID, i, l, c)
+				}
+				for j := i + 1; j < len(labels); j++ {
+					require.False(t, l.overlaps(labels[j]), "%s%s: labels %d and %d overlap", f, tl.ID, i, j)
+				}
+				require.True(t, l.x0 >= 0 && l.x1 <= tl.Width && l.y0 >= 0 && l.y1 <= tl.Height, "%s%s: label %d outside the chart", f, tl.ID, i)
+			}
+		}
 	}
 }
