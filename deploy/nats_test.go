@@ -158,7 +158,7 @@ func TestClusterFoldsRuns(t *testing.T) {
 		"GTTSPLIT_HTTP_TOKEN", "test-token", "GTTSPLIT_COMMENT_TOKEN", "")
 	colEnv := envFile(t, "deploy/systemd/collector.env")
 	colEnv = setEnv(colEnv, "GTTSPLIT_NATS_URL", url, "GTTSPLIT_NATS_PASSWORD", envValue(passwords, "NATS_STRIX01_PASSWORD"),
-		"GTTSPLIT_SPOOL_DIR", filepath.Join(dir, "spool"))
+		"GTTSPLIT_HTTP_TOKEN", "test-token-too", "GTTSPLIT_SPOOL_DIR", filepath.Join(dir, "spool"))
 	// The second host: its own user, password and host.
 	col02Env := setEnv(colEnv, "GTTSPLIT_HOST", "strix02", "GTTSPLIT_NATS_USER", "strix02",
 		"GTTSPLIT_NATS_PASSWORD", envValue(passwords, "NATS_STRIX02_PASSWORD"), "GTTSPLIT_SPOOL_DIR", filepath.Join(dir, "spool-02"))
