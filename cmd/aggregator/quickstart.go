@@ -37,7 +37,9 @@ NATS server (a fresh store, a free port) consumes; a collector publishes
 recorded runs to it as 'collector replay' would; every split is printed and
 written to the file and JSON sinks under --out (and, with --comment-api,
 posted as 'aggregator serve' does). Without FILE it uses the bundled
-testdata/runs/*/events.jsonl (run it from the repository's root).`,
+testdata/runs/*/events.jsonl (run it from the repository's root).
+--log-level debug shows the partition mechanics too. Ctrl-C stops it
+(exit 130), keeping the splits written and removing what is empty.`,
 		Example: `  go run ./cmd/aggregator quickstart
   aggregator quickstart --out /tmp/q my-run/events.jsonl`,
 		RunE: func(cmd *cobra.Command, args []string) error {
