@@ -102,33 +102,17 @@ func deployEnvs(t testing.TB) []deployEnv {
 	}
 
 	// Kubernetes: every container of every Deployment that runs a binary.
-	objs := k8sObjects(t)
-	secrets := secretKeys(objs)
-	for _, o := range objs {
-		d, ok := o.(*appsv1.Deployment)
-		if !ok {
-			continue
+	for _, e := range k8sPrograms(t, k8sObjects(t)) {
+		for k, v := range e.vars {
+			switch {
+			case strings.HasPrefix(v, "secret:"):
+				e.vars[k] = "x"
+			case strings.HasPrefix(v, "field:"):
+				e.vars[k] = "strix01" // spec.nodeName
+			}
 		}
-		for _, c := range d.Spec.Template.Spec.Containers {
-			argv := append(append([]string{}, c.Command...), c.Args...)
-			if len(argv) == 0 {
-				continue
-			}
-			binary := filepath.Base(argv[0])
-			if binary != "aggregator" && binary != "collector" {
-				continue
-			}
-			vars := containerEnv(t, c, secrets)
-			for k, v := range vars {
-				switch {
-				case strings.HasPrefix(v, "secret:"):
-					vars[k] = "x"
-				case strings.HasPrefix(v, "field:"):
-					vars[k] = "strix01" // spec.nodeName
-				}
-			}
-			out = append(out, deployEnv{"deploy/kubernetes " + d.Name + "/" + c.Name, binary, only(vars)})
-		}
+		e.vars = only(e.vars)
+		out = append(out, e)
 	}
 
 	// Compose: every service that runs a binary.
@@ -248,4 +232,31 @@ func validate(t testing.TB, bin string, vars map[string]string) (string, int) {
 		t.Fatal(err)
 	}
 	return string(b), 0
+}
+
+// k8sPrograms is every container of every Deployment of objs that runs a
+// binary, with its environment as containerEnv gives it (a Secret's value
+// as "secret:<name>/<key>", a field's as "field:<path>").
+func k8sPrograms(t testing.TB, objs []any) []deployEnv {
+	t.Helper()
+	var out []deployEnv
+	secrets := secretKeys(objs)
+	for _, o := range objs {
+		d, ok := o.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			argv := append(append([]string{}, c.Command...), c.Args...)
+			if len(argv) == 0 {
+				continue
+			}
+			binary := filepath.Base(argv[0])
+			if binary != "aggregator" && binary != "collector" {
+				continue
+			}
+			out = append(out, deployEnv{"deploy/kubernetes " + d.Name + "/" + c.Name, binary, containerEnv(t, c, secrets)})
+		}
+	}
+	return out
 }

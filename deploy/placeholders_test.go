@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -106,34 +105,17 @@ func TestDeployPlaceholdersRefused(t *testing.T) {
 			}
 		}
 	}
-	for _, o := range objs {
-		d, ok := o.(*appsv1.Deployment)
-		if !ok {
-			continue
+	for _, e := range k8sPrograms(t, objs) {
+		for k, v := range e.vars {
+			switch {
+			case strings.HasPrefix(v, "secret:"):
+				e.vars[k] = values[v]
+			case strings.HasPrefix(v, "field:"):
+				e.vars[k] = "strix01"
+			}
 		}
-		for _, c := range d.Spec.Template.Spec.Containers {
-			argv := append(append([]string{}, c.Command...), c.Args...)
-			if len(argv) == 0 {
-				continue
-			}
-			binary := argv[0][strings.LastIndex(argv[0], "/")+1:]
-			if binary != "aggregator" && binary != "collector" {
-				continue
-			}
-			vars := map[string]string{}
-			for k, v := range containerEnv(t, c, secretKeys(objs)) {
-				switch {
-				case strings.HasPrefix(v, "secret:"):
-					vars[k] = values[v]
-				case strings.HasPrefix(v, "field:"):
-					vars[k] = "strix01"
-				default:
-					vars[k] = v
-				}
-			}
-			check("deploy/kubernetes "+d.Name+"/"+c.Name, binary, vars)
-			n++
-		}
+		check(e.where, e.binary, e.vars)
+		n++
 	}
 	if n < 3 {
 		t.Fatalf("only %d programs checked", n)

@@ -446,12 +446,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 // have is a 404, as its page is, not a stream that never sends.
 func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	switch _, ok, err := h.src.Report(r.Context(), id); {
-	case err != nil:
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	case !ok:
-		http.Error(w, "no such run: "+id, http.StatusNotFound)
+	if _, ok := h.runReport(w, r, id); !ok {
 		return
 	}
 	var lastKey, last string
@@ -550,16 +545,24 @@ func (h *Handler) runData(id string, rep split.Report) runPage {
 
 func (h *Handler) run(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if rep, ok := h.runReport(w, r, id); ok {
+		h.render(w, "run.html", h.runData(id, rep))
+	}
+}
+
+// runReport reads run id's report for its page or its stream; when there
+// is none it answers 404 (503 when the source failed) and returns false.
+func (h *Handler) runReport(w http.ResponseWriter, r *http.Request, id string) (split.Report, bool) {
 	rep, ok, err := h.src.Report(r.Context(), id)
 	switch {
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
+		return split.Report{}, false
 	case !ok:
 		http.Error(w, "no such run: "+id, http.StatusNotFound)
-		return
+		return split.Report{}, false
 	}
-	h.render(w, "run.html", h.runData(id, rep))
+	return rep, true
 }
 
 type comparePage struct {
