@@ -53,9 +53,10 @@ testdata/runs/*/events.jsonl (run it from the repository's root).
 					return cli.Usage(errors.New("no FILE given and no testdata/runs/*/events.jsonl here: run it from the repository's root"))
 				}
 			}
-			// One member on one machine: the partition mechanics are
-			// at debug here (serve keeps them at info for a fleet).
-			log := cli.QuietLogger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format, "quickstart", "sinks")
+			// One member on one machine: the partition mechanics (and
+			// its "not ready" while it takes them on a slow machine) are
+			// at debug here; serve keeps them for a fleet.
+			log := cli.QuietLogger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format, []string{"quickstart", "sinks"}, "fleet")
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(sigs)

@@ -182,7 +182,7 @@ not. Details: docs/deploy.md.`,
 			}
 			// Its steps are its output; the publishing's own lines are
 			// at debug.
-			log := cli.QuietLogger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format)
+			log := cli.QuietLogger(cmd.ErrOrStderr(), cfg.Log.Level, cfg.Log.Format, nil)
 			return collector.Check(cmd.Context(), cfg, collector.CheckOptions{Aggregators: args, Timeout: timeout}, io.Stdout, log)
 		},
 	}

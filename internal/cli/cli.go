@@ -147,12 +147,14 @@ func Logger(w io.Writer, level, format string) zerolog.Logger {
 // DEBUG unless its component is one of keep (a record without a component
 // counts as ""), so the partition mechanics of a one-member fleet (taken,
 // handed over, member ids, lease revisions) and the plumbing's start and
-// stop lines show only at --log-level debug. Warnings and errors are
+// stop lines show only at --log-level debug. The WARN records of the
+// components in hush are DEBUG too (a one-member fleet that is "not
+// ready" while it takes its partitions on a slow machine). Errors are
 // untouched.
-func QuietLogger(w io.Writer, level, format string, keep ...string) zerolog.Logger {
+func QuietLogger(w io.Writer, level, format string, keep []string, hush ...string) zerolog.Logger {
 	lvl := parseLevel(level)
 	return logger(w, level, format, func(next io.Writer) io.Writer {
-		return &demoter{next: next, show: lvl <= zerolog.DebugLevel, keep: keep}
+		return &demoter{next: next, show: lvl <= zerolog.DebugLevel, keep: keep, hush: hush}
 	})
 }
 
@@ -181,30 +183,45 @@ func logger(w io.Writer, level, format string, filter func(io.Writer) io.Writer)
 }
 
 // demoter rewrites INFO records (one JSON object a Write) of the
-// components not in keep as DEBUG ones, and drops them unless show.
+// components not in keep, and WARN records of those in hush, as DEBUG
+// ones, and drops them unless show.
 type demoter struct {
 	next io.Writer
 	show bool
 	keep []string
+	hush []string
 }
 
-var infoLevel = []byte(`"level":"info"`)
+var (
+	infoLevel  = []byte(`"level":"info"`)
+	warnLevel  = []byte(`"level":"warn"`)
+	debugLevel = []byte(`"level":"debug"`)
+)
 
 func (d *demoter) Write(p []byte) (int, error) {
+	level := infoLevel
 	if !bytes.Contains(p, infoLevel) {
-		return d.next.Write(p)
+		if len(d.hush) == 0 || !bytes.Contains(p, warnLevel) {
+			return d.next.Write(p)
+		}
+		level = warnLevel
 	}
 	var rec struct {
 		Level     string `json:"level"`
 		Component string `json:"component"`
 	}
-	if err := json.Unmarshal(p, &rec); err != nil || rec.Level != "info" || slices.Contains(d.keep, rec.Component) {
+	if err := json.Unmarshal(p, &rec); err != nil {
+		return d.next.Write(p)
+	}
+	demote := rec.Level == "info" && !slices.Contains(d.keep, rec.Component) ||
+		rec.Level == "warn" && slices.Contains(d.hush, rec.Component)
+	if !demote {
 		return d.next.Write(p)
 	}
 	if !d.show {
 		return len(p), nil
 	}
-	if _, err := d.next.Write(bytes.Replace(p, infoLevel, []byte(`"level":"debug"`), 1)); err != nil {
+	if _, err := d.next.Write(bytes.Replace(p, level, debugLevel, 1)); err != nil {
 		return 0, err
 	}
 	return len(p), nil

@@ -67,10 +67,11 @@ func TestQuietLogger(t *testing.T) {
 	for _, format := range []string{"json", "console"} {
 		for _, level := range []string{"info", "debug"} {
 			var b bytes.Buffer
-			log := QuietLogger(&b, level, format, "quickstart")
+			log := QuietLogger(&b, level, format, []string{"quickstart"}, "fleet")
 			log.Info().Str("component", "fleet").Int("partition", 3).Msg("partition taken")
 			log.Info().Str("component", "quickstart").Msg("waiting for the splits")
-			log.Warn().Str("component", "fleet").Msg("lease lost")
+			log.Warn().Str("component", "fleet").Msg("not ready")
+			log.Warn().Str("component", "nats").Msg("lease lost")
 			log.Info().Msg("split written")
 			out := b.String()
 			require.Contains(t, out, "waiting for the splits", format)
@@ -78,6 +79,7 @@ func TestQuietLogger(t *testing.T) {
 			if level == "info" {
 				require.NotContains(t, out, "partition taken", format)
 				require.NotContains(t, out, "split written", format)
+				require.NotContains(t, out, "not ready", format)
 				continue
 			}
 			want := map[string]string{"json": `{"level":"debug","component":"fleet","partition":3,`, "console": "DBG partition taken"}[format]
