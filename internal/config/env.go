@@ -10,7 +10,8 @@ import (
 
 // EnvExtra are the GTTSPLIT_* variables the project reads that set no key:
 // the tests' (the browser, screenshots, the fleet and conservation
-// harnesses, the fdinfo test's child), the benchmarks' and the image
+// harnesses, the fdinfo test's child, the measuring launcher of
+// internal/perftest), the benchmarks' and the image
 // build's. UnknownEnv lets them pass; a name ending in "_" is a prefix.
 // TestEnvExtraIsComplete keeps the list in step with the repository.
 var EnvExtra = []string{
@@ -19,6 +20,7 @@ var EnvExtra = []string{
 	"GTTSPLIT_FLEET", "GTTSPLIT_FLEET_",
 	"GTTSPLIT_BENCH_",
 	"GTTSPLIT_FDINFO_TESTCHILD",
+	"GTTSPLIT_PERFTEST_CHILD",
 	"GTTSPLIT_VERSION",
 }
 
