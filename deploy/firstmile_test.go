@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -64,8 +65,12 @@ func TestFirstMile(t *testing.T) {
 	root := repo(t)
 	goMod := readFile(t, "go.mod")
 	built := map[string]bool{}
+	made := map[string]bool{} // files a line before writes with "> FILE"
 	var check string
 	for _, l := range lines {
+		if m := regexp.MustCompile(`> (\S+)$`).FindStringSubmatch(l); m != nil {
+			made[m[1]] = true
+		}
 		// "(set -a; . FILE; collector validate)": the command after the last ";".
 		f := strings.Fields(strings.Trim(l, "()"))
 		if j := strings.LastIndex(l, "; "); j >= 0 {
@@ -117,6 +122,9 @@ func TestFirstMile(t *testing.T) {
 					}
 					continue
 				}
+				if made[src] {
+					continue
+				}
 				if _, err := os.Stat(filepath.Join(root, src)); err != nil {
 					t.Errorf("%q installs %s: %v", l, src, err)
 				}
@@ -153,6 +161,93 @@ func TestFirstMile(t *testing.T) {
 	for _, want := range []string{"1. http://agg-1:8080/readyz: ready", "3. partitions: 16 owned, shared by 2 members", "the fleet works: 2 aggregators ready"} {
 		if !strings.Contains(sec, want) {
 			t.Errorf("the section does not show the check's line %q", want)
+		}
+	}
+}
+
+// TestFirstMileUsers runs the section's lines that write the NATS users
+// and their passwords, as printed, in a directory laid out as a clone: the
+// accounts file is the generator's for the hosts the line names, nats.env
+// sets exactly the passwords that file reads (every one the section names
+// among them), each chosen (the unit's guard lets them pass), and every
+// node's configuration is accepted by nats-server -t with them.
+func TestFirstMileUsers(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("no openssl for the password line")
+	}
+	lines, sec := firstMile(t)
+	var users, passwords string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "bin/aggregator nats-users "):
+			users = l
+		case strings.HasSuffix(l, "> nats.env"):
+			passwords = l
+		}
+	}
+	if users == "" || passwords == "" {
+		t.Fatalf("the steps do not write the users (bin/aggregator nats-users ...) and nats.env: %q", lines)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(aggregatorBin(t), filepath.Join(dir, "bin", "aggregator")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(dir, "deploy", "nats"), os.DirFS(filepath.Join(repo(t), "deploy", "nats"))); err != nil {
+		t.Fatal(err)
+	}
+	sh := func(line string) {
+		t.Helper()
+		cmd := exec.Command("/bin/sh", "-c", line)
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+	}
+	sh(users)
+	sh(passwords)
+
+	accounts := readFile(t, filepath.Join(dir, "deploy/nats/accounts.conf"))
+	hosts := strings.Fields(strings.TrimPrefix(users[:strings.Index(users, " >")], "bin/aggregator nats-users "))
+	for _, h := range hosts {
+		if !strings.Contains(accounts, `{ user: "`+h+`", password: $NATS_`) {
+			t.Errorf("the accounts file %s wrote has no user %s", users, h)
+		}
+	}
+	var want []string
+	for _, m := range regexp.MustCompile(`\$(NATS_[A-Z0-9_]+)`).FindAllStringSubmatch(accounts, -1) {
+		if !slices.Contains(want, m[1]) {
+			want = append(want, m[1])
+		}
+	}
+	env := envFile(t, filepath.Join(dir, "nats.env"))
+	vars := map[string]string{}
+	var names []string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+		names = append(names, k)
+	}
+	slices.Sort(want)
+	slices.Sort(names)
+	if !slices.Equal(names, want) {
+		t.Errorf("nats.env sets %v; the accounts file reads %v", names, want)
+	}
+	for _, v := range regexp.MustCompile(`NATS_[A-Z0-9_]+_PASSWORD`).FindAllString(sec, -1) {
+		if _, ok := vars[v]; !ok {
+			t.Errorf("the section names %s, which the accounts file of its hosts does not read", v)
+		}
+	}
+	if out, err := natsGuard(t)(vars); err != nil {
+		t.Errorf("the unit's guard refuses the passwords the section chose: %v\n%s", err, out)
+	}
+	for i := 1; i <= 3; i++ {
+		conf := filepath.Join(dir, "deploy/nats", "n"+string(rune('0'+i))+".conf")
+		if out, code := run(t, env, natsServerBin(t), "-t", "-c", conf); code != 0 {
+			t.Errorf("nats-server -t -c n%d.conf with the section's accounts file and nats.env: exit %d\n%s", i, code, out)
 		}
 	}
 }

@@ -34,24 +34,7 @@ func TestSystemdNATSUnit(t *testing.T) {
 		t.Errorf("nats.env sets %v; accounts.conf reads %v", names, want)
 	}
 
-	// The guard, as systemd runs it ($$ is a $).
-	if len(u["ExecStartPre"]) != 1 {
-		t.Fatalf("ExecStartPre: %v", u["ExecStartPre"])
-	}
-	pre := strings.ReplaceAll(u["ExecStartPre"][0], "$$", "$")
-	m := regexp.MustCompile(`^/bin/sh -c '(.*)'$`).FindStringSubmatch(pre)
-	if m == nil {
-		t.Fatalf("ExecStartPre is not /bin/sh -c '...': %s", pre)
-	}
-	guard := func(env map[string]string) (string, error) {
-		cmd := exec.Command("/bin/sh", "-c", m[1])
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-		for k, v := range env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	guard := natsGuard(t)
 	chosen := map[string]string{}
 	for _, kv := range natsPasswords(t) {
 		k, v, _ := strings.Cut(kv, "=")
@@ -96,5 +79,29 @@ func TestSystemdNATSUnit(t *testing.T) {
 	}
 	if got := u["EnvironmentFile"]; len(got) != 1 || got[0] != "/etc/nats/nats.env" {
 		t.Errorf("EnvironmentFile %v", got)
+	}
+}
+
+// natsGuard returns the NATS unit's ExecStartPre guard as systemd runs it
+// ($$ is a $), to run with an environment of its own.
+func natsGuard(t testing.TB) func(env map[string]string) (string, error) {
+	t.Helper()
+	u := parseUnit(readFile(t, "deploy/systemd/gttsplit-nats.service"))
+	if len(u["ExecStartPre"]) != 1 {
+		t.Fatalf("ExecStartPre: %v", u["ExecStartPre"])
+	}
+	pre := strings.ReplaceAll(u["ExecStartPre"][0], "$$", "$")
+	m := regexp.MustCompile(`^/bin/sh -c '(.*)'$`).FindStringSubmatch(pre)
+	if m == nil {
+		t.Fatalf("ExecStartPre is not /bin/sh -c '...': %s", pre)
+	}
+	return func(env map[string]string) (string, error) {
+		cmd := exec.Command("/bin/sh", "-c", m[1])
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
 	}
 }
