@@ -180,6 +180,12 @@ func (s *store) put(ctx context.Context, l *fleet.Lease, key string, b []byte) e
 		return errReserve
 	}
 	if err := s.publishFenced(ctx, l, m); err != nil {
+		if bus.StoreFull(err) {
+			// Full before the watch read the bucket's max_bytes (it
+			// changed, or the table just started): read it now, so the
+			// next writes keep off the leases' reserve at once.
+			s.refreshRoom(ctx)
+		}
 		return err
 	}
 	s.room.used.Add(int64(n))

@@ -679,6 +679,12 @@ func TestStoreFullBacksOffIntegration(t *testing.T) {
 	cfg.MaxBytes = int64(info.State.Bytes) + 1024 // full for a run's state
 	_, err = b.JS.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
+	// Once the table read the new max_bytes, the run states keep off the
+	// leases' reserve (a write it made before might fill the bucket to
+	// the brim, and the leases could not be renewed).
+	rt.Eventually(t, "the table to see the bucket's max_bytes", func() bool {
+		return counter(t, r.m, "gttsplit_store_used_ratio", "bucket") > 0
+	})
 
 	fin := fx.FinishedIndex(t)
 	b.Publish(t, fx.Without(fin)...)
