@@ -3,6 +3,7 @@ package split
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,6 +144,18 @@ func FuzzReadLog(f *testing.F) {
 		if !bytes.Equal(sa, sc) {
 			t.Fatalf("chunks of %d bytes fold differently:\n%s\n%s", 1+len(data)%97, sa, sc)
 		}
+		// Read into the chunk buffer (a reader without WriteTo), and
+		// handed over in writes of 1 to 41 bytes, lines across them: the
+		// same fold.
+		for _, r := range []io.Reader{struct{ io.Reader }{bytes.NewReader(data)}, &smallWrites{data}, strings.NewReader(string(data))} {
+			e := NewFold(Options{})
+			if _, err := e.readLog(r, "log", 1+len(data)%83); err != nil {
+				t.Fatal(err)
+			}
+			if se, _ := json.Marshal(e); !bytes.Equal(sa, se) {
+				t.Fatalf("%T folds differently:\n%s\n%s", r, sa, se)
+			}
+		}
 		// Lines applied before (every third, one by one) are skipped by
 		// the feed: the same split as reading the log alone (the state may
 		// keep a later -v marker: only that there is one counts).
@@ -159,6 +172,25 @@ func FuzzReadLog(f *testing.F) {
 			t.Fatalf("lines applied before the log fold differently:\n%s\n%s", ja, jd)
 		}
 	})
+}
+
+// smallWrites hands its bytes over (WriteTo) in writes of 1 to 41 bytes.
+type smallWrites struct{ b []byte }
+
+func (s *smallWrites) Read([]byte) (int, error) { panic("read through WriteTo") }
+
+func (s *smallWrites) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for i := 0; len(s.b) > 0; i++ {
+		k := min(len(s.b), 1+i*7%41)
+		m, err := w.Write(s.b[:k])
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+		s.b = s.b[k:]
+	}
+	return n, nil
 }
 
 // splitLines splits like a line reader: a final newline ends the last line

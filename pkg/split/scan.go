@@ -46,6 +46,11 @@ func (l *LogFeed) readFrom(r io.Reader, size int) (int64, error) {
 	// but many reads of small logs pay each time.
 	rb := readBufs.Get().(*readBuf)
 	defer readBufs.Put(rb)
+	if wt, ok := r.(io.WriterTo); ok {
+		if _, file := r.(interface{ Fd() uintptr }); !file {
+			return l.writeFrom(wt, rb, size)
+		}
+	}
 	pc := &rb.pc
 	buf := rb.buf
 	if size != chunkSize {
@@ -81,6 +86,81 @@ func (l *LogFeed) readFrom(r io.Reader, size int) (int64, error) {
 		}
 		carry = copy(buf, buf[len(chunk):end])
 	}
+}
+
+// writeFrom is readFrom of a reader that hands its bytes over itself
+// (io.WriterTo: bytes in memory, a reader's own buffers): the whole lines
+// of each write are scanned and applied where they are, at most size
+// bytes a piece, and only a line that one write leaves open is copied, to
+// be put together with the next. A file (which also has WriteTo, by
+// copying through a small buffer) is read into the chunk buffer instead.
+func (l *LogFeed) writeFrom(wt io.WriterTo, rb *readBuf, size int) (int64, error) {
+	w := pieceWriter{l: l, pc: &rb.pc, size: size, open: rb.buf[:0]}
+	n, err := wt.WriteTo(&w)
+	if err != nil {
+		return n, err
+	}
+	if len(w.open) > 0 {
+		w.apply(w.open) // the last line, without its newline
+	}
+	return n, nil
+}
+
+// pieceWriter applies the log written to it (see writeFrom).
+type pieceWriter struct {
+	l    *LogFeed
+	pc   *llamalog.Piece
+	size int
+	open []byte // the start of a line the writes so far left open
+	str  []byte // WriteString's copy
+}
+
+func (w *pieceWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(w.open) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			w.open = append(w.open, p...)
+			return n, nil
+		}
+		w.open = append(w.open, p[:i+1]...)
+		w.apply(w.open)
+		w.open, p = w.open[:0], p[i+1:]
+	}
+	for len(p) > 0 {
+		// Whole lines, at most size bytes unless a line is longer.
+		cut := bytes.LastIndexByte(p[:min(len(p), w.size)], '\n')
+		if cut < 0 && len(p) > w.size {
+			if cut = bytes.IndexByte(p[w.size:], '\n'); cut >= 0 {
+				cut += w.size
+			}
+		}
+		if cut < 0 {
+			w.open = append(w.open, p...)
+			break
+		}
+		w.apply(p[:cut+1])
+		p = p[cut+1:]
+	}
+	return n, nil
+}
+
+// WriteString is Write of s copied a piece at a time (a strings.Reader
+// hands over its whole string, which Write would need as one copy).
+func (w *pieceWriter) WriteString(s string) (int, error) {
+	n := len(s)
+	for len(s) > 0 {
+		k := min(len(s), w.size)
+		w.str = append(w.str[:0], s[:k]...)
+		_, _ = w.Write(w.str)
+		s = s[k:]
+	}
+	return n, nil
+}
+
+func (w *pieceWriter) apply(piece []byte) {
+	w.l.f.p.ScanPiece(piece, w.l.WantDebug(), w.pc)
+	w.l.Apply(piece, w.pc)
 }
 
 // readBuf is what ReadLog reads with: a chunk buffer and a Piece. ReadLog
