@@ -70,6 +70,24 @@ func parseBuffer(r Record, s []byte, i int, sc *Scratch) (Record, bool) {
 	return r, true
 }
 
+// indexBufferSize is bytes.Index(s, aBufferSize) by the anchor's rare
+// 'z' rather than its first byte, a 'b' most lines hold several of.
+func indexBufferSize(s []byte) int {
+	const k = 9 // "buffer size"[k] == 'z'
+	for off := k; off < len(s); {
+		i := bytes.IndexByte(s[off:], 'z')
+		if i < 0 {
+			return -1
+		}
+		st := off + i - k
+		if st+len(aBufferSize) <= len(s) && bytes.Equal(s[st:st+len(aBufferSize)], aBufferSize) {
+			return st
+		}
+		off += i + 1
+	}
+	return -1
+}
+
 // The buffer type is delimited by the line's grammar: it is what the
 // printf's %10s (%12s) printed between the function's ": " and the kind
 // word(s) before "buffer size". llama.cpp's buffer-type names hold no

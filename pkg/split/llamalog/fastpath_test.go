@@ -63,9 +63,10 @@ func parseBreakdownPlain(r Record, s []byte) (Record, bool) {
 // FuzzParseLeavesMatchPlain holds the allocation-free parsing steps to
 // their plain forms on any line: the buffer words, the echo figures, the
 // breakdown rows, the literals a build pattern needs, the literals the
-// chain of kinds is told by (and parse to parsePlain); and a parse with a
-// fold's scratch (its string cache shared by every input, so entries are
-// replaced and hit across lines) to a parse without one.
+// chain of kinds is told by and "buffer size" (and parse to parsePlain);
+// and a parse with a fold's scratch (its string cache shared by every
+// input, so entries are replaced and hit across lines) to a parse without
+// one.
 func FuzzParseLeavesMatchPlain(f *testing.F) {
 	addLineSeeds(f)
 	for _, s := range []string{
@@ -148,6 +149,9 @@ func FuzzParseLeavesMatchPlain(f *testing.F) {
 			}
 			if got := literals(b); got != want {
 				t.Fatalf("%q: literals %b, searched %b", b, got, want)
+			}
+			if got, want := indexBufferSize(b), bytes.Index(b, aBufferSize); got != want {
+				t.Fatalf("%q: buffer size at %d, searched %d", b, got, want)
 			}
 			r, ok := p.parse(7, b, nil)
 			pr, pok := p.parsePlain(7, b, nil)

@@ -1,7 +1,6 @@
 package llamalog
 
 import (
-	"bytes"
 	"regexp"
 )
 
@@ -136,7 +135,8 @@ func (p *Parser) ParseWith(seq uint64, s []byte, sc *Scratch) (Record, bool) {
 //  2. A buffer line or its echo (parseBuffer), by "buffer size".
 //  3. Every other kind by the literals the message holds, found in one
 //     pass (literals; parsePlain in the tests searches for each in
-//     turn), through the rules of grammar.
+//     turn), through the rules of grammar; the -v markers' literals only
+//     when the rules before theirs read nothing.
 func (p *Parser) parse(seq uint64, s []byte, sc *Scratch) (Record, bool) {
 	r := Record{Seq: seq}
 	if sc != nil {
@@ -145,14 +145,15 @@ func (p *Parser) parse(seq uint64, s []byte, sc *Scratch) (Record, bool) {
 	if p.readTrace(&r, s, sc) {
 		return r, true
 	}
-	if i := bytes.Index(s, aBufferSize); i >= 0 {
+	if i := indexBufferSize(s); i >= 0 {
 		return parseBuffer(r, s, i, sc)
 	}
-	m := literals(s)
-	if m == 0 {
-		return r, false
-	}
+	m := litTab.find(s)
+	debug := false // m holds the -v markers' literals
 	for c := range grammar {
+		if !debug && grammarLits[c]&debugLits != 0 {
+			m, debug = m|debugLitTab.find(s), true
+		}
 		if m&grammarLits[c] == 0 {
 			continue
 		}

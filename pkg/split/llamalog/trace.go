@@ -35,38 +35,40 @@ func (p *Parser) readTrace(r *Record, s []byte, sc *Scratch) bool {
 }
 
 // defaultTrace is DefaultTracePattern, `resident=([0-9]+(?:\.[0-9]+)?) ?MiB`,
-// by hand: the leftmost match wins. FuzzDefaultTraceMatchesRegexp holds it
-// to the regexp.
+// by hand: the leftmost match wins. It looks for "MiB" (a rare 'M') and
+// reads back from it: the number right before it (or before one blank),
+// digits or digits.digits, and "resident=" right before that. A match
+// read forward from "resident=" ends at the "MiB" this reads back from,
+// so the first "MiB" that reads back to a figure is the leftmost match.
+// FuzzDefaultTraceMatchesRegexp holds it to the regexp.
 func defaultTrace(s []byte) (float64, bool) {
 	for off := 0; ; {
-		i := bytes.Index(s[off:], aResident)
+		i := bytes.Index(s[off:], aMiB)
 		if i < 0 {
 			return 0, false
 		}
-		b := s[off+i+len(aResident):]
-		off += i + 1
-		j := 0
-		for j < len(b) && isDigit(b[j]) {
-			j++
+		e := off + i
+		off = e + 1
+		if e > 0 && s[e-1] == ' ' {
+			e--
 		}
-		if j == 0 {
+		j := e
+		for j > 0 && isDigit(s[j-1]) {
+			j--
+		}
+		if j == e {
 			continue
 		}
-		if j+1 < len(b) && b[j] == '.' && isDigit(b[j+1]) {
-			j++
-			for j < len(b) && isDigit(b[j]) {
-				j++
+		if j >= 2 && s[j-1] == '.' && isDigit(s[j-2]) {
+			j--
+			for j > 0 && isDigit(s[j-1]) {
+				j--
 			}
 		}
-		num := b[:j]
-		rest := b[j:]
-		if len(rest) > 0 && rest[0] == ' ' {
-			rest = rest[1:]
-		}
-		if !bytes.HasPrefix(rest, aMiB) {
+		if j < len(aResident) || !bytes.Equal(s[j-len(aResident):j], aResident) {
 			continue
 		}
-		v, err := parseDecimal(num)
+		v, err := parseDecimal(s[j:e])
 		if err != nil {
 			continue // out of range: no figure
 		}
