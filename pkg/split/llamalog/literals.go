@@ -82,23 +82,36 @@ type litMask uint64
 // debugLits are the bits of the -v markers.
 var debugLits = litMask(1<<len(lits)-1) &^ (1<<litDebug - 1)
 
-// litPair is the byte pair each literal is looked for by: among its pairs,
-// one that few lines of llama.cpp's output hold (counted over the
-// repository's logs), so that few places are compared. A literal not
-// listed is looked for by its first two bytes.
-var litPair = map[string]string{
-	"breakdown_print": "kd", "loaded meta data": "da", "constructing llama_context": "uc",
-	"output_reserve: reallocating output buffer": "oc", "draft model": "af", "spawning server": "aw",
-	"instance name=": "nc", "CLIP using": "IP", "fallback to CPU backend": "lb", "model size:": "e:",
-	"fitting params": "ms", "projected to use": "je", "projected memory use with initial parameters": "je",
-	"getting device memory data": "tt", "reserving ...": " .", "failed to ": "fa", "Failed to ": "Fa", "GGML_ASSERT(buffer)": "T(", "warming up the model": "mi", "build": "ui", "version: ": "n:",
-	"verbosity = ": "rb", "mem required": "ir", "VRAM used": "VR", "compute buffer total size": "ot",
-	"KV self size": "lf", " cells": "ls", "size = ": "ze", "using device ": "vi",
-	"create_tensor: loading tensor": "cr", "assigned to device": "gn", "for async uploads": "yn",
-	"using async uploads for device": "yn", "does not support async": "oe", "n_embd_k_gqa =": "gq",
-	"enumerating backends": "um", "graph_reserve: reserving a graph": "gr", ": dev = ": "ev",
-	"does not have KV cache": "av", "cannot be used with preferred buffer type": "nn",
-	"backend_ptrs.size()": "()", "max_nodes = ": "ax",
+// litPair is the byte pair each literal is looked for by and its bucket
+// in the pair scan's tables (see pairTables). The pair scan passes a place
+// when its byte pair and the byte after it fit the nibbles of one of a
+// bucket's pairs: the pairs and buckets are chosen so that few places of
+// llama.cpp's output pass (counted over the repository's logs and
+// llama-server request lines: TestLiteralPairsAreRare), since each place
+// passed is looked up. A literal not listed is looked for by its first
+// two bytes, in bucket 0.
+var litPair = map[string]struct {
+	pair   string
+	bucket int
+}{
+	"breakdown_print": {"ea", 3}, "loaded meta data": {"a ", 2}, "constructing llama_context": {"ru", 1},
+	"output_reserve: reallocating output buffer": {"ea", 4}, "draft model": {"ra", 3}, "spawning server": {"aw", 2},
+	"instance name=": {"e ", 4}, "CLIP using": {"LI", 3}, "fallback to CPU backend": {"o ", 0},
+	"model size:": {"ze", 0}, "fitting params": {"it", 5}, "warming up the model": {"rm", 6},
+	"build": {"bu", 1}, "version: ": {"on", 7}, "verbosity = ": {"os", 7}, "mem required": {"qu", 1},
+	"VRAM used": {"AM", 1}, "compute buffer total size": {"to", 5}, "KV self size": {"se", 6},
+	" cells": {"el", 4}, "size = ": {"ze", 0}, "projected to use": {"ro", 3},
+	"using device ": {"g ", 2}, "projected memory use with initial parameters": {"ro", 3},
+	"getting device memory data": {"g ", 2}, "reserving ...": {"g ", 2},
+	"failed to ": {"fa", 7}, "Failed to ": {"Fa", 7}, "GGML_ASSERT(buffer)": {"SE", 6},
+	// -v markers (a table of their own: debugLitTab)
+	"create_tensor: loading tensor": {"cr", 0}, "assigned to device": {"as", 1},
+	"for async uploads": {"r ", 6}, "using async uploads for device": {"r ", 2},
+	"does not support async": {"do", 7}, "n_embd_k_gqa =": {"k_", 0},
+	"enumerating backends": {"en", 5}, "graph_reserve: reserving a graph": {"ph", 3},
+	": dev = ": {": ", 2}, "does not have KV cache": {"do", 7},
+	"cannot be used with preferred buffer type": {"ef", 7}, "backend_ptrs.size()": {"nd", 3},
+	"max_nodes = ": {"x_", 4},
 }
 
 // litAt is a literal, its id and the offset of its pair in it.
@@ -120,15 +133,25 @@ type litTable struct {
 	pt pairTables
 }
 
-var litTab = newLitTable()
+// litTab finds the grammar's literals but the -v markers, debugLitTab the
+// -v markers: a parse looks for the markers only when the rules before
+// theirs read nothing (fewer literals a table, fewer places the kernel
+// gives to look up).
+var (
+	litTab      = newLitTable(0, litDebug)
+	debugLitTab = newLitTable(litDebug, len(lits))
+)
 
-func newLitTable() *litTable {
+// newLitTable is the table of lits[from:to].
+func newLitTable(from, to int) *litTable {
 	t := &litTable{at: [][]litAt{nil}} // slot 0: no pair
-	for id, a := range lits {
-		pair := litPair[string(a)]
+	for id := from; id < to; id++ {
+		a := lits[id]
+		lp := litPair[string(a)]
+		pair, bucket := lp.pair, lp.bucket
 		k := bytes.Index(a, []byte(pair))
 		if len(pair) != 2 || k < 0 {
-			pair, k = string(a[:2]), 0
+			pair, bucket, k = string(a[:2]), 0, 0
 		}
 		v := uint16(pair[0])<<8 | uint16(pair[1])
 		if t.slot[v] == 0 {
@@ -137,21 +160,23 @@ func newLitTable() *litTable {
 			t.bits[v>>6] |= 1 << (v & 63)
 		}
 		t.at[t.slot[v]] = append(t.at[t.slot[v]], litAt{a: a, id: id, k: k})
-		t.pt.add(a, k, id%8)
+		t.pt.add(a, k, bucket)
 	}
 	return t
 }
 
-// literals returns which of lits s holds. With the pair scan's kernel,
-// a message of 34 bytes or more is looked at 32 places a step (the last
-// step overlaps the one before), and only the places it gives are looked
-// up; literalsFrom looks up every place.
-func literals(s []byte) litMask {
+// literals returns which of lits s holds.
+func literals(s []byte) litMask { return litTab.find(s) | debugLitTab.find(s) }
+
+// find returns which of t's literals s holds. With the pair scan's
+// kernel, a message of 34 bytes or more is looked at 32 places a step
+// (the last step overlaps the one before), and only the places it gives
+// are looked up; from looks up every place.
+func (t *litTable) find(s []byte) litMask {
 	if !usePairScan || len(s) < 34 {
-		return literalsFrom(s, 0)
+		return t.from(s, 0)
 	}
 	var m litMask
-	t := litTab
 	for pos := 0; ; {
 		off, mask, _, _ := pairScan(s[pos:], &t.pt)
 		at := pos + off
@@ -176,14 +201,14 @@ func literals(s []byte) litMask {
 		}
 		pos = at + 32
 	}
-	return m | literalsFrom(s, 0)
+	return m | t.from(s, 0)
 }
 
-// literalsFrom returns which of lits s holds at a place from q on.
-func literalsFrom(s []byte, q int) litMask {
+// from returns which of t's literals s holds at a place from q on.
+func (t *litTable) from(s []byte, q int) litMask {
 	var m litMask
 	for ; q+1 < len(s); q++ {
-		m |= litTab.check(s, q)
+		m |= t.check(s, q)
 	}
 	return m
 }

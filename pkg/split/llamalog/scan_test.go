@@ -155,6 +155,72 @@ func TestPairsCoverAnchors(t *testing.T) {
 	}
 }
 
+// TestLiteralPairsAreRare: every literal has its listed pair and bucket,
+// and over the messages of the repository's logs and llama-server request
+// lines few places pass the pair scan of the grammar's literals (each
+// place passed is looked up; with one bucket per literal's id, 14 % did),
+// and of the -v markers few more than hold one.
+func TestLiteralPairsAreRare(t *testing.T) {
+	for _, a := range lits {
+		lp, ok := litPair[string(a)]
+		if !ok || len(lp.pair) != 2 || !bytes.Contains(a, []byte(lp.pair)) || lp.bucket < 0 || lp.bucket > 7 {
+			t.Errorf("%q: pair %+v", a, lp)
+		}
+	}
+	if len(litPair) != len(lits) {
+		t.Errorf("%d pairs listed for %d literals", len(litPair), len(lits))
+	}
+	files, _ := filepath.Glob(filepath.Join(perftest.Root(), "testdata", "*", "*.log"))
+	deeper, _ := filepath.Glob(filepath.Join(perftest.Root(), "testdata", "*", "*", "*.log"))
+	srv, err := perftest.ServerLog(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := [][]byte{srv}
+	for _, f := range append(files, deeper...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs = append(logs, b)
+	}
+	// passes is the scan's test of a place: its pair and the byte after
+	// it (0 past the end) fit the nibbles of a bucket of t.
+	passes := func(t *pairTables, s []byte, q int) bool {
+		c0, c1, c2 := s[q], s[q+1], byte(0)
+		if q+2 < len(s) {
+			c2 = s[q+2]
+		}
+		return t.lo0[c0&15]&t.hi0[c0>>4]&t.lo1[c1&15]&t.hi1[c1>>4]&t.lo2[c2&15]&t.hi2[c2>>4] != 0
+	}
+	var places, main, debug, holds int
+	var scratch []byte
+	for _, b := range logs {
+		for _, l := range bytes.Split(b, []byte("\n")) {
+			s := Payload(l, &scratch)
+			for q := 0; q+1 < len(s); q++ {
+				places++
+				if passes(&litTab.pt, s, q) {
+					main++
+				}
+				if passes(&debugLitTab.pt, s, q) {
+					debug++
+				}
+				if debugLitTab.check(s, q) != 0 {
+					holds++
+				}
+			}
+		}
+	}
+	t.Logf("%d places: %d pass the grammar's literals, %d the -v markers' (%d hold one)", places, main, debug, holds)
+	if main*200 > places {
+		t.Errorf("%d of %d places pass the pair scan of the grammar's literals: more than 0.5 %%", main, places)
+	}
+	if debug > 2*holds+places/100 {
+		t.Errorf("%d of %d places pass the pair scan of the -v markers, %d hold one", debug, places, holds)
+	}
+}
+
 // The grouped memchr passes (CPUs without the pair-scan kernel) pick the
 // same lines and count the same newlines as the pair scan, with and
 // without -v markers and with a custom trace pattern.
