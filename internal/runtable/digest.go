@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"slices"
 )
@@ -26,7 +25,7 @@ import (
 // which takes every later one too. The filter never misses an event it
 // took (a byte-identical re-send is always a duplicate); of an event it
 // did not take, it may say it did, the more likely the more events the
-// run had (digestFalseRate): such a re-send is then counted as a
+// run had (the tests hold the filter to its false-positive rate): such a re-send is then counted as a
 // duplicate rather than dead-lettered, as a state without fingerprints
 // does. Either way nothing is folded into a final run.
 
@@ -111,18 +110,6 @@ func (ds *Digests) set(fp uint64) {
 		b := (h1 + i*h2) % m
 		ds.filter[b/8] |= 1 << (b % 8)
 	}
-}
-
-// digestFalseRate is the chance that the filter holding n events says it
-// took an event it did not (0 while the fingerprints are exact).
-func digestFalseRate(n uint64) float64 {
-	if n <= digestExact {
-		return 0
-	}
-	// (1 - (1 - 1/m)^(k·n))^k, the filter's false positive rate.
-	m := float64(digestFilterBytes * 8)
-	k := float64(digestHashes)
-	return math.Pow(1-math.Pow(1-1/m, k*float64(n)), k)
 }
 
 // digestsJSON is the stored form of Digests: the count, and either the

@@ -2,6 +2,7 @@ package runtable
 
 import (
 	"encoding/json"
+	"math"
 
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
@@ -33,4 +34,16 @@ func (st *RunState) Holds(d events.Decoded) bool { return st.holds(d) }
 // splices the fold in instead).
 func PlainState(st *RunState) ([]byte, error) {
 	return json.Marshal(storedState{V: StateVersion, stateFields: (*stateFields)(st)})
+}
+
+// digestFalseRate is the chance that the filter holding n events says it
+// took an event it did not (0 while the fingerprints are exact).
+func digestFalseRate(n uint64) float64 {
+	if n <= digestExact {
+		return 0
+	}
+	// (1 - (1 - 1/m)^(k·n))^k, the filter's false positive rate.
+	m := float64(digestFilterBytes * 8)
+	k := float64(digestHashes)
+	return math.Pow(1-math.Pow(1-1/m, k*float64(n)), k)
 }

@@ -515,3 +515,6 @@ func FuzzEnvelopeStepsMatchPlain(f *testing.F) {
 		}
 	})
 }
+
+// literals returns which of the grammar's literals s holds (both tables).
+func literals(s []byte) litMask { return litTab.find(s) | debugLitTab.find(s) }

@@ -165,9 +165,6 @@ func newLitTable(from, to int) *litTable {
 	return t
 }
 
-// literals returns which of lits s holds.
-func literals(s []byte) litMask { return litTab.find(s) | debugLitTab.find(s) }
-
 // find returns which of t's literals s holds. With the pair scan's
 // kernel, a message of 34 bytes or more is looked at 32 places a step
 // (the last step overlaps the one before), and only the places it gives
