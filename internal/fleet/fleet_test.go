@@ -317,6 +317,58 @@ func TestLeaseSurvivesARenewalWhoseAnswerWasLostIntegration(t *testing.T) {
 
 // A server restart loses the members bucket (kept in memory): a member
 // creates it again and is ready again, its partitions still its own.
+// TestLeaseTakenAgainFencesTheLostOneIntegration: a member loses a
+// partition's lease (its key gone: expired on a loaded machine, or deleted)
+// and takes the partition again with a new lease. A write of the lost lease
+// reaching the server after that (a checkpoint or a close of the partition's
+// old table, late on a loaded machine) is refused for the new revision; the
+// key holds this member's id again, yet the write must not go through: it is
+// the lost lease's, and the new lease's table folds the same runs (a split
+// written twice). The lost lease is lost; the new one keeps the partition.
+// Before leases carried a token of their own, the lost lease took the new
+// revision as its own and wrote.
+func TestLeaseTakenAgainFencesTheLostOneIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	ctx := context.Background()
+	ttl := 30 * time.Second
+	old, err := acquire(ctx, f.js, f.kv, testBucket, "g", "a", 3, ttl, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "a", old.Member())
+	require.NoError(t, f.kv.Delete(ctx, old.key)) // gone, as an expired key is
+	again, err := acquire(ctx, f.js, f.kv, testBucket, "g", "a", 3, ttl, time.Second)
+	require.NoError(t, err, "the same member takes the partition again")
+	require.Equal(t, "a", again.Member())
+
+	wrote := 0
+	write := func(ctx context.Context, fc Fence) error {
+		_, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + testBucket + ".state.z", Data: []byte("x")}, fc.Opt())
+		if err == nil {
+			wrote++
+		}
+		return err
+	}
+	require.True(t, old.Valid(), "its holder has not noticed yet")
+	require.ErrorIs(t, old.Fenced(ctx, write), ErrLost, "a write of the lost lease")
+	require.Zero(t, wrote, "nothing written under the lost lease")
+	require.False(t, old.Valid())
+	require.ErrorIs(t, old.renew(ctx), ErrLost)
+
+	require.NoError(t, again.Fenced(ctx, write), "the new lease writes")
+	require.Equal(t, 1, wrote)
+	require.NoError(t, again.renew(ctx))
+	require.True(t, again.Valid())
+	// Who holds it, as every member's watch says: the member, not the
+	// lease's token.
+	e, err := f.kv.Get(ctx, again.key)
+	require.NoError(t, err)
+	require.Equal(t, "a", holderOf(e.Value()))
+	require.Equal(t, "a", holderOf([]byte("a")), "a key an earlier version wrote")
+}
+
 func TestMemberSurvivesServerRestartIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a nats-server")

@@ -3,9 +3,12 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +68,8 @@ type Lease struct {
 	js      jetstream.JetStream
 	key     string // lease.<group>.<partition>
 	subject string // $KV.<bucket>.<key>
-	value   []byte // the member id
+	member  string // the member id
+	value   []byte // the member id and this lease's own token (leaseValue)
 	ttl     time.Duration
 	margin  time.Duration
 
@@ -82,7 +86,7 @@ type Lease struct {
 }
 
 // Member is the id of the member holding the lease.
-func (l *Lease) Member() string { return string(l.value) }
+func (l *Lease) Member() string { return l.member }
 
 // Key is the lease's key in the bucket.
 func (l *Lease) Key() string { return l.key }
@@ -146,8 +150,11 @@ func (l *Lease) Fenced(ctx context.Context, write func(ctx context.Context, f Fe
 // send sends a write conditional on the lease's revision. l.mu is held.
 // When the server refuses it for the revision, the lease key says why:
 //
-//   - another member's, or gone: the lease is lost (ErrLost);
-//   - this member's at a later revision: a renewal whose answer was lost
+//   - another member's, or gone, or this member's under another lease
+//     (it lost this one and took the partition again: the writes of the
+//     lease it lost must not go through under the new one): the lease is
+//     lost (ErrLost);
+//   - this lease's at a later revision: a renewal whose answer was lost
 //     (its publish timed out here after the server had stored it) moved
 //     the key on; the lease takes that revision and the write is sent once
 //     more;
@@ -189,8 +196,8 @@ type keyState int
 
 const (
 	keyUnknown keyState = iota // unreadable, or ours at the lease's revision
-	keyNotOurs                 // gone, or another member's
-	keyMovedOn                 // ours at a later revision, now the lease's
+	keyNotOurs                 // gone, another member's, or another lease of ours
+	keyMovedOn                 // this lease's at a later revision, now the lease's
 )
 
 // recheck reads the lease key after a refused write (for at most 5 s,
@@ -280,18 +287,40 @@ const markerTTL = time.Minute
 // the lease; ErrTaken when another member holds it.
 func acquire(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, bucket, group, member string, p int, ttl, margin time.Duration) (*Lease, error) {
 	key := leaseKey(group, p)
+	value := leaseValue(member)
 	sent := mono()
-	rev, err := kv.Create(ctx, key, []byte(member), jetstream.KeyTTL(ttl))
+	rev, err := kv.Create(ctx, key, value, jetstream.KeyTTL(ttl))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, ErrTaken
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lease of partition %d: %w", p, err)
 	}
-	l := &Lease{Partition: p, kv: kv, js: js, key: key, subject: "$KV." + bucket + "." + key, value: []byte(member),
+	l := &Lease{Partition: p, kv: kv, js: js, key: key, subject: "$KV." + bucket + "." + key, member: member, value: value,
 		ttl: ttl, margin: margin, rev: rev, lost: make(chan struct{})}
 	l.deadline.Store(int64(sent + ttl - margin))
 	return l, nil
+}
+
+// leaseValue is what a new lease of member writes under its key: the
+// member's id and a token of this lease alone, so that a member that lost a
+// lease and took the partition again holds another lease: a write of the
+// lost one, however late it reaches the server, is fenced out (the lease
+// key's revision moved, and its value is not the lost lease's).
+func leaseValue(member string) []byte {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return []byte(member + tokenSep + hex.EncodeToString(b[:]))
+}
+
+// tokenSep separates a lease's member id from its token.
+const tokenSep = "#"
+
+// holderOf is the member id of a lease key's value (a value an earlier
+// version wrote is the member id alone).
+func holderOf(value []byte) string {
+	id, _, _ := strings.Cut(string(value), tokenSep)
+	return id
 }
 
 // ErrTaken says a partition's lease is held by another member.

@@ -261,7 +261,7 @@ func (m *Member) watchLeases(ctx context.Context) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if e.Operation() == jetstream.KeyValuePut {
-			m.holders[p] = string(e.Value())
+			m.holders[p] = holderOf(e.Value())
 		} else {
 			m.holders[p] = ""
 		}

@@ -102,9 +102,14 @@ func (pt *part) closeDue(ctx context.Context) {
 	if len(cs) == 0 {
 		return
 	}
-	for _, c := range cs {
+	for i, c := range cs {
 		c.err = pt.writeClosed(ctx, c)
 		if errors.Is(c.err, fleet.ErrLost) {
+			// The lease is lost: the closes not written are not
+			// closed here either (the next owner closes them).
+			for _, rest := range cs[i+1:] {
+				rest.err = c.err
+			}
 			break
 		}
 	}

@@ -200,6 +200,11 @@ func (t *Table) Owns(runID string) bool {
 // Acquired loads partition p's open runs (l is its lease) and starts
 // consuming it: fleet.Handler.
 func (t *Table) Acquired(ctx context.Context, l *fleet.Lease) error {
+	// A lease of this member lost and not yet dropped (the partition was
+	// taken again meanwhile): its table stops first.
+	if old := t.part(l.Partition); old != nil && old.lease != l {
+		t.Lost(old.lease)
+	}
 	t.mu.Lock()
 	t.leases[l.Partition] = l
 	t.mu.Unlock()
@@ -227,7 +232,7 @@ func (t *Table) Acquired(ctx context.Context, l *fleet.Lease) error {
 // written (a bounded wait), and forgets the partition: fleet.Handler.
 func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
 	defer t.dropLease(l) // last: the sinks may write until then
-	pt := t.detach(l.Partition)
+	pt := t.detach(l)
 	if pt == nil {
 		return
 	}
@@ -249,7 +254,7 @@ func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
 // acknowledged go back to the stream for its next owner (fleet.Handler).
 func (t *Table) Lost(l *fleet.Lease) {
 	t.dropLease(l)
-	pt := t.detach(l.Partition)
+	pt := t.detach(l)
 	if pt == nil {
 		return
 	}
@@ -265,12 +270,16 @@ func (t *Table) Lost(l *fleet.Lease) {
 	pt.forget()
 }
 
-// detach removes partition p from the table.
-func (t *Table) detach(p int) *part {
+// detach removes l's partition from the table, unless the partition there
+// is another lease's (this member lost l and took the partition again).
+func (t *Table) detach(l *fleet.Lease) *part {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	pt := t.byPart[p]
-	delete(t.byPart, p)
+	pt := t.byPart[l.Partition]
+	if pt == nil || pt.lease != l {
+		return nil
+	}
+	delete(t.byPart, l.Partition)
 	t.m.owned.Set(float64(len(t.byPart)))
 	return pt
 }
