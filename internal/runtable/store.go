@@ -151,11 +151,26 @@ type bucketRoom struct {
 	used atomic.Int64
 }
 
-// fits reports whether n more bytes leave the leases their reserve.
-func (r *bucketRoom) fits(n int) bool {
+// take counts n more bytes if they leave the leases their reserve, at
+// once (partitions write at the same time: writers racing for the last
+// room do not all get it); it reports whether it did.
+func (r *bucketRoom) take(n int) bool {
 	mx := r.max.Load()
-	return mx <= 0 || r.used.Load()+int64(n) <= mx-leaseReserve
+	if mx <= 0 {
+		r.used.Add(int64(n))
+		return true
+	}
+	if r.used.Add(int64(n)) > mx-leaseReserve {
+		r.used.Add(-int64(n))
+		return false
+	}
+	return true
 }
+
+// writeOverhead is what a write takes in the bucket's store beside its
+// subject and value, rather more than less: its headers (the fence's
+// two, with the lease's subject) and the store's own bytes a message.
+const writeOverhead = 256
 
 // refreshRoom reads the bucket's size and max_bytes.
 func (s *store) refreshRoom(ctx context.Context) {
@@ -175,11 +190,12 @@ func newStore(js jetstream.JetStream, kv jetstream.KeyValue) *store {
 // put writes key, fenced by l.
 func (s *store) put(ctx context.Context, l *fleet.Lease, key string, b []byte) error {
 	m := &nats.Msg{Subject: s.subj + key, Data: b}
-	n := len(m.Subject) + len(b) + 64
-	if !s.room.fits(n) {
+	n := len(m.Subject) + len(b) + writeOverhead
+	if !s.room.take(n) {
 		return errReserve
 	}
 	if err := s.publishFenced(ctx, l, m); err != nil {
+		s.room.used.Add(-int64(n))
 		if bus.StoreFull(err) {
 			// Full before the watch read the bucket's max_bytes (it
 			// changed, or the table just started): read it now, so the
@@ -188,7 +204,6 @@ func (s *store) put(ctx context.Context, l *fleet.Lease, key string, b []byte) e
 		}
 		return err
 	}
-	s.room.used.Add(int64(n))
 	return nil
 }
 
