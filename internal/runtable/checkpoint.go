@@ -163,9 +163,16 @@ func (pt *part) settleAcks(batch []pendingMsg, final bool) {
 // pt.ckptMu is held.
 func (pt *part) fail(err error) {
 	t := pt.t
-	pt.backoff = min(max(2*pt.backoff, t.cfg.Consumer.CheckpointInterval), maxBackoff)
-	pt.retryAt = time.Now().Add(pt.backoff)
 	full := bus.StoreFull(err) || errors.Is(err, errReserve)
+	if full || !bus.Transient(err) {
+		pt.backoff = min(max(2*pt.backoff, t.cfg.Consumer.CheckpointInterval), maxBackoff)
+	} else {
+		// Unanswered, or no leader yet (a node died, its raft groups
+		// elect another): tried again soon, so the writes resume as
+		// soon as the bucket has a leader again.
+		pt.backoff = min(max(2*pt.backoff, transientBackoff), maxTransientBackoff)
+	}
+	pt.retryAt = time.Now().Add(pt.backoff)
 	if full {
 		t.health.set(pt.storeCond(), "the state bucket's store is full (insufficient resources): checkpoints wait and retry; events wait unacknowledged")
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
@@ -37,6 +38,9 @@ const (
 	// it neither as messages nor as the consumer's heartbeats for this
 	// long is stalled.
 	stallAfter = 5 * time.Second
+	// repullAfter is the pause before a partition pulls again after a
+	// pull found the consumer without a leader.
+	repullAfter = 250 * time.Millisecond
 	// watchEvery is how often the table checks its consumers and the
 	// stream.
 	watchEvery = 2 * time.Second
@@ -190,7 +194,19 @@ func (pt *part) consume(c *partConsumer) {
 				_ = jm.NakWithDelay(time.Second)
 			}
 		}
+		// leaderless: a pull found no server to take it (the server
+		// answers no responders): the consumer has no leader, its node
+		// died and the others elect one. The client would pull again only
+		// after two missed heartbeats (pullExpiry); the loop pulls again
+		// after repullAfter instead, until a leader takes the pull.
+		leaderless := make(chan struct{}, 1)
 		errs := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if errors.Is(err, nats.ErrNoResponders) {
+				select {
+				case leaderless <- struct{}{}:
+				default:
+				}
+			}
 			t.log.Debug().Err(err).Int("partition", pt.p).Str("stream", c.stream).Msg("next message")
 		})
 		for ctx.Err() == nil {
@@ -202,6 +218,18 @@ func (pt *part) consume(c *partConsumer) {
 					cc.Stop()
 				case <-cc.Closed():
 					err = errors.New("consumer closed")
+				case <-leaderless:
+					t.m.repulls.Inc()
+					cc.Stop() // the messages it holds are handled first
+					select {
+					case <-cc.Closed():
+					case <-time.After(pullExpiry):
+					}
+					select {
+					case <-ctx.Done():
+					case <-time.After(repullAfter):
+					}
+					continue
 				}
 			}
 			if err != nil && ctx.Err() == nil {

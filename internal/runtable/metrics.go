@@ -35,6 +35,7 @@ type Metrics struct {
 	checkpoints prometheus.Counter
 	stateWrites prometheus.Counter
 	progress    prometheus.Counter
+	repulls     prometheus.Counter
 	// The fleet: members seen, every partition's owner as this member
 	// sees it, partitions without one, partitions whose events stopped.
 	members  prometheus.Gauge
@@ -96,6 +97,8 @@ func NewMetrics() *Metrics {
 		Help: "Run states written to the state bucket (by checkpoints and closes)."})
 	m.progress = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_progress_acks_total",
 		Help: "Progress acknowledgements sent for events still waiting for their checkpoint (their ack wait starts again instead of a redelivery)."})
+	m.repulls = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_partition_leaderless_pulls_total",
+		Help: "Pulls of a partition's events that found its consumer without a leader (its node lost, the others electing one): pulled again after a quarter second."})
 	m.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_fleet_members",
 		Help: "Live aggregators of this group as this aggregator sees them."})
 	m.owner = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gttsplit_partition_owned",
@@ -115,7 +118,7 @@ func NewMetrics() *Metrics {
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
-		m.checkpoints, m.stateWrites, m.progress, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
+		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		m.streamBytes, m.storeUsed, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -34,8 +34,12 @@ const (
 	// dropGrace is how long a finished run whose collector dropped events
 	// waits for the events still in flight before it closes.
 	dropGrace = 5 * time.Second
-	// maxBackoff caps the wait between two checkpoints that failed.
-	maxBackoff = 5 * time.Second
+	// maxBackoff caps the wait between two checkpoints that failed (a
+	// full store); transientBackoff doubling up to maxTransientBackoff is
+	// the wait after a write that went unanswered or found no leader.
+	maxBackoff          = 5 * time.Second
+	transientBackoff    = 250 * time.Millisecond
+	maxTransientBackoff = time.Second
 )
 
 // MaxRunIDBytes is the longest run id the table folds (the collector's
