@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,24 @@ import (
 
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
+
+// whileProgress waits for cond as eventually does, but its deadline moves
+// on whenever progress grows: work that goes on slowly on a loaded machine
+// is no stall.
+func whileProgress(t testing.TB, what string, cond func() bool, progress func() float64) {
+	t.Helper()
+	last := progress()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if p := progress(); p > last {
+			last, deadline = p, time.Now().Add(waitFor)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (no progress for %s, at %.0f)", what, waitFor, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
 
 // hugeIDEvent is a log-lines event of the fixture's run whose id is n bytes
 // long (and so does not match its payload: invalid). Its dead letter as is
@@ -77,11 +96,18 @@ func TestServePoisonFloodIntegration(t *testing.T) {
 
 	start = time.Now()
 	b.publish(t, fx.Wires...)
-	eventually(t, "the ordinary run's split", func() bool { n, _ := s.closes.count(); return n >= 1 })
+	// How long the flood takes depends on the machine's load: the waits
+	// fail only when the dead letters stop coming.
+	deadLettered := func() float64 {
+		_, page := tryGet(s.http, "/metrics")
+		v, _ := strconv.ParseFloat(metricValue(page, `gttsplit_events_dead_lettered_total{reason="invalid"}`), 64)
+		return v
+	}
+	whileProgress(t, "the ordinary run's split", func() bool { n, _ := s.closes.count(); return n >= 1 }, deadLettered)
 	t.Logf("ordinary run (%d events) folded %s after its publication, behind %d poison events",
 		len(fx.Wires), time.Since(start).Round(time.Millisecond), flood)
 
-	b.waitAcked(t, cfg.Consumer.Fleet.Group)
+	whileProgress(t, "every message acknowledged", func() bool { return b.Idle(t, cfg.Consumer.Fleet.Group) }, deadLettered)
 	t.Logf("every message settled %s after the ordinary run's publication", time.Since(start).Round(time.Millisecond))
 	msgs := b.streamMsgs(t, "gttsplit.dlq.>")
 	require.Len(t, msgs, flood+1)
