@@ -519,3 +519,42 @@ func TestLostWhileLoadingWaitsForAcquiredIntegration(t *testing.T) {
 	defer h.mu.Unlock()
 	require.False(t, h.overlap, "Lost came while Acquired ran")
 }
+
+// A broker slow to answer (every byte it sends reaches the member 2.5 s
+// late: longer than the 2 s between renewals, well inside the 8 s a lease
+// is valid) does not cost the member its leases: a renewal may take until
+// the lease's validity ends, and the next one is sent on time however
+// late the last answer came. Before, each renewal was given up after
+// LeaseTTL/5 and every lease was lost once its validity ran out.
+func TestSlowAnswersKeepTheLeasesIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	proxy := natstest.StartProxy(t, s.Addr().String())
+	js := connect(t, proxy.URL())
+	kv, err := js.KeyValue(context.Background(), testBucket)
+	require.NoError(t, err)
+	const ttl, latency = 10 * time.Second, 2500 * time.Millisecond
+	m, err := Join(context.Background(), js, Config{Group: "g", LeaseTTL: ttl},
+		Settings{Partitions: 2, Bucket: testBucket, KV: kv, Heartbeat: time.Second}, handler{f},
+		zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "both partitions held", 30*time.Second, func() bool { return f.shares()[m.id] == 2 })
+
+	proxy.SetLatency(latency)
+	// Twice the time to live: a lease renewed only by answers within
+	// LeaseTTL/5 would have been lost by then.
+	for end := time.Now().Add(2 * ttl); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		f.mu.Lock()
+		events := append([]string(nil), f.events...)
+		f.mu.Unlock()
+		require.Equal(t, 2, f.shares()[m.id], "a lease lost to slow answers: %v", events)
+	}
+	proxy.SetLatency(0)
+}

@@ -221,7 +221,10 @@ func (l *Lease) recheck(ctx context.Context) keyState {
 }
 
 // renew writes the lease key again, conditional on its revision, with a
-// new time to live.
+// new time to live. It may take until the lease's validity ends (counted
+// once l.mu is held: a fenced write may have held it): an answer that
+// comes before keeps the lease however slow the broker is, one that comes
+// after is of no use. A lease whose validity ended is lost (ErrLost).
 func (l *Lease) renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -230,6 +233,13 @@ func (l *Lease) renew(ctx context.Context) error {
 		return ErrLost
 	default:
 	}
+	left := time.Duration(l.deadline.Load()) - mono()
+	if left <= 0 {
+		l.lose("its time to live ran out before a renewal")
+		return ErrLost
+	}
+	ctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
 	var (
 		sent time.Duration
 		rev  uint64

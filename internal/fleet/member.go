@@ -476,9 +476,14 @@ func (m *Member) hold(l *Lease) *heldLease {
 	return hl
 }
 
-// keepLease renews hl's lease every LeaseTTL/leaseRenews (sooner after a
-// failed renewal) until ctx ends or the lease is lost; a lost lease is
-// handed to Handler.Lost.
+// keepLease sends a renewal of hl's lease every LeaseTTL/leaseRenews
+// (counted from the last one's sending: a slow answer does not push the
+// next renewal later; sooner after a failed renewal) until ctx ends or
+// the lease is lost; a lost lease is handed to Handler.Lost. A renewal
+// may take until the lease's validity ends (see Lease.renew), not just
+// until the next one is due: on a busy machine or broker an answer can
+// take longer than LeaseTTL/leaseRenews, and every renewal given up that
+// early would lose a lease that still had most of its time to live.
 func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 	l := hl.l
 	every := m.cfg.LeaseTTL / leaseRenews
@@ -496,12 +501,11 @@ func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 			l.lose("not renewed within its time to live")
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, every)
-		err := l.renew(rctx)
-		cancel()
+		sent := mono()
+		err := l.renew(ctx)
 		switch {
 		case err == nil:
-			next = every
+			next = max(every-(mono()-sent), 0)
 		case errors.Is(err, ErrLost):
 		default:
 			if ctx.Err() == nil {
