@@ -36,6 +36,7 @@ func retyped(t *testing.T, data []byte, typ, id string) []byte {
 // kind is invalid. A run published after them is folded.
 func TestUnknownTypesDeadLetteredIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
 	var logs lockedBuf
@@ -86,6 +87,7 @@ func TestUnknownTypesDeadLetteredIntegration(t *testing.T) {
 // the limit is raised.
 func TestStoreRoomSaidIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t) // a stream without max age or max bytes
 	var logs lockedBuf
@@ -126,6 +128,7 @@ func TestStoreRoomSaidIntegration(t *testing.T) {
 // JSON (once skipped).
 func TestGarbageStateRefoldedIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	for i, garbage := range [][]byte{[]byte("\x00\x13not a run state"), []byte(`{"origin":{"run_id":"` + fx.Origin.RunID + `","host`)} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
@@ -172,10 +175,11 @@ func TestGarbageStateRefoldedIntegration(t *testing.T) {
 // them over.
 func TestUnownedCountsDeadOwnersIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	b := rt.StartBroker(t)
 	const lease = 10 * time.Second
 	a := startTable(t, b.URL, "unowned", tableConfig{idle: time.Hour}, lease)
-	c := startTable(t, b.URL, "unowned", tableConfig{idle: time.Hour}, lease)
+	c := startTable(t, b.URL, "unowned", tableConfig{idle: time.Hour}) // steadyLease: it lives
 	rt.Eventually(t, "the partitions shared", func() bool { return a.owned() > 0 && c.owned() > 0 && a.owned()+c.owned() == a.parts })
 	unowned := func() int {
 		c.m.ObserveFleet(c.member.View())
@@ -187,7 +191,7 @@ func TestUnownedCountsDeadOwnersIntegration(t *testing.T) {
 	a.crash()
 	rt.Eventually(t, "the killed owner's partitions counted", func() bool { return unowned() == held })
 	require.Less(t, time.Since(killed), lease, "counted while its leases still lived")
-	rt.Eventually(t, "taken over", func() bool { return c.owned() == c.parts })
+	rt.EventuallyWithin(t, "taken over", lease+rt.WaitFor, func() bool { return c.owned() == c.parts })
 	require.Zero(t, unowned())
 }
 

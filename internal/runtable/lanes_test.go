@@ -24,6 +24,7 @@ const (
 // (the 27B one) and keeps the other.
 func TestLaneGaugesIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	opts := rt.FoldOptions(t)
 	fx4, fx27 := rt.Load(t, fixture4B, opts), rt.Load(t, fixture27B, opts)
 	ctl := rt.Load(t, filepath.Join(filepath.Dir(fixture4B), "..", "..", "controls", "4b-ngl0", "events.jsonl"), opts)

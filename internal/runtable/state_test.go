@@ -45,6 +45,7 @@ func TestApplyToReportsDuplicates(t *testing.T) {
 // the whole state (fields in another order), and it loads back to a state
 // that encodes to the same bytes.
 func TestMarshalStateMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
 	opts := rt.FoldOptions(t)
 	for _, path := range []string{fixture4B, fixture27B} {
 		fx := rt.Load(t, path, opts)
@@ -86,6 +87,7 @@ func closedState(t testing.TB, fx rt.Fixture) *runtable.RunState {
 // is several times smaller than the full state. An old full state (no
 // "v") still loads; a newer format is refused.
 func TestCompactRecord(t *testing.T) {
+	t.Parallel()
 	opts := rt.FoldOptions(t)
 	for _, path := range []string{fixture4B, fixture27B} {
 		fx := rt.Load(t, path, opts)

@@ -29,12 +29,13 @@ import (
 // byte for byte the uninterrupted one, written once.
 func TestCrashRestartIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
 	const group = "crash"
 	third := len(fx.Wires) / 3
 
-	a := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
+	a := startTable(t, b.URL, group, tableConfig{idle: time.Hour}, crashLease)
 	a.waitOwns(a.parts)
 	b.Publish(t, fx.Wires[:third]...)
 	b.WaitAcked(t, group) // the first third is durable
@@ -49,7 +50,7 @@ func TestCrashRestartIntegration(t *testing.T) {
 
 	c := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
 	b.Publish(t, fx.Wires[2*third:]...)
-	rt.Eventually(t, "the split after the restart", func() bool { n, _ := c.closes.count(); return n >= 1 })
+	takeover(t, "the split after the restart", func() bool { n, _ := c.closes.count(); return n >= 1 })
 	b.WaitAcked(t, group)
 	c.stop()
 
@@ -72,6 +73,7 @@ func TestCrashRestartIntegration(t *testing.T) {
 // replay's, replaces it, saying so.
 func TestIdleTimeoutIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
 	const group, idle = "idle", 10 * time.Minute
@@ -114,17 +116,17 @@ func TestIdleTimeoutIntegration(t *testing.T) {
 // (as written, as the split event, in the bucket).
 func TestSharedPartitionsIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	const n = 30
 	opts := rt.FoldOptions(t)
 	fxs := []rt.Fixture{rt.Load(t, fixture4B, opts), rt.Load(t, fixture27B, opts)}
 	runs := rt.Gen(t, n, fxs...)
 	b := rt.StartBroker(t)
 	const group = "shared"
-	// Leases of 15 s, not the tests' 3 s: nobody dies here, and a busy
-	// machine that delays renewals must not move a partition (its runs
-	// would be written twice, once by each table).
-	s1 := startTable(t, b.URL, group, tableConfig{idle: time.Hour}, 15*time.Second)
-	s2 := startTable(t, b.URL, group, tableConfig{idle: time.Hour}, 15*time.Second)
+	// Nobody dies here: steadyLease, so a busy machine that delays
+	// renewals does not move a partition.
+	s1 := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
+	s2 := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
 	rt.Eventually(t, "8/8", func() bool { return s1.owned() == 8 && s2.owned() == 8 })
 	b.Publish(t, rt.Interleave(runs)...)
 	closed := func() int {
@@ -178,6 +180,7 @@ func wantFor(t testing.TB, g rt.Run) []byte {
 // the same id), and the state stops asking once every sink settled it.
 func TestResendsUnsettledSplitsIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
 	const group = "resend"
@@ -240,6 +243,7 @@ func lateLine(t testing.TB, fx rt.Fixture) events.Wire {
 // they were.
 func TestClosedRunCompactIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
 	const group, idle, grace = "compact", 10 * time.Minute, time.Hour
@@ -314,6 +318,7 @@ func TestClosedRunCompactIntegration(t *testing.T) {
 // the markers' time passed; the other runs stay.
 func TestExpireClosedRunsIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	opts := rt.FoldOptions(t)
 	fx4, fx27 := rt.Load(t, fixture4B, opts), rt.Load(t, fixture27B, opts)
 	b := rt.StartBroker(t)
@@ -372,13 +377,14 @@ func TestExpireClosedRunsIntegration(t *testing.T) {
 // partition's next owner resumes it and writes the corrected split, once.
 func TestReopenedRunResumedIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	opts := rt.FoldOptions(t)
 	fx := rt.Load(t, fixture4B, opts)
 	b := rt.StartBroker(t)
 	const group, idle = "reopen", 10 * time.Minute
 	clk := newFakeClock()
 	cfg := tableConfig{idle: idle, now: clk.now}
-	a := startTable(t, b.URL, group, cfg)
+	a := startTable(t, b.URL, group, cfg, crashLease)
 	a.waitOwns(a.parts)
 	id := fx.Origin.RunID
 	open := runtable.OpenKey(bus.PartitionOf(id, a.parts), id)
@@ -429,6 +435,7 @@ func TestReopenedRunResumedIntegration(t *testing.T) {
 // second for its origin.
 func TestBadRunIDsDeadLetteredIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
 	r := startTable(t, b.URL, "badids", tableConfig{idle: time.Hour})
@@ -465,13 +472,14 @@ func TestBadRunIDsDeadLetteredIntegration(t *testing.T) {
 // is written nowhere: the run is written once, with the new owner's split.
 func TestCutOffOwnerIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	opts := rt.FoldOptions(t)
 	fx := rt.Load(t, fixture4B, opts)
 	srv := natstest.Start(t)
 	b := rt.BrokerAt(t, srv)
 	proxy := natstest.StartProxy(t, srv.Addr().String())
 	const group = "cutoff"
-	a := startTable(t, proxy.URL(), group, tableConfig{idle: time.Hour, consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond}})
+	a := startTable(t, proxy.URL(), group, tableConfig{idle: time.Hour, consumer: runtable.ConsumerConfig{CheckpointInterval: 200 * time.Millisecond}}, crashLease)
 	a.waitOwns(a.parts)
 	half := len(fx.Wires) / 2
 	b.Publish(t, fx.Wires[:half]...)
@@ -480,13 +488,12 @@ func TestCutOffOwnerIntegration(t *testing.T) {
 	b.Publish(t, fx.Wires[half:len(fx.Wires)-1]...)
 	rt.Eventually(t, "a folds", func() bool { return counter(t, a.m, "gttsplit_events_folded_total") > float64(half) })
 	proxy.Freeze()
-	// The successor's leases outlive a write that a busy machine stalls
-	// for seconds (renewals wait for a fenced write): only a's are to be
-	// lost here. a's own stay at testLease, so c takes over that soon.
-	c := startTable(t, b.URL, group, tableConfig{idle: time.Hour}, 15*time.Second)
+	// Only a's leases (crashLease) are to be lost here: c holds
+	// steadyLease, and takes a's partitions over once a's ran out.
+	c := startTable(t, b.URL, group, tableConfig{idle: time.Hour})
 	c.waitOwns(c.parts)
 	b.Publish(t, fx.Wires[len(fx.Wires)-1])
-	rt.Eventually(t, "the split by the new owner", func() bool { n, _ := c.closes.count(); return n == 1 })
+	takeover(t, "the split by the new owner", func() bool { n, _ := c.closes.count(); return n == 1 })
 	proxy.Thaw()
 	rt.Eventually(t, "a lost its partitions", func() bool { return a.owned() == 0 || counter(t, a.m, "gttsplit_partitions_owned") == 0 })
 	time.Sleep(time.Second)
@@ -507,6 +514,7 @@ func TestCutOffOwnerIntegration(t *testing.T) {
 // configured replicas, raised later, and allows per-key TTLs.
 func TestStateBucketNeverLoweredIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	cl := natstest.StartCluster(t, 3)
 	_, js := rt.Connect(t, cl.URLs())
 	ctx := rt.Ctx(t)
@@ -539,6 +547,7 @@ func TestStateBucketNeverLoweredIntegration(t *testing.T) {
 // for a run of a partition this table does not own.
 func TestReloadSplitIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
 	stuck := new(sinktest.Memory)
@@ -585,6 +594,7 @@ func TestReloadSplitIntegration(t *testing.T) {
 // again, without a restart.
 func TestResendsWhatASinkDroppedIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	b := rt.StartBroker(t)
 	mem := new(sinktest.Memory)
@@ -630,6 +640,7 @@ func TestResendsWhatASinkDroppedIntegration(t *testing.T) {
 // counts them.
 func TestStalledPartitionsReportedIntegration(t *testing.T) {
 	skipShort(t)
+	t.Parallel()
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	srv := natstest.Start(t)
 	b := rt.BrokerAt(t, srv)

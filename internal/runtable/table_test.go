@@ -80,9 +80,37 @@ type table struct {
 	parts  int
 }
 
-// testLease is the lease time to live of the tests: a crashed table's
-// partitions go to the next one that soon.
-const testLease = 3 * time.Second
+// The leases of the tests' tables. A table no test kills holds
+// steadyLease: far longer than a renewal takes on a loaded machine under
+// -race, so its partitions never move while the test runs (a partition
+// that moved is folded again by its next owner: the test would see a
+// lease lost, not what it tests). A table a test kills (crash, a frozen
+// connection) holds crashLease, so that its partitions go to the next
+// table that soon; the waits for that take crashLease more (takeover).
+const (
+	steadyLease = 20 * time.Second
+	crashLease  = 5 * time.Second
+)
+
+// takeover waits, for crashLease and rt.WaitFor, until cond holds: what a
+// table does once a killed table's leases ran out.
+func takeover(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	rt.EventuallyWithin(t, what, crashLease+rt.WaitFor, cond)
+}
+
+// duplicatesWithin checks that what the table counted as duplicates
+// since dups0 (redeliveries since red0) is the n events a test sent
+// again: at least n, and no more than n and the redeliveries (an event
+// whose acknowledgement came late on a busy machine is delivered again,
+// and is a duplicate again).
+func duplicatesWithin(t testing.TB, m *runtable.Metrics, dups0, red0 float64, n int) {
+	t.Helper()
+	dups := counter(t, m, "gttsplit_events_duplicate_total") - dups0
+	red := counter(t, m, "gttsplit_events_redelivered_total") - red0
+	require.GreaterOrEqual(t, dups, float64(n), "every event sent again is a duplicate")
+	require.LessOrEqual(t, dups, float64(n)+red, "duplicates beyond the events sent again and their redeliveries (%v)", red)
+}
 
 // tableConfig is what a test sets of its table's aggregator; the rest is
 // config.DefaultAggregator()'s.
@@ -112,7 +140,7 @@ func memSinks(s sinks.Sink, edit func(*sinks.FanoutConfig)) func(sinks.Settings,
 }
 
 // startTable starts a table of group on its own connection to url, with
-// leases of lease (testLease when none is given).
+// leases of lease (steadyLease when none is given).
 func startTable(t testing.TB, url, group string, tc tableConfig, lease ...time.Duration) *table {
 	t.Helper()
 	return startTableLog(t, url, group, tc, testLogger(t), lease...)
@@ -123,7 +151,7 @@ func startTableLog(t testing.TB, url, group string, tc tableConfig, log zerolog.
 	t.Helper()
 	cfg := config.DefaultAggregator()
 	cfg.NATS.URL, cfg.HTTP.Listen, cfg.Embedded.Store = url, "", t.TempDir()
-	cfg.Consumer.Fleet = fleet.Config{Group: group, LeaseTTL: append(lease, testLease)[0]}
+	cfg.Consumer.Fleet = fleet.Config{Group: group, LeaseTTL: append(lease, steadyLease)[0]}
 	c := runtable.ConsumerConfig{AckWait: 2 * time.Second, CheckpointInterval: 500 * time.Millisecond, MaxAckPending: 512, Lanes: tc.consumer.Lanes}
 	if tc.consumer.AckWait > 0 {
 		c.AckWait = tc.consumer.AckWait
@@ -162,10 +190,11 @@ func (r *table) owned() int {
 	return n
 }
 
-// waitOwns waits until the table holds n partitions.
+// waitOwns waits until the table holds n partitions (those of a killed
+// table once its leases ran out).
 func (r *table) waitOwns(n int) {
 	r.t.Helper()
-	rt.Eventually(r.t, "the table to own its partitions", func() bool { return r.owned() == n })
+	takeover(r.t, "the table to own its partitions", func() bool { return r.owned() == n })
 }
 
 // stop is the graceful stop: the sinks close, the member hands every

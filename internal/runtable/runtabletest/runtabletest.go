@@ -56,7 +56,15 @@ func Runs(name string) string {
 // naming what it waited for, after WaitFor.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(WaitFor)
+	EventuallyWithin(t, what, WaitFor, cond)
+}
+
+// EventuallyWithin is Eventually failing after d: for a wait that
+// includes a known time (a killed owner's leases running out) besides
+// WaitFor.
+func EventuallyWithin(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
