@@ -411,14 +411,8 @@ func TestUnownedPartitionReportedIntegration(t *testing.T) {
 	js := connect(t, f.url)
 	kv, err := js.KeyValue(context.Background(), testBucket)
 	require.NoError(t, err)
-	m, err := Join(context.Background(), js, Config{Group: "g", LeaseTTL: 3 * time.Second},
-		Settings{Partitions: 4, Bucket: testBucket, KV: kv, Heartbeat: 100 * time.Millisecond}, refusing{handler{f}, 2},
-		zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	m := runMember(t, js, Config{Group: "g", LeaseTTL: 3 * time.Second},
+		Settings{Partitions: 4, Bucket: testBucket, KV: kv, Heartbeat: 100 * time.Millisecond}, refusing{handler{f}, 2})
 	eventually(t, "not ready, partition 2 named", 10*time.Second, func() bool {
 		ok, why := m.Ready()
 		return !ok && strings.Contains(why, "partitions without an owner: 2")
@@ -502,14 +496,8 @@ func TestLostWhileLoadingWaitsForAcquiredIntegration(t *testing.T) {
 	kv, err := js.KeyValue(context.Background(), testBucket)
 	require.NoError(t, err)
 	h := &slowLoading{handler: handler{f}, p: 1, kv: kv, lost: make(chan struct{})}
-	m, err := Join(context.Background(), js, Config{Group: "g", LeaseTTL: 3 * time.Second},
-		Settings{Partitions: 2, Bucket: testBucket, KV: kv, Heartbeat: 100 * time.Millisecond}, h,
-		zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runMember(t, js, Config{Group: "g", LeaseTTL: 3 * time.Second},
+		Settings{Partitions: 2, Bucket: testBucket, KV: kv, Heartbeat: 100 * time.Millisecond}, h)
 	select {
 	case <-h.lost:
 	case <-time.After(30 * time.Second):
@@ -537,14 +525,8 @@ func TestSlowAnswersKeepTheLeasesIntegration(t *testing.T) {
 	kv, err := js.KeyValue(context.Background(), testBucket)
 	require.NoError(t, err)
 	const ttl, latency = 10 * time.Second, 2500 * time.Millisecond
-	m, err := Join(context.Background(), js, Config{Group: "g", LeaseTTL: ttl},
-		Settings{Partitions: 2, Bucket: testBucket, KV: kv, Heartbeat: time.Second}, handler{f},
-		zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	m := runMember(t, js, Config{Group: "g", LeaseTTL: ttl},
+		Settings{Partitions: 2, Bucket: testBucket, KV: kv, Heartbeat: time.Second}, handler{f})
 	eventually(t, "both partitions held", 30*time.Second, func() bool { return f.shares()[m.id] == 2 })
 
 	proxy.SetLatency(latency)
@@ -557,4 +539,17 @@ func TestSlowAnswersKeepTheLeasesIntegration(t *testing.T) {
 		require.Equal(t, 2, f.shares()[m.id], "a lease lost to slow answers: %v", events)
 	}
 	proxy.SetLatency(0)
+}
+
+// runMember joins a member of cfg and set to js's bucket with Handler h,
+// and runs it until the test ends.
+func runMember(t *testing.T, js jetstream.JetStream, cfg Config, set Settings, h Handler) *Member {
+	t.Helper()
+	m, err := Join(context.Background(), js, cfg, set, h, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m
 }
