@@ -9,6 +9,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/cli"
 	"github.com/gttsplit/gttsplit/internal/fleet"
+	"github.com/gttsplit/gttsplit/internal/regress"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
@@ -33,6 +34,7 @@ type Aggregator struct {
 	Store       runtable.StoreConfig `mapstructure:"store"`
 	Split       split.Config         `mapstructure:"split"`
 	Sinks       Sinks                `mapstructure:"sinks"`
+	LaneChanges regress.Config       `mapstructure:"lane_changes"`
 	Format      string               `mapstructure:"format" flag:"format" desc:"format of the splits printed by serve, parse, replay and quickstart: text, md or json (JSON Lines)"`
 	// ShutdownTimeout bounds draining, folding and writing the sinks at
 	// shutdown.
@@ -139,6 +141,7 @@ func DefaultAggregator() Aggregator {
 			Retry:        sinks.DefaultRetryPolicy(),
 			MaxPending:   1024,
 		},
+		LaneChanges:     regress.DefaultConfig(),
 		Format:          "text",
 		ShutdownTimeout: 30 * time.Second,
 		MemoryLimitMiB:  224,

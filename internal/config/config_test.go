@@ -206,19 +206,20 @@ func TestFlagNames(t *testing.T) {
 		"pace":       "replay.pace",
 	}, FlagKeys(DefaultCollector()))
 	require.Equal(t, map[string]string{
-		"log-level":       "log.level",
-		"nats-url":        "nats.url",
-		"embedded-listen": "embedded.listen",
-		"store":           "embedded.store",
-		"idle-timeout":    "idle_timeout",
-		"http":            "http.listen",
-		"threshold":       "split.unattributed_threshold_pct",
-		"file-dir":        "sinks.file.dir",
-		"json-dir":        "sinks.json.dir",
-		"comment-api":     "sinks.issue_comment.api",
-		"comment-issue":   "sinks.issue_comment.default_issue",
-		"comment-dry-run": "sinks.issue_comment.dry_run",
-		"format":          "format",
+		"log-level":         "log.level",
+		"nats-url":          "nats.url",
+		"embedded-listen":   "embedded.listen",
+		"store":             "embedded.store",
+		"idle-timeout":      "idle_timeout",
+		"http":              "http.listen",
+		"threshold":         "split.unattributed_threshold_pct",
+		"file-dir":          "sinks.file.dir",
+		"change-thresholds": "lane_changes.thresholds",
+		"json-dir":          "sinks.json.dir",
+		"comment-api":       "sinks.issue_comment.api",
+		"comment-issue":     "sinks.issue_comment.default_issue",
+		"comment-dry-run":   "sinks.issue_comment.dry_run",
+		"format":            "format",
 	}, FlagKeys(DefaultAggregator()))
 }
 

@@ -16,6 +16,9 @@ import (
 type Tree struct {
 	Dir    string
 	Commit string // full hash; "" when dir is not a git checkout
+	// CommitTime is the commit's committer time (zero when git did not
+	// say): it orders two builds of one llama.cpp build number.
+	CommitTime time.Time
 	// Dirty is nil when unknown, else whether `git status --porcelain`
 	// listed anything (untracked files included).
 	Dirty *bool
@@ -24,8 +27,9 @@ type Tree struct {
 // ErrNotGit means dir is not inside a git work tree (or git is missing).
 var ErrNotGit = errors.New("not a git checkout")
 
-// ReadTree asks git about dir. It runs `git rev-parse HEAD` and `git status
-// --porcelain`, each bounded by a timeout.
+// ReadTree asks git about dir. It runs `git rev-parse HEAD`, `git show -s
+// --format=%cI HEAD` (the commit's time) and `git status --porcelain`,
+// bounded by a timeout.
 func ReadTree(ctx context.Context, dir string) (Tree, error) {
 	t := Tree{Dir: dir}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -35,6 +39,11 @@ func ReadTree(ctx context.Context, dir string) (Tree, error) {
 		return t, fmt.Errorf("%w: %s: %w", ErrNotGit, dir, err)
 	}
 	t.Commit = strings.TrimSpace(out)
+	if ct, err := git(ctx, dir, "show", "-s", "--format=%cI", "HEAD"); err == nil {
+		if tm, err := time.Parse(time.RFC3339, strings.TrimSpace(ct)); err == nil {
+			t.CommitTime = tm.UTC()
+		}
+	}
 	st, err := git(ctx, dir, "status", "--porcelain")
 	if err != nil {
 		return t, nil // commit known, cleanliness unknown

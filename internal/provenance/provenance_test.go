@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -32,6 +33,8 @@ func TestReadTreeCleanDirtyAndNotGit(t *testing.T) {
 	tr, err := ReadTree(t.Context(), dir)
 	require.NoError(t, err)
 	require.Len(t, tr.Commit, 40)
+	require.False(t, tr.CommitTime.IsZero(), "the commit's time")
+	require.WithinDuration(t, time.Now(), tr.CommitTime, time.Hour)
 	require.NotNil(t, tr.Dirty)
 	require.False(t, *tr.Dirty)
 

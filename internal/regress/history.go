@@ -100,22 +100,8 @@ type key struct {
 // and is no longer is always marked).
 func NewHistory(runs []Run, f Filter, thresholdPct float64) History {
 	h := History{Schema: HistorySchema, ThresholdPct: thresholdPct, Groups: []Group{}}
-	byKey := map[key][]Run{}
-	for _, r := range runs {
-		if f.Match(r) {
-			k := key{r.Host, r.Lane, r.F.Model, r.F.ControlOf != ""}
-			byKey[k] = append(byKey[k], r)
-		}
-	}
-	keys := make([]key, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b key) int {
-		return cmp.Or(cmp.Compare(a.host, b.host), cmp.Compare(a.lane, b.lane), cmp.Compare(a.model, b.model), boolCmp(a.control, b.control))
-	})
-	for _, k := range keys {
-		rs := byKey[k]
+	for _, gr := range groupRuns(runs, f) {
+		k, rs := gr.key, gr.runs
 		SortRuns(rs)
 		g := Group{Host: k.host, Lane: k.lane, Model: k.model, Control: k.control, Rows: make([]Row, 0, len(rs))}
 		for i, r := range rs {
@@ -140,6 +126,33 @@ func NewHistory(runs []Run, f Filter, thresholdPct float64) History {
 		h.Groups = append(h.Groups, g)
 	}
 	return h
+}
+
+// group is the runs of one host, lane and model file (or its controls).
+type group struct {
+	key  key
+	runs []Run
+}
+
+// groupRuns groups the runs f selects by host, lane, model file and
+// whether they are controls, the groups in that order, each group's runs
+// in the order given.
+func groupRuns(runs []Run, f Filter) []group {
+	byKey := map[key][]Run{}
+	for _, r := range runs {
+		if f.Match(r) {
+			k := key{r.Host, r.Lane, r.F.Model, r.F.ControlOf != ""}
+			byKey[k] = append(byKey[k], r)
+		}
+	}
+	out := make([]group, 0, len(byKey))
+	for k, rs := range byKey {
+		out = append(out, group{k, rs})
+	}
+	slices.SortFunc(out, func(a, b group) int {
+		return cmp.Or(cmp.Compare(a.key.host, b.key.host), cmp.Compare(a.key.lane, b.key.lane), cmp.Compare(a.key.model, b.key.model), boolCmp(a.key.control, b.key.control))
+	})
+	return out
 }
 
 func boolCmp(a, b bool) int {

@@ -512,6 +512,7 @@ func (d *Decoded) decodeStarted(b []byte) (string, error) {
 			Started:          data.Started,
 			SourceCommit:     data.SourceCommit,
 			SourceDirty:      data.SourceDirty,
+			SourceCommitTime: data.SourceCommitTime,
 			CollectorVersion: data.CollectorVersion,
 		},
 		Detail: StartDetail{

@@ -84,6 +84,7 @@ func NewRunStarted(info split.RunInfo, d StartDetail) (event.Event, error) {
 		SourceDir:        d.SourceDir,
 		SourceCommit:     info.SourceCommit,
 		SourceDirty:      info.SourceDirty,
+		SourceCommitTime: utc(info.SourceCommitTime),
 		CollectorVersion: info.CollectorVersion,
 		PID:              d.PID,
 		Started:          utc(info.Started),

@@ -31,6 +31,7 @@ func exampleRunInfo() split.RunInfo {
 		Started:          t0,
 		SourceCommit:     "3f1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c4d",
 		SourceDirty:      ptr(false),
+		SourceCommitTime: time.Date(2025, 3, 13, 18, 2, 11, 0, time.UTC),
 		CollectorVersion: "v0.1.0",
 	}
 }
@@ -103,6 +104,7 @@ func exampleReport() split.Report {
 			LlamaBuild:       "build: 5061 (3f1b2c4d) with cc (GCC) 14.2.1 for x86_64-pc-linux-gnu",
 			SourceCommit:     "3f1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c4d",
 			SourceDirty:      ptr(false),
+			SourceCommitTime: "2025-03-13T18:02:11Z",
 			CollectorVersion: "v0.1.0",
 		},
 		PeakGTTMiB:      mib(3925),

@@ -102,10 +102,13 @@ type RunStartedData struct {
 	ControlOf       string            `json:"control_of,omitempty"`
 	// NoLog says the collector reads no log of the process (collector
 	// attach without --log): the run has only its fdinfo samples.
-	NoLog            bool      `json:"no_log,omitempty"`
-	SourceDir        string    `json:"source_dir"`
-	SourceCommit     string    `json:"source_commit"`
-	SourceDirty      *bool     `json:"source_dirty"`
+	NoLog        bool   `json:"no_log,omitempty"`
+	SourceDir    string `json:"source_dir"`
+	SourceCommit string `json:"source_commit"`
+	SourceDirty  *bool  `json:"source_dirty"`
+	// SourceCommitTime is the source commit's committer time (omitted
+	// when unknown).
+	SourceCommitTime time.Time `json:"source_commit_time,omitzero"`
 	CollectorVersion string    `json:"collector_version"`
 	PID              int       `json:"pid"`
 	Started          time.Time `json:"started,omitzero"`

@@ -474,6 +474,9 @@ func (c *computation) provenance() {
 	run := st.Run
 	r.Provenance.SourceCommit = run.SourceCommit
 	r.Provenance.SourceDirty = run.SourceDirty
+	if !run.SourceCommitTime.IsZero() {
+		r.Provenance.SourceCommitTime = run.SourceCommitTime.UTC().Format(time.RFC3339)
+	}
 	r.Provenance.CollectorVersion = run.CollectorVersion
 	switch {
 	case run.SourceCommit == "":

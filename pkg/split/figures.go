@@ -7,18 +7,24 @@ import (
 )
 
 // Figures are what one split says of its lane over time: the model file it
-// measured, the llama.cpp build and commit, when it ran, and the figures
+// measured, the llama.cpp build and commit (and the commit's time, when
+// the collector read it), when it ran, the tracker issue it names, and the figures
 // of its rows that are kept (a field per row of Rows whose Kept is true).
 // The run index keeps them for every closed run, so the lane gauges,
 // `aggregator history` and the trend page read them without the runs'
 // states. Pointer fields are nil when the split does not know them
 // (and are left out of the JSON).
 type Figures struct {
-	Model     string `json:"model,omitempty"`
-	Build     string `json:"llama_build,omitempty"`
-	Commit    string `json:"source_commit,omitempty"`
-	Dirty     *bool  `json:"source_dirty,omitempty"`
-	Started   string `json:"started,omitempty"`
+	Model  string `json:"model,omitempty"`
+	Build  string `json:"llama_build,omitempty"`
+	Commit string `json:"source_commit,omitempty"`
+	Dirty  *bool  `json:"source_dirty,omitempty"`
+	// CommitTime is the measured commit's committer time (RFC 3339), ""
+	// when unknown: it orders two builds of one number.
+	CommitTime string `json:"source_commit_time,omitempty"`
+	Started    string `json:"started,omitempty"`
+	// Issue is the tracker issue the run names (OWNER/REPO#N), if any.
+	Issue     string `json:"issue,omitempty"`
 	ControlOf string `json:"control_of,omitempty"`
 	Complete  bool   `json:"complete,omitempty"`
 
@@ -43,7 +49,8 @@ func FiguresOf(r Report) Figures {
 	}
 	f := Figures{
 		Model: ModelName(r), Build: r.Provenance.LlamaBuild, Commit: commit, Dirty: r.Provenance.SourceDirty,
-		Started: r.Run.Started, ControlOf: r.Run.ControlOf, Complete: r.Run.Complete,
+		CommitTime: r.Provenance.SourceCommitTime, Started: r.Run.Started, Issue: r.Run.Issue,
+		ControlOf: r.Run.ControlOf, Complete: r.Run.Complete,
 	}
 	for _, row := range Rows {
 		if row.figures != nil {

@@ -116,9 +116,12 @@ func (r *Report) Replacing(p Replaced) {
 
 // Provenance names what was measured (docs/accounting.md rule 13).
 type Provenance struct {
-	LlamaBuild       string `json:"llama_build"`
-	SourceCommit     string `json:"source_commit"`
-	SourceDirty      *bool  `json:"source_dirty"`
+	LlamaBuild   string `json:"llama_build"`
+	SourceCommit string `json:"source_commit"`
+	SourceDirty  *bool  `json:"source_dirty"`
+	// SourceCommitTime is the source commit's committer time (RFC 3339,
+	// UTC), when the collector read it from the tree; left out when not.
+	SourceCommitTime string `json:"source_commit_time,omitempty"`
 	CollectorVersion string `json:"collector_version"`
 }
 

@@ -90,6 +90,12 @@ type Row struct {
 	History bool
 	// Trend says the trend chart draws the row as a line.
 	Trend bool
+	// Noise is the least change of the row's figure from one build of a
+	// lane to the next that is a lane change rather than run-to-run noise
+	// (docs/regressions.md says why each is what it is); the zero
+	// Threshold: the row is not watched. A lane's configuration may set
+	// others (regress.Thresholds).
+	Noise Threshold
 
 	report   func(*Report) **MiB
 	figures  func(*Figures) **MiB // nil: not kept over a lane's runs
@@ -104,7 +110,7 @@ type Row struct {
 var Rows = []Row{
 	{Key: "peak", JSON: "peak_gtt_mib", Gauge: "peak", Unit: UnitMiB, Kind: RowTotal,
 		Labels: Labels{Report: "process GTT at peak (fdinfo)", History: "peak"},
-		Growth: true, History: true, Trend: true,
+		Growth: true, History: true, Trend: true, Noise: Threshold{Abs: 128, Pct: 5},
 		report:  func(r *Report) **MiB { return &r.PeakGTTMiB },
 		figures: func(f *Figures) **MiB { return &f.PeakGTTMiB }},
 	{Key: "final", JSON: "final_gtt_mib", Gauge: "final", Unit: UnitMiB, Kind: RowTotal,
@@ -114,7 +120,7 @@ var Rows = []Row{
 		figures: func(f *Figures) **MiB { return &f.FinalGTTMiB }},
 	{Key: "model", JSON: "model_gtt_mib", DeviceJSON: "model_mib", Gauge: "model", Unit: UnitMiB, Kind: RowPart,
 		Labels: Labels{Report: "loader's model buffer", History: "model buffer", Bar: "model buffer", Device: "model"},
-		Glyph:  "█", Growth: true, History: true, Trend: true,
+		Glyph:  "█", Growth: true, History: true, Trend: true, Noise: Threshold{Abs: 1, Pct: 1},
 		report:   func(r *Report) **MiB { return &r.ModelGTTMiB },
 		figures:  func(f *Figures) **MiB { return &f.ModelGTTMiB },
 		device:   func(d *Device) **MiB { return &d.ModelMiB },
@@ -122,28 +128,28 @@ var Rows = []Row{
 		compared: ModelInGTT},
 	{Key: "packed", JSON: "packed_mib", DeviceJSON: "packed_mib", Gauge: "packed", Unit: UnitMiB, Kind: RowPart,
 		Labels: Labels{Report: "packed copies", History: "packed", Bar: "packed copies"},
-		Glyph:  "▓", Growth: true, History: true, Trend: true,
+		Glyph:  "▓", Growth: true, History: true, Trend: true, Noise: Threshold{Abs: 1, Pct: 1},
 		report:  func(r *Report) **MiB { return &r.PackedMiB },
 		figures: func(f *Figures) **MiB { return &f.PackedMiB },
 		card:    func(k *Card) **MiB { return &k.PackedMiB },
 		note:    packedWeights},
 	{Key: "state", JSON: "state_mib", DeviceJSON: "state_mib", Gauge: "state", Unit: UnitMiB, Kind: RowPart,
 		Labels: Labels{Report: "KV + state", History: "KV + state", Bar: "KV + state", Device: "KV + state"},
-		Glyph:  "▒", Growth: true, History: true, Trend: true,
+		Glyph:  "▒", Growth: true, History: true, Trend: true, Noise: Threshold{Abs: 1, Pct: 1},
 		report:  func(r *Report) **MiB { return &r.StateMiB },
 		figures: func(f *Figures) **MiB { return &f.StateMiB },
 		device:  func(d *Device) **MiB { return &d.StateMiB },
 		card:    func(k *Card) **MiB { return &k.StateMiB }},
 	{Key: "compute", JSON: "compute_mib", DeviceJSON: "compute_mib", Gauge: "compute", Unit: UnitMiB, Kind: RowPart,
 		Labels: Labels{Report: "compute + output", History: "compute", Bar: "compute + output", Device: "compute + output"},
-		Glyph:  "░", Growth: true, History: true, Trend: true,
+		Glyph:  "░", Growth: true, History: true, Trend: true, Noise: Threshold{Abs: 1, Pct: 1},
 		report:  func(r *Report) **MiB { return &r.ComputeMiB },
 		figures: func(f *Figures) **MiB { return &f.ComputeMiB },
 		device:  func(d *Device) **MiB { return &d.ComputeMiB },
 		card:    func(k *Card) **MiB { return &k.ComputeMiB }},
 	{Key: "unattributed", JSON: "unattributed_mib", Gauge: "unattributed", Unit: UnitMiB, Kind: RowRest,
 		Labels: Labels{Report: "not attributed", History: "not attributed", Bar: "not attributed"},
-		Glyph:  "·", History: true, Trend: true,
+		Glyph:  "·", History: true, Trend: true, Noise: Threshold{Abs: 128, Pct: 10},
 		report:  func(r *Report) **MiB { return &r.UnattributedMiB },
 		figures: func(f *Figures) **MiB { return &f.UnattributedMiB }},
 	{Key: "host", JSON: "model_host_mib", Unit: UnitMiB, Kind: RowOutside,
@@ -151,7 +157,7 @@ var Rows = []Row{
 		report: func(r *Report) **MiB { return &r.ModelHostMiB }},
 	{Key: "duplicate", JSON: "duplicate_pct", Gauge: "duplicate", Unit: UnitPct, Kind: RowShare,
 		Labels:  Labels{Report: "duplicate = packed / model buffer", History: "duplicate"},
-		History: true,
+		History: true, Noise: Threshold{Abs: 1},
 		report:  func(r *Report) **MiB { return &r.DuplicatePct },
 		figures: func(f *Figures) **MiB { return &f.DuplicatePct }},
 	{Key: "unattributed_share", JSON: "unattributed_pct", Gauge: "unattributed", Unit: UnitPct, Kind: RowShare,
@@ -287,6 +293,27 @@ func (row Row) Change(from, to *MiB) (Delta, bool) {
 // either direction; a change from 0 always is.
 func (d Delta) Beyond(thresholdPct float64) bool {
 	return d.FromZero || d.Pct != nil && math.Abs(float64(*d.Pct)) > thresholdPct
+}
+
+// Threshold is how much a row's figure must change from one build of a
+// lane to the next to be a lane change: by more than Abs in the row's unit
+// (MiB; points for a share) and by more than Pct of the earlier figure. A
+// figure that was 0 and is not needs only Abs.
+type Threshold struct {
+	Abs float64 `json:"abs"`
+	Pct float64 `json:"pct"`
+}
+
+// Watched says the threshold watches its row (the zero one does not).
+func (t Threshold) Watched() bool { return t.Abs > 0 || t.Pct > 0 }
+
+// Exceeds says the change is a lane change under t: beyond both its
+// figures (a change from 0, beyond Abs); never when t is not watched.
+func (d Delta) Exceeds(t Threshold) bool {
+	if !t.Watched() || math.Abs(float64(d.Diff)) <= t.Abs {
+		return false
+	}
+	return d.FromZero || d.Pct != nil && math.Abs(float64(*d.Pct)) > t.Pct
 }
 
 // ModelInGTT is the model buffer a run holds in GTT: its model row, else

@@ -67,10 +67,13 @@ type RunInfo struct {
 	ControlOf string
 	// NoLog says the collector read no log of the process (collector
 	// attach without --log): the split has only its fdinfo samples.
-	NoLog            bool
-	Started          time.Time
-	SourceCommit     string
-	SourceDirty      *bool
+	NoLog        bool
+	Started      time.Time
+	SourceCommit string
+	SourceDirty  *bool
+	// SourceCommitTime is the source commit's committer time (zero:
+	// unknown).
+	SourceCommitTime time.Time `json:",omitzero"`
 	CollectorVersion string
 }
 

@@ -172,7 +172,7 @@ func (s *session) provenance(ctx context.Context) {
 		}
 		return
 	}
-	s.info.SourceCommit, s.info.SourceDirty = t.Commit, t.Dirty
+	s.info.SourceCommit, s.info.SourceDirty, s.info.SourceCommitTime = t.Commit, t.Dirty, t.CommitTime
 	s.pipe.detail.SourceDir = dir
 }
 

@@ -262,6 +262,9 @@ func provenanceLine(r split.Report) string {
 		default:
 			tree += " (clean)"
 		}
+		if t := r.Provenance.SourceCommitTime; t != "" {
+			tree += ", committed " + t
+		}
 	}
 	exit := "unknown"
 	if r.Run.ExitCode != nil {
