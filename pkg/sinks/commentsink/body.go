@@ -13,9 +13,17 @@ const maxBody = 65536 - 1
 // marker returns the hidden HTML comment that identifies run id's comment.
 // The id is percent-encoded outside a safe set, so no id can end the HTML
 // comment early or be mistaken for another id.
-func marker(id string) string {
+func marker(id string) string { return markerOf("run", id) }
+
+// stickyMarker returns the hidden HTML comment that identifies the sticky
+// comment of key ("<!-- gttsplit lane=KEY -->").
+func stickyMarker(key string) string { return markerOf("lane", key) }
+
+// markerOf is the hidden HTML comment "<!-- gttsplit KIND=ID -->", the id
+// percent-encoded outside a safe set.
+func markerOf(kind, id string) string {
 	var b strings.Builder
-	b.WriteString("<!-- gttsplit run=")
+	b.WriteString("<!-- gttsplit " + kind + "=")
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||

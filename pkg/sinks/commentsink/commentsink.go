@@ -14,6 +14,14 @@
 // within one process. The body is kept under 65,536 characters: a longer
 // report is cut and a note says so, the marker is kept.
 //
+// # Sticky comments
+//
+// Sticky keeps one comment per key on an issue that is not a run's: the
+// aggregator's "lane changes" comment of a host, lane and model file,
+// found by the marker "<!-- gttsplit lane=KEY -->" and edited in place.
+// Its caller retries it (with the same classification of errors) and
+// remembers the comment's id across restarts.
+//
 // # Errors and retries
 //
 // Write makes one attempt; a Fanout retries. 403 and 429 are transient with
@@ -345,6 +353,94 @@ func (s *Sink) post(ctx context.Context, r split.Report) error {
 		s.log.Debug().Str("run_id", r.Run.ID).Stringer("issue", iss).Int64("comment_id", found.ID).Msg("comment edited")
 	}
 	return nil
+}
+
+// ErrNotKept is Sticky's error when keep refused the write: nothing was
+// written.
+var ErrNotKept = errors.New("not kept: the write is no longer this aggregator's")
+
+// Sticky keeps body as the one comment of key on issue ref (OWNER/REPO#N):
+// the comment whose first line is the hidden marker "<!-- gttsplit
+// lane=KEY -->", edited when its body differs, left alone when it does
+// not, created when the issue has none. known is the comment's id from an
+// earlier call (0: none known): it is edited at once, and looked up again
+// only when it is gone. keep, if not nil, is asked right before each
+// write (an edit or a creation); when it says no, nothing is written and
+// the error is ErrNotKept. It returns the comment's id (0 in a dry run).
+//
+// Sticky makes one attempt; its errors are classified as Write's
+// (sinks.Permanent, sinks.RetryAfter for a rate limit, transient
+// otherwise), for the caller to retry with its backoff. The body is kept
+// under the size limit as a run's report is.
+func (s *Sink) Sticky(ctx context.Context, ref, key, body string, known int64, keep func() bool) (int64, error) {
+	if err := s.gate.Enter(); err != nil {
+		return 0, err
+	}
+	defer s.gate.Exit()
+	iss, err := parseIssue(ref)
+	if err != nil {
+		return 0, sinks.Permanent(fmt.Errorf("issue comment sink: %s: %w", key, err))
+	}
+	mark := stickyMarker(key)
+	text := compose(mark, body, maxBody)
+	unlock, err := s.lock(ctx, iss.key())
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	kept := func() error {
+		if keep != nil && !keep() {
+			return fmt.Errorf("issue %s: %s: %w", iss, key, ErrNotKept)
+		}
+		return nil
+	}
+	if s.cfg.DryRun {
+		if err := kept(); err != nil {
+			return 0, err
+		}
+		s.outMu.Lock()
+		defer s.outMu.Unlock()
+		fmt.Fprintf(s.set.Stdout, "dry run: would keep the comment of %s on %s (%d bytes):\n%s\n-- end of comment --\n", key, iss, len(text), text)
+		return 0, nil
+	}
+	if known != 0 {
+		if err := kept(); err != nil {
+			return 0, err
+		}
+		err := s.edit(ctx, iss, known, text)
+		if err == nil {
+			return known, nil
+		}
+		if !errors.Is(err, errNotFound) {
+			return 0, err
+		}
+		// Deleted since: look it up again.
+	}
+	found, err := s.find(ctx, iss, mark)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case found == nil:
+		if err := kept(); err != nil {
+			return 0, err
+		}
+		id, err := s.create(ctx, iss, text)
+		if err != nil {
+			return 0, err
+		}
+		s.log.Debug().Str("key", key).Stringer("issue", iss).Int64("comment_id", id).Msg("sticky comment created")
+		return id, nil
+	case strings.ReplaceAll(found.Body, "\r\n", "\n") == text:
+		return found.ID, nil
+	}
+	if err := kept(); err != nil {
+		return 0, err
+	}
+	if err := s.edit(ctx, iss, found.ID, text); err != nil {
+		return 0, err
+	}
+	return found.ID, nil
 }
 
 // Close waits for writes in flight (bounded by ctx) and closes idle

@@ -583,3 +583,99 @@ func TestControlComparisonPosted(t *testing.T) {
 	require.NoError(t, e.sink(t).Write(ctx, ctl))
 	require.Contains(t, ours(e.srv.Comments(issue), "run-off")[0].Body, "**Verdict**: weights resident twice")
 }
+
+// A sticky comment is one per key and issue: created once, edited in
+// place when its body changes (by the id it was given back, without
+// listing the issue), left alone when it does not, found again by its
+// marker when the id is not known (a restart) or the comment was deleted;
+// a run's comment and other keys' comments are not it.
+func TestStickyComment(t *testing.T) {
+	e := newEnv(t)
+	s, err := commentsink.New(*e.cfg, e.set)
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	ctx := context.Background()
+	e.srv.AddComment(issue, "<!-- gttsplit run=strix01/gpu0/m.gguf -->\na run's comment")
+	e.srv.AddComment(issue, "<!-- gttsplit lane=strix01/gpu0/m.gguf.2 -->\nanother lane")
+
+	id, err := s.Sticky(ctx, issue, "strix01/gpu0/m.gguf", "first", 0, nil)
+	require.NoError(t, err)
+	cs := e.srv.Comments(issue)
+	require.Len(t, cs, 3)
+	require.Equal(t, id, cs[2].ID)
+	require.Equal(t, "<!-- gttsplit lane=strix01/gpu0/m.gguf -->\nfirst", cs[2].Body)
+
+	gets := e.srv.Count(http.MethodGet)
+	got, err := s.Sticky(ctx, issue, "strix01/gpu0/m.gguf", "second", id, nil)
+	require.NoError(t, err)
+	require.Equal(t, id, got)
+	require.Equal(t, gets, e.srv.Count(http.MethodGet), "the known id is edited at once")
+	cs = e.srv.Comments(issue)
+	require.Len(t, cs, 3)
+	require.Equal(t, 1, cs[2].Edits)
+	require.Equal(t, "<!-- gttsplit lane=strix01/gpu0/m.gguf -->\nsecond", cs[2].Body)
+
+	// Not known (another aggregator, a restart): found by its marker; the
+	// same body is not written again.
+	patches := e.srv.Count(http.MethodPatch)
+	got, err = s.Sticky(ctx, issue, "strix01/gpu0/m.gguf", "second", 0, nil)
+	require.NoError(t, err)
+	require.Equal(t, id, got)
+	require.Equal(t, patches, e.srv.Count(http.MethodPatch))
+
+	// Deleted by someone: the known id is gone, a new one is made.
+	e.srv.DeleteComment(id)
+	got, err = s.Sticky(ctx, issue, "strix01/gpu0/m.gguf", "third", id, nil)
+	require.NoError(t, err)
+	require.NotEqual(t, id, got)
+	require.Len(t, e.srv.Comments(issue), 3)
+
+	// keep refuses: nothing is written.
+	posts, patches := e.srv.Count(http.MethodPost), e.srv.Count(http.MethodPatch)
+	_, err = s.Sticky(ctx, issue, "strix01/gpu0/m.gguf", "fourth", got, func() bool { return false })
+	require.ErrorIs(t, err, commentsink.ErrNotKept)
+	_, err = s.Sticky(ctx, issue, "strix01/gpu1/m.gguf", "new lane", 0, func() bool { return false })
+	require.ErrorIs(t, err, commentsink.ErrNotKept)
+	require.Equal(t, posts, e.srv.Count(http.MethodPost))
+	require.Equal(t, patches, e.srv.Count(http.MethodPatch))
+	require.Len(t, e.srv.Comments(issue), 3)
+}
+
+// Sticky's errors are classified as a run's comment's: a rate limit with
+// the server's delay, a 5xx transient, a missing issue or a bad reference
+// permanent; the dry run prints and needs no server.
+func TestStickyErrors(t *testing.T) {
+	e := newEnv(t)
+	s, err := commentsink.New(*e.cfg, e.set)
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	ctx := context.Background()
+
+	e.srv.FailNext(1, githubtest.RetryAfter(http.StatusTooManyRequests, 7))
+	_, err = s.Sticky(ctx, issue, "k", "b", 0, nil)
+	d, ok := sinks.RetryAfterDelay(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, 7*time.Second, d)
+
+	e.srv.FailNext(1, githubtest.Status(http.StatusBadGateway))
+	_, err = s.Sticky(ctx, issue, "k", "b", 0, nil)
+	require.Error(t, err)
+	require.False(t, sinks.IsPermanent(err))
+
+	_, err = s.Sticky(ctx, "acme/none#1", "k", "b", 0, nil)
+	require.True(t, sinks.IsPermanent(err), "%v", err)
+	_, err = s.Sticky(ctx, "not an issue", "k", "b", 0, nil)
+	require.True(t, sinks.IsPermanent(err), "%v", err)
+	require.Empty(t, e.srv.Comments(issue))
+
+	e.cfg.DryRun = true
+	dry, err := commentsink.New(*e.cfg, e.set)
+	require.NoError(t, err)
+	defer dry.Close(context.Background())
+	id, err := dry.Sticky(ctx, issue, "h/l/m", "the body", 0, nil)
+	require.NoError(t, err)
+	require.Zero(t, id)
+	require.Contains(t, e.out.String(), "dry run: would keep the comment of h/l/m on acme/fleet#7 (")
+	require.Contains(t, e.out.String(), "<!-- gttsplit lane=h/l/m -->\nthe body\n-- end of comment --")
+	require.Empty(t, e.srv.Comments(issue))
+}
