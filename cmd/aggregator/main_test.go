@@ -43,6 +43,7 @@ func TestScript(t *testing.T) {
 	}
 	cmds := clitest.Commands()
 	maps.Copy(cmds, ghCommands())
+	maps.Copy(cmds, laneCommands())
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,

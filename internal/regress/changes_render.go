@@ -123,6 +123,26 @@ func bisectText(ch LaneChange) string {
 
 func dirty(b Build) bool { return b.Dirty != nil && *b.Dirty }
 
+// Text is the row's move in words: "packed 795.8 → 0.0 (-795.8 MiB,
+// -100.0 %)", "duplicate 33.5 % → 0.0 % (-33.5 points)".
+func (rc RowChange) Text() string {
+	s := rowLabel(rc.Row) + " " + figText(rc, rc.Before) + " → " + figText(rc, rc.After) + " (" + diffOnly(rc)
+	if p := pctText(rc); p != "" {
+		s += ", " + p
+	}
+	return s + ")"
+}
+
+// Title is the change in one line: "b9866 → b9901 (bisect
+// 40f58efe1..c3e5a7b9d): peak 3925.0 → 3129.2 (...); packed ...".
+func (ch LaneChange) Title() string {
+	parts := make([]string, len(ch.Rows))
+	for i, rc := range ch.Rows {
+		parts[i] = rc.Text()
+	}
+	return ch.Before.Name() + " → " + ch.After.Name() + " (" + bisectText(ch) + "): " + strings.Join(parts, "; ")
+}
+
 // ChangesMarkdown is the lane changes as Markdown: a table per lane.
 func ChangesMarkdown(c Changes) string {
 	if len(c.Lanes) == 0 {

@@ -19,7 +19,9 @@
 // fingerprints, digest.go). Index is the in-memory copy of the runs'
 // summaries (/runs and the live page; a closed run's holds its figures),
 // from which Metrics exports the last closed split of each lane
-// (lanes.go); Runs folds recorded streams without a broker (replay).
+// (lanes.go), and from which the owner of each lane's partition keeps the
+// lane's changes comment on its tracker issue (lanechanges.go); Runs
+// folds recorded streams without a broker (replay).
 //
 // ConsumerConfig is the run table's keys of the aggregator's consumer.*
 // section (ack_wait, max_ack_pending, checkpoint_interval, lanes), StoreConfig
@@ -42,8 +44,10 @@
 //	                 which bus.APITimeout bounds)
 //	the Fanout's mu  a closed run's split handed to the sinks (under ckptMu);
 //	                 it tells Deliveries
+//	Index.mu         the run index; the lane changes' hook (lanechanges.go)
+//	                 takes lanePoster.mu under it
 //	the leaves       part.mu, Table.mu, Deliveries.mu, deadLetters.mu,
-//	                 health.mu, Index.mu: no other lock is taken while one of
-//	                 them is held, and none is held across a request to the
-//	                 broker
+//	                 health.mu, lanePoster.mu: no other lock is taken while
+//	                 one of them is held, and none is held across a request
+//	                 to the broker
 package runtable

@@ -33,12 +33,18 @@ type Index struct {
 	ids  []string          // sorted
 	keys map[string]string // summary key -> run id
 	lanes
+	// members are every lane's closed runs with figures, its controls
+	// too (lanechanges.go).
+	members laneMembers
+	// ready is closed once the keys present at the start were read.
+	ready chan struct{}
 
 	stopWatch func()
 }
 
 func newIndex() *Index {
-	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}, lanes: newLanes()}
+	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}, lanes: newLanes(), members: newLaneMembers(),
+		ready: make(chan struct{})}
 }
 
 // start follows the summary keys of kv; it returns once the keys present
@@ -101,6 +107,7 @@ func (ix *Index) put(key string, s RunSummary) {
 	ix.m[s.ID] = s
 	ix.keys[key] = s.ID
 	ix.relane(ix.m, s.ID, old, had)
+	ix.members.refile(s.ID, &s)
 }
 
 // get returns a run's summary.
@@ -122,6 +129,7 @@ func (ix *Index) del(key string) {
 	old := ix.m[id]
 	delete(ix.m, id)
 	ix.relane(ix.m, id, old, true)
+	ix.members.refile(id, nil)
 	if i := sort.SearchStrings(ix.ids, id); i < len(ix.ids) && ix.ids[i] == id {
 		ix.ids = append(ix.ids[:i], ix.ids[i+1:]...)
 	}
@@ -184,7 +192,7 @@ func (ix *Index) Len() int {
 // closed once the keys present at the start were read.
 func (ix *Index) watch(ctx context.Context, kv jetstream.KeyValue, log zerolog.Logger, ready chan<- struct{}) {
 	once := sync.Once{}
-	done := func() { once.Do(func() { close(ready) }) }
+	done := func() { once.Do(func() { close(ready); close(ix.ready) }) }
 	defer done()
 	for ctx.Err() == nil {
 		w, err := kv.Watch(ctx, indexPrefix+">")

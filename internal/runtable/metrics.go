@@ -48,6 +48,9 @@ type Metrics struct {
 	// store with a limit is (room.go).
 	streamBytes prometheus.Gauge
 	storeUsed   *prometheus.GaugeVec
+	// laneChecks counts the lanes' changes comments looked at
+	// (lanechanges.go).
+	laneChecks *prometheus.CounterVec
 	// lanes exports the last closed split of each lane from the run
 	// index (lanes.go).
 	lanes *laneGauges
@@ -115,11 +118,13 @@ func NewMetrics() *Metrics {
 		Help: "Size of the events stream."})
 	m.storeUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gttsplit_store_used_ratio",
 		Help: "How full a JetStream store with a limit is (0 to 1), by store: stream (the events stream's max_bytes), bucket (the state bucket's max_bytes), account (the account's store limit), server (the embedded server's store and its disk)."}, []string{"store"})
+	m.laneChecks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_lane_comment_checks_total",
+		Help: "Lanes whose changes comment this aggregator looked at (it owns the lane's partition: a run of the lane closed, or the partition was acquired), by outcome: posted (a comment created or edited), unchanged (as posted before), nothing (no change beyond the thresholds, no comment), failed (retried with the sinks' backoff; refused for good: at the lane's next change)."}, []string{"outcome"})
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
 		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
-		m.streamBytes, m.storeUsed, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.streamBytes, m.storeUsed, m.laneChecks, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -35,6 +35,11 @@ const Bucket = "GTTSPLIT_RUNS"
 //	                         settled yet: the partition's next owner sends
 //	                         it again (a small marker, purged once settled)
 //	sum.<skey>               the run's summary (the run index)
+//	lanechg.<hash>           a lane's changes comments: per issue the
+//	                         comment's id, the digest of its body and
+//	                         its changes (lanechanges.go), written by the
+//	                         owner of the lane's partition, fenced by its
+//	                         lease
 //	lease.<group>.<p>        partition p's lease (package fleet)
 //
 // Every write of a run's keys is fenced by its partition's lease.

@@ -81,8 +81,11 @@ type Config struct {
 	Print func(split.Report)
 	// OnClose, if set, is called after a run's split was written.
 	OnClose func(id string, r split.Report)
-	Now     func() time.Time
-	Metrics *Metrics
+	// LaneChanges, if set, keeps each lane's changes comment on its
+	// tracker issue (lanechanges.go).
+	LaneChanges *LaneChanges
+	Now         func() time.Time
+	Metrics     *Metrics
 	// StoreRoom, when set, reports the room of the server's JetStream
 	// store (the embedded server's); see room.go.
 	StoreRoom func() StoreRoom
@@ -125,6 +128,8 @@ type Table struct {
 	// legacy is set while the earlier versions' partitioned stream is
 	// drained.
 	legacy atomic.Bool
+	// lanePost keeps the lanes' changes comments (nil: none).
+	lanePost *lanePoster
 }
 
 // Interface guard.
@@ -155,6 +160,9 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 		return nil, err
 	}
 	t.m.lanes.ix.Store(t.index)
+	if cfg.LaneChanges != nil {
+		t.lanePost = newLanePoster(t, *cfg.LaneChanges)
+	}
 	t.legacy.Store(cfg.Legacy)
 	if cfg.Legacy {
 		t.m.legacy.Set(1)
@@ -164,6 +172,10 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	wg.Add(2)
 	go func() { defer wg.Done(); t.watch(wctx) }()
 	go func() { defer wg.Done(); t.janitor(wctx, cfg.Store.Retention) }()
+	if t.lanePost != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.lanePost.run(wctx) }()
+	}
 	t.stopWatch = func() { stop(); wg.Wait() }
 	return t, nil
 }
@@ -228,6 +240,9 @@ func (t *Table) Acquired(ctx context.Context, l *fleet.Lease) error {
 	t.mu.Unlock()
 	t.m.owned.Set(float64(n))
 	pt.startLoop()
+	if t.lanePost != nil {
+		t.lanePost.acquired(pt.p)
+	}
 	return nil
 }
 
@@ -243,6 +258,9 @@ func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
 	pt.stopConsumers()
 	pt.stopLoop()
 	pt.checkpoint(ctx, true)
+	if t.lanePost != nil {
+		t.lanePost.settle(pt.p, time.Now().Add(releaseSettle))
+	}
 	if t.cfg.Deliveries != nil {
 		deadline := time.Now().Add(releaseSettle)
 		for t.cfg.Deliveries.pending(pt.p) && time.Now().Before(deadline) && l.Valid() {

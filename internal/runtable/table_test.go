@@ -126,6 +126,9 @@ type tableConfig struct {
 	// sink), shutdown bounds its close at stop (zero: 20s).
 	sinks    func(sinks.Settings, sinks.FanoutConfig) (*sinks.Fanout, error)
 	shutdown time.Duration
+	// edit, if set, changes the aggregator's configuration last (keys
+	// no other field sets).
+	edit func(*config.Aggregator)
 }
 
 // memSinks opens a fanout over one sink, "mem", with the fanout config
@@ -166,6 +169,9 @@ func startTableLog(t testing.TB, url, group string, tc tableConfig, log zerolog.
 	cfg.IdleTimeout, cfg.Store, cfg.ShutdownTimeout = tc.idle, tc.store, 20*time.Second
 	if tc.shutdown > 0 {
 		cfg.ShutdownTimeout = tc.shutdown
+	}
+	if tc.edit != nil {
+		tc.edit(&cfg)
 	}
 	r := &table{t: t, closes: newCloses()}
 	opt := aggregator.ServeOptions{OnClose: r.closes.add, Now: tc.now, Sinks: tc.sinks,

@@ -592,6 +592,18 @@ func TestBrowserPages(t *testing.T) {
 	require.True(t, strings.HasPrefix(titles[0], "packed 0.0 MiB · b9800 (1a2b3c4d5) · commit 40f58efe1a8f"), titles[0])
 	require.True(t, strings.HasPrefix(titles[1], "packed 795.8 MiB (new ▲) · b9866 (40f58efe1) · commit 40f58efe1a8f"), titles[1])
 	require.Equal(t, 0.0, eval(ctx, `document.querySelectorAll('tr[data-run="`+runCtl+`"]').length`), "the control is not in the trend")
+	// The packed copy's return is a lane change: marked between the two
+	// builds on the chart, listed under it with both runs and their
+	// comparison.
+	require.Equal(t, 1.0, eval(ctx, `document.querySelectorAll("#trend g.lane-change").length`))
+	mark := eval(ctx, `document.querySelector("#trend g.lane-change line").getBoundingClientRect().x`)
+	dots, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[...document.querySelectorAll("#trend g[data-part=packed] g.trend-dot")].map(e => e.getBoundingClientRect().x)`))
+	require.NoError(t, err)
+	require.Len(t, dots, 2)
+	require.True(t, dots[0] < mark && mark < dots[1], "the mark between b9800 (%v) and b9866 (%v): %v", dots[0], dots[1], mark)
+	require.Contains(t, text(ctx, "#trend-changes"), "b9800 → b9866")
+	require.Contains(t, text(ctx, "#trend-changes"), "packed 0.0 → 795.8 (+795.8 MiB, new)")
+	require.Equal(t, 3.0, eval(ctx, `document.querySelectorAll("#trend-changes a").length`), "both runs and their comparison")
 	font = eval(ctx, minFontJS)
 	require.GreaterOrEqual(t, font, 11.0, "trend labels at 1100 px")
 	// The table fits 1100 px: no sideways scroll, the duplicate column
@@ -605,4 +617,5 @@ func TestBrowserPages(t *testing.T) {
 		shot("trend-390"),
 	))
 	readableAt390(ctx, "trend chart")
+	require.LessOrEqual(t, eval(ctx, `document.documentElement.scrollWidth`), 390.0, "a sideways scroll of the trend at 390 px")
 }

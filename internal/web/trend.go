@@ -19,8 +19,11 @@ import (
 // The trend page, /trend?host=&lane=&model=: the closed runs of one host,
 // lane and model file over llama.cpp builds, each part of their split a
 // line (the build and commit of each point in its title), and the
-// history's table with the changes beyond the threshold marked. Without a
-// lane it lists the lanes. It reads the figures the run index keeps of
+// history's table with the changes beyond the threshold marked; the lane
+// changes (regress.NewChanges: a row moving beyond its own threshold from
+// one build to the next) are marked on the chart between their two builds
+// and listed under it, with the commits to bisect and links to both runs
+// and their comparison. Without a lane it lists the lanes. It reads the figures the run index keeps of
 // each closed run; a run an earlier version summarised without them is
 // read from the store (at most scanBudget of them a request).
 
@@ -57,6 +60,16 @@ type TrendChart struct {
 	YTicks                   []Tick
 	XLabels                  []TrendLabel
 	Lines                    []TrendLine
+	// Changes mark the lane changes between their two builds' columns.
+	Changes []TrendChangeMark
+}
+
+// TrendChangeMark is a lane change on the chart: a line between the
+// columns of its two builds; Title says the builds, the commits to bisect
+// and the rows that moved.
+type TrendChangeMark struct {
+	X     float64
+	Title string
 }
 
 // TrendLabel is a column's label under the axis (the build), shown for
@@ -89,13 +102,13 @@ var (
 	narrowTrend = tlGeom{id: "-narrow", w: 360, h: 320, left: 48, right: 348, top: 40, bottom: 260, yTicks: 4}
 )
 
-// NewTrendChart lays out a history group's parts in both layouts; nil
-// charts when no run knows any part.
-func NewTrendChart(g regress.Group) Charts[TrendChart] {
-	return Charts[TrendChart]{newTrendChart(g, wideTrend), newTrendChart(g, narrowTrend)}
+// NewTrendChart lays out a history group's parts in both layouts, with
+// the group's lane changes marked; nil charts when no run knows any part.
+func NewTrendChart(g regress.Group, changes ...regress.LaneChange) Charts[TrendChart] {
+	return Charts[TrendChart]{newTrendChart(g, wideTrend, changes), newTrendChart(g, narrowTrend, changes)}
 }
 
-func newTrendChart(g regress.Group, geo tlGeom) *TrendChart {
+func newTrendChart(g regress.Group, geo tlGeom, changes []regress.LaneChange) *TrendChart {
 	maxM := 0.0
 	for _, r := range g.Rows {
 		for _, row := range trendRows() {
@@ -151,6 +164,17 @@ func newTrendChart(g regress.Group, geo tlGeom) *TrendChart {
 		flush()
 		if len(line.Dots) > 0 {
 			c.Lines = append(c.Lines, line)
+		}
+	}
+	col := make(map[string]int, n)
+	for i, r := range g.Rows {
+		col[r.RunID] = i
+	}
+	for _, ch := range changes {
+		a, okA := col[ch.Before.RunID]
+		b, okB := col[ch.After.RunID]
+		if okA && okB {
+			c.Changes = append(c.Changes, TrendChangeMark{X: r1((x(a) + x(b)) / 2), Title: ch.Title()})
 		}
 	}
 	return c
@@ -216,10 +240,22 @@ type trendRow struct {
 	Cells                      []trendCell
 }
 
+// trendChange is a lane change in the trend's list of them.
+type trendChange struct {
+	Builds, Range string
+	Rows          []string
+	Before, After string // run ids
+	Compare       template.URL
+}
+
 type trendPage struct {
 	Title             string
 	Host, Lane, Model string
 	Threshold         string
+	// Changes are the lane's changes, the newest first; ChangeThresholds
+	// their thresholds in words.
+	Changes          []trendChange
+	ChangeThresholds string
 	// Lanes is the list of lanes (no lane asked for, or one without runs).
 	Lanes []trendLane
 	// Missing: the lane asked for has no closed run.
@@ -272,12 +308,32 @@ func (h *Handler) trend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := hist.Groups[0]
+	th := h.opt.Thresholds
+	if th == nil {
+		th = regress.DefaultThresholds()
+	}
+	var changes []regress.LaneChange
+	if lanes := regress.NewChanges(mine, regress.Filter{}, th).Lanes; len(lanes) > 0 {
+		changes = lanes[0].Changes
+	}
+	p.ChangeThresholds = th.Text()
+	for _, ch := range changes {
+		tc := trendChange{Builds: ch.Before.Name() + " → " + ch.After.Name(), Before: ch.Before.RunID, After: ch.After.RunID,
+			Compare: template.URL(url.Values{"a": {ch.Before.RunID}, "b": {ch.After.RunID}}.Encode())}
+		if ch.Range != "" {
+			tc.Range = regress.ShortCommit(ch.Before.Commit) + ".." + regress.ShortCommit(ch.After.Commit)
+		}
+		for _, rc := range ch.Rows {
+			tc.Rows = append(tc.Rows, rc.Text())
+		}
+		p.Changes = append(p.Changes, tc)
+	}
 	p.Title = "gttsplit: trend of " + g.Title()
 	p.Counts = regress.Count(len(g.Rows), "closed run", "closed runs")
 	if p.Controls > 0 {
 		p.Counts += " (" + regress.Count(p.Controls, "control run", "control runs") + " of the lane, offload off, left out)"
 	}
-	p.Chart = NewTrendChart(g)
+	p.Chart = NewTrendChart(g, changes...)
 	if p.Chart.Wide != nil {
 		p.Legend = p.Chart.Wide.Lines
 	}

@@ -132,3 +132,55 @@ func TestTrendChart(t *testing.T) {
 	require.Equal(t, "b10", c.Wide.XLabels[0].Label)
 	require.Nil(t, NewTrendChart(regress.Group{}).Wide)
 }
+
+// The trend marks the lane's changes: a line between the columns of the
+// two builds (its title names them, the commits to bisect and what
+// moved) and, under the chart, the changes newest first with links to
+// both runs and their comparison. Other thresholds mark other changes.
+func TestTrendMarksLaneChanges(t *testing.T) {
+	src := &memSource{}
+	on := replay(t, "testdata/runs/4b/events.jsonl")
+	// The builds' own commits: the ones their build lines name.
+	at := func(id, build, started string, packed float64) split.Report {
+		r := atBuild(on, id, build, started, packed)
+		r.Provenance.SourceCommit = split.BuildCommit(build)
+		return r
+	}
+	src.addFigures(at("strix01-20261110T100000-4b", "b9900 (5e6f70819)", "2026-11-10T10:00:00Z", 0))
+	src.addFigures(on)
+	src.add(at("strix01-20261105T100000-4b", "b9800 (1a2b3c4d5)", "2026-11-05T10:00:00Z", 0))
+	src.addFigures(replay(t, "testdata/controls/4b-ngl0/events.jsonl"))
+	srv, _ := serve(t, src, Options{Loopback: true})
+	q := url.Values{"host": {"strix01"}, "lane": {"gpu0"}, "model": {"Qwen3.5-4B-Q4_K_M.gguf"}}
+	page := html.UnescapeString(get(t, srv.URL+"/trend?"+q.Encode(), http.StatusOK))
+
+	require.Equal(t, 4, strings.Count(page, `<g class="lane-change">`), "two changes, on the wide and the narrow chart")
+	require.Contains(t, page, "<title>b9866 → b9900 (bisect 40f58efe1..5e6f70819): packed 795.8 → 0.0 (-795.8 MiB, -100.0 %)</title>")
+	require.Contains(t, page, `<tr data-key="lane-change">`)
+	i := strings.Index(page, `<ol id="trend-changes">`)
+	require.Positive(t, i)
+	table := page[i : i+strings.Index(page[i:], "</ol>\n")]
+	newest, oldest := strings.Index(table, "b9866 → b9900"), strings.Index(table, "b9800 → b9866")
+	require.True(t, newest > 0 && oldest > newest, "newest first:\n%s", table)
+	require.Contains(t, table, `<b>b9800 → b9866</b> · bisect <code style="white-space:nowrap">1a2b3c4d5..40f58efe1</code>`)
+	require.Contains(t, table, "<li>packed 0.0 → 795.8 (+795.8 MiB, new)</li>")
+	require.Contains(t, table, `<a href="/run/strix01-20261105T100000-4b">strix01-20261105T100000-4b</a> → <a href="/run/strix01-20261107T140311-4b">strix01-20261107T140311-4b</a> · <a href="/compare?a=strix01-20261105T100000-4b&b=strix01-20261107T140311-4b">compare</a>`)
+	require.NotContains(t, table, "ngl0", "the controls are not the lane's")
+
+	// The x of each mark lies between its two builds' columns.
+	wide := page[strings.Index(page, `<svg id="trend" `):]
+	wide = wide[:strings.Index(wide, "</svg>")]
+	// Three columns at 181.7, 405 and 628.3: the marks half way (rounded).
+	require.Contains(t, wide, `<text x="181.7" y="318" text-anchor="middle">b9800</text>`)
+	require.Contains(t, wide, `<text x="628.3" y="318" text-anchor="middle">b9900</text>`)
+	require.Contains(t, wide, `<g class="lane-change"><line x1="293.4" x2="293.4" y1="40" y2="300"`)
+	require.Contains(t, wide, `<g class="lane-change"><line x1="516.7" x2="516.7" y1="40" y2="300"`)
+
+	// Thresholds that watch none of what moved: no change.
+	th, err := regress.ParseThresholds("peak=off,final=off,packed=off,duplicate=off")
+	require.NoError(t, err)
+	srv, _ = serve(t, src, Options{Loopback: true, Thresholds: th})
+	page = get(t, srv.URL+"/trend?"+q.Encode(), http.StatusOK)
+	require.NotContains(t, page, `<g class="lane-change">`)
+	require.Contains(t, page, `<p id="no-changes">`)
+}

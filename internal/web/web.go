@@ -34,6 +34,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gttsplit/gttsplit/internal/httpguard"
+	"github.com/gttsplit/gttsplit/internal/regress"
 	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/gttsplit/gttsplit/pkg/split/present"
 )
@@ -75,6 +76,9 @@ type Options struct {
 	// PageSize is how many runs a page of the list shows unless ?limit=
 	// says otherwise (default 100, at most MaxPageSize).
 	PageSize int
+	// Thresholds are the lane changes' the trend marks (nil: each row's
+	// default; lane_changes.thresholds).
+	Thresholds regress.Thresholds
 }
 
 // MaxPageSize is the largest ?limit= of the runs list.

@@ -15,7 +15,9 @@ import (
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/internal/httpguard"
+	"github.com/gttsplit/gttsplit/internal/regress"
 	"github.com/gttsplit/gttsplit/internal/runtable"
+	"github.com/gttsplit/gttsplit/internal/web"
 )
 
 // endpoints are what the HTTP endpoints read.
@@ -24,6 +26,8 @@ type endpoints struct {
 	member *fleet.Member
 	nc     *nats.Conn
 	m      *runtable.Metrics
+	// changes are the lane changes' thresholds the trend marks.
+	changes regress.Thresholds
 }
 
 // ready says whether the aggregator does its work: connected, following
@@ -107,7 +111,7 @@ func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, e endpoints, log zer
 			writeJSON(w, rep)
 		}
 	})))
-	stopWeb := mountWeb(mux, svc, loop, token, log)
+	stopWeb := mountWeb(mux, svc, web.Options{Token: token, Loopback: loop, Thresholds: e.changes}, log)
 	srv := httpguard.Serve(ln, mux, log)
 	srv.RegisterOnShutdown(stopWeb)
 	log.Info().Str("listen", ln.Addr().String()).Msg("http: / (the live page) /healthz /readyz /metrics /partitions /runs /runs/{id}")

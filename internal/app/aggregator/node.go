@@ -18,6 +18,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/internal/httpguard"
+	"github.com/gttsplit/gttsplit/internal/regress"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
@@ -39,7 +40,8 @@ import (
 //  3. sinks         the fanout, its observer feeding the metrics and
 //     Deliveries; the comment sink looks a run up in the table and a
 //     deferred split is read back from it, both through the table of
-//     step 7, once it is there
+//     step 7, once it is there; the lanes' changes comments get a comment
+//     sink of their own, which the table posts through
 //  4. broker        the connection (after starting the embedded server
 //     when nats.url is empty)
 //  5. stream        the events stream, partitioned at ingest
@@ -61,7 +63,8 @@ import (
 //  2. member   hands every partition over (written, acknowledged, given
 //     back) for the next owner to write what is pending
 //  3. metrics  the fleet's view stops
-//  4. table    stops following the index, waits for its split events
+//  4. table    stops following the index, waits for its split events;
+//     then the lanes' changes comments' sink closes
 //  5. http     shuts down
 //  6. broker   the connection drains; the embedded server shuts down
 //
@@ -75,10 +78,14 @@ type Node struct {
 	deliv *runtable.Deliveries
 	fold  split.Options
 	fan   *sinks.Fanout // nil: no sink
-	b     *broker
-	lay   bus.Layout
-	kv    jetstream.KeyValue
-	tbl   *runtable.Table
+	// lanes keeps the lanes' changes comments (nil: none); closeLanes
+	// closes its comment sink.
+	lanes      *runtable.LaneChanges
+	closeLanes func()
+	b          *broker
+	lay        bus.Layout
+	kv         jetstream.KeyValue
+	tbl        *runtable.Table
 	// tref is tbl for the sinks, opened before it.
 	tref   atomic.Pointer[runtable.Table]
 	member *fleet.Member
@@ -180,6 +187,11 @@ func (n *Node) openSinks(context.Context) (err error) {
 			_ = n.fan.Close(context.Background())
 		}
 	})
+	n.lanes, n.closeLanes, err = laneChanges(n.cfg, sinks.Settings{Logger: n.log, Stdout: n.opt.Stdout})
+	if err != nil {
+		return err
+	}
+	n.onFail(n.closeLanes)
 	return nil
 }
 
@@ -212,7 +224,7 @@ func (n *Node) openTable(ctx context.Context) (err error) {
 	tc := runtable.Config{Fold: n.fold, Stream: cfg.NATS.Stream, Group: cfg.Consumer.Fleet.Group,
 		Consumer: cfg.Consumer.Table, Store: cfg.Store, Partitions: n.lay.Partitions, Legacy: n.lay.Legacy,
 		Replicas: cfg.NATS.Replicas, IdleTimeout: cfg.IdleTimeout, Sinks: n.fan, Deliveries: n.deliv,
-		OnClose: n.opt.OnClose, Now: n.opt.Now, Metrics: n.m}
+		OnClose: n.opt.OnClose, Now: n.opt.Now, Metrics: n.m, LaneChanges: n.lanes}
 	if out := n.opt.Stdout; out != nil {
 		tc.Print = func(r split.Report) { _ = WriteReport(out, cfg.Format, r) }
 	}
@@ -243,7 +255,11 @@ func (n *Node) openHTTP(context.Context) error {
 	if n.ln == nil {
 		return nil
 	}
-	srv, addr := startHTTP(n.cfg.HTTP, n.ln, n.loop, endpoints{tbl: n.tbl, member: n.member, nc: n.b.nc, m: n.m}, n.log)
+	th, err := regress.ParseThresholds(n.cfg.LaneChanges.Thresholds)
+	if err != nil {
+		return fmt.Errorf("lane_changes.thresholds: %w", err)
+	}
+	srv, addr := startHTTP(n.cfg.HTTP, n.ln, n.loop, endpoints{tbl: n.tbl, member: n.member, nc: n.b.nc, m: n.m, changes: th}, n.log)
 	n.srv = srv
 	n.onFail(func() { _ = srv.Close() })
 	if n.opt.HTTPReady != nil {
@@ -325,6 +341,7 @@ func (n *Node) stop(ctx context.Context) error {
 	}
 	// 4. table
 	n.tbl.Close()
+	n.closeLanes()
 	// 5. http
 	if n.srv != nil {
 		_ = n.srv.Shutdown(sctx)

@@ -10,6 +10,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/regress"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/sinks/commentsink"
 	"github.com/gttsplit/gttsplit/pkg/sinks/filesink"
@@ -115,4 +117,25 @@ func unjoin(err error) []error {
 		return nil
 	}
 	return []error{err}
+}
+
+// laneChanges is what the run table needs to keep each lane's changes
+// comment on its tracker issue: on where the comment sink is on and
+// lane_changes.comment is set (nil otherwise), through a comment sink of
+// its own (its close is the func returned).
+func laneChanges(cfg config.Aggregator, set sinks.Settings) (*runtable.LaneChanges, func(), error) {
+	if !cfg.Sinks.IssueComment.Enabled() || !cfg.LaneChanges.Comment {
+		return nil, func() {}, nil
+	}
+	th, err := regress.ParseThresholds(cfg.LaneChanges.Thresholds)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lane_changes.thresholds: %w", err)
+	}
+	s, err := commentsink.New(cfg.Sinks.IssueComment, set)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sinks.issue_comment: %w", err)
+	}
+	return &runtable.LaneChanges{Thresholds: th, PageURL: cfg.LaneChanges.PageURL, DefaultIssue: cfg.Sinks.IssueComment.DefaultIssue,
+			Retry: cfg.Sinks.Retry, Post: s.Sticky},
+		func() { _ = s.Close(context.Background()) }, nil
 }

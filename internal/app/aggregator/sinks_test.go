@@ -152,3 +152,37 @@ func TestDocsNameEverySink(t *testing.T) {
 		names(packages, s.pkg+"`", "docs/architecture.md's table of the packages")
 	}
 }
+
+// TestLaneChangesWhereTheCommentSinkIs: the lanes' changes comments are on
+// by default wherever the comment sink is, off by lane_changes.comment,
+// and never without the comment sink; they take the thresholds, the page,
+// and the default issue of the configuration.
+func TestLaneChangesWhereTheCommentSinkIs(t *testing.T) {
+	t.Parallel()
+	set := sinks.Settings{Logger: testLogger(t)}
+	cfg := config.DefaultAggregator()
+	lc, closeLC, err := laneChanges(cfg, set)
+	require.NoError(t, err)
+	require.Nil(t, lc, "no comment sink")
+	closeLC()
+
+	cfg.Sinks.IssueComment.API, cfg.Sinks.IssueComment.Token = "http://127.0.0.1:1", "t"
+	cfg.Sinks.IssueComment.DefaultIssue = "o/r#1"
+	cfg.LaneChanges.Thresholds, cfg.LaneChanges.PageURL = "peak=64/2", "https://gtt.example.org"
+	require.NoError(t, cfg.Validate())
+	lc, closeLC, err = laneChanges(cfg, set)
+	require.NoError(t, err)
+	require.NotNil(t, lc, "on by default")
+	require.Equal(t, 64.0, lc.Thresholds["peak"].Abs)
+	require.Equal(t, 1.0, lc.Thresholds["packed"].Abs, "the other rows keep their defaults")
+	require.Equal(t, "https://gtt.example.org", lc.PageURL)
+	require.Equal(t, "o/r#1", lc.DefaultIssue)
+	require.NotNil(t, lc.Post)
+	closeLC()
+
+	cfg.LaneChanges.Comment = false
+	lc, closeLC, err = laneChanges(cfg, set)
+	require.NoError(t, err)
+	require.Nil(t, lc, "off by lane_changes.comment")
+	closeLC()
+}

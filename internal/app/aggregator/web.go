@@ -32,10 +32,11 @@ func (s webSource) Report(ctx context.Context, id string) (split.Report, bool, e
 }
 
 // mountWeb adds the live page (internal/web) to mux: on a loopback
-// listener there is no login, elsewhere the pages need token. It returns
-// the function that ends the live streams.
-func mountWeb(mux *http.ServeMux, svc *runtable.Table, loopback bool, token string, log zerolog.Logger) func() {
-	h := web.New(webSource{svc}, web.Options{Token: token, Loopback: loopback}, log.With().Str("component", "web").Logger())
+// listener there is no login, elsewhere the pages need the token
+// (opt.Loopback, opt.Token). It returns the function that ends the live
+// streams.
+func mountWeb(mux *http.ServeMux, svc *runtable.Table, opt web.Options, log zerolog.Logger) func() {
+	h := web.New(webSource{svc}, opt, log.With().Str("component", "web").Logger())
 	h.Register(mux)
 	return h.Close
 }
