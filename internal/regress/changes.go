@@ -322,18 +322,25 @@ func compare(a, b Build, th Thresholds) (LaneChange, bool) {
 // measurement is its complete run started last. Runs that are not
 // complete or name no build number are left out.
 func builds(runs []Run) []Build {
-	var out []Build
+	var bs []*Build
+	byNumber := map[int64][]*Build{} // a number's builds, one a commit
 	for _, r := range runs {
 		n, ok := split.BuildNumber(r.F.Build)
 		if !ok || !r.F.Complete {
 			continue
 		}
-		i := slices.IndexFunc(out, func(b Build) bool { return b.Number == n && sameCommit(b.Commit, r.F.Commit) })
-		if i < 0 {
-			out = append(out, Build{Number: n})
-			i = len(out) - 1
+		var b *Build
+		for _, c := range byNumber[n] {
+			if sameCommit(c.Commit, r.F.Commit) {
+				b = c
+				break
+			}
 		}
-		b := &out[i]
+		if b == nil {
+			b = &Build{Number: n}
+			bs = append(bs, b)
+			byNumber[n] = append(byNumber[n], b)
+		}
 		started := startTime(r.F.Started)
 		if !b.when {
 			if ct, err := time.Parse(time.RFC3339, r.F.CommitTime); err == nil {
@@ -351,9 +358,13 @@ func builds(runs []Run) []Build {
 			b.RunID, b.Input, b.Started, b.Issue, b.f = r.ID, r.Input, r.F.Started, r.F.Issue, r.F
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Build) int {
+	slices.SortStableFunc(bs, func(a, b *Build) int {
 		return cmp.Or(cmp.Compare(a.Number, b.Number), boolCmp(!a.when, !b.when), a.seq.Compare(b.seq), cmp.Compare(a.Commit, b.Commit))
 	})
+	out := make([]Build, len(bs))
+	for i, b := range bs {
+		out[i] = *b
+	}
 	return out
 }
 
