@@ -49,8 +49,6 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	t := pt.t
 	taken := t.cfg.Now()
 	pt.mu.Lock()
-	batch := pt.pending
-	pt.pending = nil
 	var dirty []string
 	for id, r := range pt.runs {
 		if r.dirty {
@@ -61,7 +59,7 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	t.m.checkpoints.Inc()
 
 	var werr error
-	wrote := false
+	wrote := 0
 	for len(dirty) > 0 && werr == nil {
 		chunk := dirty[:min(len(dirty), checkpointChunk)]
 		dirty = dirty[len(chunk):]
@@ -75,7 +73,7 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 		pt.mu.Unlock()
 		for i, sn := range snaps {
 			if werr = pt.write(ctx, sn); werr == nil {
-				wrote = true
+				wrote++
 			} else {
 				// This run and the rest of the chunk stay changed.
 				pt.mu.Lock()
@@ -90,14 +88,14 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	if errors.Is(werr, fleet.ErrLost) {
 		return // fleet tells the table: the partition is dropped
 	}
-	pt.settleAcks(batch, final)
+	pt.settleAcks(final)
 	if werr != nil {
 		pt.fail(werr)
 	} else {
 		pt.mu.Lock()
 		pt.ckpt = taken
 		pt.mu.Unlock()
-		if wrote {
+		if wrote > 0 {
 			// Only a write that went through ends a failing episode:
 			// a checkpoint with nothing to write says nothing of the
 			// bucket (readiness stayed honest).
@@ -134,27 +132,27 @@ func (pt *part) write(ctx context.Context, sn snapshot) error {
 	return nil
 }
 
-// settleAcks acknowledges the messages of batch whose run's state was
-// written since they were folded; the others wait for the next checkpoint
-// (a release naks them: the next owner folds them).
-func (pt *part) settleAcks(batch []pendingMsg, final bool) {
-	var keep []pendingMsg
+// settleAcks acknowledges the folded messages whose run's state was
+// written since they were folded; the others wait for a later checkpoint
+// (a release naks them: the next owner folds them). A checkpoint leaves
+// them in pt.pending while it writes, where their progress is
+// acknowledged (Table.progress).
+func (pt *part) settleAcks(final bool) {
 	pt.mu.Lock()
-	for _, pm := range batch {
-		if pm.gen <= pm.run.written {
+	defer pt.mu.Unlock()
+	keep := pt.pending[:0]
+	for _, pm := range pt.pending {
+		switch {
+		case pm.gen <= pm.run.written:
 			_ = pm.ack.Ack()
-			continue
-		}
-		if final {
+		case final:
 			_ = pm.ack.Nak()
-			continue
+		default:
+			keep = append(keep, pm) // its progress is acknowledged meanwhile (Table.progress)
 		}
-		keep = append(keep, pm) // its progress is acknowledged by the loop
 	}
-	if len(keep) > 0 {
-		pt.pending = append(keep, pt.pending...)
-	}
-	pt.mu.Unlock()
+	clear(pt.pending[len(keep):])
+	pt.pending = keep
 }
 
 // fail records a failed write of the bucket (a checkpoint's, a close's):

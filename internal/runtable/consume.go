@@ -32,14 +32,15 @@ const (
 	pinnedTTL = 5 * time.Second
 	// pullExpiry is the expiry of a pull request (well within pinnedTTL).
 	pullExpiry = 4 * time.Second
-	// pullBatch bounds the messages buffered per partition.
+	// pullBatch bounds the messages buffered per partition (flow.go
+	// sizes each pull, up to it).
 	pullBatch = 64
 	// stallAfter: a partition whose events wait in the stream but reach
 	// it neither as messages nor as the consumer's heartbeats for this
 	// long is stalled.
 	stallAfter = 5 * time.Second
 	// repullAfter is the pause before a partition pulls again after a
-	// pull found the consumer without a leader.
+	// pull found the consumer without a leader (no responders).
 	repullAfter = 250 * time.Millisecond
 	// watchEvery is how often the table checks its consumers and the
 	// stream.
@@ -187,56 +188,51 @@ func (pt *part) consume(c *partConsumer) {
 				_ = jm.Term()
 				return
 			}
-			if err := pt.handle(ctx, m); err != nil {
+			t0 := time.Now()
+			done := t.flow.inHand(jm, t.m.progress.Inc)
+			err = pt.handle(ctx, m)
+			done()
+			t.flow.handled(time.Since(t0))
+			if err != nil {
 				if !errors.Is(err, errNotOwned) {
 					t.log.Debug().Err(err).Int("partition", pt.p).Str("subject", jm.Subject()).Msg("event not folded; redelivered in a second")
 				}
 				_ = jm.NakWithDelay(time.Second)
 			}
 		}
-		// leaderless: a pull found no server to take it (the server
-		// answers no responders): the consumer has no leader, its node
-		// died and the others elect one. The client would pull again only
-		// after two missed heartbeats (pullExpiry); the loop pulls again
-		// after repullAfter instead, until a leader takes the pull.
-		leaderless := make(chan struct{}, 1)
-		errs := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if errors.Is(err, nats.ErrNoResponders) {
-				select {
-				case leaderless <- struct{}{}:
-				default:
-				}
-			}
-			t.log.Debug().Err(err).Int("partition", pt.p).Str("stream", c.stream).Msg("next message")
-		})
+		// One pull at a time, sized to what the handler takes a quarter
+		// of the ack wait to handle (flow.go); the next once it is
+		// handled: no message waits in a buffer for longer. A pull that
+		// finds no server to take it (no responders: the consumer has no
+		// leader, its node died and the others elect one) is sent again
+		// after repullAfter, until a leader takes it.
 		for ctx.Err() == nil {
-			cc, err := c.cons.Consume(handle, jetstream.PullMaxMessages(min(t.cfg.Consumer.MaxAckPending, pullBatch)),
-				jetstream.PullPriorityGroup(ownerGroup), jetstream.PullExpiry(pullExpiry), errs)
+			fctx, cancel := context.WithTimeout(ctx, pullExpiry)
+			batch, err := c.cons.Fetch(t.flow.pullSize(), jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
 			if err == nil {
-				select {
-				case <-ctx.Done():
-					cc.Stop()
-				case <-cc.Closed():
-					err = errors.New("consumer closed")
-				case <-leaderless:
-					t.m.repulls.Inc()
-					cc.Stop() // the messages it holds are handled first
-					select {
-					case <-cc.Closed():
-					case <-time.After(pullExpiry):
+				for jm := range batch.Messages() {
+					if ctx.Err() != nil {
+						_ = jm.Nak() // stopped: at once to the next owner
+						continue
 					}
-					select {
-					case <-ctx.Done():
-					case <-time.After(repullAfter):
-					}
-					continue
+					handle(jm)
+				}
+				err = batch.Error()
+				if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+					err = nil // nothing to pull, or stopped
 				}
 			}
+			cancel()
 			if err != nil && ctx.Err() == nil {
+				pause := 200 * time.Millisecond
+				if errors.Is(err, nats.ErrNoResponders) {
+					t.m.repulls.Inc()
+					pause = repullAfter
+				}
 				t.log.Debug().Err(err).Int("partition", pt.p).Str("stream", c.stream).Msg("partition consumer not ready")
 				select {
 				case <-ctx.Done():
-				case <-time.After(200 * time.Millisecond):
+				case <-time.After(pause):
 				}
 			}
 		}

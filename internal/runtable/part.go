@@ -509,9 +509,6 @@ func (pt *part) loop(ctx context.Context) {
 			wait = pt.backoff // a failing bucket is not asked again at once
 			kicked = false
 		}
-		// Messages waiting for a checkpoint keep their ack wait from
-		// running out, however long the checkpoints take.
-		pt.progress()
 		// A checkpoint under way is not cut short by the stop: its
 		// writes would fail, and the release writes again what it holds.
 		wctx := context.WithoutCancel(ctx)
@@ -523,22 +520,5 @@ func (pt *part) loop(ctx context.Context) {
 		pt.ckptMu.Lock()
 		pt.afterCheckpoint(wctx)
 		pt.ckptMu.Unlock()
-	}
-}
-
-// progress acknowledges the progress of the messages that waited a third
-// of their ack wait for a checkpoint, so they are not delivered again.
-func (pt *part) progress() {
-	t := pt.t
-	now := time.Now()
-	half := t.cfg.Consumer.AckWait / 3
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	for i := range pt.pending {
-		if pm := &pt.pending[i]; now.Sub(pm.at) > half {
-			_ = pm.ack.InProgress()
-			pm.at = now
-			t.m.progress.Inc()
-		}
 	}
 }

@@ -114,6 +114,7 @@ type Table struct {
 	leases map[int]*fleet.Lease
 
 	closed atomic.Int64
+	flow   *flow
 	pubs   sync.WaitGroup // split events being published, re-sends
 	dlq    deadLetters
 	// origins says each event refused for its origin once per sender.
@@ -151,7 +152,8 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	if cfg.Deliveries != nil {
 		cfg.Deliveries.track(cfg.Sinks, cfg.Partitions)
 	}
-	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{}}
+	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{},
+		flow: newFlow(cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending)}
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
 		t.parser = llamalog.MustParser()
 	}
@@ -169,8 +171,9 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); t.watch(wctx) }()
+	go func() { defer wg.Done(); t.progress(wctx) }()
 	go func() { defer wg.Done(); t.janitor(wctx, cfg.Store.Retention) }()
 	if t.lanePost != nil {
 		wg.Add(1)

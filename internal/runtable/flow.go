@@ -1,0 +1,127 @@
+package runtable
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Flow control: JetStream delivers a message again once consumer.ack_wait
+// passed since it was delivered without an acknowledgement or a progress
+// acknowledgement. A message waits in three places here, each kept well
+// within the ack wait whatever the machine's load (on a loaded machine the
+// time each takes grows many times over):
+//
+//   - pulled and not handed to the partition's handler yet: a partition
+//     pulls once the messages of its last pull were handled, and asks for
+//     no more than the handler is measured to handle in a quarter of the
+//     ack wait (pullSize, from a moving average of the handler's wall time
+//     a message, which counts the machine's load);
+//   - in the handler's hand (waiting for its run while the run's close is
+//     written, folding): its progress is acknowledged every third of the
+//     ack wait (inHand);
+//   - folded, waiting for the checkpoint that writes its run: every third
+//     of the ack wait a goroutine of the table's own acknowledges the
+//     progress of those that waited that long, whatever a checkpoint is
+//     doing (Table.progress; a checkpoint leaves them in the partition's
+//     pending list until it acknowledges them).
+
+const (
+	// initialHandle is a message's handling time before any was
+	// measured.
+	initialHandle = 5 * time.Millisecond
+	// flowAlpha weighs a new measurement in the moving average.
+	flowAlpha = 0.05
+	// minPull is the least a pull asks for.
+	minPull = 1
+)
+
+// flow is the table's flow control.
+type flow struct {
+	ackWait time.Duration
+	maxPull int // pullBatch, or less with a smaller consumer.max_ack_pending
+	// perMsg is the moving average of the handler's wall time a message
+	// (nanoseconds).
+	perMsg atomic.Int64
+}
+
+func newFlow(ackWait time.Duration, maxAck int) *flow {
+	f := &flow{ackWait: ackWait, maxPull: max(min(maxAck, pullBatch), minPull)}
+	f.perMsg.Store(int64(initialHandle))
+	return f
+}
+
+// handled records a message handled in d.
+func (f *flow) handled(d time.Duration) {
+	old := float64(f.perMsg.Load())
+	f.perMsg.Store(int64(old + flowAlpha*(float64(d)-old)))
+}
+
+// pullSize is how many messages one pull asks for: what the handler takes
+// a quarter of the ack wait to handle, at the measured speed.
+func (f *flow) pullSize() int {
+	n := int64(f.ackWait/4) / max(f.perMsg.Load(), 1)
+	return int(max(min(n, int64(f.maxPull)), minPull))
+}
+
+// progressAfter is how long a message waits before its progress is
+// acknowledged.
+func (f *flow) progressAfter() time.Duration { return f.ackWait / 3 }
+
+// inHand acknowledges jm's progress every third of the ack wait while it
+// is handled; the returned function ends that, once it was handled.
+func (f *flow) inHand(jm jetstream.Msg, progress func()) func() {
+	var mu sync.Mutex
+	stopped := false
+	var tm *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	tm = time.AfterFunc(f.progressAfter(), func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		_ = jm.InProgress()
+		progress()
+		tm.Reset(f.progressAfter())
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		tm.Stop()
+	}
+}
+
+// progress acknowledges, every sixth of the ack wait until ctx ends, the
+// progress of every folded message of the table's partitions that waited
+// a third of it for its checkpoint, so that it is not delivered again
+// however long that checkpoint takes.
+func (t *Table) progress(ctx context.Context) {
+	tk := time.NewTicker(max(t.flow.ackWait/6, 10*time.Millisecond))
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		after := t.flow.progressAfter()
+		for _, pt := range t.parts() {
+			now := time.Now()
+			pt.mu.Lock()
+			for i := range pt.pending {
+				if pm := &pt.pending[i]; now.Sub(pm.at) > after {
+					_ = pm.ack.InProgress()
+					pm.at = now
+					t.m.progress.Inc()
+				}
+			}
+			pt.mu.Unlock()
+		}
+	}
+}
