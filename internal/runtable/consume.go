@@ -59,6 +59,8 @@ type partConsumer struct {
 	last atomic.Int64
 	// pending is the consumer's pending count at the last watch.
 	pending atomic.Uint64
+	// pulled holds the messages of the current pull not handled yet.
+	pulled pulled
 }
 
 // startConsumers creates the partition's consumers and starts consuming.
@@ -210,7 +212,14 @@ func (pt *part) consume(c *partConsumer) {
 			fctx, cancel := context.WithTimeout(ctx, pullExpiry)
 			batch, err := c.cons.Fetch(t.flow.pullSize(), jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
 			if err == nil {
-				for jm := range batch.Messages() {
+				c.pulled.start()
+				go func() {
+					for jm := range batch.Messages() {
+						c.pulled.push(jm)
+					}
+					c.pulled.end()
+				}()
+				for jm := c.pulled.pop(); jm != nil; jm = c.pulled.pop() {
 					if ctx.Err() != nil {
 						_ = jm.Nak() // stopped: at once to the next owner
 						continue

@@ -19,7 +19,9 @@ import (
 //     pulls once the messages of its last pull were handled, and asks for
 //     no more than the handler is measured to handle in a quarter of the
 //     ack wait (pullSize, from a moving average of the handler's wall time
-//     a message, which counts the machine's load);
+//     a message, which counts the machine's load); those waiting longer
+//     than a third of the ack wait (a message before them waited for its
+//     run's close, say) get a progress acknowledgement (Table.progress);
 //   - in the handler's hand (waiting for its run while the run's close is
 //     written, folding): its progress is acknowledged every third of the
 //     ack wait (inHand);
@@ -97,8 +99,88 @@ func (f *flow) inHand(jm jetstream.Msg, progress func()) func() {
 	}
 }
 
+// pulled is a pull's messages not handed to the handler yet, in order.
+type pulled struct {
+	mu    sync.Mutex
+	q     []pulledMsg
+	ended bool
+	ready chan struct{} // a message came, or the pull ended
+}
+
+type pulledMsg struct {
+	jm jetstream.Msg
+	at time.Time // when it came, or its progress was last acknowledged
+}
+
+// start begins a pull.
+func (p *pulled) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.q, p.ended, p.ready = p.q[:0], false, make(chan struct{}, 1)
+}
+
+func (p *pulled) signal() {
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+}
+
+// push adds a message of the pull.
+func (p *pulled) push(jm jetstream.Msg) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.q = append(p.q, pulledMsg{jm: jm, at: time.Now()})
+	p.signal()
+}
+
+// end says the pull brought all it will.
+func (p *pulled) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = true
+	p.signal()
+}
+
+// pop returns the next message of the pull, waiting for it; nil once the
+// pull ended and every message was taken.
+func (p *pulled) pop() jetstream.Msg {
+	for {
+		p.mu.Lock()
+		if len(p.q) > 0 {
+			jm := p.q[0].jm
+			p.q[0] = pulledMsg{}
+			p.q = p.q[1:]
+			p.mu.Unlock()
+			return jm
+		}
+		ended, ready := p.ended, p.ready
+		p.mu.Unlock()
+		if ended {
+			return nil
+		}
+		<-ready
+	}
+}
+
+// progress acknowledges the progress of the messages that waited longer
+// than after; it returns how many.
+func (p *pulled) progress(now time.Time, after time.Duration) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for i := range p.q {
+		if pm := &p.q[i]; now.Sub(pm.at) > after {
+			_ = pm.jm.InProgress()
+			pm.at = now
+			n++
+		}
+	}
+	return n
+}
+
 // progress acknowledges, every sixth of the ack wait until ctx ends, the
-// progress of every folded message of the table's partitions that waited
+// progress of every pulled message not handled yet and of every folded message of the table's partitions that waited
 // a third of it for its checkpoint, so that it is not delivered again
 // however long that checkpoint takes.
 func (t *Table) progress(ctx context.Context) {
@@ -122,6 +204,9 @@ func (t *Table) progress(ctx context.Context) {
 				}
 			}
 			pt.mu.Unlock()
+			for _, c := range pt.cons {
+				t.m.progress.Add(float64(c.pulled.progress(now, after)))
+			}
 		}
 	}
 }
