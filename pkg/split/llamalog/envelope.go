@@ -10,10 +10,20 @@ import "bytes"
 // timestamp/level prefix, and leading blanks; finally a "cmn  func: " style
 // tag when a message follows it.
 //
-// The result aliases line when no ANSI sequence had to be removed and scratch
-// (grown as needed) otherwise. Payload never anchors on column 0 of the raw
+// The result aliases line when no ANSI sequence had to be removed, or when
+// the only ones are those of llama.cpp's coloured prefix (see
+// colouredPrefix), and scratch (grown as needed) otherwise. Payload never anchors on column 0 of the raw
 // line: whatever prefix order a build or a router produced, it is removed.
 func Payload(line []byte, scratch *[]byte) []byte {
+	if rest, ok := colouredPrefix(line); ok {
+		return payloadTail(rest)
+	}
+	return payloadPlain(line, scratch)
+}
+
+// payloadPlain is Payload without the look at llama.cpp's coloured prefix
+// (the form FuzzPayloadMatchesPlain holds Payload to).
+func payloadPlain(line []byte, scratch *[]byte) []byte {
 	if bytes.IndexByte(line, 0x1b) >= 0 {
 		*scratch = stripANSI((*scratch)[:0], line)
 		line = *scratch
@@ -27,6 +37,12 @@ func Payload(line []byte, scratch *[]byte) []byte {
 		*scratch = stripLostCSI(*scratch)
 		line = *scratch
 	}
+	return payloadTail(line)
+}
+
+// payloadTail is Payload of a line without colour codes: the line end and
+// the prefixes, then the tag.
+func payloadTail(line []byte) []byte {
 	for len(line) > 0 && (line[len(line)-1] == '\n' || line[len(line)-1] == '\r') {
 		line = line[:len(line)-1]
 	}
@@ -43,6 +59,79 @@ func Payload(line []byte, scratch *[]byte) []byte {
 		}
 	}
 	return trimTag(line)
+}
+
+// colouredPrefix reads llama.cpp's coloured prefix where the line lies,
+// without copying it: colour codes at the start of the line, or around a
+// time stamp and a level ("\x1b[34m0.00.035.322\x1b[0m \x1b[32mI
+// \x1b[0m"). A line whose only codes are at its start is the rest without
+// them. Otherwise, when the rest of the
+// line holds no escape and no colour code without its ESC, Payload of the
+// line is payloadTail of that rest: removing the codes would leave "<time
+// stamp> <level> <rest>", and the first prefix the trimming removes is
+// that time stamp and level, the same as it starts on the rest. Any other
+// line (false) takes payloadPlain.
+func colouredPrefix(line []byte) ([]byte, bool) {
+	if len(line) == 0 || line[0] != 0x1b {
+		return nil, false
+	}
+	i := skipCSI(line, 0)
+	if i < 0 {
+		return nil, false
+	}
+	if rest := line[i:]; bytes.IndexByte(rest, 0x1b) < 0 {
+		// Codes only before the message ("\x1b[0m" and progress
+		// dots, a line that continues a coloured one).
+		return rest, !hasLostCSI(rest)
+	}
+	var pre [24]byte // the prefix without its codes
+	n := 0
+	for {
+		if i >= len(line) || n == len(pre) {
+			return nil, false
+		}
+		c := line[i]
+		if c == 0x1b {
+			if i = skipCSI(line, i); i < 0 {
+				return nil, false
+			}
+			continue
+		}
+		pre[n] = c
+		n++
+		i++
+		if c == ' ' && n > 1 && len(trimTimestamp(pre[:n])) == 0 {
+			break // "<time stamp> <level> "
+		}
+	}
+	if i = skipCSI(line, i); i < 0 {
+		return nil, false
+	}
+	rest := line[i:]
+	if bytes.IndexByte(rest, 0x1b) >= 0 || hasLostCSI(rest) {
+		return nil, false
+	}
+	return rest, true
+}
+
+// skipCSI returns the index of the first byte at or after i that starts no
+// CSI sequence (ESC '[' params final), or -1 when a sequence is not
+// finished within the line or an ESC starts some other sequence.
+func skipCSI(line []byte, i int) int {
+	for i < len(line) && line[i] == 0x1b {
+		if i+1 >= len(line) || line[i+1] != '[' {
+			return -1
+		}
+		j := i + 2
+		for j < len(line) && (line[j] < 0x40 || line[j] > 0x7e) {
+			j++
+		}
+		if j >= len(line) {
+			return -1
+		}
+		i = j + 1
+	}
+	return i
 }
 
 // stripANSI appends src to dst without CSI sequences (ESC '[' params final)

@@ -518,3 +518,28 @@ func FuzzEnvelopeStepsMatchPlain(f *testing.F) {
 
 // literals returns which of the grammar's literals s holds (both tables).
 func literals(s []byte) litMask { return litTab.find(s) | debugLitTab.find(s) }
+
+// FuzzPayloadMatchesPlain holds Payload, which reads llama.cpp's coloured
+// prefix in place, to payloadPlain, which removes every colour code first.
+func FuzzPayloadMatchesPlain(f *testing.F) {
+	addLineSeeds(f)
+	for _, s := range []string{
+		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI \x1b[0mllama_context: x",
+		"\x1b[0m\x1b[34m0.00.035.322\x1b[0m \x1b[33mD hrx: a\r\n",
+		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI \x1b[0m\r",
+		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI \x1b[0m[0m x",
+		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI \x1b[0m\x1b[1mx\x1b[0m",
+		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI ", "\x1b[34m0.00.035.322 X x", "\x1b[3", "\x1bq0.00.035.322 I x",
+		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI \x1b[0m0.00.035.323 W [ 8080] cmn  f: m",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var a, b []byte
+		got := Payload(line, &a)
+		want := payloadPlain(line, &b)
+		if !bytes.Equal(got, want) || len(got) != len(want) {
+			t.Fatalf("%q: %q, plain %q", line, got, want)
+		}
+	})
+}

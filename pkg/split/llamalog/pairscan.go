@@ -201,14 +201,14 @@ func (ps *pairSet) at(b []byte, q int) *pairAnchor {
 
 // check appends the line of b at q (line lines before it) when an anchor
 // whose pair starts at q is there, with that anchor's id. A line already
-// appended (the last one) is not searched for its start again.
+// appended (the last one) is not looked at again.
 func (ps *pairSet) check(b []byte, q int, line uint64, cands []candidate, last int) ([]candidate, int) {
+	if n := len(cands); n > 0 && last >= 0 && cands[n-1].line == line {
+		return cands, last // the line of the last hit: anchors hold no newline
+	}
 	x := ps.at(b, q)
 	if x == nil {
 		return cands, last
-	}
-	if n := len(cands); n > 0 && last >= 0 && cands[n-1].line == line {
-		return cands, last // the line of the last hit: anchors hold no newline
 	}
 	start := lastNewline(b[:q-x.k]) + 1
 	if start != last {
