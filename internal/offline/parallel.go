@@ -19,8 +19,9 @@ import (
 // A log file is read in blocks: block k is its bytes [k×block, (k+1)×block)
 // of the first size bytes (its size when opened). Workers take the blocks
 // in turn, and each scans the whole lines its block holds
-// (llamalog.Parser.ScanPiece, a pure function of the bytes); the calling
-// goroutine applies the blocks in file order, so the fold is the one
+// (llamalog.Parser.ScanPiece, a pure function of the bytes) and parses the
+// lines the scan found (split.ParsePiece, the same); the calling
+// goroutine folds the blocks in file order, so the fold is the one
 // Fold.ReadLog gives. A line that crosses from one block into the next is
 // put together from the two (or more) blocks by the applier, so no byte
 // of the file is read twice. What follows the last newline of the first
@@ -49,10 +50,13 @@ type piece struct {
 	noEOL      bool
 	head, body int
 	pc         llamalog.Piece
+	pr         split.PieceRecords
 	err        error
 }
 
-// cut finds the block's first and last newlines and scans its whole lines.
+// cut finds the block's first and last newlines, scans its whole lines
+// and parses the lines the scan found (only their folding is left to the
+// goroutine that applies the blocks in order).
 func (pb *piece) cut(p *llamalog.Parser, debug bool) {
 	d := pb.data
 	i := bytes.IndexByte(d, '\n')
@@ -63,6 +67,7 @@ func (pb *piece) cut(p *llamalog.Parser, debug bool) {
 	pb.head = i + 1
 	pb.body = bytes.LastIndexByte(d, '\n') + 1
 	p.ScanPiece(d[pb.head:pb.body], debug, &pb.pc)
+	split.ParsePiece(p, d[pb.head:pb.body], &pb.pc, &pb.pr)
 }
 
 // readPieces feeds to feed the log of which src hands out the first size
@@ -155,7 +160,7 @@ func readPieces(feed *split.LogFeed, src blockSource, r io.ReaderAt, size int64,
 				}
 				p.ScanPiece(carry, feed.WantDebug(), &stitch)
 				feed.Apply(carry, &stitch)
-				feed.Apply(d[pb.head:pb.body], &pb.pc)
+				feed.ApplyParsed(d[pb.head:pb.body], &pb.pc, &pb.pr)
 				carry, long = append(carry[:0], d[pb.body:]...), false
 				open = k*int64(block) + int64(pb.body)
 				if !feed.WantDebug() {

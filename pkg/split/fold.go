@@ -39,13 +39,12 @@ const DefaultThresholdPct = 10
 // Seq) and a sample by Seq, so duplicates count once and arrival order does
 // not matter. A Fold is not safe for concurrent use.
 type Fold struct {
-	p       *llamalog.Parser
-	thr     float64
-	st      state
-	scratch []byte
-	ps      llamalog.Scratch // the parser's: strings seen before, a trace line's name
-	lineT   int64            // AddLine: the capture time of the line being applied (unix ns; 0 unknown)
-	names   *nameCache       // a log read in bulk: the trace names' hashes (nil: none)
+	p          *llamalog.Parser
+	thr        float64
+	st         state
+	lineParser lineParser // addRelevant's
+	lineT      int64      // AddLine: the capture time of the line being applied (unix ns; 0 unknown)
+	names      *nameCache // a log read in bulk: the trace names' hashes (nil: none)
 }
 
 type lineKey struct {
@@ -351,29 +350,65 @@ func (f *Fold) AddLineBytes(stream string, seq uint64, b []byte) bool {
 }
 
 func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
+	if f.lineParser.parse(f.p, seq, b, f.names) {
+		f.foldParsed(stream, seq, &f.lineParser.out)
+	}
+}
+
+// lineParser reads relevant lines into parsedLines: the part of
+// addRelevant that depends on the line alone, which a reader may run on
+// another goroutine than the fold (ParsePiece). One serves one goroutine.
+type lineParser struct {
+	scratch []byte
+	ps      llamalog.Scratch // the parser's: strings seen before, a trace line's name
+	out     parsedLine       // what parse read last
+}
+
+// parsedLine is a relevant line parsed: its record (Seq the line's, or
+// its place in a piece) and, for a trace line, its tensor name's hash.
+type parsedLine struct {
+	r     llamalog.Record
+	name  uint64
+	named bool
+}
+
+// parse reads line seq into lp.out; false for a line that gives no record.
+// names (nil: none) caches the trace names' hashes.
+func (lp *lineParser) parse(p *llamalog.Parser, seq uint64, b []byte, names *nameCache) bool {
 	if !utf8.Valid(b) {
 		// A line that reached the aggregator in an event went through
 		// JSON, which turned each byte that is not UTF-8 into U+FFFD: do
 		// the same here, so that a saved log folds to the same split.
 		b = validUTF8(b)
 	}
-	s := llamalog.Payload(b, &f.scratch)
-	r, ok := f.p.ParseWith(seq, s, &f.ps)
+	s := llamalog.Payload(b, &lp.scratch)
+	out := &lp.out
+	var ok bool
+	out.r, ok = p.ParseWith(seq, s, &lp.ps)
 	if !ok {
-		return
+		return false
 	}
-	r.Port = llamalog.RouterPort(b)
-	if r.Kind == llamalog.KindTrace {
+	out.r.Port = llamalog.RouterPort(b)
+	out.name, out.named = 0, false
+	if out.r.Kind == llamalog.KindTrace {
 		// Most lines of a traced load: only the tensor name's hash is
 		// kept.
-		name := f.ps.TakeTraceName()
-		var h uint64
-		if f.names != nil {
-			h = f.names.hash(name)
+		name := lp.ps.TakeTraceName()
+		if names != nil {
+			out.name = names.hash(name)
 		} else {
-			h = nameHash(name)
+			out.name = nameHash(name)
 		}
-		f.st.Trace.addHashed(stream, r, h, len(name) > 0)
+		out.named = len(name) > 0
+	}
+	return true
+}
+
+// foldParsed folds relevant line seq of stream, parsed into pl.
+func (f *Fold) foldParsed(stream string, seq uint64, pl *parsedLine) {
+	r := &pl.r
+	if r.Kind == llamalog.KindTrace {
+		f.st.Trace.addHashed(stream, *r, pl.name, pl.named)
 		return
 	}
 	k := lineKey{stream, seq}
@@ -395,7 +430,7 @@ func (f *Fold) addRelevant(stream string, seq uint64, b []byte) {
 	case llamalog.KindVerbosity:
 		f.st.HaveVerbosity = true
 	}
-	f.st.keep(k, r)
+	f.st.keep(k, *r)
 }
 
 // WantsDebug reports whether the fold still looks for a line only -v

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gttsplit/gttsplit/internal/perftest"
+	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
 func FuzzParseFDInfo(f *testing.F) {
@@ -200,4 +201,64 @@ func splitLines(s string) []string {
 		return nil
 	}
 	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
+
+// FuzzApplyParsedEqualsApply: pieces whose candidate lines ParsePiece
+// parsed ahead fold as Apply folds them, state and all, with the default
+// trace grammar and with a custom one (whose lines the scan is not sure
+// of), with lines applied before (skipped), and with the fold's look for
+// -v markers ending within a piece.
+func FuzzApplyParsedEqualsApply(f *testing.F) {
+	f.Add([]byte(propertyLog), uint8(0))
+	f.Add([]byte("no newline MiB"), uint8(1))
+	f.Add([]byte("load_tensors: loading model tensors\nw: weight x=3 MiB name=a\n"), uint8(2))
+	lines := perftest.FixtureLines(f, "runs/4b/split.log", 400)
+	f.Add([]byte(strings.Join(lines, "\n")), uint8(3))
+	custom, err := llamalog.NewParser(`w(?:eight)? x=([0-9.]+)`, `name=(\w+)`)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, how uint8) {
+		var p *llamalog.Parser
+		if how&1 != 0 {
+			p = custom
+		}
+		size := 1 + int(how>>2)*7
+		fold := func(parsed bool) []byte {
+			fo := NewFold(Options{Parser: p})
+			if how&2 != 0 {
+				for i, l := range splitLines(string(data)) {
+					if i%3 == 0 {
+						fo.AddLine(Line{Stream: "log", Seq: uint64(i + 1), Text: l})
+					}
+				}
+			}
+			feed := fo.NewLogFeed("log")
+			var pc llamalog.Piece
+			var pr PieceRecords
+			rest := data
+			for len(rest) > 0 {
+				// Whole lines, at least size bytes unless the log ends.
+				n := len(rest)
+				if i := bytes.IndexByte(rest[min(size, len(rest))-1:], '\n'); i >= 0 {
+					n = min(size, len(rest)) + i
+				}
+				piece := rest[:n]
+				rest = rest[n:]
+				feed.Parser().ScanPiece(piece, feed.WantDebug(), &pc)
+				if parsed {
+					ParsePiece(feed.Parser(), piece, &pc, &pr)
+					feed.ApplyParsed(piece, &pc, &pr)
+				} else {
+					feed.Apply(piece, &pc)
+				}
+			}
+			feed.Close()
+			j, _ := json.Marshal(fo)
+			return j
+		}
+		if a, b := fold(false), fold(true); !bytes.Equal(a, b) {
+			t.Fatalf("parsed ahead folds differently:\n%s\n%s", a, b)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package split
 import (
 	"bytes"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
@@ -230,12 +231,94 @@ func (l *LogFeed) Apply(piece []byte, pc *llamalog.Piece) {
 			f.addRelevant(l.stream, seq, line)
 		}
 	}
+	l.markPiece(piece, pc)
+}
+
+// markPiece enters the piece's lines in the fold's line set.
+func (l *LogFeed) markPiece(piece []byte, pc *llamalog.Piece) {
 	lines := pc.Newlines()
 	if len(piece) > 0 && piece[len(piece)-1] != '\n' {
 		lines++ // the log's last line, without a newline
 	}
-	f.markLines(l.stream, l.lines+1, l.lines+lines)
+	l.f.markLines(l.stream, l.lines+1, l.lines+lines)
 	l.lines += lines
+}
+
+// PieceRecords is a piece's candidate lines parsed ahead of the fold
+// (ParsePiece), for LogFeed.ApplyParsed. Its zero value is ready to use; a
+// PieceRecords serves one goroutine at a time and may be reused for the
+// next piece.
+type PieceRecords struct {
+	lp    lineParser
+	names *nameCache
+	recs  []pieceRecord
+}
+
+// pieceRecord is one candidate line of a piece: the newlines before it in
+// the piece, whether it is relevant while the fold looks for -v markers
+// (relDebug) and once it no longer does (rel), and its parse.
+type pieceRecord struct {
+	nl            uint64
+	relDebug, rel bool
+	parsed        bool
+	pl            parsedLine
+}
+
+// ParsePiece parses the candidate lines of a piece that ScanPiece scanned
+// into pc, with p (the feed's Parser), into pr: everything of folding a
+// line that depends on the line alone. It touches no fold, so a reader may
+// run it on the goroutine that scanned the piece, and leave only
+// ApplyParsed to the one that applies the pieces in order.
+func ParsePiece(p *llamalog.Parser, piece []byte, pc *llamalog.Piece, pr *PieceRecords) {
+	if pr.names == nil {
+		pr.names = new(nameCache)
+	}
+	n := pc.Candidates()
+	pr.recs = slices.Grow(pr.recs[:0], n)[:n]
+	for i := range n {
+		s, nl, sure := pc.Candidate(i)
+		e := bytes.IndexByte(piece[s:], '\n')
+		if e < 0 {
+			e = len(piece) - s
+		}
+		line := piece[s : s+e]
+		pe := &pr.recs[i]
+		pe.nl = nl
+		// A line the scan found one of the main anchors in is relevant;
+		// any other (a -v marker's, a custom trace pattern's) is checked,
+		// for both states of the fold's look for -v markers.
+		pe.relDebug = sure || p.Relevant(line, true)
+		pe.rel = sure || p.Relevant(line, false)
+		pe.parsed = (pe.relDebug || pe.rel) && pr.lp.parse(p, nl, line, pr.names)
+		if pe.parsed {
+			pe.pl = pr.lp.out
+		}
+	}
+}
+
+// ApplyParsed is Apply of a piece whose candidate lines ParsePiece parsed
+// into pr: the same fold, with only the folding of the parsed lines left
+// to do.
+func (l *LogFeed) ApplyParsed(piece []byte, pc *llamalog.Piece, pr *PieceRecords) {
+	f := l.f
+	before := f.st.Lines[l.stream] // unchanged until the piece is marked
+	f.st.growRecords(len(pr.recs))
+	for i := range pr.recs {
+		pe := &pr.recs[i]
+		seq := l.lines + pe.nl + 1
+		if before.has(seq) {
+			continue
+		}
+		rel := pe.rel
+		if f.st.DebugSeq == 0 {
+			rel = pe.relDebug
+		}
+		if rel && pe.parsed {
+			pe.pl.r.Seq = seq
+			f.foldParsed(l.stream, seq, &pe.pl)
+		}
+	}
+	l.markPiece(piece, pc)
 }
 
 // Lines is the number of lines in the pieces applied so far.
