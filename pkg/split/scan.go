@@ -249,32 +249,38 @@ func (l *LogFeed) markPiece(piece []byte, pc *llamalog.Piece) {
 // PieceRecords serves one goroutine at a time and may be reused for the
 // next piece.
 type PieceRecords struct {
-	lp    lineParser
-	names *nameCache
-	recs  []pieceRecord
+	lp     lineParser
+	names  *nameCache
+	cands  []pieceLine
+	parsed []parsedLine
 }
 
-// pieceRecord is one candidate line of a piece: the newlines before it in
-// the piece, whether it is relevant while the fold looks for -v markers
-// (relDebug) and once it no longer does (rel), and its parse.
-type pieceRecord struct {
+// pieceLine is one candidate line of a piece, piece[start:end] after nl
+// newlines: whether it is relevant while the fold looks for -v markers
+// (relDebug) and once it no longer does (rel), and the index of its parse
+// in parsed (-1: not parsed, or it gave no record).
+type pieceLine struct {
 	nl            uint64
+	start, end    int
 	relDebug, rel bool
-	parsed        bool
-	pl            parsedLine
+	parsed        int
 }
 
 // ParsePiece parses the candidate lines of a piece that ScanPiece scanned
 // into pc, with p (the feed's Parser), into pr: everything of folding a
 // line that depends on the line alone. It touches no fold, so a reader may
 // run it on the goroutine that scanned the piece, and leave only
-// ApplyParsed to the one that applies the pieces in order.
+// ApplyParsed to the one that applies the pieces in order. A line that is
+// relevant only while the fold looks for -v markers (a scan made while it
+// did) is left to ApplyParsed, which folds it only if the fold still
+// does: the fold stops looking at its first marker.
 func ParsePiece(p *llamalog.Parser, piece []byte, pc *llamalog.Piece, pr *PieceRecords) {
 	if pr.names == nil {
 		pr.names = new(nameCache)
 	}
 	n := pc.Candidates()
-	pr.recs = slices.Grow(pr.recs[:0], n)[:n]
+	pr.cands = slices.Grow(pr.cands[:0], n)[:n]
+	pr.parsed = pr.parsed[:0]
 	for i := range n {
 		s, nl, sure := pc.Candidate(i)
 		e := bytes.IndexByte(piece[s:], '\n')
@@ -282,16 +288,17 @@ func ParsePiece(p *llamalog.Parser, piece []byte, pc *llamalog.Piece, pr *PieceR
 			e = len(piece) - s
 		}
 		line := piece[s : s+e]
-		pe := &pr.recs[i]
-		pe.nl = nl
+		c := &pr.cands[i]
+		*c = pieceLine{nl: nl, start: s, end: s + e, parsed: -1}
 		// A line the scan found one of the main anchors in is relevant;
 		// any other (a -v marker's, a custom trace pattern's) is checked,
-		// for both states of the fold's look for -v markers.
-		pe.relDebug = sure || p.Relevant(line, true)
-		pe.rel = sure || p.Relevant(line, false)
-		pe.parsed = (pe.relDebug || pe.rel) && pr.lp.parse(p, nl, line, pr.names)
-		if pe.parsed {
-			pe.pl = pr.lp.out
+		// for both states of the fold's look for -v markers (a line
+		// relevant without them is relevant with them).
+		c.rel = sure || p.Relevant(line, false)
+		c.relDebug = c.rel || p.Relevant(line, true)
+		if c.rel && pr.lp.parse(p, nl, line, pr.names) {
+			c.parsed = len(pr.parsed)
+			pr.parsed = append(pr.parsed, pr.lp.out)
 		}
 	}
 }
@@ -302,20 +309,22 @@ func ParsePiece(p *llamalog.Parser, piece []byte, pc *llamalog.Piece, pr *PieceR
 func (l *LogFeed) ApplyParsed(piece []byte, pc *llamalog.Piece, pr *PieceRecords) {
 	f := l.f
 	before := f.st.Lines[l.stream] // unchanged until the piece is marked
-	f.st.growRecords(len(pr.recs))
-	for i := range pr.recs {
-		pe := &pr.recs[i]
-		seq := l.lines + pe.nl + 1
+	f.st.growRecords(len(pr.parsed))
+	for i := range pr.cands {
+		c := &pr.cands[i]
+		seq := l.lines + c.nl + 1
 		if before.has(seq) {
 			continue
 		}
-		rel := pe.rel
-		if f.st.DebugSeq == 0 {
-			rel = pe.relDebug
-		}
-		if rel && pe.parsed {
-			pe.pl.r.Seq = seq
-			f.foldParsed(l.stream, seq, &pe.pl)
+		switch {
+		case c.rel:
+			if c.parsed >= 0 {
+				pl := &pr.parsed[c.parsed]
+				pl.r.Seq = seq
+				f.foldParsed(l.stream, seq, pl)
+			}
+		case c.relDebug && f.st.DebugSeq == 0:
+			f.addRelevant(l.stream, seq, piece[c.start:c.end])
 		}
 	}
 	l.markPiece(piece, pc)
