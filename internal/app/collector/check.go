@@ -145,10 +145,14 @@ type checker struct {
 }
 
 // wait polls cond until it holds, it fails, ctx ends or the timeout
-// passes; the error then says what it last saw.
+// passes; the error then says what it last saw. An attempt the timeout
+// cut short saw nothing: the error names the one before it (on a busy
+// machine the last attempt is often still under way when time is up, and
+// "context deadline exceeded" would hide a refused connection).
 func (c checker) wait(ctx context.Context, what string, cond func(context.Context) (bool, string, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
+	last := ""
 	for {
 		ok, why, err := cond(ctx)
 		if err == nil && ok {
@@ -157,9 +161,12 @@ func (c checker) wait(ctx context.Context, what string, cond func(context.Contex
 		if err != nil {
 			why = err.Error()
 		}
+		if err == nil || ctx.Err() == nil || last == "" {
+			last = why
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not %s after %s: %s", what, c.opt.Timeout, why)
+			return fmt.Errorf("not %s after %s: %s", what, c.opt.Timeout, last)
 		case <-time.After(c.opt.Poll):
 		}
 	}

@@ -3,6 +3,8 @@ package collector
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -73,4 +75,35 @@ func TestReidentify(t *testing.T) {
 	require.Equal(t, *want.PeakGTTMiB, *got.PeakGTTMiB)
 	require.Equal(t, *want.PackedMiB, *got.PackedMiB)
 	require.Equal(t, want.Flags, got.Flags)
+}
+
+// TestCheckWaitNamesWhatItSawBeforeTheDeadline: when time runs out while
+// an attempt is still under way (a busy machine), the error names what
+// the attempt before it saw (a refused connection), not the deadline
+// that cut the last one short.
+func TestCheckWaitNamesWhatItSawBeforeTheDeadline(t *testing.T) {
+	c := checker{opt: CheckOptions{Timeout: 200 * time.Millisecond, Poll: time.Millisecond}}
+	tries := 0
+	err := c.wait(t.Context(), "ready", func(ctx context.Context) (bool, string, error) {
+		tries++
+		if tries == 1 {
+			return false, "", errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+		}
+		<-ctx.Done()
+		return false, "", ctx.Err()
+	})
+	require.EqualError(t, err, "not ready after 200ms: dial tcp 127.0.0.1:1: connect: connection refused")
+
+	// With nothing seen before, the deadline is what it says.
+	err = c.wait(t.Context(), "ready", func(ctx context.Context) (bool, string, error) {
+		<-ctx.Done()
+		return false, "", ctx.Err()
+	})
+	require.EqualError(t, err, "not ready after 200ms: context deadline exceeded")
+
+	// A plain answer seen last is said as it is.
+	err = c.wait(t.Context(), "ready", func(ctx context.Context) (bool, string, error) {
+		return false, "503 not ready: partitions without an owner: 3", nil
+	})
+	require.EqualError(t, err, "not ready after 200ms: 503 not ready: partitions without an owner: 3")
 }
