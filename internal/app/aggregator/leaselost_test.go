@@ -14,7 +14,7 @@ import (
 )
 
 // TestServeLeasesLostWriteEachSplitOnceIntegration folds 52 runs while the
-// aggregator keeps losing its partitions' leases (a lease key deleted every
+// aggregator keeps losing its partitions' leases (until half are closed) (a lease key deleted every
 // 200 ms, as one that expired while its renewal waited on a loaded
 // machine): each time it takes the partition again with a new lease and
 // folds again what was not acknowledged. Whatever the old lease's table
@@ -45,6 +45,13 @@ func TestServeLeasesLostWriteEachSplitOnceIntegration(t *testing.T) {
 				return
 			case <-tk.C:
 			}
+			// The leases are lost while half the runs fold; then the rest
+			// fold in peace, however slow the machine (a partition taken
+			// every 200 ms again refolds what was not acknowledged: on a
+			// loaded machine the fold would never catch up).
+			if _, c := s.closes.count(); c >= n/2 {
+				return
+			}
 			key := fmt.Sprintf("lease.%s.%d", cfg.Consumer.Fleet.Group, rand.IntN(cfg.Consumer.Stream.Partitions))
 			if _, err := kv.Get(ctx, key); err == nil && kv.Delete(ctx, key) == nil {
 				lost++
@@ -52,7 +59,8 @@ func TestServeLeasesLostWriteEachSplitOnceIntegration(t *testing.T) {
 		}
 	}()
 	b.publish(t, interleave(runs)...)
-	eventually(t, fmt.Sprintf("%d runs closed", n), func() bool { _, c := s.closes.count(); return c >= n })
+	closed := func() float64 { _, c := s.closes.count(); return float64(c) }
+	whileProgress(t, fmt.Sprintf("%d runs closed", n), func() bool { return closed() >= n }, closed)
 	stop()
 	wg.Wait()
 	t.Logf("%d leases lost while folding", lost)
