@@ -100,8 +100,8 @@ func options(c Config, opt DialOptions, log zerolog.Logger, tlsWarn *tlsWarning,
 			// Each failed attempt comes here, the first connection's
 			// too; only a TLS failure, which waiting does not cure, is
 			// worth saying (once).
+			tlsWarn.first(err) // before say, which may ask the server why (tlsRefusal)
 			tlsWarn.say(err)
-			tlsWarn.first(err)
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			state.up.Store(false)
@@ -191,7 +191,8 @@ func Connect(ctx context.Context, cfg Config, opt DialOptions, log zerolog.Logge
 		return nil, err
 	}
 	log = log.With().Str("component", "nats").Logger()
-	tlsWarn := &tlsWarning{log: log, servers: serverNames(cfg.URL), firstErr: make(chan error, 1)}
+	tlsWarn := &tlsWarning{log: log, servers: serverNames(cfg.URL), firstErr: make(chan error, 1),
+		refusal: func() error { return tlsRefusal(cfg) }}
 	state := &connState{}
 	opts, err := options(cfg, opt, log, tlsWarn, state)
 	if err != nil {
@@ -386,6 +387,9 @@ type tlsWarning struct {
 	// firstErr gets the error of the first failed attempt (Connect reads
 	// it to say why the broker is not reachable).
 	firstErr chan error
+	// refusal asks the servers why they close the connection after the
+	// handshake (tlsRefusal); nil asks nothing.
+	refusal func() error
 }
 
 // first hands err to Connect if it is the first attempt's.
@@ -409,6 +413,12 @@ func (w *tlsWarning) say(err error) bool {
 	defer w.mu.Unlock()
 	if !w.said {
 		w.said = true
+		if closedAfterHandshake(err) && w.refusal != nil {
+			// "broken pipe" names no certificate: the server's alert does.
+			if cause := w.refusal(); cause != nil {
+				err = fmt.Errorf("the server refused the connection: %w (%w)", cause, err)
+			}
+		}
 		w.log.Warn().Str("server", w.servers).Err(err).
 			Msg("nats TLS verification failed; retrying in the background (check nats.tls.ca_file and the server's certificate)")
 	}
