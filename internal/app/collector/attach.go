@@ -241,6 +241,7 @@ func (d *detacher) run(ctx context.Context, s *session, stopSources context.Canc
 	case <-sctx.Done():
 		return
 	}
+	s.log.Debug().Msg("detaching: new log records are left to the next attach; waiting for the broker to acknowledge what was sent")
 	if s.pipe.pub != nil {
 		if err := s.pipe.pub.Flush(sctx); err != nil {
 			s.log.Warn().Err(err).Msg("detaching before the broker acknowledged every event; the next attach sends them again")

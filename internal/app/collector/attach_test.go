@@ -6,9 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/natstest"
@@ -62,9 +64,16 @@ func TestAttachIntegration(t *testing.T) {
 	cfg.NATS.URL = proxy.URL()
 	cfg.Attach.PID = pid
 	cfg.Attach.Log = logPath
+	// The acks are held below for as long as the test's waits take, on a
+	// loaded machine longer than the default cut-off (3 unanswered pings,
+	// 6 s): held acks are not a cut-off broker here, so the pings' bound
+	// is beyond every wait of the test.
+	cfg.NATS.PingInterval = waitFor
+	var logs syncBuffer
 	attach := func(ctx context.Context) <-chan error {
 		ch := make(chan error, 1)
-		go func() { ch <- Attach(ctx, cfg, newTestIO().io(), testLogger(t)) }()
+		log := zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), &logs)).Level(zerolog.DebugLevel)
+		go func() { ch <- Attach(ctx, cfg, newTestIO().io(), log) }()
 		return ch
 	}
 	wait := func(ch <-chan error, what string) error {
@@ -98,7 +107,9 @@ func TestAttachIntegration(t *testing.T) {
 	eventually(t, "the child to write 100 more lines", exists("m2"))
 	eventually(t, "700 lines in the stream", linesIn(700))
 	stop1()
-	time.Sleep(300 * time.Millisecond) // the follower stops while the acks are held
+	eventually(t, "the first attach to detach while the acks are held", func() bool {
+		return strings.Contains(logs.String(), "detaching: new log records are left to the next attach")
+	})
 	proxy.ReleaseServer()
 	require.NoError(t, wait(first, "the first attach"))
 	msgs := streamOf(t, js, runID)

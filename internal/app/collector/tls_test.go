@@ -38,9 +38,9 @@ func TestRunTLSVerificationFailuresIntegration(t *testing.T) {
 		{"no CA given, system roots", pki.ServerCert, pki.ServerKey, "", bus.TLSConfig{}, "certificate signed by unknown authority"},
 		{"another name", pki.OtherNameCert, pki.OtherKey, "", bus.TLSConfig{CAFile: pki.CA}, "doesn't contain any IP SANs"},
 		{"expired", pki.ExpiredCert, pki.ExpiredKey, "", bus.TLSConfig{CAFile: pki.CA}, "certificate has expired"},
-		{"client certificate missing", pki.ServerCert, pki.ServerKey, pki.CA, bus.TLSConfig{CAFile: pki.CA}, "tls: "},
+		{"client certificate missing", pki.ServerCert, pki.ServerKey, pki.CA, bus.TLSConfig{CAFile: pki.CA}, "remote error: tls: "},
 		{"client certificate of another CA", pki.ServerCert, pki.ServerKey, pki.CA,
-			bus.TLSConfig{CAFile: pki.CA, CertFile: other.ClientCert, KeyFile: other.ClientKey}, "tls: "},
+			bus.TLSConfig{CAFile: pki.CA, CertFile: other.ClientCert, KeyFile: other.ClientKey}, "remote error: tls: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
