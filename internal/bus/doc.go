@@ -115,6 +115,7 @@
 //
 //	config.go                Config (nats.*), SpoolConfig (spool.*), Partitioning (consumer.partitions), PublisherConfig
 //	conn.go                  Connect and Dial: the connection, its options and what its errors mean
+//	tlsrefusal.go            why a server closed the connection after the TLS handshake: its alert, asked again
 //	inbox.go                 InboxPrefix: a collector's reply subjects, its host's own
 //	stream.go                StreamConfig and EnsureStream: the events stream's settings
 //	partition.go             the stream's partitions: subjects, filters, EnsurePartitioned, the legacy stream
