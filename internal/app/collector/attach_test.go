@@ -66,9 +66,11 @@ func TestAttachIntegration(t *testing.T) {
 	cfg.Attach.Log = logPath
 	// The acks are held below for as long as the test's waits take, on a
 	// loaded machine longer than the default cut-off (3 unanswered pings,
-	// 6 s): held acks are not a cut-off broker here, so the pings' bound
-	// is beyond every wait of the test.
+	// 6 s) and the default ack timeout (5 s, then the events go to the
+	// spool): here they are late acks of a present broker, so both bounds
+	// lie beyond every wait of the test.
 	cfg.NATS.PingInterval = waitFor
+	cfg.NATS.AckTimeout = waitFor
 	var logs syncBuffer
 	attach := func(ctx context.Context) <-chan error {
 		ch := make(chan error, 1)
