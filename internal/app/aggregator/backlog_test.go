@@ -72,8 +72,13 @@ func TestServeSinkBacklogLosesNothingIntegration(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(compact(t, want)), string(l.raw), "run %s: the split written", l.id)
 	}
-	deferred := metric(`gttsplit_sink_deferred_total{sink="json"}`)
-	require.Equal(t, deferred, metric(`gttsplit_sink_requeued_total{sink="json"}`), "every deferred split read back")
+	// The counters are read one after the other while the runs' states may
+	// still ask for a re-send (deferred again, then read back: 34 against
+	// 33 once under load): they meet soon after, and only a split never
+	// read back keeps them apart.
+	eventually(t, "every deferred split read back", func() bool {
+		return metric(`gttsplit_sink_deferred_total{sink="json"}`) == metric(`gttsplit_sink_requeued_total{sink="json"}`)
+	})
 	require.Zero(t, metric(`gttsplit_sink_errors_total{outcome="dropped",sink="json"}`))
 	// And the runs' states stop asking for a re-send.
 	eventually(t, "no split pending", func() bool {
