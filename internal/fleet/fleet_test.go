@@ -315,8 +315,6 @@ func TestLeaseSurvivesARenewalWhoseAnswerWasLostIntegration(t *testing.T) {
 	require.False(t, b.Valid())
 }
 
-// A server restart loses the members bucket (kept in memory): a member
-// creates it again and is ready again, its partitions still its own.
 // TestLeaseTakenAgainFencesTheLostOneIntegration: a member loses a
 // partition's lease (its key gone: expired on a loaded machine, or deleted)
 // and takes the partition again with a new lease. A write of the lost lease
@@ -369,6 +367,9 @@ func TestLeaseTakenAgainFencesTheLostOneIntegration(t *testing.T) {
 	require.Equal(t, "a", holderOf([]byte("a")), "a key an earlier version wrote")
 }
 
+// TestMemberSurvivesServerRestartIntegration: a server restart loses the
+// members bucket (kept in memory): a member creates it again and is ready
+// again, its partitions still its own.
 func TestMemberSurvivesServerRestartIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a nats-server")
