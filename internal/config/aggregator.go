@@ -71,6 +71,8 @@ func DefaultConsumer() Consumer {
 type Embedded struct {
 	Listen string `mapstructure:"listen" flag:"embedded-listen" desc:"client listen address (host:port) of the embedded NATS server; it requires nats.token or nats.user/nats.password (which the server then demands) unless it is a loopback address"`
 	Store  string `mapstructure:"store" flag:"store" desc:"JetStream store directory of the embedded NATS server"`
+	// MaxStore is the embedded server's max_file_store.
+	MaxStore int64 `mapstructure:"max_store" desc:"most bytes the embedded NATS server's JetStream store may hold (events, run states, leases); when full nothing more is written; 0 means 75 % of the disk's free space at start, as nats-server does"`
 }
 
 // Validate reports the problems of the embedded.* keys; whether a listener
@@ -80,6 +82,7 @@ func (e Embedded) Validate() error {
 	var p conf.Problems
 	p.Check("listen", conf.Listen(e.Listen))
 	p.NotEmpty("store", e.Store)
+	p.AtLeast("max_store", e.MaxStore, 0)
 	return p.Err()
 }
 

@@ -79,10 +79,11 @@ func (t *Table) room(ctx context.Context, info *jetstream.StreamInfo) {
 			t.fill("account", ai.Store, uint64(ai.Limits.MaxStore),
 				"the account's JetStream store limit: when full, no event, state or lease can be written")
 		}
-		if t.cfg.StoreRoom != nil {
-			if r := t.cfg.StoreRoom(); r.Limit > 0 {
-				t.fill("server", r.Used, r.Limit, r.What+": when full, no event, state or lease can be written")
-			}
+	}
+	// The embedded server's store is read in process: at every watch.
+	if t.cfg.StoreRoom != nil {
+		if r := t.cfg.StoreRoom(); r.Limit > 0 {
+			t.fill("server", r.Used, r.Limit, r.What+": when full, no event, state or lease can be written")
 		}
 	}
 	rw.watches++

@@ -16,6 +16,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/dirlock"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 	"github.com/gttsplit/gttsplit/pkg/conf"
 )
 
@@ -28,11 +29,13 @@ const embeddedMaxPayload = 8 << 20
 var ErrStoreInUse = dirlock.ErrLocked
 
 // StartEmbedded starts the in-process NATS server with JetStream on listen
-// (host:port; port 0 picks a free one) with its store in store. It first
+// (host:port; port 0 picks a free one) with its store in store, holding at
+// most maxStore bytes (0: the server's default, 75 % of the disk's free
+// space). It first
 // takes an exclusive lock on the store (released when the server shuts
 // down) and checks that the address is free, so a second aggregator on the
 // same store or port fails at once, saying which.
-func StartEmbedded(listen, store string, auth EmbeddedAuth, log zerolog.Logger) (*server.Server, error) {
+func StartEmbedded(listen, store string, maxStore int64, auth EmbeddedAuth, log zerolog.Logger) (*server.Server, error) {
 	if auth.Token == "" && auth.User == "" && !conf.IsLoopbackListen(listen) {
 		return nil, fmt.Errorf("embedded.listen %q is not a loopback address: the embedded NATS server needs nats.token or nats.user and nats.password there", listen)
 	}
@@ -72,8 +75,10 @@ func StartEmbedded(listen, store string, auth EmbeddedAuth, log zerolog.Logger) 
 		JetStream:  true,
 		StoreDir:   store,
 		MaxPayload: embeddedMaxPayload,
-		NoSigs:     true,
-		NoLog:      true,
+		// 0 leaves the server's default.
+		JetStreamMaxStore: maxStore,
+		NoSigs:            true,
+		NoLog:             true,
 		// The configured client credentials are the server's too.
 		Authorization: auth.Token,
 		Username:      auth.User,
@@ -106,6 +111,28 @@ func StartEmbedded(listen, store string, auth EmbeddedAuth, log zerolog.Logger) 
 	log.Info().Str("url", ns.ClientURL()).Str("store", store).Bool("auth", auth.Token != "" || auth.User != "").
 		Msg("embedded NATS server with JetStream ready; point collectors at it with " + how)
 	return ns, nil
+}
+
+// serverRoom reports the embedded server's JetStream store against what it
+// may hold: its max_file_store (embedded.max_store, or what the server
+// took from the disk at start), or the room its disk has left beside what
+// it holds, whichever is less (the disk may fill with other files).
+func serverRoom(ns *server.Server, dir string) func() runtable.StoreRoom {
+	return func() runtable.StoreRoom {
+		jsi, err := ns.Jsz(&server.JSzOptions{})
+		if err != nil || jsi.Disabled {
+			return runtable.StoreRoom{}
+		}
+		r := runtable.StoreRoom{Used: jsi.Store, What: fmt.Sprintf("the embedded server's store %s (embedded.max_store)", dir)}
+		if jsi.Config.MaxStore > 0 {
+			r.Limit = uint64(jsi.Config.MaxStore)
+		}
+		if free, ok := diskFree(dir); ok && (r.Limit == 0 || r.Used+free < r.Limit) {
+			r.Limit = r.Used + free
+			r.What = fmt.Sprintf("the disk of the embedded server's store %s", dir)
+		}
+		return r
+	}
 }
 
 // EmbeddedAuth is what the embedded server demands of its clients: a
@@ -143,7 +170,7 @@ func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) 
 	n := cfg.NATS
 	if n.URL == "" {
 		auth := EmbeddedAuth{Token: n.Token.Reveal(), User: n.User, Password: n.Password.Reveal()}
-		ns, err := StartEmbedded(cfg.Embedded.Listen, cfg.Embedded.Store, auth, log)
+		ns, err := StartEmbedded(cfg.Embedded.Listen, cfg.Embedded.Store, cfg.Embedded.MaxStore, auth, log)
 		if err != nil {
 			return nil, err
 		}

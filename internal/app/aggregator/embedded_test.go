@@ -18,16 +18,16 @@ func TestStartEmbeddedStoreLocked(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	store := filepath.Join(t.TempDir(), "store")
-	ns, err := StartEmbedded("127.0.0.1:0", store, EmbeddedAuth{}, testLogger(t))
+	ns, err := StartEmbedded("127.0.0.1:0", store, 0, EmbeddedAuth{}, testLogger(t))
 	require.NoError(t, err)
-	_, err = StartEmbedded("127.0.0.1:0", store, EmbeddedAuth{}, testLogger(t))
+	_, err = StartEmbedded("127.0.0.1:0", store, 0, EmbeddedAuth{}, testLogger(t))
 	require.ErrorIs(t, err, ErrStoreInUse)
 	require.ErrorContains(t, err, store)
 	require.ErrorContains(t, err, "pid")
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	eventually(t, "the store's lock released", func() bool {
-		ns2, err := StartEmbedded("127.0.0.1:0", store, EmbeddedAuth{}, testLogger(t))
+		ns2, err := StartEmbedded("127.0.0.1:0", store, 0, EmbeddedAuth{}, testLogger(t))
 		if err != nil {
 			return false
 		}
@@ -45,7 +45,7 @@ func TestStartEmbeddedPortBusy(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	store := filepath.Join(t.TempDir(), "store")
-	_, err = StartEmbedded(ln.Addr().String(), store, EmbeddedAuth{}, testLogger(t))
+	_, err = StartEmbedded(ln.Addr().String(), store, 0, EmbeddedAuth{}, testLogger(t))
 	require.ErrorIs(t, err, syscall.EADDRINUSE)
 	require.ErrorContains(t, err, ln.Addr().String())
 	require.NotErrorIs(t, err, ErrStoreInUse)
@@ -53,7 +53,7 @@ func TestStartEmbeddedPortBusy(t *testing.T) {
 	if testing.Short() {
 		return
 	}
-	ns, err := StartEmbedded("127.0.0.1:0", store, EmbeddedAuth{}, testLogger(t))
+	ns, err := StartEmbedded("127.0.0.1:0", store, 0, EmbeddedAuth{}, testLogger(t))
 	require.NoError(t, err, "the failed start released the store")
 	ns.Shutdown()
 	ns.WaitForShutdown()
@@ -64,7 +64,7 @@ func TestStartEmbeddedPortBusy(t *testing.T) {
 func TestStartEmbeddedAuth(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
-	_, err := StartEmbedded("0.0.0.0:0", filepath.Join(t.TempDir(), "s0"), EmbeddedAuth{}, testLogger(t))
+	_, err := StartEmbedded("0.0.0.0:0", filepath.Join(t.TempDir(), "s0"), 0, EmbeddedAuth{}, testLogger(t))
 	require.ErrorContains(t, err, "not a loopback address")
 
 	for name, auth := range map[string]EmbeddedAuth{
@@ -72,7 +72,7 @@ func TestStartEmbeddedAuth(t *testing.T) {
 		"user":  {User: "agg", Password: "emb-pw-2"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ns, err := StartEmbedded("127.0.0.1:0", filepath.Join(t.TempDir(), "s"), auth, testLogger(t))
+			ns, err := StartEmbedded("127.0.0.1:0", filepath.Join(t.TempDir(), "s"), 0, auth, testLogger(t))
 			require.NoError(t, err)
 			defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 			_, err = nats.Connect(ns.ClientURL(), nats.NoReconnect())

@@ -193,20 +193,27 @@ type served struct {
 	done   chan error
 	closes *closes
 	http   string // host:port of the HTTP endpoint, when enabled
+	url    string // the broker it connected to
 }
 
 // startServe runs Serve with cfg until the test stops it (or ends).
 func startServe(t testing.TB, cfg config.Aggregator, opt ServeOptions) *served {
+	t.Helper()
+	return startServeLog(t, cfg, opt, testLogger(t))
+}
+
+// startServeLog is startServe logging to log.
+func startServeLog(t testing.TB, cfg config.Aggregator, opt ServeOptions, log zerolog.Logger) *served {
 	t.Helper()
 	s := &served{done: make(chan error, 1), closes: newCloses()}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	ready := make(chan struct{})
 	httpAddr := make(chan string, 1)
-	opt.Ready = func(string) { close(ready) }
+	opt.Ready = func(url string) { s.url = url; close(ready) }
 	opt.OnClose = s.closes.add
 	opt.HTTPReady = func(a string) { httpAddr <- a }
-	go func() { s.done <- Serve(ctx, cfg, opt, testLogger(t)) }()
+	go func() { s.done <- Serve(ctx, cfg, opt, log) }()
 	select {
 	case <-ready:
 	case err := <-s.done:

@@ -225,6 +225,9 @@ func (n *Node) openTable(ctx context.Context) (err error) {
 		Consumer: cfg.Consumer.Table, Store: cfg.Store, Partitions: n.lay.Partitions, Legacy: n.lay.Legacy,
 		Replicas: cfg.NATS.Replicas, IdleTimeout: cfg.IdleTimeout, Sinks: n.fan, Deliveries: n.deliv,
 		OnClose: n.opt.OnClose, Now: n.opt.Now, Metrics: n.m, LaneChanges: n.lanes}
+	if n.b.ns != nil {
+		tc.StoreRoom = serverRoom(n.b.ns, cfg.Embedded.Store)
+	}
 	if out := n.opt.Stdout; out != nil {
 		tc.Print = func(r split.Report) { _ = WriteReport(out, cfg.Format, r) }
 	}
