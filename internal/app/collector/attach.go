@@ -97,12 +97,13 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		return err
 	}
 	set := sources.Settings{Logger: s.log, Batch: cfg.Batch}
-	trigger, onLine := newTrigger()
-	sampler, err := fdinfo.New(cfg.Sample, fdinfo.Process{PID: pid, Trigger: trigger}, set)
+	trigger := &sampleTrigger{}
+	sampler, err := fdinfo.New(cfg.Sample, fdinfo.Process{PID: pid}, set)
 	if err != nil {
 		_, _ = s.close(ctx)
 		return err
 	}
+	trigger.src.Store(sampler)
 	s.pipe.sampling = samplingOf(sampler)
 	done := make(chan struct{}) // closed when the process exited
 	d := &detacher{sourcesDone: make(chan struct{})}
@@ -145,7 +146,7 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 				// relevant one still asks for a sample when it arrives.
 				for _, l := range r.Lines {
 					b := []byte(l.Text)
-					onLine(b)
+					trigger.line(b)
 					watch.line(b)
 				}
 				return emit(ctx, r)

@@ -42,10 +42,10 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 		_, _ = s.close(ctx)
 		return 1, cli.Usage(fmt.Errorf("wrap.redact_flags: %w", err))
 	}
-	trigger, onLine := newTrigger()
+	trigger := &sampleTrigger{}
 	watch := newLlamaWatch()
 	lineHook := func(text []byte) {
-		onLine(text)
+		trigger.line(text)
 		watch.line(text)
 	}
 	// The child gets the collector's environment without the collector's
@@ -70,11 +70,12 @@ func Run(ctx context.Context, cfg config.Collector, argv []string, io IO, log ze
 		}
 	}
 
-	sampler, err := fdinfo.New(cfg.Sample, fdinfo.Process{PIDFunc: pw.WaitPID, Trigger: trigger}, set)
+	sampler, err := fdinfo.New(cfg.Sample, fdinfo.Process{PIDFunc: pw.WaitPID}, set)
 	if err != nil {
 		_, _ = s.close(ctx)
 		return 1, err
 	}
+	trigger.src.Store(sampler)
 	s.pipe.sampling = samplingOf(sampler)
 
 	// The child's Finished record is held back: it is published last,

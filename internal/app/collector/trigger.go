@@ -10,21 +10,20 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/split/llamalog"
 )
 
-// newTrigger returns a channel that asks the fdinfo sampler for a sample at
-// once, and the line hook that fills it: every memory-relevant log line (a
-// buffer line, a trace line, a load or context marker) asks, without
-// blocking; asks that come while one waits are merged. A transient peak (a
-// packed copy built and freed between two ticks) is then sampled while it
-// is resident.
-func newTrigger() (chan struct{}, func([]byte)) {
-	ch := make(chan struct{}, 1)
-	return ch, func(text []byte) {
-		if llamalog.MemoryLine(text) {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
+// sampleTrigger is the line hook that asks the fdinfo sampler for a
+// sample at every memory-relevant log line (a buffer line, a trace line, a
+// load or context marker): the sample is taken in the goroutine that read
+// the line, before it reads on (fdinfo.Source.SampleNow), so a transient
+// peak (a packed copy built and freed between two ticks) is sampled while
+// it is resident. Lines that come before the sampler is set ask nothing.
+type sampleTrigger struct {
+	src atomic.Pointer[fdinfo.Source]
+}
+
+// line looks at one captured line.
+func (tr *sampleTrigger) line(text []byte) {
+	if s := tr.src.Load(); s != nil && llamalog.MemoryLine(text) {
+		s.SampleNow()
 	}
 }
 

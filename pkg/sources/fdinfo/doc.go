@@ -7,10 +7,14 @@
 //
 // Run resolves the root PID (Process.PID, or Process.PIDFunc, which may block
 // until a wrapped child started), then emits one Record{Sample} per
-// Config.Interval, the first at once. Sample.Seq counts ticks from 1. Run
+// Config.Interval, the first at once. Sample.Seq counts from 1. Run
 // returns nil when ctx is cancelled or when the root process is gone (its
 // /proc entry disappeared, it became a zombie, or its start time changed,
 // which means the PID was reused); it emits nothing after that.
+//
+// Source.SampleNow takes a sample at once in its caller's goroutine (the
+// collector's log reader, at a memory-relevant line), which Run emits in
+// order with its ticks; Sample.Seq counts every sample.
 //
 // # Sampling
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/pkg/conf"
 	"github.com/gttsplit/gttsplit/pkg/sources"
+	"github.com/gttsplit/gttsplit/pkg/split"
 	"github.com/rs/zerolog"
 )
 
@@ -29,10 +30,9 @@ type Config struct {
 	// RescanInterval is the least time between two searches for the
 	// process tree, the DRM fds and the cards.
 	RescanInterval time.Duration `mapstructure:"rescan_interval" desc:"time between rescans for new processes and file descriptors"`
-	// TriggerMinGap is the least time between a sample Process.Trigger
-	// asked for and the sample before it: a trigger that comes sooner is
-	// served TriggerMinGap after the last sample.
-	TriggerMinGap time.Duration `mapstructure:"trigger_min_gap" desc:"least time between a sample taken at once at a memory-relevant log line and the sample before it"`
+	// TriggerMinGap is the least time between two samples SampleNow
+	// asked for: one asked sooner is taken TriggerMinGap after the last.
+	TriggerMinGap time.Duration `mapstructure:"trigger_min_gap" desc:"least time between two samples taken at once at memory-relevant log lines (one asked sooner is taken at that gap); the ticks of sample.interval do not count"`
 }
 
 // DefaultConfig returns the defaults of the sample.* keys.
@@ -68,10 +68,6 @@ type Process struct {
 	// PIDFunc, when PID is 0, returns the root PID; it may block until the
 	// process exists (procwrap's WaitPID).
 	PIDFunc func(ctx context.Context) (int, error)
-	// Trigger, when set, asks for a sample at once (a memory-relevant log
-	// line arrived), between the ticks of Config.Interval (see
-	// Config.TriggerMinGap).
-	Trigger <-chan struct{}
 }
 
 // alive reports whether pid is a process of this PID namespace (signal 0
@@ -94,8 +90,28 @@ type Source struct {
 	// real process look like DRM fds.
 	readlink func(string) (string, error)
 
+	// now guards the sampler between Run's goroutine and the callers of
+	// SampleNow. It is taken before mu.
+	now now
+
 	mu    sync.Mutex
 	stats Stats
+}
+
+// now is the state SampleNow shares with Run.
+type now struct {
+	sync.Mutex
+	sm *sampler // nil while Run does not sample
+	// taken: samples SampleNow took, emitted by Run in their order.
+	taken []*split.Sample
+	// lastAt: when the last sample started; lastAsked: when the last
+	// sample SampleNow asked for started (TriggerMinGap counts from it).
+	lastAt, lastAsked time.Time
+	// asked: a sample SampleNow asked for waits for the gap (zero: none).
+	asked time.Time
+	gone  bool // a sample found the root process gone
+	// wake tells Run that taken, asked or gone changed.
+	wake chan struct{}
 }
 
 // Stats is the sampling a Source did: its interval, how many samples it
@@ -133,6 +149,63 @@ func (s *Source) count(t time.Time, triggered bool) {
 
 var _ sources.Source = (*Source)(nil)
 
+// SampleNow takes a sample at once, in the caller's goroutine, before it
+// returns: the collector calls it on reading a memory-relevant log line,
+// so a short peak the line announces is read while it is resident, not
+// when the sampler's goroutine gets to run. Run emits it (in order with
+// its ticks). A sample asked for less than Config.TriggerMinGap after the
+// last one asked for is taken by Run at that gap instead; one that a
+// sample started since the call already covers is not taken again. It
+// does nothing while Run does not sample; it is safe for concurrent use.
+func (s *Source) SampleNow() {
+	called := time.Now()
+	n := &s.now
+	n.Lock()
+	defer n.Unlock()
+	if n.sm == nil || n.gone || n.lastAt.After(called) {
+		return
+	}
+	t := time.Now()
+	if t.Sub(n.lastAsked) < s.cfg.TriggerMinGap || len(n.taken) >= maxTaken {
+		if n.asked.IsZero() {
+			n.asked = called
+			n.signal()
+		}
+		return
+	}
+	n.asked = time.Time{}
+	s.takeLocked(t, true)
+	n.signal()
+}
+
+// maxTaken bounds the samples SampleNow took that Run has not emitted yet
+// (its emit is slow): beyond it, Run takes the next one.
+const maxTaken = 64
+
+// takeLocked takes a sample at t into taken; n's lock is held.
+func (s *Source) takeLocked(t time.Time, asked bool) {
+	n := &s.now
+	smp := n.sm.sample(t)
+	if smp == nil {
+		n.gone = true
+		return
+	}
+	n.lastAt = t
+	if asked {
+		n.lastAsked = t
+	}
+	s.count(t, asked)
+	n.taken = append(n.taken, smp)
+}
+
+// signal wakes Run; n's lock is held.
+func (n *now) signal() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
 // New builds a Source that samples proc as cfg says.
 func New(cfg Config, proc Process, set sources.Settings) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
@@ -146,6 +219,7 @@ func New(cfg Config, proc Process, set sources.Settings) (*Source, error) {
 		proc:     proc,
 		log:      set.Logger.With().Str("component", component).Logger(),
 		readlink: os.Readlink,
+		now:      now{wake: make(chan struct{}, 1)},
 	}, nil
 }
 
@@ -175,54 +249,66 @@ func (s *Source) Run(ctx context.Context, emit sources.Emit) error {
 		}
 		return err
 	}
-	defer sm.close()
+	n := &s.now
+	n.Lock()
+	n.sm = sm
+	n.Unlock()
+	defer func() {
+		n.Lock()
+		n.sm = nil
+		n.Unlock()
+		sm.close()
+	}()
 	log.Info().Dur("interval", s.cfg.Interval).Msg("sampling started")
 
 	ticker := time.NewTicker(s.cfg.Interval)
 	defer ticker.Stop()
-	// deferred serves a trigger that came less than TriggerMinGap after
-	// the last sample (nil while none waits).
+	// deferred fires when a sample SampleNow asked for within the gap is
+	// due (nil while none waits).
 	var deferred <-chan time.Time
-	triggered := false
+	take, due := true, false
 	for {
-		now := time.Now()
-		smp := sm.sample(now)
-		if smp == nil {
-			log.Info().Uint64("samples", sm.seq-1).Msg("root process gone; sampling stopped")
+		n.Lock()
+		switch t := time.Now(); {
+		case take:
+			s.takeLocked(t, false)
+		case due && !n.asked.IsZero():
+			s.takeLocked(t, true)
+		}
+		if due {
+			deferred = nil
+		}
+		if !n.asked.IsZero() && n.lastAt.After(n.asked) {
+			n.asked = time.Time{} // a sample since covers it
+		}
+		if !n.asked.IsZero() && deferred == nil {
+			deferred = time.After(s.cfg.TriggerMinGap - time.Since(n.lastAsked))
+		}
+		out, gone, readErrs := n.taken, n.gone, sm.readErrs
+		n.taken = nil
+		n.Unlock()
+		for _, smp := range out {
+			if err := emit(ctx, sources.Record{Sample: smp}); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("emit sample: %w", err)
+			}
+		}
+		if gone {
+			log.Info().Uint64("samples", s.Stats().Samples).Msg("root process gone; sampling stopped")
 			return nil
 		}
-		s.count(now, triggered)
-		if err := emit(ctx, sources.Record{Sample: smp}); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("emit sample: %w", err)
-		}
-		last := now
-		triggered = false
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				log.Info().Uint64("samples", sm.seq).Uint64("read_errors", sm.readErrs).Msg("sampling stopped")
-				return nil
-			case <-ticker.C:
-				deferred = nil
-				break wait
-			case <-s.proc.Trigger:
-				if gap := s.cfg.TriggerMinGap - time.Since(last); gap > 0 {
-					if deferred == nil {
-						deferred = time.After(gap)
-					}
-					continue
-				}
-				triggered = true
-				break wait
-			case <-deferred:
-				deferred = nil
-				triggered = true
-				break wait
-			}
+		take, due = false, false
+		select {
+		case <-ctx.Done():
+			log.Info().Uint64("samples", s.Stats().Samples).Uint64("read_errors", readErrs).Msg("sampling stopped")
+			return nil
+		case <-ticker.C:
+			take = true
+		case <-n.wake:
+		case <-deferred:
+			due = true
 		}
 	}
 }
