@@ -142,6 +142,11 @@ type store struct {
 // leaseReserve is the room of a bucket with a max_bytes that the run
 // states leave to the leases: a lease renewal is a few hundred bytes
 // written before its previous revision is dropped.
+// The leases live in the run states' bucket, not one of their own: every
+// state write is fenced by its partition's lease revision
+// (Nats-Expected-Last-Subject-Sequence), which JetStream checks only
+// within one stream. So they get a reserve of the bucket instead; a full
+// server or account store refuses them too (room.go says it beforehand).
 const leaseReserve = 64 << 10
 
 // errReserve is a write the store refused itself: it would eat into the
