@@ -24,6 +24,9 @@ const (
 	DigestFilterBytes = digestFilterBytes
 )
 
+// Get is Index.get: a run's summary in the run index.
+func (ix *Index) Get(id string) (RunSummary, bool) { return ix.get(id) }
+
 // Compacted is RunState.compacted.
 func (st *RunState) Compacted() *RunState { return st.compacted() }
 

@@ -28,6 +28,24 @@ func laneBuild(t testing.TB, build string) rt.Fixture {
 	return rt.Load(t, filepath.Join(filepath.Dir(rt.Runs("4b")), "..", "..", "lanes", "4b-builds", build, "events.jsonl"), rt.FoldOptions(t))
 }
 
+// publishLane publishes the lane's runs at builds one after the other,
+// each once the one before is closed in r's run index, so the lane is
+// looked at over its builds in their order: the runs' partitions close
+// them in any order, and under load one may close after the poster's
+// settle (a run of a later build closed first reads as a change of its
+// own, and the comment is edited once more).
+func publishLane(t testing.TB, b *rt.Broker, r *table, builds ...string) {
+	t.Helper()
+	for _, build := range builds {
+		f := laneBuild(t, build)
+		b.Publish(t, f.Wires...)
+		rt.Eventually(t, build+" closed in the run index", func() bool {
+			s, ok := r.tbl.Index().Get(f.Origin.RunID)
+			return ok && s.State == "closed" && s.Split != nil
+		})
+	}
+}
+
 // laneComments are the lane changes comments on the issue.
 func laneComments(gh *githubtest.Server) []githubtest.Comment {
 	var out []githubtest.Comment
@@ -73,10 +91,8 @@ func TestLaneChangesCommentIntegration(t *testing.T) {
 	// gateway twice.
 	gh.FailNext(1, githubtest.RetryAfter(http.StatusTooManyRequests, 0))
 	gh.FailNext(2, githubtest.Status(http.StatusBadGateway))
-	for _, build := range []string{"b9850", "b9866", "b9901"} {
-		b.Publish(t, laneBuild(t, build).Wires...)
-	}
-	rt.Eventually(t, "the lane's comment", func() bool { return len(laneComments(gh)) == 1 })
+	publishLane(t, b, r, "b9850", "b9866", "b9901")
+	rt.Eventually(t, "the lane's comment", func() bool { return len(laneComments(gh)) == 1 && checks(r.m, "posted") == 1 })
 	require.GreaterOrEqual(t, checks(r.m, "failed"), 1.0)
 	c := laneComments(gh)[0]
 	require.Contains(t, c.Body, "**b9866 → b9901** · bisect `40f58efe1..c3e5a7b9d`")
@@ -84,12 +100,12 @@ func TestLaneChangesCommentIntegration(t *testing.T) {
 
 	// Two builds more, closed two hours later.
 	clk.advance(2 * time.Hour)
-	for _, build := range []string{"b9920", "b9950"} {
-		b.Publish(t, laneBuild(t, build).Wires...)
-	}
+	publishLane(t, b, r, "b9920", "b9950")
+	// The edit is on the tracker before its look has written the lane's
+	// record and counted it: the count is waited for too.
 	rt.Eventually(t, "the comment edited", func() bool {
 		cs := laneComments(gh)
-		return len(cs) == 1 && strings.Contains(cs[0].Body, "**b9920 → b9950**")
+		return len(cs) == 1 && strings.Contains(cs[0].Body, "**b9920 → b9950**") && checks(r.m, "posted") >= 2
 	})
 	c = laneComments(gh)[0]
 	require.Equal(t, 1, c.Edits)
