@@ -182,7 +182,9 @@ type Sink struct {
 // Interface guard.
 var _ sinks.Sink = (*Sink)(nil)
 
-type postKey struct{ issue, run string }
+// postKey names a comment the sink left on an issue: a run's (run) or a
+// sticky comment's (its key).
+type postKey struct{ issue, run, sticky string }
 
 // posted remembers a comment this sink created or edited.
 type posted struct {
@@ -297,7 +299,7 @@ func (s *Sink) post(ctx context.Context, r split.Report) error {
 	mark := marker(r.Run.ID)
 	text := compose(mark, s.body(ctx, r), maxBody)
 	sum := sha256.Sum256([]byte(text))
-	key := postKey{iss.key(), r.Run.ID}
+	key := postKey{issue: iss.key(), run: r.Run.ID}
 
 	unlock, err := s.lock(ctx, iss.key())
 	if err != nil {
@@ -364,7 +366,9 @@ var ErrNotKept = errors.New("not kept: the write is no longer this aggregator's"
 // lane=KEY -->", edited when its body differs, left alone when it does
 // not, created when the issue has none. known is the comment's id from an
 // earlier call (0: none known): it is edited at once, and looked up again
-// only when it is gone. keep, if not nil, is asked right before each
+// only when it is gone; when this sink last left this very body there
+// (the caller asks again: its record of the write was not written),
+// nothing is written. keep, if not nil, is asked right before each
 // write (an edit or a creation); when it says no, nothing is written and
 // the error is ErrNotKept. It returns the comment's id (0 in a dry run).
 //
@@ -383,11 +387,19 @@ func (s *Sink) Sticky(ctx context.Context, ref, key, body string, known int64, k
 	}
 	mark := stickyMarker(key)
 	text := compose(mark, body, maxBody)
+	sum := sha256.Sum256([]byte(text))
+	pk := postKey{issue: iss.key(), sticky: key}
 	unlock, err := s.lock(ctx, iss.key())
 	if err != nil {
 		return 0, err
 	}
 	defer unlock()
+	s.mu.Lock()
+	prev, left := s.posted[pk]
+	s.mu.Unlock()
+	if known != 0 && left && prev.id == known && prev.sum == sum {
+		return known, nil
+	}
 	kept := func() error {
 		if keep != nil && !keep() {
 			return fmt.Errorf("issue %s: %s: %w", iss, key, ErrNotKept)
@@ -409,12 +421,14 @@ func (s *Sink) Sticky(ctx context.Context, ref, key, body string, known int64, k
 		}
 		err := s.edit(ctx, iss, known, text)
 		if err == nil {
+			s.remember(pk, posted{id: known, sum: sum})
 			return known, nil
 		}
 		if !errors.Is(err, errNotFound) {
 			return 0, err
 		}
 		// Deleted since: look it up again.
+		s.forget(pk)
 	}
 	found, err := s.find(ctx, iss, mark)
 	if err != nil {
@@ -430,8 +444,10 @@ func (s *Sink) Sticky(ctx context.Context, ref, key, body string, known int64, k
 			return 0, err
 		}
 		s.log.Debug().Str("key", key).Stringer("issue", iss).Int64("comment_id", id).Msg("sticky comment created")
+		s.remember(pk, posted{id: id, sum: sum})
 		return id, nil
 	case strings.ReplaceAll(found.Body, "\r\n", "\n") == text:
+		s.remember(pk, posted{id: found.ID, sum: sum})
 		return found.ID, nil
 	}
 	if err := kept(); err != nil {
@@ -440,6 +456,7 @@ func (s *Sink) Sticky(ctx context.Context, ref, key, body string, known int64, k
 	if err := s.edit(ctx, iss, found.ID, text); err != nil {
 		return 0, err
 	}
+	s.remember(pk, posted{id: found.ID, sum: sum})
 	return found.ID, nil
 }
 

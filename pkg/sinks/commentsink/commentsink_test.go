@@ -615,9 +615,17 @@ func TestStickyComment(t *testing.T) {
 	require.Equal(t, 1, cs[2].Edits)
 	require.Equal(t, "<!-- gttsplit lane=strix01/gpu0/m.gguf -->\nsecond", cs[2].Body)
 
+	// Asked again with the body it just wrote there (the caller's record
+	// of the edit was not written, and it retries): nothing is written.
+	patches := e.srv.Count(http.MethodPatch)
+	got, err = s.Sticky(ctx, issue, "strix01/gpu0/m.gguf", "second", id, nil)
+	require.NoError(t, err)
+	require.Equal(t, id, got)
+	require.Equal(t, patches, e.srv.Count(http.MethodPatch), "the same body is not written again")
+	require.Equal(t, 1, e.srv.Comments(issue)[2].Edits)
+
 	// Not known (another aggregator, a restart): found by its marker; the
 	// same body is not written again.
-	patches := e.srv.Count(http.MethodPatch)
 	got, err = s.Sticky(ctx, issue, "strix01/gpu0/m.gguf", "second", 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, id, got)
