@@ -217,21 +217,29 @@ func TestMembersShareAndHandOverIntegration(t *testing.T) {
 	require.Equal(t, 5, moved, "the newcomer's share moves, nothing more")
 }
 
+// leaseOn starts a server and a fleet on it, and acquires partition p's
+// lease of group "g" for member (ttl, margin as acquire's): the lease
+// tests' start. It skips a -short run.
+func leaseOn(t *testing.T, member string, p int, ttl, margin time.Duration) (*testFleet, *Lease) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	f := newTestFleet(t, natstest.Start(t).ClientURL())
+	l, err := acquire(context.Background(), f.js, f.kv, testBucket, "g", member, p, ttl, margin)
+	require.NoError(t, err)
+	return f, l
+}
+
 // A member cut off from renewing (here: its renewals made to fail) loses
 // its leases when their time to live runs out, before anyone else can take
 // them; the server refuses a write fenced with the old revision.
 func TestLeaseExpiresAndFencesIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a nats-server")
-	}
-	s := natstest.Start(t)
-	f := newTestFleet(t, s.ClientURL())
-	ctx := context.Background()
 	ttl := 2 * time.Second
-	a, err := acquire(ctx, f.js, f.kv, testBucket, "g", "a", 3, ttl, 500*time.Millisecond)
-	require.NoError(t, err)
+	f, a := leaseOn(t, "a", 3, ttl, 500*time.Millisecond)
+	ctx := context.Background()
 	require.True(t, a.Valid())
-	_, err = acquire(ctx, f.js, f.kv, testBucket, "g", "b", 3, ttl, 500*time.Millisecond)
+	_, err := acquire(ctx, f.js, f.kv, testBucket, "g", "b", 3, ttl, 500*time.Millisecond)
 	require.ErrorIs(t, err, ErrTaken)
 
 	// A fenced write with a's fence goes through while a holds it.
@@ -272,15 +280,9 @@ func TestLeaseExpiresAndFencesIntegration(t *testing.T) {
 // and goes on: before, the member fenced itself out and dropped a
 // partition nobody else held. A key another member holds is still lost.
 func TestLeaseSurvivesARenewalWhoseAnswerWasLostIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a nats-server")
-	}
-	s := natstest.Start(t)
-	f := newTestFleet(t, s.ClientURL())
-	ctx := context.Background()
 	ttl := 5 * time.Second
-	a, err := acquire(ctx, f.js, f.kv, testBucket, "g", "a", 4, ttl, time.Second)
-	require.NoError(t, err)
+	f, a := leaseOn(t, "a", 4, ttl, time.Second)
+	ctx := context.Background()
 	landed := func() {
 		t.Helper()
 		_, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: a.subject, Data: a.value},
@@ -326,15 +328,9 @@ func TestLeaseSurvivesARenewalWhoseAnswerWasLostIntegration(t *testing.T) {
 // Before leases carried a token of their own, the lost lease took the new
 // revision as its own and wrote.
 func TestLeaseTakenAgainFencesTheLostOneIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a nats-server")
-	}
-	s := natstest.Start(t)
-	f := newTestFleet(t, s.ClientURL())
-	ctx := context.Background()
 	ttl := 30 * time.Second
-	old, err := acquire(ctx, f.js, f.kv, testBucket, "g", "a", 3, ttl, time.Second)
-	require.NoError(t, err)
+	f, old := leaseOn(t, "a", 3, ttl, time.Second)
+	ctx := context.Background()
 	require.Equal(t, "a", old.Member())
 	require.NoError(t, f.kv.Delete(ctx, old.key)) // gone, as an expired key is
 	again, err := acquire(ctx, f.js, f.kv, testBucket, "g", "a", 3, ttl, time.Second)
