@@ -52,26 +52,27 @@ func posLess(aSeq uint64, aStream string, bSeq uint64, bStream string) bool {
 }
 
 func (t *traceAcc) add(stream string, r llamalog.Record) {
-	t.addHashed(stream, r, nameHash(r.Name), r.Name != "")
+	t.addHashed(stream, &r, nameHash(r.Name), r.Name != "")
 }
 
 // addHashed is add with the tensor name given as its nameHash (named
-// false: no name; r.Name is not used). Max and Last are overwritten in place, so a
-// trace line allocates nothing.
-func (t *traceAcc) addHashed(stream string, r llamalog.Record, name uint64, named bool) {
+// false: no name; r.Name is not used, and not kept). Max and Last are
+// overwritten in place, so a trace line allocates nothing.
+func (t *traceAcc) addHashed(stream string, r *llamalog.Record, name uint64, named bool) {
 	t.N++
-	r.Name = ""
 	if t.Max == nil || r.MiB > t.Max.MiB || r.MiB == t.Max.MiB && posLess(r.Seq, stream, t.Max.Seq, t.MaxS) {
 		if t.Max == nil {
 			t.Max = new(llamalog.Record)
 		}
-		*t.Max, t.MaxS = r, stream
+		*t.Max, t.MaxS = *r, stream
+		t.Max.Name = ""
 	}
 	if t.Last == nil || posLess(t.Last.Seq, t.LastS, r.Seq, stream) {
 		if t.Last == nil {
 			t.Last = new(llamalog.Record)
 		}
-		*t.Last, t.LastS = r, stream
+		*t.Last, t.LastS = *r, stream
+		t.Last.Name = ""
 	}
 	if named {
 		t.Names.add(name, MaxTraceNames)

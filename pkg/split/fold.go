@@ -408,7 +408,7 @@ func (lp *lineParser) parse(p *llamalog.Parser, seq uint64, b []byte, names *nam
 func (f *Fold) foldParsed(stream string, seq uint64, pl *parsedLine) {
 	r := &pl.r
 	if r.Kind == llamalog.KindTrace {
-		f.st.Trace.addHashed(stream, *r, pl.name, pl.named)
+		f.st.Trace.addHashed(stream, r, pl.name, pl.named)
 		return
 	}
 	k := lineKey{stream, seq}

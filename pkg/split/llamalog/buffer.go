@@ -116,10 +116,12 @@ var bufferTypeNames = map[string]bool{"CPU": true, "AMX": true, "Metal": true, "
 // one of bufferTypeNames. A device's own name starts with a word of none
 // of these forms (AMD, NVIDIA, Radeon, Intel(R)).
 func isBufferTypeName(w string) bool {
-	if bufferTypeNames[w] || strings.HasPrefix(w, "Meta(") || strings.ContainsAny(w, "_[") {
-		return true
+	for i := 0; i < len(w); i++ {
+		if c := w[i]; c == '_' || c == '[' || isDigit(c) {
+			return true
+		}
 	}
-	return strings.ContainsAny(w, "0123456789")
+	return bufferTypeNames[w] || strings.HasPrefix(w, "Meta(")
 }
 
 // deviceNamed returns a buffer line's type and kind as the grammar

@@ -14,8 +14,17 @@ import "bytes"
 // the only ones are those of llama.cpp's coloured prefix (see
 // colouredPrefix), and scratch (grown as needed) otherwise. Payload never anchors on column 0 of the raw
 // line: whatever prefix order a build or a router produced, it is removed.
+//
+// Progress dots before the coloured prefix ("...\x1b[34m0.00.670.828...",
+// a line that continues a row of dots) are passed over first: the
+// trimming removes leading dots before any other prefix of what follows
+// them, so Payload of the line is Payload of the rest.
 func Payload(line []byte, scratch *[]byte) []byte {
-	if rest, ok := colouredPrefix(line); ok {
+	d := 0
+	for d < len(line) && line[d] == '.' {
+		d++
+	}
+	if rest, ok := colouredPrefix(line[d:]); ok {
 		return payloadTail(rest)
 	}
 	return payloadPlain(line, scratch)

@@ -531,6 +531,8 @@ func FuzzPayloadMatchesPlain(f *testing.F) {
 		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI \x1b[0m\x1b[1mx\x1b[0m",
 		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI ", "\x1b[34m0.00.035.322 X x", "\x1b[3", "\x1bq0.00.035.322 I x",
 		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI \x1b[0m0.00.035.323 W [ 8080] cmn  f: m",
+		"...\x1b[34m0.00.670.828\x1b[0m \x1b[33mD hrx: a", "..\x1b[0m.hrx: a", ".\x1b[0m\xef\xbb\xbf[ 8080] x",
+		"..\x1b[0m  .. 0.00.035.322 I x", ".\x1b[0m[1234567890] 0.00.035.322 I x", "...\x1b[0m", ".",
 	} {
 		f.Add([]byte(s))
 	}

@@ -1,5 +1,10 @@
 package llamalog
 
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
 // Scratch is what a caller that parses many lines lends the parser
 // (Parser.ParseWith) so that a relevant line of a shape seen before
 // allocates nothing: the strings earlier lines gave (function, buffer and
@@ -44,10 +49,7 @@ func (sc *Scratch) str(b []byte) string {
 	if sc.strs == nil {
 		sc.strs = new([strCacheSize]string)
 	}
-	h := uint32(2166136261)
-	for _, c := range b {
-		h = (h ^ uint32(c)) * 16777619
-	}
+	h := strHash(b)
 	i := int(h>>8) % strCacheSize &^ 1
 	c := sc.strs
 	switch {
@@ -66,6 +68,22 @@ func (sc *Scratch) str(b []byte) string {
 		c[i+int(h&1)] = s
 	}
 	return s
+}
+
+// strHash picks str's cache set: from the length and the first and last
+// bytes (up to four each) rather than every byte (the bytes are compared
+// whole on a hit, so a weak hash costs only misses).
+func strHash(b []byte) uint32 {
+	n := len(b)
+	var x uint32
+	if n >= 4 {
+		x = binary.LittleEndian.Uint32(b) ^ bits.RotateLeft32(binary.LittleEndian.Uint32(b[n-4:]), 13)
+	} else {
+		for _, c := range b {
+			x = x<<8 | uint32(c)
+		}
+	}
+	return (x ^ uint32(n)) * 0x9e3779b1
 }
 
 // asciiSpace is strings.Fields' ASCII whitespace.

@@ -43,12 +43,15 @@ func (p *Parser) readTrace(r *Record, s []byte, sc *Scratch) bool {
 // FuzzDefaultTraceMatchesRegexp holds it to the regexp.
 func defaultTrace(s []byte) (float64, bool) {
 	for off := 0; ; {
-		i := bytes.Index(s[off:], aMiB)
+		i := bytes.IndexByte(s[off:], 'M')
 		if i < 0 {
 			return 0, false
 		}
 		e := off + i
 		off = e + 1
+		if e+3 > len(s) || s[e+1] != 'i' || s[e+2] != 'B' {
+			continue
+		}
 		if e > 0 && s[e-1] == ' ' {
 			e--
 		}
@@ -90,21 +93,36 @@ func traceNameTo(sc *Scratch, name []byte) string {
 }
 
 // traceName is DefaultTraceNamePattern, `name=(\S+)`, by hand (RE2's \s is
-// [\t\n\f\r ]): the group, nil without a match.
+// [\t\n\f\r ]): the group, nil without a match. It looks for each '='
+// (a trace line's first is most often its name's) and reads "name" back
+// from it, rather than searching for every 'n'; the occurrences of
+// "name=" come in the same order, so the leftmost with a non-empty value
+// wins as with the regexp.
 func traceName(s []byte) []byte {
-	for off := 0; ; {
-		i := bytes.Index(s[off:], []byte("name="))
+	for off := len(aName); off < len(s); {
+		i := bytes.IndexByte(s[off:], '=')
 		if i < 0 {
 			return nil
 		}
-		v := s[off+i+5:]
-		off += i + 1
+		e := off + i
+		off = e + 1
+		if string(s[e-len(aName):e]) != string(aName) {
+			continue
+		}
+		v := s[e+1:]
 		j := 0
-		for j < len(v) && v[j] != ' ' && v[j] != '\t' && v[j] != '\n' && v[j] != '\r' && v[j] != '\f' {
+		for j < len(v) && !reSpace[v[j]] {
 			j++
 		}
 		if j > 0 {
 			return v[:j]
 		}
 	}
+	return nil
 }
+
+// aName is what precedes the '=' of a trace line's tensor name.
+var aName = []byte("name")
+
+// reSpace is RE2's \s: the bytes that end a trace line's tensor name.
+var reSpace = [256]bool{'\t': true, '\n': true, '\f': true, '\r': true, ' ': true}
