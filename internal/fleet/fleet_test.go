@@ -103,10 +103,16 @@ type running struct {
 // partitions, with its own connection and a heartbeat of 100ms.
 func (f *testFleet) join(cfg Config) *running {
 	f.t.Helper()
+	return f.joinBeat(cfg, 100*time.Millisecond)
+}
+
+// joinBeat is join with another heartbeat.
+func (f *testFleet) joinBeat(cfg Config, beat time.Duration) *running {
+	f.t.Helper()
 	js := connect(f.t, f.url)
 	kv, err := js.KeyValue(context.Background(), testBucket)
 	require.NoError(f.t, err)
-	set := Settings{Partitions: 16, Bucket: testBucket, KV: kv, Replicas: replicasOf(f.url), Heartbeat: 100 * time.Millisecond}
+	set := Settings{Partitions: 16, Bucket: testBucket, KV: kv, Replicas: replicasOf(f.url), Heartbeat: beat}
 	if cfg.Group == "" {
 		cfg.Group = "g"
 	}

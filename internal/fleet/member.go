@@ -83,6 +83,11 @@ type Member struct {
 	why      atomic.Pointer[string]
 	wg       sync.WaitGroup
 	stopBg   context.CancelFunc
+
+	// rewatch starts the members watch again (renewMember); rewatchAt
+	// (under mu) is mono() when it last did.
+	rewatch   chan struct{}
+	rewatchAt time.Duration
 }
 
 type heldLease struct {
@@ -115,7 +120,7 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, set Settings,
 	_, _ = rand.Read(b[:])
 	m := &Member{id: cfg.Group + "." + hex.EncodeToString(b[:]), cfg: cfg, set: set, js: js, mkv: mkv, h: h,
 		held: map[int]*heldLease{}, members: map[string]time.Duration{}, holders: make([]string, set.Partitions),
-		free: make([]time.Duration, set.Partitions), faults: map[string]time.Duration{}}
+		free: make([]time.Duration, set.Partitions), faults: map[string]time.Duration{}, rewatch: make(chan struct{}, 1)}
 	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
 	starting := "starting"
 	m.why.Store(&starting)
@@ -225,13 +230,32 @@ func (m *Member) renewMember(ctx context.Context) {
 		return
 	}
 	m.renewErr.Store(nil)
+	// Renewals go through but our own key does not come back: the watch
+	// is stuck (a members bucket created anew, by us or another member,
+	// after a restarted server lost it: the watch would resume after the
+	// old bucket's last sequence and miss every key until the new one
+	// got there). Start it again, at most once a member key's life.
+	now := mono()
+	ttl := memberBeats * m.set.Heartbeat
+	m.mu.Lock()
+	stuck := m.seen && now-m.selfAt > 2*ttl && now-m.rewatchAt > 2*ttl
+	if stuck {
+		m.rewatchAt = now
+	}
+	m.mu.Unlock()
+	if stuck {
+		select {
+		case m.rewatch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // watchMembers follows the members bucket: a member is live while its
 // renewals keep coming (their expiry is silent).
 func (m *Member) watchMembers(ctx context.Context) {
 	prefix := m.cfg.Group + "."
-	watch(ctx, m.mkv, prefix+">", m.log, nil, func(e jetstream.KeyValueEntry) {
+	watch(ctx, m.mkv, prefix+">", m.log, m.rewatch, nil, func(e jetstream.KeyValueEntry) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if e.Operation() != jetstream.KeyValuePut {
@@ -249,7 +273,7 @@ func (m *Member) watchMembers(ctx context.Context) {
 // watchLeases follows who holds each partition's lease.
 func (m *Member) watchLeases(ctx context.Context) {
 	prefix := leasePrefix(m.cfg.Group)
-	watch(ctx, m.set.KV, prefix+">", m.log, func() {
+	watch(ctx, m.set.KV, prefix+">", m.log, nil, func() {
 		m.mu.Lock()
 		m.leaseOK = true
 		m.mu.Unlock()
@@ -270,8 +294,8 @@ func (m *Member) watchLeases(ctx context.Context) {
 
 // watch follows the keys of kv matching filter until ctx ends, calling
 // caughtUp once the values present at the start were delivered, and
-// restarting after an error.
-func watch(ctx context.Context, kv jetstream.KeyValue, filter string, log zerolog.Logger, caughtUp func(), fn func(jetstream.KeyValueEntry)) {
+// starting again after an error or when restart says so (nil: never).
+func watch(ctx context.Context, kv jetstream.KeyValue, filter string, log zerolog.Logger, restart <-chan struct{}, caughtUp func(), fn func(jetstream.KeyValueEntry)) {
 	for ctx.Err() == nil {
 		w, err := kv.Watch(ctx, filter)
 		if err != nil {
@@ -283,14 +307,24 @@ func watch(ctx context.Context, kv jetstream.KeyValue, filter string, log zerolo
 				continue
 			}
 		}
-		for e := range w.Updates() {
-			if e == nil {
-				if caughtUp != nil {
-					caughtUp()
+	follow:
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				switch {
+				case !ok:
+					break follow
+				case e == nil:
+					if caughtUp != nil {
+						caughtUp()
+					}
+				default:
+					fn(e)
 				}
-				continue
+			case <-restart:
+				log.Info().Str("keys", filter).Msg("watch started again: renewals go through but do not come back")
+				break follow
 			}
-			fn(e)
 		}
 		_ = w.Stop()
 	}
