@@ -186,10 +186,10 @@ func (s *hashSet) UnmarshalJSON(data []byte) error {
 
 // keep routes one parsed relevant line (applied for the first time) into
 // the bounded state.
-func (st *state) keep(k lineKey, r llamalog.Record) {
+func (st *state) keep(k lineKey, r *llamalog.Record) {
 	switch r.Kind {
 	case llamalog.KindTrace:
-		st.Trace.add(k.stream, r)
+		st.Trace.add(k.stream, *r)
 	case llamalog.KindMalformed:
 		st.Malformed++
 	case llamalog.KindSummary:
@@ -200,7 +200,7 @@ func (st *state) keep(k lineKey, r llamalog.Record) {
 			st.firsts = map[llamalog.Kind]keyedRecord{}
 		}
 		if f, ok := st.firsts[r.Kind]; !ok || posLess(r.Seq, k.stream, f.Seq, f.Stream) {
-			st.firsts[r.Kind] = keyedRecord{Stream: k.stream, Record: r}
+			st.firsts[r.Kind] = keyedRecord{Stream: k.stream, Record: *r}
 		}
 	default:
 		st.Capped++
@@ -223,14 +223,14 @@ func (st *state) keep(k lineKey, r llamalog.Record) {
 // from every record at once. Below the limit a record is appended; at the
 // limit it takes the slot of the one that goes (see evictQueue, built
 // then): no allocation, and for lines applied in order no search.
-func (st *state) keepRecord(k lineKey, r llamalog.Record, limit int) {
+func (st *state) keepRecord(k lineKey, r *llamalog.Record, limit int) {
 	e := evictKey{seq: k.seq, stream: k.stream, class: evictClass(r), kind: r.Kind}
 	if n := len(st.records); n < limit {
 		e.slot = int32(n)
 		if n == cap(st.records) {
 			st.records = growBy(st.records, min(max(n/4, 8), limit-n))
 		}
-		st.records = append(st.records, keyedRecord{Stream: k.stream, Record: r})
+		st.records = append(st.records, keyedRecord{Stream: k.stream, Record: *r})
 		if st.evict != nil {
 			st.evict.insert(e)
 		}
@@ -245,7 +245,7 @@ func (st *state) keepRecord(k lineKey, r llamalog.Record, limit int) {
 	first := q.cls[c].first()
 	e.slot = first.slot
 	q.cls[c].dropFirst()
-	st.records[e.slot] = keyedRecord{Stream: k.stream, Record: r}
+	st.records[e.slot] = keyedRecord{Stream: k.stream, Record: *r}
 	q.insert(e)
 }
 
@@ -287,7 +287,7 @@ func (st *state) growRecords(n int) {
 // buffers), 2 for the model-load lines (load, model buffer and context
 // lines, and the markers of which loads are live: draft, router, mmproj,
 // --fit; the devices a load uses).
-func evictClass(r llamalog.Record) int8 {
+func evictClass(r *llamalog.Record) int8 {
 	switch r.Kind {
 	case llamalog.KindLoad, llamalog.KindContext, llamalog.KindRole, llamalog.KindRouter, llamalog.KindClip, llamalog.KindFitBracket, llamalog.KindDevice:
 		return 2
@@ -340,13 +340,13 @@ func (st *state) evictOrder() *evictQueue {
 		// insert); not more, as a served run keeps its queue.
 		var n [len(q.cls)]int
 		for _, r := range st.records {
-			n[evictClass(r.Record)]++
+			n[evictClass(&r.Record)]++
 		}
 		for c := range q.cls {
 			q.cls[c].keys = make([]evictKey, 0, n[c]+n[c]/2+1)
 		}
 		for i, r := range st.records {
-			e := evictKey{seq: r.Seq, stream: r.Stream, slot: int32(i), class: evictClass(r.Record), kind: r.Kind}
+			e := evictKey{seq: r.Seq, stream: r.Stream, slot: int32(i), class: evictClass(&r.Record), kind: r.Kind}
 			q.cls[e.class].keys = append(q.cls[e.class].keys, e)
 		}
 		for c := range q.cls {
@@ -461,7 +461,7 @@ func (st *state) frontier() capFrontier {
 		}
 		f[c].dropped, f[c].seq = true, math.MaxUint64
 		for _, r := range st.records {
-			if evictClass(r.Record) == int8(c) && posLess(r.Seq, r.Stream, f[c].seq, f[c].stream) {
+			if evictClass(&r.Record) == int8(c) && posLess(r.Seq, r.Stream, f[c].seq, f[c].stream) {
 				f[c].seq, f[c].stream = r.Seq, r.Stream
 			}
 		}
@@ -489,7 +489,7 @@ func (f *capFrontier) orphan(kr *keyedRecord) bool {
 	case llamalog.KindBuild, llamalog.KindVerbosity, llamalog.KindLegacy:
 		return false // the first of each, kept apart
 	}
-	return evictClass(kr.Record) < 2 && f.before(2, kr.Seq, kr.Stream)
+	return evictClass(&kr.Record) < 2 && f.before(2, kr.Seq, kr.Stream)
 }
 
 // keyedRecord is a Record with its stream (a persisted record).

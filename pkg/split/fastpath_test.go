@@ -18,8 +18,8 @@ import (
 
 // evictLess is evictKey.less of two records.
 func evictLess(ak lineKey, a llamalog.Record, bk lineKey, b llamalog.Record) bool {
-	x := evictKey{seq: ak.seq, stream: ak.stream, class: evictClass(a), kind: a.Kind}
-	y := evictKey{seq: bk.seq, stream: bk.stream, class: evictClass(b), kind: b.Kind}
+	x := evictKey{seq: ak.seq, stream: ak.stream, class: evictClass(&a), kind: a.Kind}
+	y := evictKey{seq: bk.seq, stream: bk.stream, class: evictClass(&b), kind: b.Kind}
 	return x.less(&y)
 }
 
@@ -57,7 +57,7 @@ func FuzzKeepRecordMatchesSort(f *testing.F) {
 			}
 			seen[k] = true
 			r.Seq = k.seq
-			st.keepRecord(k, r, int(limit))
+			st.keepRecord(k, &r, int(limit))
 			all = append(all, kr{k, r})
 		}
 		slices.SortFunc(all, func(a, b kr) int {
@@ -68,7 +68,7 @@ func FuzzKeepRecordMatchesSort(f *testing.F) {
 		})
 		var class [3][]kr
 		for _, x := range all {
-			c := evictClass(x.r)
+			c := evictClass(&x.r)
 			class[c] = append(class[c], x)
 		}
 		var share [3]int

@@ -430,7 +430,7 @@ func (f *Fold) foldParsed(stream string, seq uint64, pl *parsedLine) {
 	case llamalog.KindVerbosity:
 		f.st.HaveVerbosity = true
 	}
-	f.st.keep(k, *r)
+	f.st.keep(k, r)
 }
 
 // WantsDebug reports whether the fold still looks for a line only -v
@@ -591,7 +591,7 @@ func (f *Fold) UnmarshalJSON(b []byte) error {
 		k := lineKey{r.Stream, r.Seq}
 		switch r.Kind {
 		case llamalog.KindBuild, llamalog.KindVerbosity, llamalog.KindLegacy, llamalog.KindTrace, llamalog.KindMalformed, llamalog.KindSummary:
-			st.keep(k, r.Record) // first-only kinds; trace and malformed only in old states
+			st.keep(k, &r.Record) // first-only kinds; trace and malformed only in old states
 		default:
 			if i, ok := at[k]; ok {
 				st.records[i].Record = r.Record
@@ -611,7 +611,7 @@ func (f *Fold) UnmarshalJSON(b []byte) error {
 		// one, and the earliest of that class.
 		low := int8(len(capFrontier{}) - 1)
 		for _, r := range st.records {
-			low = min(low, evictClass(r.Record))
+			low = min(low, evictClass(&r.Record))
 		}
 		st.Dropped = 1<<(low+1) - 1
 	}

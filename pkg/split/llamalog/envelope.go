@@ -93,6 +93,9 @@ func colouredPrefix(line []byte) ([]byte, bool) {
 		// dots, a line that continues a coloured one).
 		return rest, !hasLostCSI(rest)
 	}
+	if rest, ok := plainStampPrefix(line, i); ok {
+		return rest, true
+	}
 	var pre [24]byte // the prefix without its codes
 	n := 0
 	for {
@@ -117,6 +120,54 @@ func colouredPrefix(line []byte) ([]byte, bool) {
 		return nil, false
 	}
 	rest := line[i:]
+	if bytes.IndexByte(rest, 0x1b) >= 0 || hasLostCSI(rest) {
+		return nil, false
+	}
+	return rest, true
+}
+
+// plainStampPrefix is the common case of colouredPrefix's look at a time
+// stamp and level starting at line[i] (after codes): the time stamp in one
+// run ("0.00.035.322", at most 10 digits before its first dot, as the
+// prefix colouredPrefix collects holds 24 bytes), codes, a blank, codes,
+// the level and a blank, codes, and the rest without escapes or colour
+// codes: the same rest colouredPrefix would find byte by byte. false:
+// not this form (colouredPrefix looks byte by byte).
+func plainStampPrefix(line []byte, i int) ([]byte, bool) {
+	j := i
+	for j < len(line) && isDigit(line[j]) {
+		j++
+	}
+	if j == i || j-i > 10 {
+		return nil, false
+	}
+	for _, n := range [...]int{2, 3, 3} {
+		if j+n >= len(line) || line[j] != '.' {
+			return nil, false
+		}
+		j++
+		for k := 0; k < n; k++ {
+			if !isDigit(line[j]) {
+				return nil, false
+			}
+			j++
+		}
+	}
+	if j = skipCSI(line, j); j < 0 || j >= len(line) || line[j] != ' ' {
+		return nil, false
+	}
+	if j = skipCSI(line, j+1); j < 0 || j+1 >= len(line) || line[j+1] != ' ' {
+		return nil, false
+	}
+	switch line[j] {
+	case 'I', 'W', 'E', 'D':
+	default:
+		return nil, false
+	}
+	if j = skipCSI(line, j+2); j < 0 {
+		return nil, false
+	}
+	rest := line[j:]
 	if bytes.IndexByte(rest, 0x1b) >= 0 || hasLostCSI(rest) {
 		return nil, false
 	}

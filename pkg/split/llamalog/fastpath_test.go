@@ -533,6 +533,9 @@ func FuzzPayloadMatchesPlain(f *testing.F) {
 		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI \x1b[0m0.00.035.323 W [ 8080] cmn  f: m",
 		"...\x1b[34m0.00.670.828\x1b[0m \x1b[33mD hrx: a", "..\x1b[0m.hrx: a", ".\x1b[0m\xef\xbb\xbf[ 8080] x",
 		"..\x1b[0m  .. 0.00.035.322 I x", ".\x1b[0m[1234567890] 0.00.035.322 I x", "...\x1b[0m", ".",
+		"\x1b[34m12345678901.00.035.322\x1b[0m \x1b[32mI \x1b[0mx", "\x1b[34m1234567890.00.035.322\x1b[0m \x1b[32mI \x1b[0mx",
+		"\x1b[34m0.00.035.322\x1b[0m \x1b[32mI\x1b[0m x", "\x1b[34m0.00.035.322 \x1b[32mW \x1b[0m", "\x1b[34m0.00.035.322\x1b[0m\x1b[1m \x1b[32mE \x1b[0m[0mx",
+		"\x1b[34m0.00.035.32\x1b[0m \x1b[32mI \x1b[0mx", "\x1b[34m0.00.035.322\x1b[0m \x1b[32mX \x1b[0mx", "\x1b[34m0.00.035.322\x1b[0m  \x1b[32mI \x1b[0mx",
 	} {
 		f.Add([]byte(s))
 	}
