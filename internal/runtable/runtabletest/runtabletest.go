@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -164,36 +165,29 @@ func ReplayJSON(t testing.TB, wires []events.Wire, opts split.Options) []byte {
 // constructors, as an event of run o: the content is the same, the id,
 // source, subject and attributes follow o.
 func Rewrite(d events.Decoded, o events.Origin) (events.Wire, error) {
-	var ev events.Wire
+	e, err := Event(d, o)
+	if err != nil {
+		return events.Wire{}, err
+	}
+	return events.ToWire(e)
+}
+
+// Event is Rewrite's event before it is encoded: what a collector hands
+// its publisher.
+func Event(d events.Decoded, o events.Origin) (event.Event, error) {
 	switch {
 	case d.Started != nil:
 		info := d.Started.Info
 		info.ID, info.Host, info.Lane = o.RunID, o.Host, o.Lane
-		e, err := events.NewRunStarted(info, d.Started.Detail)
-		if err != nil {
-			return ev, err
-		}
-		return events.ToWire(e)
+		return events.NewRunStarted(info, d.Started.Detail)
 	case d.Lines != nil:
-		e, err := events.NewLogLines(o, d.Lines)
-		if err != nil {
-			return ev, err
-		}
-		return events.ToWire(e)
+		return events.NewLogLines(o, d.Lines)
 	case d.Sample != nil:
-		e, err := events.NewFDInfoSample(o, *d.Sample)
-		if err != nil {
-			return ev, err
-		}
-		return events.ToWire(e)
+		return events.NewFDInfoSample(o, *d.Sample)
 	case d.Finished != nil:
-		e, err := events.NewRunFinished(o, d.Finished.Info, d.Finished.Detail)
-		if err != nil {
-			return ev, err
-		}
-		return events.ToWire(e)
+		return events.NewRunFinished(o, d.Finished.Info, d.Finished.Detail)
 	}
-	return ev, fmt.Errorf("event %s of type %s is not rewritten", d.ID, d.Type)
+	return event.Event{}, fmt.Errorf("event %s of type %s is not rewritten", d.ID, d.Type)
 }
 
 // Run is one generated run: a fixture's events under another origin.
