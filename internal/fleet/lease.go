@@ -265,7 +265,13 @@ func (l *Lease) renew(ctx context.Context) error {
 }
 
 // release gives the lease back at once: the key is purged, conditional on
-// its revision (a lease another member took meanwhile is left alone).
+// its revision (a lease another member took meanwhile is left alone). The
+// revision is the one the lease's last renewal or fenced write got from the
+// server (Member.keepLease lets a renewal under way finish first); when the
+// server still refuses it, the key is read again (Lease.send) until its
+// read shows the revision the server holds: on a replicated bucket a read
+// may be answered by a replica a write or two behind the leader, which
+// then tells nothing new, and the purge is sent again once it does.
 func (l *Lease) release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -275,7 +281,7 @@ func (l *Lease) release(ctx context.Context) error {
 		return nil
 	default:
 	}
-	err := l.send(ctx, func(expect uint64) error {
+	purge := func(expect uint64) error {
 		m := nats.NewMsg(l.subject)
 		m.Header.Set("KV-Operation", "PURGE")
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
@@ -283,12 +289,26 @@ func (l *Lease) release(ctx context.Context) error {
 		// released lease.
 		_, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgTTL(markerTTL))
 		return err
-	})
-	if errors.Is(err, ErrLost) {
-		return nil // gone, or another member's: nothing to give back
 	}
-	return err
+	for {
+		err := l.send(ctx, purge)
+		if errors.Is(err, ErrLost) {
+			return nil // gone, or another member's: nothing to give back
+		}
+		if err == nil || !refusedForRevision(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(releaseReread):
+		}
+	}
 }
+
+// releaseReread is the pause before a release refused for its revision
+// reads the lease key again.
+const releaseReread = 20 * time.Millisecond
 
 // markerTTL is how long the marker of a released lease stays.
 const markerTTL = time.Minute

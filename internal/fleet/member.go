@@ -77,6 +77,12 @@ type Member struct {
 	seen    bool                     // our own key came back at least once
 	leaseOK bool                     // the lease watch delivered its initial values
 
+	// tickMu is held while the assignment is computed and acted on (a
+	// tick); frozen (set under it) ends the ticks: Freeze. Lock order:
+	// tickMu, then mu.
+	tickMu sync.Mutex
+	frozen bool
+
 	renewErr atomic.Pointer[error]
 	faults   map[string]time.Duration // condition -> mono() since it holds
 	ready    atomic.Bool
@@ -179,6 +185,17 @@ func membersBucket(ctx context.Context, js jetstream.JetStream, set Settings) (j
 		return nil, fmt.Errorf("members bucket %s: %w", MembersBucket, err)
 	}
 	return mkv, nil
+}
+
+// Freeze stops following the assignment: once it returns, no partition is
+// taken or given back by a heartbeat any more (a tick under way finished
+// first), while the leases held stay renewed, until Run's end or Abort
+// hands them all over at once. A stopping aggregator freezes its member
+// first, so that what it folds and writes meanwhile stays its own.
+func (m *Member) Freeze() {
+	m.tickMu.Lock()
+	m.frozen = true
+	m.tickMu.Unlock()
 }
 
 // ID is the member's id (<group>.<random>).
@@ -333,6 +350,11 @@ func watch(ctx context.Context, kv jetstream.KeyValue, filter string, log zerolo
 // tick computes the assignment once and acts on it: one heartbeat's work.
 // It reports whether it moved a partition (more may follow soon).
 func (m *Member) tick(ctx context.Context) bool {
+	m.tickMu.Lock()
+	defer m.tickMu.Unlock()
+	if m.frozen {
+		return false
+	}
 	faults := map[string]string{}
 	if err := m.renewErr.Load(); err != nil {
 		faults["members"] = fmt.Sprintf("members bucket: member key not renewed: %v", *err)
@@ -536,7 +558,11 @@ func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 			continue
 		}
 		sent := mono()
-		err := l.renew(ctx)
+		// A renewal under way is not cut short by a release: the
+		// server may have stored it, and the lease's revision must be
+		// the key's when the release deletes it (Lease.renew bounds it
+		// by the lease's validity).
+		err := l.renew(context.WithoutCancel(ctx))
 		switch {
 		case err == nil:
 			next = max(every-(mono()-sent), 0)
@@ -605,6 +631,9 @@ func (m *Member) releaseOne(ctx context.Context, p int) {
 	m.log.Info().Int("partition", p).Msg("fleet: partition handed over")
 }
 
+// releaseAll hands every partition held over at once: each its own
+// Handler.Release and lease deletion, side by side (a stop hands the
+// partitions over together, not one after the other).
 func (m *Member) releaseAll(ctx context.Context) {
 	m.mu.Lock()
 	ps := make([]int, 0, len(m.held))
@@ -612,10 +641,11 @@ func (m *Member) releaseAll(ctx context.Context) {
 		ps = append(ps, p)
 	}
 	m.mu.Unlock()
-	slices.Sort(ps)
+	var wg sync.WaitGroup
 	for _, p := range ps {
-		m.releaseOne(ctx, p)
+		wg.Go(func() { m.releaseOne(ctx, p) })
 	}
+	wg.Wait()
 }
 
 // PartitionView is one partition as this member sees it.

@@ -102,8 +102,15 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 			pt.recovered()
 		}
 	}
-	if !final || werr == nil {
+	switch {
+	case !final:
 		pt.afterCheckpoint(ctx)
+	case werr == nil:
+		// A hand-over's: the runs due closed and what the sinks
+		// settled recorded; compaction and re-sends are the next
+		// owner's.
+		pt.closeDue(ctx)
+		pt.settle(ctx)
 	}
 }
 
@@ -173,6 +180,14 @@ func (pt *part) fail(err error) {
 	pt.retryAt = time.Now().Add(pt.backoff)
 	if full {
 		t.health.set(pt.storeCond(), "the state bucket's store is full (insufficient resources): checkpoints wait and retry; events wait unacknowledged")
+	}
+	if t.stopCut(err) {
+		// The stop's deadline: not a failure of the bucket.
+		if !pt.failing {
+			pt.failing = true
+			t.log.Info().Int("partition", pt.p).Msg("stop: the run states not written in time are left to the partition's next owner (their events are delivered to it again)")
+		}
+		return
 	}
 	if !pt.failing {
 		pt.failing = true

@@ -15,6 +15,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/sinks"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -287,7 +288,13 @@ func (pt *part) deliver(ctx context.Context, c *closing) {
 			t.cfg.Deliveries.queued(c.id)
 		}
 		if err := t.cfg.Sinks.Write(ctx, c.rep); err != nil {
-			t.log.Error().Err(err).Str("run_id", c.id).Msg("split not queued for the sinks")
+			ev := t.log.Error()
+			if errors.Is(err, sinks.ErrClosed) || t.stopCut(err) {
+				// Stopping: its pending marker stays in the state
+				// bucket, the partition's next owner sends it.
+				ev = t.log.Debug()
+			}
+			ev.Err(err).Str("run_id", c.id).Msg("split not queued for the sinks; left to the partition's next owner")
 		}
 	}
 	if t.cfg.Print != nil {
@@ -355,10 +362,17 @@ func (pt *part) resend1(ctx context.Context, st *RunState) {
 		return
 	}
 	if t.cfg.Deliveries != nil {
-		t.cfg.Deliveries.queued(rep.Run.ID)
+		t.cfg.Deliveries.resending(rep.Run.ID)
 	}
 	if err := t.cfg.Sinks.Write(ctx, rep); err != nil {
-		t.log.Warn().Err(err).Str("run_id", st.Origin.RunID).Msg("split not re-sent")
+		if t.cfg.Deliveries != nil {
+			t.cfg.Deliveries.notResent(rep.Run.ID)
+		}
+		ev := t.log.Warn()
+		if errors.Is(err, sinks.ErrClosed) || t.stopCut(err) {
+			ev = t.log.Debug() // stopping: the next owner re-sends it
+		}
+		ev.Err(err).Str("run_id", st.Origin.RunID).Msg("split not re-sent")
 	}
 }
 
@@ -394,20 +408,25 @@ func (pt *part) settle(ctx context.Context) {
 // pendingState reads the closed state of a run whose split waits for the
 // sinks (nil when no pending marker says so).
 func (pt *part) pendingState(ctx context.Context, id string) (*RunState, error) {
-	if _, err := pt.t.st.get(ctx, pendKey(pt.p, id)); err != nil {
+	return pt.t.pendingState(ctx, pt.p, id)
+}
+
+// pendingState is part.pendingState for a run of partition p.
+func (t *Table) pendingState(ctx context.Context, p int, id string) (*RunState, error) {
+	if _, err := t.st.get(ctx, pendKey(p, id)); err != nil {
 		if errors.Is(err, errNotFound) {
 			return nil, nil
 		}
 		return nil, err
 	}
-	b, err := pt.t.st.get(ctx, stateKey(id))
+	b, err := t.st.get(ctx, stateKey(id))
 	if errors.Is(err, errNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return UnmarshalState(b, pt.t.cfg.Fold)
+	return UnmarshalState(b, t.cfg.Fold)
 }
 
 // resendOverflow: a sink whose backlog passed even its deferred ids' cap
@@ -455,18 +474,28 @@ func (pt *part) resendOverflow(ctx context.Context) {
 // settled by every sink; nothing when the run re-opened (its next close
 // sends its split), was settled, is gone, or when its partition is no
 // longer this aggregator's (its next owner re-sends the split).
+//
+// A partition is this aggregator's from the start of its take-over (its
+// lease held), not only once it is loaded: the splits its take-over re-sent
+// are read back while it loads its open runs too (a deferred one withdrawn
+// then would be sent again only at the next take-over).
 func (t *Table) Reload(ctx context.Context, sink, runID string) (split.Report, bool, error) {
-	pt := t.part(partitionOf(runID, t.cfg.Partitions))
-	if pt == nil || !pt.lease.Valid() {
+	p := partitionOf(runID, t.cfg.Partitions)
+	t.mu.RLock()
+	l, pt := t.leases[p], t.byPart[p]
+	t.mu.RUnlock()
+	if l == nil || !l.Valid() {
 		return split.Report{}, false, nil
 	}
-	pt.mu.Lock()
-	live := pt.runs[runID] != nil
-	pt.mu.Unlock()
-	if live {
-		return split.Report{}, false, nil // re-opened: its next close sends its split
+	if pt != nil && pt.lease == l {
+		pt.mu.Lock()
+		live := pt.runs[runID] != nil
+		pt.mu.Unlock()
+		if live {
+			return split.Report{}, false, nil // re-opened: its next close sends its split
+		}
 	}
-	st, err := pt.pendingState(ctx, runID)
+	st, err := t.pendingState(ctx, p, runID)
 	if err != nil {
 		return split.Report{}, false, fmt.Errorf("state bucket: %w", err)
 	}

@@ -331,7 +331,22 @@ func (h *health) report() (bool, string) {
 
 // Ready says whether the run table's partitions get their events and its
 // checkpoints are written, and why not.
-func (t *Table) Ready() (bool, string) { return t.health.report() }
+// While splits read back from the state bucket (deferred, or not
+// delivered before a restart or a hand-over) wait for the sinks, it is
+// catching up: not ready.
+func (t *Table) Ready() (bool, string) {
+	ok, why := t.health.report()
+	if d := t.cfg.Deliveries; d != nil {
+		if n := d.catchingUp(); n > 0 {
+			c := fmt.Sprintf("catching up: %d splits read back from the state bucket wait for the sinks", n)
+			if ok {
+				return false, c
+			}
+			return false, why + "; " + c
+		}
+	}
+	return ok, why
+}
 
 // watch checks, every watchEvery, the owned partitions' consumers (their
 // lag, whether events still reach them) and the events stream (whether it

@@ -29,6 +29,11 @@ type Deliveries struct {
 	// overflow is set when a sink dropped a split at a full queue (past
 	// its deferred ids' cap): see part.resendOverflow.
 	overflow atomic.Bool
+	// resent are the runs whose split was read back from the state
+	// bucket and handed to the sinks again (a start, a take-over, a
+	// re-send after an overflow), until every sink settled or gave it up:
+	// the table is catching up meanwhile (Table.Ready).
+	resent map[string]struct{}
 }
 
 // NewDeliveries returns a Deliveries to give as the Fanout's Observer and
@@ -63,6 +68,7 @@ func (d *Deliveries) Observe(e sinks.Event) {
 		return
 	}
 	delete(d.runs, e.RunID)
+	delete(d.resent, e.RunID)
 	for _, ok := range by {
 		if !ok {
 			return // not settled everywhere: stays SinksPending
@@ -86,6 +92,33 @@ func (d *Deliveries) queued(run string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.runs[run] = map[string]bool{}
+}
+
+// resending is queued for a split read back from the state bucket: the
+// table catches up until every sink settled it (or gave it up).
+func (d *Deliveries) resending(run string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.runs[run] = map[string]bool{}
+	if d.resent == nil {
+		d.resent = map[string]struct{}{}
+	}
+	d.resent[run] = struct{}{}
+}
+
+// notResent forgets a re-send the sinks did not take.
+func (d *Deliveries) notResent(run string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.resent, run)
+	delete(d.runs, run)
+}
+
+// catchingUp is the number of re-sent splits not settled by every sink.
+func (d *Deliveries) catchingUp() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.resent)
 }
 
 // take returns the runs of partition p whose split every sink settled

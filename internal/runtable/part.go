@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
@@ -49,6 +50,9 @@ type part struct {
 
 	kick     chan struct{}
 	stopLoop func()
+	// drained is set once a stop wrote what the partition held (stop.go):
+	// its loop only records the sinks' deliveries from then on.
+	drained atomic.Bool
 }
 
 // liveRun is a run of the partition in memory.

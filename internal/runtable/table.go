@@ -131,6 +131,13 @@ type Table struct {
 	legacy atomic.Bool
 	// lanePost keeps the lanes' changes comments (nil: none).
 	lanePost *lanePoster
+	// stopping is set once the table stops pulling (stop.go).
+	stopping atomic.Bool
+	// drainMu guards settlers: the goroutines recording the sinks'
+	// deliveries of the partitions a stop drained, until each is handed
+	// over. It is taken before Table.mu.
+	drainMu  sync.Mutex
+	settlers map[*part]func()
 }
 
 // Interface guard.
@@ -260,16 +267,23 @@ func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
 	}
 	pt.stopConsumers()
 	pt.stopLoop()
-	pt.checkpoint(ctx, true)
-	if t.lanePost != nil {
-		t.lanePost.settle(pt.p, time.Now().Add(releaseSettle))
-	}
-	if t.cfg.Deliveries != nil {
-		deadline := time.Now().Add(releaseSettle)
-		for t.cfg.Deliveries.pending(pt.p) && time.Now().Before(deadline) && l.Valid() {
-			time.Sleep(5 * time.Millisecond)
-		}
+	t.stopSettling(pt)
+	if pt.drained.Load() {
+		// A stop wrote what it held and closed the sinks: what they
+		// settled is recorded, the rest is the next owner's.
 		pt.settle(ctx)
+	} else {
+		pt.checkpoint(ctx, true)
+		if t.lanePost != nil {
+			t.lanePost.settle(pt.p, time.Now().Add(releaseSettle))
+		}
+		if t.cfg.Deliveries != nil {
+			deadline := time.Now().Add(releaseSettle)
+			for t.cfg.Deliveries.pending(pt.p) && time.Now().Before(deadline) && l.Valid() {
+				time.Sleep(5 * time.Millisecond)
+			}
+			pt.settle(ctx)
+		}
 	}
 	pt.unpin(ctx)
 	pt.forget()
@@ -285,6 +299,7 @@ func (t *Table) Lost(l *fleet.Lease) {
 	}
 	pt.stopConsumers()
 	pt.stopLoop()
+	t.stopSettling(pt)
 	pt.mu.Lock()
 	pending := pt.pending
 	pt.pending = nil

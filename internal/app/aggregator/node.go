@@ -55,20 +55,27 @@ import (
 //
 // A step that fails undoes those before it, the last first.
 //
-// Stop order:
+// Stop order (all of it within shutdown_timeout):
 //
-//  1. sinks    drain and close while this aggregator still holds its
+//  1. member   freezes: no partition is taken or given back any more; its
+//     leases stay renewed
+//  2. table    stops pulling on every partition at once (the message in a
+//     handler's hand is folded, those pulled and not handled go back to
+//     the stream), then writes what every partition holds, side by side:
+//     a last checkpoint (what it made durable acknowledged, the rest left
+//     to the next owner), the runs due closed and their splits handed to
+//     the sinks; nothing is closed after this (within half the timeout)
+//  3. sinks    drain and close while this aggregator still holds its
 //     partitions: a report is written only by its run's owner, and one a
-//     sink gives up on stays pending in the state bucket
-//  2. member   hands every partition over (written, acknowledged, given
-//     back) for the next owner to write what is pending
-//  3. metrics  the fleet's view stops
-//  4. table    stops following the index, waits for its split events;
+//     sink did not settle stays pending in the state bucket, for the next
+//     owner to send (until the timeout less the hand-over's reserve)
+//  4. member   hands every partition over at once (what the sinks settled
+//     recorded, the pin dropped, the lease deleted) and leaves
+//  5. metrics  the fleet's view stops
+//  6. table    stops following the index, waits for its split events;
 //     then the lanes' changes comments' sink closes
-//  5. http     shuts down
-//  6. broker   the connection drains; the embedded server shuts down
-//
-// The sinks and the HTTP shutdown share shutdown_timeout.
+//  7. http     shuts down
+//  8. broker   the connection drains; the embedded server shuts down
 type Node struct {
 	cfg config.Aggregator
 	opt ServeOptions
@@ -320,20 +327,30 @@ func (n *Node) Stop(ctx context.Context) error {
 }
 
 func (n *Node) stop(ctx context.Context) error {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.ShutdownTimeout)
+	timeout := n.cfg.ShutdownTimeout
+	start := time.Now()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	var errs []error
-	// 1. sinks
+	// 1. member, 2. table
+	n.member.Freeze()
+	dctx, dcancel := context.WithDeadline(sctx, start.Add(timeout/2))
+	n.tbl.Drain(dctx)
+	dcancel()
+	n.log.Info().Dur("took", time.Since(start).Round(time.Millisecond)).Msg("stop: pulling stopped, what was in hand written")
+	// 3. sinks
 	if n.fan != nil {
+		fctx, fcancel := context.WithDeadline(sctx, start.Add(timeout-handOverReserve(timeout)))
 		closeFan := n.fan.Close
 		if n.opt.OneShot != nil && n.opt.OneShot() {
 			closeFan = func(ctx context.Context) error { return CloseOneShot(ctx, n.fan, n.cfg.ShutdownTimeout) }
 		}
-		if err := closeFan(sctx); err != nil {
+		if err := closeFan(fctx); err != nil {
 			errs = append(errs, fmt.Errorf("sinks: %w", err))
 		}
+		fcancel()
 	}
-	// 2. member, 3. metrics
+	// 4. member, 5. metrics
 	if n.started {
 		n.stopRun()
 		<-n.runDone
@@ -342,18 +359,23 @@ func (n *Node) stop(ctx context.Context) error {
 	} else {
 		n.member.Abort()
 	}
-	// 4. table
+	n.log.Info().Dur("took", time.Since(start).Round(time.Millisecond)).Msg("stop: every partition handed over")
+	// 6. table
 	n.tbl.Close()
 	n.closeLanes()
-	// 5. http
+	// 7. http
 	if n.srv != nil {
 		_ = n.srv.Shutdown(sctx)
 	}
-	// 6. broker
+	// 8. broker
 	n.b.close()
-	n.log.Info().Int64("splits", n.tbl.Closed()).Msg("aggregator stopped")
+	n.log.Info().Int64("splits", n.tbl.Closed()).Dur("took", time.Since(start).Round(time.Millisecond)).Msg("aggregator stopped")
 	return errors.Join(errs...)
 }
+
+// handOverReserve is what a stop keeps of shutdown_timeout for handing the
+// partitions over and closing the connection, after the sinks' drain.
+func handOverReserve(timeout time.Duration) time.Duration { return min(timeout/5, 5*time.Second) }
 
 // Table is the node's run table.
 func (n *Node) Table() *runtable.Table { return n.tbl }
