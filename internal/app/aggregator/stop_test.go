@@ -177,7 +177,6 @@ func leaseHolders(t *testing.T, js jetstream.JetStream) map[string]string {
 	return out
 }
 
-
 // TestServeDeferredSplitsBeforeReadyIntegration: splits a stopped
 // aggregator's sink never wrote (the JSON sink failing) stay pending in
 // the state bucket; the next aggregator, whose sink queue holds 2 of them
