@@ -38,7 +38,9 @@
 // consumer.lease_ttl of the aggregator's configuration), Settings what the
 // program gives it besides (the partitions, the bucket of the leases).
 // Join announces the member; Run follows the assignment until its context
-// ends, then hands everything over and leaves. Handler's methods tell the
+// ends, then hands everything over at once and leaves; Freeze, before,
+// stops the assignment (nothing taken or given back) while the leases are
+// kept, so a stopping caller writes what it holds first. Handler's methods tell the
 // caller what to do with each partition. Ready and View report the
 // member's health and its view of every partition's owner.
 package fleet

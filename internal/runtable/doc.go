@@ -12,7 +12,10 @@
 // timeout: its closed state and split are written, the split goes to the
 // sinks and to the split subject, and Deliveries keeps it pending until
 // every sink settled it; a partition's next owner re-sends what is still
-// pending. Closed states are compacted after a grace; an event the table
+// pending (and readiness says it is catching up until those are written).
+// A stopping aggregator's table stops pulling on every partition at once
+// and writes what each holds before the sinks close (stop.go), so nothing
+// is closed after them. Closed states are compacted after a grace; an event the table
 // cannot fold is dead-lettered, and so is one that does not speak for the
 // host whose subject it came on, or that is not byte for byte an event a
 // run closed complete folded (origin.go; each run keeps its events'
@@ -42,6 +45,8 @@
 //	fleet.Lease.mu   a fenced write or a renewal, one at a time; a checkpoint
 //	                 takes it under ckptMu (a renewal waits for the write,
 //	                 which bus.APITimeout bounds)
+//	Table.drainMu    the deliveries' recorders of a stop's drained partitions
+//	                 (stop.go); Table.mu is taken under it
 //	the Fanout's mu  a closed run's split handed to the sinks (under ckptMu);
 //	                 it tells Deliveries
 //	Index.mu         the run index; the lane changes' hook (lanechanges.go)

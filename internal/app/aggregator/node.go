@@ -28,8 +28,8 @@ import (
 // place: Serve runs one, and so do the tests (of this package and of the
 // run table). Open builds its parts in the start order, each needing
 // those before it; Stop stops them in the stop order, which is not the
-// reverse: the sinks, opened first, drain first, while the partitions
-// are still held.
+// reverse: the table stops pulling and writes what it holds, then the
+// sinks, opened first, drain, while the partitions are still held.
 //
 // Start order (Open, then Start):
 //

@@ -53,9 +53,9 @@ type ServeOptions struct {
 // Serve is `aggregator serve`: it joins the aggregators of its group,
 // folds the events of the runs of the partitions it owns, and writes each
 // run's split to the sinks when the run finishes (or after the idle
-// timeout, as incomplete), until ctx is cancelled; then it hands its
-// partitions over (each written, acknowledged and given back) and flushes
-// the sinks. It is Open, Start and, once ctx ends (or the member stopped
+// timeout, as incomplete), until ctx is cancelled; then it stops pulling,
+// writes what it holds, flushes the sinks and hands every partition over
+// at once, within shutdown_timeout. It is Open, Start and, once ctx ends (or the member stopped
 // on its own), Stop: see Node for the parts and their order.
 //
 //	sinks ◀── run table (internal/runtable) ◀── partition consumers ◀── events stream
