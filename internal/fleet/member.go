@@ -82,6 +82,9 @@ type Member struct {
 	// tickMu, then mu.
 	tickMu sync.Mutex
 	frozen bool
+	// freezing is set as Freeze starts: a tick under way takes no more
+	// partitions.
+	freezing atomic.Bool
 
 	renewErr atomic.Pointer[error]
 	faults   map[string]time.Duration // condition -> mono() since it holds
@@ -193,6 +196,7 @@ func membersBucket(ctx context.Context, js jetstream.JetStream, set Settings) (j
 // hands them all over at once. A stopping aggregator freezes its member
 // first, so that what it folds and writes meanwhile stays its own.
 func (m *Member) Freeze() {
+	m.freezing.Store(true)
 	m.tickMu.Lock()
 	m.frozen = true
 	m.tickMu.Unlock()
@@ -421,7 +425,7 @@ func (m *Member) tick(ctx context.Context) bool {
 	}
 	took := false
 	for _, p := range pl.acquire {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || m.freezing.Load() {
 			return false
 		}
 		took = m.take(ctx, p) || took
