@@ -43,7 +43,7 @@ func TestFleetStopHandsOverIntegration(t *testing.T) {
 	bin := buildAggregator(t)
 	b := startBroker(t)
 	n := 600
-	if v, _ := strconv.Atoi(os.Getenv("GTTSPLIT_STOP_RUNS")); v > 0 {
+	if v, _ := strconv.Atoi(os.Getenv("GTTSPLIT_FLEET_STOP_RUNS")); v > 0 {
 		n = v // the figures of docs/capacity.md
 	}
 	runs := genRuns(t, n, loadFixture(t, fixture4B), loadFixture(t, fixture27B))
