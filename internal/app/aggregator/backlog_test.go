@@ -2,8 +2,6 @@ package aggregator
 
 import (
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -29,16 +27,8 @@ func TestServeSinkBacklogLosesNothingIntegration(t *testing.T) {
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	const n = 30
 	runs := genRuns(t, n, fx)
-	// Every run's document goes under a directory named after its host:
-	// a file in its place makes each write fail (a transient error).
 	dir := cfg.Sinks.JSON.Dir
-	hosts := map[string]bool{}
-	for _, r := range runs {
-		hosts[r.Origin.Host] = true
-	}
-	for h := range hosts {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, h), nil, 0o644))
-	}
+	unblock := blockJSONSink(t, dir, runs)
 	s := startServe(t, cfg, ServeOptions{})
 	for _, r := range runs {
 		b.publish(t, r.Wires...)
@@ -54,9 +44,7 @@ func TestServeSinkBacklogLosesNothingIntegration(t *testing.T) {
 		return x
 	}
 	require.Greater(t, metric(`gttsplit_sink_deferred_total{sink="json"}`), 0, "the queue was full")
-	for h := range hosts {
-		require.NoError(t, os.Remove(filepath.Join(dir, h)))
-	}
+	unblock()
 
 	eventually(t, "every split in splits.jsonl", func() bool {
 		seen := map[string]bool{}

@@ -210,16 +210,8 @@ func TestServeDeferredSplitsBeforeReadyIntegration(t *testing.T) {
 		n = 16 // still 14 deferred behind a queue of 2
 	}
 	runs := genRuns(t, n, fx)
-	// Every run's document goes under a directory named after its host:
-	// a file in its place makes each write fail (a transient error).
 	dir := cfg.Sinks.JSON.Dir
-	hosts := map[string]bool{}
-	for _, r := range runs {
-		hosts[r.Origin.Host] = true
-	}
-	for h := range hosts {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, h), nil, 0o644))
-	}
+	unblock := blockJSONSink(t, dir, runs)
 	first := startServe(t, cfg, ServeOptions{})
 	for _, r := range runs {
 		b.publish(t, r.Wires...)
@@ -229,9 +221,7 @@ func TestServeDeferredSplitsBeforeReadyIntegration(t *testing.T) {
 	for _, r := range runs {
 		require.True(t, b.state(t, r.Origin.RunID).SinksPending, r.Origin.RunID)
 	}
-	for h := range hosts {
-		require.NoError(t, os.Remove(filepath.Join(dir, h)))
-	}
+	unblock()
 
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	second := startServe(t, cfg, ServeOptions{})
@@ -261,4 +251,24 @@ func TestServeDeferredSplitsBeforeReadyIntegration(t *testing.T) {
 	require.Len(t, lines, n, "each split written once")
 	t.Logf("/readyz said catching up before: %v", catchingUp)
 	require.NoError(t, second.stop(t))
+}
+
+// blockJSONSink makes the JSON sink in dir fail every write of the runs'
+// splits (a transient error) until the returned func is called: every
+// run's document goes under a directory named after its host, and a file
+// stands in its place.
+func blockJSONSink(t *testing.T, dir string, runs []genRun) (unblock func()) {
+	t.Helper()
+	hosts := map[string]bool{}
+	for _, r := range runs {
+		hosts[r.Origin.Host] = true
+	}
+	for h := range hosts {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, h), nil, 0o644))
+	}
+	return func() {
+		for h := range hosts {
+			require.NoError(t, os.Remove(filepath.Join(dir, h)))
+		}
+	}
 }
