@@ -78,6 +78,9 @@ type Lease struct {
 	// is taken under mu.)
 	mu  sync.Mutex
 	rev uint64
+	// shown is rev for Revision, which does not wait for a write in
+	// flight (a renewal may wait for the broker until the lease's end).
+	shown atomic.Uint64
 
 	deadline atomic.Int64 // mono() until which the lease is valid
 	lost     chan struct{}
@@ -92,11 +95,7 @@ func (l *Lease) Member() string { return l.member }
 func (l *Lease) Key() string { return l.key }
 
 // Revision is the lease key's current revision (the fencing token).
-func (l *Lease) Revision() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.rev
-}
+func (l *Lease) Revision() uint64 { return l.shown.Load() }
 
 // Valid says the lease is held: not lost, and its time to live (minus the
 // margin) has not run out since its last renewal was sent.
@@ -215,6 +214,7 @@ func (l *Lease) recheck(ctx context.Context) keyState {
 		return keyNotOurs
 	case e.Revision() > l.rev:
 		l.rev = e.Revision()
+		l.shown.Store(l.rev)
 		return keyMovedOn
 	}
 	return keyUnknown
@@ -260,6 +260,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		return err
 	}
 	l.rev = rev
+	l.shown.Store(rev)
 	l.deadline.Store(int64(sent + l.ttl - l.margin))
 	return nil
 }
@@ -328,6 +329,7 @@ func acquire(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue,
 	}
 	l := &Lease{Partition: p, kv: kv, js: js, key: key, subject: "$KV." + bucket + "." + key, member: member, value: value,
 		ttl: ttl, margin: margin, rev: rev, lost: make(chan struct{})}
+	l.shown.Store(rev)
 	l.deadline.Store(int64(sent + ttl - margin))
 	return l, nil
 }

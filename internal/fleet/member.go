@@ -663,11 +663,15 @@ type PartitionView struct {
 }
 
 // View returns every partition's owner as this member sees it, and the
-// live members: those whose member key came back within the member TTL.
-// While this member's own key does not come back (the members bucket's
-// watch is behind: its leader being elected, this member cut off), it
-// cannot tell a dead member from a late watch, and returns the members
-// of its last fresh view instead.
+// live members: those whose member key came back within the member TTL,
+// counted up to a heartbeat after this member's own key last came back.
+// While its own key does not come back (the members bucket's watch is
+// behind: its leader being elected, this member cut off), it cannot tell
+// a dead member from a late watch, and keeps the members of its last
+// fresh view; a member that renews a little earlier in each heartbeat
+// than this one is not taken for dead in the heartbeat before this one's
+// own key is overdue (that counted its partitions unowned during every
+// election of the members bucket).
 func (m *Member) View() ([]PartitionView, []string) {
 	now := mono()
 	ttl := memberBeats * m.set.Heartbeat
@@ -680,10 +684,11 @@ func (m *Member) View() ([]PartitionView, []string) {
 	for p, hl := range m.held {
 		held[p] = hl.l
 	}
-	// The freshest a member can look is our own key's last return.
+	// The freshest a member can look is a heartbeat after our own key's
+	// last return.
 	since := now
-	if m.seen && now-m.selfAt > ttl {
-		since = m.selfAt
+	if m.seen {
+		since = min(now, m.selfAt+m.set.Heartbeat)
 	}
 	var members []string
 	for id, at := range m.members {
