@@ -1,37 +1,18 @@
 package aggregator
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
 )
-
-// syncBuf is a log sink the test reads while serve writes to it.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The embedded server's own store (the fault as found: the events stream
 // filled the embedded store's disk with nothing said): serve watches it
@@ -45,7 +26,7 @@ func TestServeEmbeddedStoreRoomIntegration(t *testing.T) {
 	cfg.Embedded.Listen = "127.0.0.1:0"
 	cfg.Embedded.MaxStore = maxStore
 	cfg.HTTP.Listen = "127.0.0.1:0"
-	var logs syncBuf
+	var logs sinktest.Buffer // serve logs to it while the test reads it
 	log := zerolog.New(zerolog.MultiLevelWriter(&logs, zerolog.NewTestWriter(t))).Level(zerolog.InfoLevel)
 	s := startServeLog(t, cfg, ServeOptions{}, log)
 
