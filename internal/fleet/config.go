@@ -40,6 +40,15 @@ func (c Config) Validate() error {
 	return p.Err()
 }
 
+// renewEvery is how often a member key is renewed: two renewals can fail
+// before the others take the member for dead (memberTTL).
+func (c Config) renewEvery() time.Duration { return c.LeaseTTL / renewals }
+
+// memberTTL is how long a member is taken for live after its member key
+// or one of its leases was last renewed (others see both): more than two
+// renewals, less than a lease's validity (LeaseTTL less the margin).
+func (c Config) memberTTL() time.Duration { return 3 * c.LeaseTTL / 4 }
+
 // Settings are what a member needs besides its keys: what the program
 // decides. Zero Heartbeat and Step are their documented defaults.
 type Settings struct {
@@ -52,8 +61,10 @@ type Settings struct {
 	KV     jetstream.KeyValue
 	// Replicas of the members bucket when a member creates it.
 	Replicas int
-	// Heartbeat is how often a member renews its member key and computes
-	// the assignment (zero: 1s).
+	// Heartbeat is how often a member computes the assignment from what
+	// it watches (zero: 1s; it asks the broker nothing unless a partition
+	// moves). The member key and the leases are renewed at the rate their
+	// time to live needs (Config.renewEvery).
 	Heartbeat time.Duration
 	// Step bounds the partitions a member takes a heartbeat (zero: 2):
 	// members starting together see each other before one takes all.

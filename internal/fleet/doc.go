@@ -5,8 +5,10 @@
 // # Members
 //
 // Every aggregator of a group (consumer.durable) is a Member: it renews a
-// key of its own in the GTTSPLIT_MEMBERS bucket every heartbeat and watches
-// the others'. A member is live while its renewals keep coming.
+// key of its own in the GTTSPLIT_MEMBERS bucket every third of
+// consumer.lease_ttl (its leases every quarter), and watches the others'
+// keys and leases. A member is live while its renewals (of either) keep
+// coming. Nothing else reaches the broker while no partition moves.
 //
 // # Leases
 //
@@ -23,8 +25,9 @@
 //
 // # Assignment
 //
-// Every heartbeat each member computes from the live members and the lease
-// holders what it alone does next (see decide in plan.go): each of n
+// Every heartbeat (a second; no request to the broker) each member
+// computes from the live members and the lease holders what it alone does
+// next (see decide in plan.go): each of n
 // members owns ⌊P/n⌋ or ⌈P/n⌉ partitions, a member short of its share
 // takes free partitions a few at a time, one above it gives one back only
 // once someone is short and nothing is free, and no partition stays

@@ -18,16 +18,24 @@ import (
 )
 
 // MembersBucket is the key-value bucket where the aggregators of every
-// group announce themselves (one key a member, renewed every heartbeat,
-// gone some seconds after the member stops renewing it).
+// group announce themselves (one key a member, renewed every third of the
+// lease time to live, gone once the member stops renewing it).
 const MembersBucket = "GTTSPLIT_MEMBERS"
 
-// memberTTL is how long a member key lives without renewal, in
-// heartbeats; renewTick how often a lease is renewed, as a fraction of
-// its time to live; the margin a lease holder takes off its validity.
+// How often the keys are renewed: a member key every LeaseTTL/renewals
+// (Config.renewEvery), a lease every LeaseTTL/leaseRenewals (it waits
+// behind the partition's fenced writes, which a loaded broker answers
+// slowly: three renewals can fail before it is lost); a member is taken for live
+// for Config.memberTTL after its member key or one of its leases was last
+// renewed; the margin a lease holder takes off its validity is a fifth of
+// LeaseTTL (Member.margin). Nothing else is sent to the broker while
+// nothing moves: an idle fleet's control traffic is these renewals (and
+// what watches them). memberBeats bounds, in heartbeats, how long Join waits
+// to see itself and the leases.
 const (
-	memberBeats = 5
-	leaseRenews = 5
+	renewals      = 3
+	leaseRenewals = 4
+	memberBeats   = 5
 	// staleBeats is how long a free partition waits for a member short
 	// of its target before any member takes it.
 	staleBeats = 3
@@ -70,12 +78,12 @@ type Member struct {
 	// never held while a Lease's mu is taken or a Handler is called.
 	mu      sync.Mutex
 	held    map[int]*heldLease
-	members map[string]time.Duration // member -> mono() of its last update
-	holders []string                 // partition -> holder, from the lease watch
-	free    []time.Duration          // partition -> mono() since it is seen free (0: held)
-	selfAt  time.Duration            // mono() our own key last came back
-	seen    bool                     // our own key came back at least once
-	leaseOK bool                     // the lease watch delivered its initial values
+	members map[string]seenMember // member -> its last update
+	holders []string              // partition -> holder, from the lease watch
+	free    []time.Duration       // partition -> mono() since it is seen free (0: held)
+	selfAt  time.Duration         // mono() our own key last came back
+	seen    bool                  // our own key came back at least once
+	leaseOK bool                  // the lease watch delivered its initial values
 
 	// tickMu is held while the assignment is computed and acted on (a
 	// tick); frozen (set under it) ends the ticks: Freeze. Lock order:
@@ -97,6 +105,34 @@ type Member struct {
 	// (under mu) is mono() when it last did.
 	rewatch   chan struct{}
 	rewatchAt time.Duration
+}
+
+// seenMember is when a member's key or one of its leases was last
+// renewed (mono()), and how long it is taken for live after that.
+type seenMember struct {
+	at, ttl time.Duration
+}
+
+// live says whether the member is live at now.
+func (s seenMember) live(now time.Duration) bool { return now-s.at <= s.ttl }
+
+// memberValue is what a member writes under its key: the time, and how
+// often it renews the key, from which the others know how long to take it
+// for live (its lease_ttl may differ from theirs).
+func memberValue(every time.Duration) string {
+	return time.Now().UTC().Format(time.RFC3339Nano) + " " + every.String()
+}
+
+// memberTTLOf is how long the member whose key holds value is taken for
+// live after a renewal: memberTTL of the renewals it announces (an earlier
+// version's key, the time alone, was renewed every heartbeat and lived
+// five of them).
+func memberTTLOf(value []byte, heartbeat time.Duration) time.Duration {
+	_, every, ok := strings.Cut(string(value), " ")
+	if d, err := time.ParseDuration(every); ok && err == nil && d > 0 {
+		return Config{LeaseTTL: d * renewals}.memberTTL()
+	}
+	return 5 * heartbeat
 }
 
 type heldLease struct {
@@ -121,14 +157,14 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, set Settings,
 	if cfg.Group == "" || set.Partitions <= 0 || set.KV == nil || set.Bucket == "" {
 		return nil, errors.New("fleet: group, partitions and bucket are required")
 	}
-	mkv, err := membersBucket(ctx, js, set)
+	mkv, err := membersBucket(ctx, js, cfg, set)
 	if err != nil {
 		return nil, err
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	m := &Member{id: cfg.Group + "." + hex.EncodeToString(b[:]), cfg: cfg, set: set, js: js, mkv: mkv, h: h,
-		held: map[int]*heldLease{}, members: map[string]time.Duration{}, holders: make([]string, set.Partitions),
+		held: map[int]*heldLease{}, members: map[string]seenMember{}, holders: make([]string, set.Partitions),
 		free: make([]time.Duration, set.Partitions), faults: map[string]time.Duration{}, rewatch: make(chan struct{}, 1)}
 	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
 	starting := "starting"
@@ -172,12 +208,15 @@ func (m *Member) Abort() {
 }
 
 // membersBucket opens the members bucket, creating it when it is missing
-// (it is kept in memory: a server's restart loses it).
-func membersBucket(ctx context.Context, js jetstream.JetStream, set Settings) (jetstream.KeyValue, error) {
+// (it is kept in memory: a server's restart loses it). Its keys live
+// LeaseTTL: a bucket whose keys live shorter than a member key's renewals
+// need (an earlier version's: five heartbeats) is given that.
+func membersBucket(ctx context.Context, js jetstream.JetStream, cfg Config, set Settings) (jetstream.KeyValue, error) {
+	ttl := cfg.LeaseTTL
 	mkv, err := js.KeyValue(ctx, MembersBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		mkv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: MembersBucket, Description: "gttsplit: live aggregators", TTL: memberBeats * set.Heartbeat,
+			Bucket: MembersBucket, Description: "gttsplit: live aggregators", TTL: ttl,
 			Storage: jetstream.MemoryStorage, Replicas: max(set.Replicas, 1),
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
@@ -186,6 +225,14 @@ func membersBucket(ctx context.Context, js jetstream.JetStream, set Settings) (j
 	}
 	if err != nil {
 		return nil, fmt.Errorf("members bucket %s: %w", MembersBucket, err)
+	}
+	if st, err := js.Stream(ctx, "KV_"+MembersBucket); err == nil {
+		if c := st.CachedInfo().Config; c.MaxAge > 0 && c.MaxAge < ttl {
+			c.MaxAge = ttl
+			if _, err := js.UpdateStream(ctx, c); err != nil {
+				return nil, fmt.Errorf("members bucket %s: its keys' time to live to %s: %w", MembersBucket, ttl, err)
+			}
+		}
 	}
 	return mkv, nil
 }
@@ -225,9 +272,9 @@ func (m *Member) Run(ctx context.Context) {
 	}
 }
 
-// keepMember renews the member key every heartbeat.
+// keepMember renews the member key every renewEvery.
 func (m *Member) keepMember(ctx context.Context) {
-	t := time.NewTicker(m.set.Heartbeat)
+	t := time.NewTicker(m.cfg.renewEvery())
 	defer t.Stop()
 	for {
 		select {
@@ -240,12 +287,12 @@ func (m *Member) keepMember(ctx context.Context) {
 }
 
 func (m *Member) renewMember(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, m.set.Heartbeat*2)
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.renewEvery())
 	defer cancel()
-	if _, err := m.mkv.PutString(rctx, m.id, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+	if _, err := m.mkv.PutString(rctx, m.id, memberValue(m.cfg.renewEvery())); err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			// The bucket is gone (a restarted server loses it): again.
-			_, _ = membersBucket(rctx, m.js, m.set)
+			_, _ = membersBucket(rctx, m.js, m.cfg, m.set)
 		}
 		m.renewErr.Store(&err)
 		return
@@ -255,9 +302,9 @@ func (m *Member) renewMember(ctx context.Context) {
 	// is stuck (a members bucket created anew, by us or another member,
 	// after a restarted server lost it: the watch would resume after the
 	// old bucket's last sequence and miss every key until the new one
-	// got there). Start it again, at most once a member key's life.
+	// got there). Start it again, at most once every two renewals.
 	now := mono()
-	ttl := memberBeats * m.set.Heartbeat
+	ttl := m.cfg.renewEvery()
 	m.mu.Lock()
 	stuck := m.seen && now-m.selfAt > 2*ttl && now-m.rewatchAt > 2*ttl
 	if stuck {
@@ -284,7 +331,7 @@ func (m *Member) watchMembers(ctx context.Context) {
 			return
 		}
 		now := mono()
-		m.members[e.Key()] = now
+		m.members[e.Key()] = seenMember{at: now, ttl: memberTTLOf(e.Value(), m.set.Heartbeat)}
 		if e.Key() == m.id {
 			m.selfAt, m.seen = now, true
 		}
@@ -305,10 +352,17 @@ func (m *Member) watchLeases(ctx context.Context) {
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if e.Operation() == jetstream.KeyValuePut {
-			m.holders[p] = holderOf(e.Value())
-		} else {
+		if e.Operation() != jetstream.KeyValuePut {
 			m.holders[p] = ""
+			return
+		}
+		holder := holderOf(e.Value())
+		m.holders[p] = holder
+		// A lease renewed says its holder was alive then, as its member
+		// key renewed would (a member already seen, of this group).
+		if sm, ok := m.members[holder]; ok {
+			sm.at = max(sm.at, mono()-max(time.Since(e.Created()), 0))
+			m.members[holder] = sm
 		}
 	})
 }
@@ -365,10 +419,10 @@ func (m *Member) tick(ctx context.Context) bool {
 	}
 	now := mono()
 	m.mu.Lock()
-	ttl := memberBeats * m.set.Heartbeat
+	ttl := m.cfg.memberTTL()
 	var members []string
-	for id, at := range m.members {
-		if now-at <= ttl {
+	for id, sm := range m.members {
+		if sm.live(now) {
 			members = append(members, id)
 		}
 	}
@@ -536,17 +590,17 @@ func (m *Member) hold(l *Lease) *heldLease {
 	return hl
 }
 
-// keepLease sends a renewal of hl's lease every LeaseTTL/leaseRenews
+// keepLease sends a renewal of hl's lease every LeaseTTL/leaseRenewals
 // (counted from the last one's sending: a slow answer does not push the
 // next renewal later; sooner after a failed renewal) until ctx ends or
 // the lease is lost; a lost lease is handed to Handler.Lost. A renewal
 // may take until the lease's validity ends (see Lease.renew), not just
 // until the next one is due: on a busy machine or broker an answer can
-// take longer than LeaseTTL/leaseRenews, and every renewal given up that
+// take longer than that, and every renewal given up that
 // early would lose a lease that still had most of its time to live.
 func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 	l := hl.l
-	every := m.cfg.LeaseTTL / leaseRenews
+	every := m.cfg.LeaseTTL / leaseRenewals
 	next := every
 	for {
 		select {
@@ -664,17 +718,17 @@ type PartitionView struct {
 
 // View returns every partition's owner as this member sees it, and the
 // live members: those whose member key came back within the member TTL,
-// counted up to a heartbeat after this member's own key last came back.
+// counted up to a renewal interval (renewEvery) after this member's own
+// key last came back.
 // While its own key does not come back (the members bucket's watch is
 // behind: its leader being elected, this member cut off), it cannot tell
 // a dead member from a late watch, and keeps the members of its last
-// fresh view; a member that renews a little earlier in each heartbeat
-// than this one is not taken for dead in the heartbeat before this one's
+// fresh view; a member that renews a little earlier in each interval
+// than this one is not taken for dead in the interval before this one's
 // own key is overdue (that counted its partitions unowned during every
 // election of the members bucket).
 func (m *Member) View() ([]PartitionView, []string) {
 	now := mono()
-	ttl := memberBeats * m.set.Heartbeat
 	m.mu.Lock()
 	out := make([]PartitionView, len(m.holders))
 	for p, h := range m.holders {
@@ -684,15 +738,15 @@ func (m *Member) View() ([]PartitionView, []string) {
 	for p, hl := range m.held {
 		held[p] = hl.l
 	}
-	// The freshest a member can look is a heartbeat after our own key's
-	// last return.
+	// The freshest a member can look is a renewal interval after our own
+	// key's last return.
 	since := now
 	if m.seen {
-		since = min(now, m.selfAt+m.set.Heartbeat)
+		since = min(now, m.selfAt+m.cfg.renewEvery())
 	}
 	var members []string
-	for id, at := range m.members {
-		if since-at <= ttl {
+	for id, sm := range m.members {
+		if sm.live(since) {
 			members = append(members, id)
 		}
 	}
