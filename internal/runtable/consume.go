@@ -30,7 +30,12 @@ const (
 	ownerGroup = "owner"
 	// pinnedTTL: the server moves a pin after this long without a pull.
 	pinnedTTL = 5 * time.Second
-	// pullExpiry is the expiry of a pull request (well within pinnedTTL).
+	// pullExpiry is the expiry of a pull request (well within pinnedTTL;
+	// a pull the server lost, its consumer's leader dead, is sent again
+	// after it). Not longer, with the server's heartbeats to end a lost
+	// one sooner: under load the client missed them while messages were
+	// on their way, and a pull ended that way loses what the server sent
+	// it until the ack wait.
 	pullExpiry = 4 * time.Second
 	// pullBatch bounds the messages buffered per partition (flow.go
 	// sizes each pull, up to it).
@@ -43,8 +48,15 @@ const (
 	// pull found the consumer without a leader (no responders).
 	repullAfter = 250 * time.Millisecond
 	// watchEvery is how often the table checks its consumers and the
-	// stream.
+	// stream; infoEvery how often it asks the broker for the state of a
+	// consumer that had nothing to deliver at its last info and has
+	// received nothing since while its pulls were answered (they would
+	// have brought any event), and for the events stream's and the
+	// stores' state while nothing looks wrong. A consumer that received
+	// events, or whose pull failed or went unanswered, is asked every
+	// watch.
 	watchEvery = 2 * time.Second
+	infoEvery  = 30 * time.Second
 )
 
 // partConsumer is one consumer of a partition: on the events stream, or
@@ -59,6 +71,13 @@ type partConsumer struct {
 	last atomic.Int64
 	// pending is the consumer's pending count at the last watch.
 	pending atomic.Uint64
+	// msgs counts the messages received; quietAt is msgs when an info
+	// last found nothing to deliver (-1: it did not), at infoAt (unix
+	// nanos); failing is set when a pull failed since.
+	msgs    atomic.Int64
+	quietAt atomic.Int64
+	infoAt  atomic.Int64
+	failing atomic.Bool
 	// pulled holds the messages of the current pull not handled yet.
 	pulled pulled
 }
@@ -156,6 +175,7 @@ func (pt *part) consumer(ctx context.Context, stream string, filters []string) (
 	})
 	c := &partConsumer{stream: stream, name: name, cons: cons}
 	c.last.Store(time.Now().UnixNano())
+	c.quietAt.Store(-1)
 	return c, nil
 }
 
@@ -181,6 +201,7 @@ func (pt *part) consume(c *partConsumer) {
 			mu.Lock()
 			defer mu.Unlock()
 			c.last.Store(time.Now().UnixNano())
+			c.msgs.Add(1)
 			if stopped || !pt.lease.Valid() {
 				_ = jm.Nak()
 				return
@@ -227,12 +248,18 @@ func (pt *part) consume(c *partConsumer) {
 					handle(jm)
 				}
 				err = batch.Error()
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+					// The server did not end the pull at its expiry:
+					// the next watch asks for the consumer's state.
+					c.failing.Store(true)
+				}
 				if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 					err = nil // nothing to pull, or stopped
 				}
 			}
 			cancel()
 			if err != nil && ctx.Err() == nil {
+				c.failing.Store(true) // the next watch asks the broker
 				pause := 200 * time.Millisecond
 				if errors.Is(err, nats.ErrNoResponders) {
 					t.m.repulls.Inc()
@@ -295,6 +322,13 @@ func (h *health) set(name, why string) {
 	h.conds[name] = why
 }
 
+func (h *health) has(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.conds[name]
+	return ok
+}
+
 func (h *health) clear(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -355,38 +389,83 @@ func (t *Table) Ready() (bool, string) {
 func (t *Table) watch(ctx context.Context) {
 	tk := time.NewTicker(watchEvery)
 	defer tk.Stop()
+	var ws watchState
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tk.C:
 		}
-		t.watchOnce(ctx)
+		t.watchOnce(ctx, &ws)
 	}
 }
 
-func (t *Table) watchOnce(ctx context.Context) {
+// quiet says c had nothing to deliver at its last info (less than
+// infoEvery ago), has received nothing since and its pulls stood: it has
+// nothing to deliver now either (a pull standing would have brought it),
+// and the broker need not be asked.
+func (c *partConsumer) quiet(now time.Time) bool {
+	q := c.quietAt.Load()
+	return q >= 0 && q == c.msgs.Load() && !c.failing.Load() && now.Sub(time.Unix(0, c.infoAt.Load())) < infoEvery
+}
+
+// info asks the broker for c's state; it reports the events waiting, and
+// the partition's stall ("" when it is not stalled).
+func (c *partConsumer) info(ctx context.Context, p int, now time.Time) (uint64, string) {
+	msgs := c.msgs.Load()
+	c.failing.Store(false)
+	ci, err := c.cons.Info(ctx)
+	idle := time.Since(time.Unix(0, c.last.Load()))
+	c.quietAt.Store(-1)
+	switch {
+	case err != nil:
+		c.failing.Store(true)
+		if idle > stallAfter {
+			return 0, fmt.Sprintf("%d (consumer %s: %v)", p, c.name, err)
+		}
+		return 0, ""
+	case ci.NumPending > 0 && idle > stallAfter:
+		c.pending.Store(ci.NumPending)
+		return ci.NumPending, fmt.Sprintf("%d (%d events wait, none delivered for %s)", p, ci.NumPending, idle.Round(time.Second))
+	case ci.NumPending == 0 && ci.NumAckPending == 0:
+		c.last.Store(time.Now().UnixNano()) // nothing to deliver: not stalled
+		c.infoAt.Store(now.UnixNano())
+		c.quietAt.Store(msgs)
+	}
+	c.pending.Store(ci.NumPending)
+	return ci.NumPending, ""
+}
+
+// watchOnce is one watch. It asks the broker for a consumer's state
+// unless the consumer is quiet, and for the events stream's and the
+// stores' state (room.go) every watch, except while every consumer is
+// quiet, nothing is wrong and no store has a limit: then every infoEvery.
+// watchState is what the watch remembers between two watches.
+type watchState struct {
+	streamAt time.Time // the events stream's state last asked
+	limited  bool      // the events stream has a max_bytes
+}
+
+func (t *Table) watchOnce(ctx context.Context, ws *watchState) {
 	wctx, cancel := context.WithTimeout(ctx, watchEvery)
 	defer cancel()
 	var lag uint64
 	var stalled []string
 	var oldest time.Duration
+	now := time.Now()
+	asked := false
 	for _, pt := range t.parts() {
 		oldest = max(oldest, pt.checkpointAge())
 		for _, c := range pt.cons {
-			ci, err := c.cons.Info(wctx)
-			idle := time.Since(time.Unix(0, c.last.Load()))
-			switch {
-			case err != nil && idle > stallAfter:
-				stalled = append(stalled, fmt.Sprintf("%d (consumer %s: %v)", pt.p, c.name, err))
-			case err == nil:
-				c.pending.Store(ci.NumPending)
-				lag += ci.NumPending
-				if ci.NumPending > 0 && idle > stallAfter {
-					stalled = append(stalled, fmt.Sprintf("%d (%d events wait, none delivered for %s)", pt.p, ci.NumPending, idle.Round(time.Second)))
-				} else if ci.NumPending == 0 && ci.NumAckPending == 0 {
-					c.last.Store(time.Now().UnixNano()) // nothing to deliver: not stalled
-				}
+			if c.quiet(now) {
+				c.last.Store(now.UnixNano()) // nothing to deliver: not stalled
+				continue
+			}
+			asked = true
+			n, why := c.info(wctx, pt.p, now)
+			lag += n
+			if why != "" {
+				stalled = append(stalled, why)
 			}
 		}
 	}
@@ -400,16 +479,21 @@ func (t *Table) watchOnce(ctx context.Context) {
 		t.health.clear("stalled")
 	}
 	// The events stream: without a leader, no event is stored at all.
-	var info *jetstream.StreamInfo
-	if st, err := t.js.Stream(wctx, t.cfg.Stream); err != nil {
-		t.health.set("stream", fmt.Sprintf("events stream %s does not answer: %v (events do not reach the partitions)", t.cfg.Stream, err))
-	} else if ci := st.CachedInfo().Cluster; ci != nil && ci.Leader == "" && st.CachedInfo().Config.Replicas > 1 {
-		t.health.set("stream", fmt.Sprintf("events stream %s has no leader (events do not reach the partitions)", t.cfg.Stream))
-	} else {
-		t.health.clear("stream")
-		info = st.CachedInfo()
+	limited := t.st.room.max.Load() > 0 || t.cfg.StoreRoom != nil || ws.limited
+	if asked || limited || len(stalled) > 0 || now.Sub(ws.streamAt) >= infoEvery || t.health.has("stream") {
+		ws.streamAt = now
+		var info *jetstream.StreamInfo
+		if st, err := t.js.Stream(wctx, t.cfg.Stream); err != nil {
+			t.health.set("stream", fmt.Sprintf("events stream %s does not answer: %v (events do not reach the partitions)", t.cfg.Stream, err))
+		} else if ci := st.CachedInfo().Cluster; ci != nil && ci.Leader == "" && st.CachedInfo().Config.Replicas > 1 {
+			t.health.set("stream", fmt.Sprintf("events stream %s has no leader (events do not reach the partitions)", t.cfg.Stream))
+		} else {
+			t.health.clear("stream")
+			info = st.CachedInfo()
+			ws.limited = info.Config.MaxBytes > 0
+		}
+		t.room(wctx, info)
 	}
-	t.room(wctx, info)
 	t.health.tick()
 	if t.legacy.Load() && t.part(0) != nil {
 		if gone, err := bus.RetireLegacy(wctx, t.js, t.cfg.Stream, t.cfg.Group, t.cfg.Partitions); err == nil && gone {
