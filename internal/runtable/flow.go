@@ -20,16 +20,22 @@ import (
 //     no more than the handler is measured to handle in a quarter of the
 //     ack wait (pullSize, from a moving average of the handler's wall time
 //     a message, which counts the machine's load); those waiting longer
-//     than a third of the ack wait (a message before them waited for its
-//     run's close, say) get a progress acknowledgement (Table.progress);
+//     than progressAfter (a message before them waited for its run's
+//     close, say) get a progress acknowledgement (Table.progress);
 //   - in the handler's hand (waiting for its run while the run's close is
-//     written, folding): its progress is acknowledged every third of the
-//     ack wait (inHand);
-//   - folded, waiting for the checkpoint that writes its run: every third
+//     written, folding): its progress is acknowledged every progressAfter
+//     (inHand);
+//   - folded, waiting for the checkpoint that writes its run: every tenth
 //     of the ack wait a goroutine of the table's own acknowledges the
-//     progress of those that waited that long, whatever a checkpoint is
-//     doing (Table.progress; a checkpoint leaves them in the partition's
-//     pending list until it acknowledges them).
+//     progress of those that waited progressAfter, whatever a checkpoint
+//     is doing (Table.progress; a checkpoint leaves them in the
+//     partition's pending list until it acknowledges them).
+//
+// A progress acknowledgement is a message to the broker (and a write of
+// the consumer's state on every replica): only a message that nears the
+// ack wait gets one. One that waited 40 % of it is acknowledged at the
+// latest half-way into it (the goroutine's tenth): half the ack wait is
+// left for the acknowledgement to reach a loaded broker.
 
 const (
 	// initialHandle is a message's handling time before any was
@@ -70,11 +76,13 @@ func (f *flow) pullSize() int {
 }
 
 // progressAfter is how long a message waits before its progress is
-// acknowledged.
-func (f *flow) progressAfter() time.Duration { return f.ackWait / 3 }
+// acknowledged, and progressEvery how often the waiting ones are looked
+// at.
+func (f *flow) progressAfter() time.Duration { return f.ackWait * 2 / 5 }
+func (f *flow) progressEvery() time.Duration { return max(f.ackWait/10, 10*time.Millisecond) }
 
-// inHand acknowledges jm's progress every third of the ack wait while it
-// is handled; the returned function ends that, once it was handled.
+// inHand acknowledges jm's progress every progressAfter while it is
+// handled; the returned function ends that, once it was handled.
 func (f *flow) inHand(jm jetstream.Msg, progress func()) func() {
 	var mu sync.Mutex
 	stopped := false
@@ -179,12 +187,12 @@ func (p *pulled) progress(now time.Time, after time.Duration) int {
 	return n
 }
 
-// progress acknowledges, every sixth of the ack wait until ctx ends, the
-// progress of every pulled message not handled yet and of every folded message of the table's partitions that waited
-// a third of it for its checkpoint, so that it is not delivered again
-// however long that checkpoint takes.
+// progress acknowledges, every progressEvery until ctx ends, the progress
+// of every pulled message not handled yet and of every folded message of
+// the table's partitions that waited progressAfter for its checkpoint, so
+// that it is not delivered again however long that checkpoint takes.
 func (t *Table) progress(ctx context.Context) {
-	tk := time.NewTicker(max(t.flow.ackWait/6, 10*time.Millisecond))
+	tk := time.NewTicker(t.flow.progressEvery())
 	defer tk.Stop()
 	for {
 		select {
