@@ -82,9 +82,10 @@ type fleetAgg struct {
 
 func startFleet(t *testing.T, n int) *fleetRig {
 	f := &fleetRig{t: t, bin: buildAggregator(t), logDir: t.TempDir(), seen: map[string]time.Time{}}
-	extra := ""
+	// Every node's monitoring port (the broker cost tests read connz).
+	extra := "http_port: -1"
 	if os.Getenv("GTTSPLIT_FLEET_PROFILE") != "" {
-		extra = "prof_port: -1"
+		extra += "\nprof_port: -1"
 	}
 	f.c = natstest.StartProcCluster(t, 3, extra)
 	_, f.js = connectJS(t, f.c.URLs())

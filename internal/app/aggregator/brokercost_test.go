@@ -1,0 +1,303 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/natstest"
+)
+
+// The broker's cost: the servers of the fleet tests are nats-server
+// processes and the aggregators child processes, so the broker's CPU is
+// the servers' own (their /proc/<pid>/stat), apart from the aggregators'
+// and the test's.
+
+// plainConsume reads the first n messages of the events stream with a
+// plain R3 durable pull consumer (no filter, explicit acks, one ack a
+// message): the least any consumer of these events costs the broker. It
+// returns how long it took.
+func (f *fleetRig) plainConsume(name string, n int) time.Duration {
+	t := f.t
+	ctx := testCtx(t)
+	var cons jetstream.Consumer
+	eventually(t, "the plain consumer", func() bool {
+		var err error
+		cons, err = f.js.CreateOrUpdateConsumer(ctx, bus.DefaultStream, jetstream.ConsumerConfig{
+			Durable: name, AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3, DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		return err == nil
+	})
+	t0 := time.Now()
+	var mu sync.Mutex
+	got := 0
+	var last uint64
+	done := make(chan struct{})
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if got >= n {
+			return
+		}
+		_ = m.Ack()
+		got++
+		if got == n {
+			md, _ := m.Metadata()
+			last = md.Sequence.Stream
+			close(done)
+		}
+	})
+	require.NoError(t, err)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Minute):
+		t.Fatalf("the plain consumer read %d of %d messages", got, n)
+	}
+	d := time.Since(t0)
+	cc.Stop()
+	// Its last acks reached the servers before their CPU is read.
+	eventually(t, "the plain consumer's acks", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.AckFloor.Stream >= last
+	})
+	return d
+}
+
+// monitorURL is node nd's monitoring endpoint (the fleet's cluster runs
+// with http_port -1), read from its log.
+func monitorURL(t *testing.T, nd *natstest.Node) string {
+	var url string
+	eventually(t, "the monitoring port of "+nd.Name, func() bool {
+		b, _ := os.ReadFile(filepath.Join(nd.Dir, "server.log"))
+		m := regexp.MustCompile(`Starting http monitor on ([0-9.]+:[0-9]+)`).FindStringSubmatch(string(b))
+		if m != nil {
+			url = "http://" + m[1]
+		}
+		return m != nil
+	})
+	return url
+}
+
+// clientMsgs sums, over every node, the messages the clients named name
+// sent to the broker (connz in_msgs).
+func clientMsgs(t *testing.T, mons []string, name string) int64 {
+	var sum int64
+	for _, u := range mons {
+		resp, err := http.Get(u + "/connz?limit=4096")
+		require.NoError(t, err)
+		var cz struct {
+			Conns []struct {
+				Name   string `json:"name"`
+				InMsgs int64  `json:"in_msgs"`
+			} `json:"connections"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&cz)
+		resp.Body.Close()
+		require.NoError(t, err)
+		for _, c := range cz.Conns {
+			if c.Name == name {
+				sum += c.InMsgs
+			}
+		}
+	}
+	return sum
+}
+
+// subjectKinds counts, for d, the messages a subscriber on every subject
+// of the account receives, by kind of subject (a publish, a delivery to a
+// watch's inbox): what an idle fleet exchanges, for the log.
+func subjectKinds(t *testing.T, url string, d time.Duration) string {
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	var mu sync.Mutex
+	kinds := map[string]int{}
+	kind := func(s string) string {
+		switch {
+		case strings.HasPrefix(s, "$KV.") || strings.HasPrefix(s, "$JS.API.STREAM.MSG."):
+			f := strings.SplitN(s, ".", 4)
+			if len(f) > 2 {
+				return "kv " + f[1] + "." + f[2]
+			}
+		case strings.HasPrefix(s, "$JS.API.CONSUMER.MSG.NEXT."):
+			return "pull"
+		case strings.HasPrefix(s, "$JS.API.CONSUMER.INFO."):
+			return "consumer info"
+		case strings.HasPrefix(s, "$JS.API.STREAM.INFO."):
+			return "stream info"
+		case strings.HasPrefix(s, "$JS.ACK."):
+			return "ack"
+		case strings.HasPrefix(s, "$JS.API."):
+			f := strings.SplitN(s, ".", 5)
+			return "api " + strings.Join(f[2:min(len(f), 4)], ".")
+		}
+		return "other " + strings.SplitN(s, ".", 2)[0]
+	}
+	_, err = nc.Subscribe(">", func(m *nats.Msg) {
+		mu.Lock()
+		kinds[kind(m.Subject)]++
+		mu.Unlock()
+	})
+	require.NoError(t, err)
+	time.Sleep(d)
+	mu.Lock()
+	defer mu.Unlock()
+	var out []string
+	for k, n := range kinds {
+		out = append(out, fmt.Sprintf("%s %.2f/s", k, float64(n)/d.Seconds()))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+// idleNeed is the messages a second an idle fleet of members needs to
+// send for its leases' time to live (consumer.lease_ttl, default 15 s):
+// every lease renewed every lease_ttl/4, every member key every
+// lease_ttl/3, a pull a partition
+// every 4 s, a consumer's info every 30 s (sooner only for a partition
+// that received or whose pull failed), the events stream's info every
+// 30 s.
+func idleNeed(members, parts int) float64 {
+	const ttl, pull, every = 15.0, 4.0, 30.0
+	return float64(parts)/(ttl/4) + float64(members)/(ttl/3) + float64(parts)/pull + float64(parts)/every + float64(members)/every
+}
+
+// Three aggregators with nothing to fold send the broker only what their
+// leases' time to live needs (idleNeed): nothing every second. The test
+// counts the messages their connections send (the servers' connz
+// in_msgs) over an idle window and holds them to that rate (a count: a
+// loaded machine sends fewer, not more), and logs the broker's CPU
+// (FIGURE idle) with the aggregators idle and once they stopped (the same
+// streams, buckets and consumers: the servers' own background).
+//
+//	go test ./internal/app/aggregator -run TestFleetIdleTrafficIntegration -v
+func TestFleetIdleTrafficIntegration(t *testing.T) {
+	fleetRuns(t)
+	f := startFleet(t, 0)
+	var mons []string
+	for _, nd := range f.c.Nodes {
+		mons = append(mons, monitorURL(t, nd))
+	}
+	f.startAggs(3)
+	f.waitOwned(f.aggs...)
+	// Past the start (partitions taken, consumers created, first infos).
+	time.Sleep(10 * time.Second)
+	kinds := subjectKinds(t, f.c.URLs(), 10*time.Second)
+	window := 30 * time.Second
+	m0, c0, t0 := clientMsgs(t, mons, "gttsplit-aggregator"), f.c.CPU(), time.Now()
+	time.Sleep(window)
+	msgs, cpuIdle, d := clientMsgs(t, mons, "gttsplit-aggregator")-m0, f.c.CPU()-c0, time.Since(t0)
+	loadIdle := loadavg()
+	f.stopAggs(f.aggs...)
+	time.Sleep(5 * time.Second)
+	c0, t0 = f.c.CPU(), time.Now()
+	time.Sleep(window)
+	cpuBg, dBg := f.c.CPU()-c0, time.Since(t0)
+	perSec := func(c, d time.Duration) float64 { return float64(c.Microseconds()) / 1000 / d.Seconds() }
+	rate := float64(msgs) / d.Seconds()
+	need := idleNeed(3, bus.DefaultPartitions)
+	t.Logf("FIGURE idle: 3 aggregators, nothing to fold, %.0f s: they sent %.1f messages a second (their leases need %.1f); "+
+		"broker CPU %.1f ms/s with them, %.1f ms/s once they stopped (the same streams, buckets and consumers): their traffic %.1f ms/s [load %s / %s]; by subject: %s",
+		d.Seconds(), rate, need, perSec(cpuIdle, d), perSec(cpuBg, dBg), perSec(cpuIdle, d)-perSec(cpuBg, dBg), loadIdle, loadavg(), kinds)
+	require.LessOrEqual(t, rate, 1.25*need, "idle control traffic beyond what the leases need")
+}
+
+// TestFleetBrokerCostIntegration measures, back to back on one 3-node
+// cluster of nats-server processes, what the broker's three servers spend
+// (their CPU time): 3 aggregators starting on the empty stream and
+// stopping (their consumers, buckets and leases made once), publishing the
+// runs' events (6 publishers), a plain R3 durable pull consumer reading
+// them (the floor), 3 aggregators folding them (started together on the
+// backlog, until every split is written), the same plain consumer again,
+// and the 3 aggregators idle. The figures of docs/performance.md come from
+// its log (FIGURE broker).
+//
+//	GTTSPLIT_FLEET=full go test ./internal/app/aggregator -run TestFleetBrokerCostIntegration -v
+func TestFleetBrokerCostIntegration(t *testing.T) {
+	n := fleetRuns(t)
+	f := startFleet(t, n)
+	nEvents := 0
+	for _, r := range f.runs {
+		nEvents += len(r.Wires)
+	}
+	const idleFor = 10 * time.Second
+	cpu := f.c.CPU
+	load := map[string]string{}
+
+	c0 := cpu()
+	time.Sleep(idleFor)
+	bg := cpu() - c0
+	load["background"] = loadavg()
+
+	// The fleet's first start: its consumers and buckets are made.
+	c0 = cpu()
+	f.startAggs(3)
+	f.waitOwned(f.aggs...)
+	f.stopAggs(f.aggs...)
+	first := cpu() - c0
+	load["first"] = loadavg()
+
+	c0, t0 := cpu(), time.Now()
+	f.publish(6, nil)
+	pub, pubT := cpu()-c0, time.Since(t0)
+	load["publish"] = loadavg()
+
+	c0 = cpu()
+	plainT := f.plainConsume("plain1", nEvents)
+	plain1 := cpu() - c0
+	load["plain1"] = loadavg()
+
+	c0, t0 = cpu(), time.Now()
+	stopProf := f.profile()
+	f.startAggs(3)
+	f.aggs = f.aggs[3:] // the folding ones (agg3-agg5)
+	done := f.waitAll(10 * time.Minute)
+	stopProf()
+	fold, foldT := cpu()-c0, done.Sub(t0)
+	load["fold"] = loadavg()
+	redelivered := f.metric("gttsplit_events_redelivered_total", f.aggs...)
+	progress := f.metric("gttsplit_events_progress_acks_total", f.aggs...)
+	writes := f.metric("gttsplit_state_writes_total", f.aggs...)
+
+	// Every split written: the aggregators' control traffic alone, once
+	// their last checkpoints are behind them.
+	time.Sleep(5 * time.Second)
+	c0 = cpu()
+	time.Sleep(idleFor)
+	idle := cpu() - c0
+	load["idle"] = loadavg()
+
+	c0 = cpu()
+	plain2T := f.plainConsume("plain2", nEvents)
+	plain2 := cpu() - c0
+	load["plain2"] = loadavg()
+
+	f.stopAggs(f.aggs...)
+	f.checkOnce()
+
+	perRun := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n) }
+	perSec := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / idleFor.Seconds() }
+	lo, hi := min(plain1, plain2), max(plain1, plain2)
+	t.Logf("FIGURE broker: %d runs, %d events (%.1f MB); broker CPU (3 servers): background %.1f ms/s [load %s]; "+
+		"the fleet's first start and stop (16 consumers, buckets, leases made) %.0f ms [load %s]; "+
+		"publish %.2f ms a run (%.1f s) [load %s]; plain R3 pull consumer %.2f / %.2f ms a run (%.1f / %.1f s) [load %s / %s]; "+
+		"fold by 3 aggregators %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer; "+
+		"3 aggregators idle %.1f ms/s [load %s]; redelivered %.0f (%.2f %%), progress acks %.0f (%.2f an event), %.1f state writes a run",
+		n, nEvents, float64(f.pubBytes)/1e6, perSec(bg), load["background"], float64(first.Microseconds())/1000, load["first"],
+		perRun(pub), pubT.Seconds(), load["publish"], perRun(plain1), perRun(plain2), plainT.Seconds(), plain2T.Seconds(), load["plain1"], load["plain2"],
+		perRun(fold), foldT.Seconds(), load["fold"], float64(fold)/float64(hi), float64(fold)/float64(lo),
+		perSec(idle), load["idle"], redelivered, 100*redelivered/float64(nEvents), progress, progress/float64(nEvents), writes/float64(n))
+}
