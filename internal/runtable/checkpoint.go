@@ -46,6 +46,12 @@ func (pt *part) take(id string, r *liveRun) snapshot {
 func (pt *part) checkpoint(ctx context.Context, final bool) {
 	pt.ckptMu.Lock()
 	defer pt.ckptMu.Unlock()
+	defer func() {
+		pt.mu.Lock()
+		pt.checkpointed() // the events waiting for room (memory.go)
+		pt.mu.Unlock()
+		pt.t.memChanged()
+	}()
 	t := pt.t
 	taken := t.cfg.Now()
 	pt.mu.Lock()
@@ -89,6 +95,9 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 		return // fleet tells the table: the partition is dropped
 	}
 	pt.settleAcks(final)
+	if !final {
+		pt.shed() // past the memory bound: written runs wait in the bucket
+	}
 	if werr != nil {
 		pt.fail(werr)
 	} else {
@@ -131,6 +140,9 @@ func (pt *part) write(ctx context.Context, sn snapshot) error {
 	sn.r.written = max(sn.r.written, sn.folds)
 	first := !sn.r.stored
 	sn.r.stored = true
+	if sn.r.size = len(sn.b); pt.runs[sn.id] == sn.r {
+		pt.account(sn.r)
+	}
 	st := *sn.r.st
 	pt.mu.Unlock()
 	if first {

@@ -65,7 +65,8 @@ func (pt *part) closeDue(ctx context.Context) {
 		return // the bucket refuses writes: the closes wait out the back-off too
 	}
 	now := t.cfg.Now()
-	var floor *uint64 // read once, when a finished run needs it
+	pt.reviveIdle(ctx, now) // idle runs kept in the bucket close too
+	var floor *uint64       // read once, when a finished run needs it
 	var cs []*closing
 	pt.mu.Lock()
 	ids := make([]string, 0, len(pt.runs))
@@ -387,7 +388,7 @@ func (pt *part) settle(ctx context.Context) {
 	ids := t.cfg.Deliveries.take(pt.p)
 	for i, id := range ids {
 		pt.mu.Lock()
-		live := pt.runs[id] != nil
+		live := pt.live(id)
 		pt.mu.Unlock()
 		if live {
 			continue
@@ -489,7 +490,7 @@ func (t *Table) Reload(ctx context.Context, sink, runID string) (split.Report, b
 	}
 	if pt != nil && pt.lease == l {
 		pt.mu.Lock()
-		live := pt.runs[runID] != nil
+		live := pt.live(runID)
 		pt.mu.Unlock()
 		if live {
 			return split.Report{}, false, nil // re-opened: its next close sends its split
@@ -537,7 +538,7 @@ func (pt *part) compact(ctx context.Context) {
 			return
 		}
 		c := pt.compactQ[0]
-		live := pt.runs[c.id] != nil
+		live := pt.live(c.id)
 		pt.mu.Unlock()
 		if !live && !pt.compact1(ctx, c, now) {
 			return

@@ -50,3 +50,24 @@ func digestFalseRate(n uint64) float64 {
 	k := float64(digestHashes)
 	return math.Pow(1-math.Pow(1-1/m, k*float64(n)), k)
 }
+
+// RunMemory is what the runs the table holds in memory are taken to cost,
+// in bytes, and how many open runs it keeps in the state bucket only.
+func (t *Table) RunMemory() (used int64, shed int) {
+	return t.mem.used.Load(), int(t.mem.cold.Load())
+}
+
+// IsShed says open run id is kept in the state bucket only.
+func (t *Table) IsShed(id string) bool {
+	pt := t.part(partitionOf(id, t.cfg.Partitions))
+	if pt == nil {
+		return false
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	_, ok := pt.cold[id]
+	return ok
+}
+
+// NewRunCost is what a run not written yet is taken to cost in memory.
+const NewRunCost = newRunCost

@@ -254,7 +254,7 @@ func (t *Table) Expire(ctx context.Context, retention time.Duration) int {
 	for _, pt := range t.parts() {
 		for _, id := range t.index.expired(pt.p, t.cfg.Partitions, cutoff) {
 			pt.mu.Lock()
-			live := pt.runs[id] != nil
+			live := pt.live(id)
 			pt.mu.Unlock()
 			if live {
 				continue // re-opened by a late event

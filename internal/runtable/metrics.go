@@ -36,6 +36,11 @@ type Metrics struct {
 	stateWrites prometheus.Counter
 	progress    prometheus.Counter
 	repulls     prometheus.Counter
+	// The runs' memory (memory.go).
+	shed      prometheus.Counter
+	runsShed  prometheus.Gauge
+	runMemory prometheus.Gauge
+	memWaits  prometheus.Counter
 	// The fleet: members seen, every partition's owner as this member
 	// sees it, partitions without one, partitions whose events stopped.
 	members  prometheus.Gauge
@@ -102,6 +107,14 @@ func NewMetrics() *Metrics {
 		Help: "Progress acknowledgements sent for events still waiting for their checkpoint (their ack wait starts again instead of a redelivery)."})
 	m.repulls = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_partition_leaderless_pulls_total",
 		Help: "Pulls of a partition's events that found its consumer without a leader (its node lost, the others electing one): pulled again after a quarter second."})
+	m.shed = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_shed_total",
+		Help: "Open runs taken out of memory past the runs' memory bound (half of memory_limit_mib): their state waits in the state bucket and is read back when an event comes for them."})
+	m.runsShed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_runs_shed",
+		Help: "Open runs of the partitions this aggregator owns kept in the state bucket only, not in memory (shed past the runs' memory bound); /readyz says shedding while there are any."})
+	m.runMemory = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_run_memory_bytes",
+		Help: "What the runs held in memory are taken to cost (twice their encoded state, and what the table keeps beside each), against the bound of half of memory_limit_mib."})
+	m.memWaits = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_run_memory_waits_total",
+		Help: "Events for a run not in memory that waited for their partition's checkpoint (and its shedding) because the runs' memory bound was passed."})
 	m.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_fleet_members",
 		Help: "Live aggregators of this group as this aggregator sees them."})
 	m.owner = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gttsplit_partition_owned",
@@ -123,7 +136,7 @@ func NewMetrics() *Metrics {
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
-		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
+		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.shed, m.runsShed, m.runMemory, m.memWaits, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		m.streamBytes, m.storeUsed, m.laneChecks, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

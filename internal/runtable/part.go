@@ -29,12 +29,18 @@ type part struct {
 	// consumer's handler lock (consume), and no other lock is taken while
 	// it is held; it is never held across a write to the broker (the
 	// fenced writes take the lease's own lock).
-	mu       sync.Mutex
-	runs     map[string]*liveRun
+	mu   sync.Mutex
+	runs map[string]*liveRun
+	// cold are the partition's open runs kept in the state bucket only,
+	// with their last event's time (memory.go).
+	cold     map[string]time.Time
 	pending  []pendingMsg
 	compactQ []compactDue
 	// ckpt is when the runs in memory were last all written.
 	ckpt time.Time
+	// ckptDone is closed when the checkpoint under way (or the next)
+	// ended, and replaced (memory.go: waitRoom).
+	ckptDone chan struct{}
 
 	// ckptMu makes the partition's checkpoints and closes run one at a
 	// time (the loop's, and Release's last one). It is taken first: a
@@ -72,6 +78,10 @@ type liveRun struct {
 	// finished is when the run-finished event was folded (the close
 	// latency's start).
 	finished time.Time
+	// size is the length of the run's state as last written or read
+	// (0: never), cost what it is taken to cost in memory (memory.go).
+	size int
+	cost int64
 }
 
 func (r *liveRun) state() string {
@@ -96,7 +106,7 @@ type compactDue struct {
 }
 
 func newPart(t *Table, l *fleet.Lease) *part {
-	return &part{t: t, p: l.Partition, lease: l, runs: map[string]*liveRun{}, kick: make(chan struct{}, 1), ckpt: t.cfg.Now()}
+	return &part{t: t, p: l.Partition, lease: l, runs: map[string]*liveRun{}, cold: map[string]time.Time{}, ckptDone: make(chan struct{}), kick: make(chan struct{}, 1), ckpt: t.cfg.Now()}
 }
 
 // load reads the partition's open runs from the bucket (one pass over its
@@ -114,7 +124,7 @@ func (pt *part) load(ctx context.Context) error {
 			// folded again from the events stream (recover.go).
 			st, err := pt.recoverOpen(ctx, e.key, e.value, err)
 			if err == nil && st != nil {
-				pt.runs[st.Origin.RunID] = &liveRun{st: st, dirty: true}
+				pt.addRun(st.Origin.RunID, &liveRun{st: st, dirty: true})
 				n++
 			}
 			return err
@@ -132,7 +142,7 @@ func (pt *part) load(ctx context.Context) error {
 				return nil
 			}
 			// Open: written under its open key at the next checkpoint.
-			pt.runs[st.Origin.RunID] = &liveRun{st: st, dirty: true}
+			pt.addRun(st.Origin.RunID, &liveRun{st: st, dirty: true})
 			n++
 			return nil
 		}
@@ -141,8 +151,14 @@ func (pt *part) load(ctx context.Context) error {
 			// between): the close finishes now.
 			return pt.finishClose(ctx, st)
 		}
-		pt.runs[st.Origin.RunID] = &liveRun{st: st, stored: true}
 		n++
+		if t.mem.budget > 0 && t.mem.used.Load()+runCost(len(e.value)) > t.mem.budget {
+			// Past the memory bound: kept in the bucket (memory.go).
+			pt.cold[st.Origin.RunID] = st.LastEvent
+			t.mem.cold.Add(1)
+			return nil
+		}
+		pt.addRun(st.Origin.RunID, &liveRun{st: st, stored: true, size: len(e.value)})
 		return nil
 	})
 	if err == nil && t.cfg.Sinks != nil {
@@ -166,7 +182,9 @@ func (pt *part) load(ctx context.Context) error {
 		})
 	}
 	if err != nil {
-		pt.runs = map[string]*liveRun{}
+		pt.mu.Lock()
+		pt.forgetLocked()
+		pt.mu.Unlock()
 		return err
 	}
 	for _, s := range t.index.closedFull(pt.p, t.cfg.Partitions) {
@@ -174,6 +192,7 @@ func (pt *part) load(ctx context.Context) error {
 	}
 	slices.SortFunc(pt.compactQ, func(a, b compactDue) int { return a.at.Compare(b.at) })
 	t.m.runsOpen.Add(float64(n))
+	t.memChanged()
 	for _, st := range resend {
 		pt.resend1(ctx, st)
 	}
@@ -213,12 +232,23 @@ func (pt *part) legacy(ctx context.Context, key string) (*RunState, error) {
 	return st, t.st.purge(ctx, pt.lease, key)
 }
 
-// forget drops the partition's runs from memory.
+// forget drops the partition's runs from memory (those kept in the bucket
+// too).
 func (pt *part) forget() {
 	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	pt.t.m.runsOpen.Sub(float64(len(pt.runs)))
-	pt.runs = map[string]*liveRun{}
+	pt.t.m.runsOpen.Sub(float64(len(pt.runs) + len(pt.cold)))
+	pt.forgetLocked()
+	pt.mu.Unlock()
+	pt.t.memChanged()
+}
+
+// forgetLocked drops the partition's runs, those kept in the bucket too,
+// and what waits for them. pt.mu is held.
+func (pt *part) forgetLocked() {
+	for id := range pt.runs {
+		pt.removeRun(id)
+	}
+	pt.forgetCold()
 	pt.pending = nil
 	pt.compactQ = nil
 }
@@ -226,7 +256,7 @@ func (pt *part) forget() {
 // forgetRun drops a run from memory (its state stays in the bucket).
 // pt.mu is held.
 func (pt *part) forgetRun(id string) {
-	delete(pt.runs, id)
+	pt.removeRun(id)
 	pt.t.m.runsOpen.Dec()
 }
 
@@ -251,6 +281,7 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 		return err
 	}
 	t0 := time.Now()
+	pt.waitRoom(ctx, d.Origin.RunID) // past the memory bound (memory.go)
 	r, err := pt.lockRun(ctx, d.Origin)
 	if errors.Is(err, errNotState) {
 		return t.deadLetter(ctx, msg, err)
@@ -445,7 +476,19 @@ func (pt *part) run(ctx context.Context, o events.Origin) (*liveRun, error) {
 	if r != nil {
 		return r, nil
 	}
-	r, err := pt.readClosed(ctx, o)
+	// An open run kept in the bucket only (memory.go) is read back.
+	r, err := pt.warmRun(ctx, o.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
+		pt.mu.Lock()
+		r = pt.installWarm(o.RunID, r)
+		pt.mu.Unlock()
+		pt.t.memChanged()
+		return r, nil
+	}
+	r, err = pt.readClosed(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -454,7 +497,7 @@ func (pt *part) run(ctx context.Context, o events.Origin) (*liveRun, error) {
 	if cur := pt.runs[o.RunID]; cur != nil {
 		return cur, nil // read meanwhile by another handler
 	}
-	pt.runs[o.RunID] = r
+	pt.addRun(o.RunID, r)
 	pt.t.m.runsOpen.Inc() // a closed run re-opened by a late event counts again
 	return r, nil
 }
@@ -472,7 +515,7 @@ func (pt *part) readClosed(ctx context.Context, o events.Origin) (*liveRun, erro
 			pt.t.deadLetterState(ctx, stateKey(o.RunID), o, b, err)
 			return nil, fmt.Errorf("%w: the closed state of run %q: %w", errNotState, o.RunID, err)
 		}
-		return &liveRun{st: st}, nil
+		return &liveRun{st: st, size: len(b)}, nil
 	case errors.Is(err, errNotFound):
 		return &liveRun{st: NewRunState(o, pt.t.cfg.Fold)}, nil
 	}

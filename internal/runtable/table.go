@@ -72,6 +72,9 @@ type Config struct {
 	// IdleTimeout: a run with no event for this long is folded and
 	// reported as incomplete (0: never).
 	IdleTimeout time.Duration
+	// RunMemory bounds what the open runs take in memory, in bytes (0:
+	// no bound): past it, runs wait in the state bucket (memory.go).
+	RunMemory int64
 
 	Sinks *sinks.Fanout // nil: no sink
 	// Deliveries, when set, is Sinks' observer: closed runs stay
@@ -115,6 +118,7 @@ type Table struct {
 
 	closed atomic.Int64
 	flow   *flow
+	mem    memory // the runs' memory (memory.go)
 	pubs   sync.WaitGroup // split events being published, re-sends
 	dlq    deadLetters
 	// origins says each event refused for its origin once per sender.
@@ -160,7 +164,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 		cfg.Deliveries.track(cfg.Sinks, cfg.Partitions)
 	}
 	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{},
-		flow: newFlow(cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending)}
+		flow: newFlow(cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending), mem: memory{budget: cfg.RunMemory}}
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
 		t.parser = llamalog.MustParser()
 	}

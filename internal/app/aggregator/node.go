@@ -226,11 +226,18 @@ func (n *Node) ensureBucket(ctx context.Context) error {
 	})
 }
 
+// runMemory is what the open runs may take in memory, in bytes: half of
+// the soft memory limit of limitMiB MiB (0: no limit, no bound). The
+// other half is the rest of the process: the broker's client and, with
+// the embedded server, the broker's own, the sinks' queues, the run
+// index.
+func runMemory(limitMiB int) int64 { return int64(limitMiB) << 20 / 2 }
+
 func (n *Node) openTable(ctx context.Context) (err error) {
 	cfg := n.cfg
 	tc := runtable.Config{Fold: n.fold, Stream: cfg.NATS.Stream, Group: cfg.Consumer.Fleet.Group,
 		Consumer: cfg.Consumer.Table, Store: cfg.Store, Partitions: n.lay.Partitions, Legacy: n.lay.Legacy,
-		Replicas: cfg.NATS.Replicas, IdleTimeout: cfg.IdleTimeout, Sinks: n.fan, Deliveries: n.deliv,
+		Replicas: cfg.NATS.Replicas, IdleTimeout: cfg.IdleTimeout, RunMemory: runMemory(cfg.MemoryLimitMiB), Sinks: n.fan, Deliveries: n.deliv,
 		OnClose: n.opt.OnClose, Now: n.opt.Now, Metrics: n.m, LaneChanges: n.lanes}
 	if n.b.ns != nil {
 		tc.StoreRoom = serverRoom(n.b.ns, cfg.Embedded.Store)

@@ -1,0 +1,107 @@
+package aggregator
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/config"
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// BenchmarkServeFlood measures a flood of open runs into one `aggregator
+// serve` process on its embedded broker (defaults, idle timeout 24 h):
+// GTTSPLIT_BENCH_RUNS (10,000 unless given) `run.started` events, each of
+// a run of its own, published at once. It waits until every run is open
+// and every event acknowledged, and reports the process's peak resident
+// set size (peak-RSS-MiB, VmHWM: the broker's memory is in it), the runs
+// kept in the state bucket rather than in memory (runs-shed), the events
+// delivered again (redelivered), and the time the flood took to fold.
+// GTTSPLIT_BENCH_BIN runs a given aggregator binary instead of building
+// this tree's (to compare two versions on one machine).
+//
+//	GTTSPLIT_BENCH_RUNS=100000 go test ./internal/app/aggregator -run '^$' -bench ServeFlood -benchtime 1x -timeout 60m
+func BenchmarkServeFlood(b *testing.B) {
+	n := benchRuns(b)
+	bin := os.Getenv("GTTSPLIT_BENCH_BIN")
+	if bin == "" {
+		bin = buildAggregator(b)
+	}
+	fx := loadFixture(b, fixture4B)
+	group := config.DefaultAggregator().Consumer.Fleet.Group
+	for i := 0; i < b.N; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(b, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		require.NoError(b, ln.Close())
+		logDir := b.TempDir()
+		// No nats.url: serve starts its embedded broker.
+		c := startServeChild(b, bin, "", logDir, "serve",
+			[]string{"--log-level", "info", "--embedded-listen", fmt.Sprintf("127.0.0.1:%d", port)},
+			"GTTSPLIT_LOG_FORMAT=json", "GTTSPLIT_IDLE_TIMEOUT=24h")
+		addr := childHTTP(b, filepath.Join(logDir, "serve.stderr"))
+		eventually(b, "the child ready", func() bool {
+			code, _ := tryGet(addr, "/readyz")
+			return code == http.StatusOK
+		})
+		br := &rt.Broker{URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+		br.NC, br.JS = rt.Connect(b, br.URL)
+		pid := c.cmd.Process.Pid
+		load0 := loadAvg()
+
+		start := time.Now()
+		const chunk = 1000 // events a publish waits for
+		var wires []events.Wire
+		for r := 0; r < n; r++ {
+			o := events.Origin{RunID: fmt.Sprintf("flood-%06d-%d", r, i), Host: fx.Origin.Host, Lane: fx.Origin.Lane}
+			w, err := rt.Rewrite(fx.Decoded[0], o)
+			require.NoError(b, err)
+			wires = append(wires, w)
+			if len(wires) == chunk || r == n-1 {
+				br.Publish(b, wires...)
+				wires = wires[:0]
+			}
+		}
+		published := time.Since(start)
+		var page string
+		waitProgress(b, "every run open and every event acknowledged", func() (float64, bool) {
+			_, page = tryGet(addr, "/metrics")
+			open, _ := strconv.ParseFloat(metricValue(page, "gttsplit_runs_open"), 64)
+			return open, open >= float64(n) && br.Idle(b, group)
+		})
+		took := time.Since(start)
+		_, page = tryGet(addr, "/metrics")
+		_, ready := tryGet(addr, "/readyz")
+		peak, rss := procStatus(b, pid, "VmHWM"), procStatus(b, pid, "VmRSS")
+		redelivered, _ := strconv.ParseFloat(metricValue(page, "gttsplit_events_redelivered_total"), 64)
+		shed, _ := strconv.ParseFloat(metricValue(page, "gttsplit_runs_shed"), 64)
+		b.ReportMetric(peak/(1<<20), "peak-RSS-MiB")
+		b.ReportMetric(rss/(1<<20), "RSS-MiB")
+		b.ReportMetric(shed, "runs-shed")
+		b.ReportMetric(redelivered, "redelivered")
+		b.ReportMetric(took.Seconds(), "s-to-fold")
+		b.ReportMetric(float64(n), "runs")
+		b.Logf("FLOOD %d runs: peak RSS %.0f MiB, RSS %.0f MiB, %v shed, %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
+			n, peak/(1<<20), rss/(1<<20), shed, redelivered, published.Round(time.Second), took.Round(time.Second),
+			strings.TrimSpace(ready), load0, loadAvg())
+	}
+}
+
+// loadAvg is the machine's load averages (/proc/loadavg's first three).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}

@@ -1,0 +1,281 @@
+package runtable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// Memory: what the open runs of a table take in memory is bounded by
+// Config.RunMemory (serve gives them half of memory_limit_mib). A run is
+// taken to cost twice its encoded state (measured: a run with only its
+// start takes 1.2 KiB of heap for 0.7 KiB encoded, an open run of the 4B
+// kind 14.4 KiB for 8.7 KiB) and what the table keeps beside it
+// (runOverhead); a run not written yet newRunCost. Past the bound:
+//
+//   - each partition, after its checkpoint, sheds its runs that hold
+//     nothing unwritten (written, not finished, not closing), those idle
+//     the longest first, until the table's runs are back under shedTo of
+//     the bound: they stay open in the state bucket (their open key), and
+//     in memory only as a cold entry (the time of their last event, for
+//     the idle timeout). A cold run is read back from the bucket's leader
+//     when an event comes for it, or when its idle timeout passed (to be
+//     closed);
+//   - an event for a run not in memory waits for its partition's next
+//     checkpoint (started at once) before it folds (waitRoom), so a flood
+//     of new runs goes to the bucket at the pace the bucket takes it, and
+//     what is not written yet stays within a partition's few pulls. The
+//     message in hand keeps its ack wait from running out meanwhile (see
+//     flow.inHand); the partitions whose runs are in memory fold on.
+//
+// Readiness says "shedding" while runs are kept in the bucket, and the
+// metrics gttsplit_runs_shed, gttsplit_runs_shed_total and
+// gttsplit_run_memory_bytes say how many and how much.
+
+const (
+	// runOverhead is what the table keeps for a run beside its state;
+	// newRunCost what a run not written yet is taken to cost.
+	runOverhead = 1 << 10
+	newRunCost  = 4 << 10
+	// shedTo is the share of the bound shedding brings the runs down to.
+	shedTo = 0.9
+	// reviveBatch bounds the cold runs one pass reads back to close.
+	reviveBatch = 32
+)
+
+// memory is the table's account of its runs in memory.
+type memory struct {
+	budget int64 // Config.RunMemory (<= 0: no bound)
+	used   atomic.Int64
+	cold   atomic.Int64 // open runs kept in the bucket only
+}
+
+// over says the runs in memory passed the bound.
+func (m *memory) over() bool { return m.budget > 0 && m.used.Load() > m.budget }
+
+// runCost is what a run whose state was last encoded in size bytes (0:
+// never) is taken to cost in memory.
+func runCost(size int) int64 {
+	if size == 0 {
+		return newRunCost
+	}
+	return 2*int64(size) + runOverhead
+}
+
+// account counts r's cost anew (its size changed). pt.mu is held.
+func (pt *part) account(r *liveRun) {
+	c := runCost(r.size)
+	pt.t.mem.used.Add(c - r.cost)
+	r.cost = c
+}
+
+// addRun puts r in memory. pt.mu is held.
+func (pt *part) addRun(id string, r *liveRun) {
+	pt.runs[id] = r
+	pt.account(r)
+}
+
+// removeRun takes run id out of memory. pt.mu is held.
+func (pt *part) removeRun(id string) {
+	if r := pt.runs[id]; r != nil {
+		delete(pt.runs, id)
+		pt.t.mem.used.Add(-r.cost)
+		r.cost = 0
+	}
+}
+
+// live says run id is open here: in memory or kept in the bucket. pt.mu
+// is held.
+func (pt *part) live(id string) bool {
+	_, cold := pt.cold[id]
+	return cold || pt.runs[id] != nil
+}
+
+// shed takes the partition's runs that hold nothing unwritten out of
+// memory, those idle the longest first, while the table's runs pass
+// shedTo of the bound; their state stays in the bucket. It reports how
+// many it shed.
+func (pt *part) shed() int {
+	t := pt.t
+	if !t.mem.over() {
+		return 0
+	}
+	pt.mu.Lock()
+	type cand struct {
+		id   string
+		last time.Time
+	}
+	var cs []cand
+	for id, r := range pt.runs {
+		if r.dirty || r.folds != r.written || r.closing != nil || !r.stored || r.st.Closed || r.st.Finished {
+			continue
+		}
+		cs = append(cs, cand{id, r.st.LastEvent})
+	}
+	slices.SortFunc(cs, func(a, b cand) int { return a.last.Compare(b.last) })
+	target := int64(shedTo * float64(t.mem.budget))
+	n := 0
+	for _, c := range cs {
+		if t.mem.used.Load() <= target {
+			break
+		}
+		pt.removeRun(c.id)
+		pt.cold[c.id] = c.last
+		n++
+	}
+	t.mem.cold.Add(int64(n))
+	pt.mu.Unlock()
+	if n > 0 {
+		t.m.shed.Add(float64(n))
+	}
+	t.memChanged()
+	return n
+}
+
+// warmRun reads a cold run's state back from its open key (nil, nil when
+// it is not cold, or not open any more). pt.mu is not held.
+func (pt *part) warmRun(ctx context.Context, id string) (*liveRun, error) {
+	pt.mu.Lock()
+	_, cold := pt.cold[id]
+	pt.mu.Unlock()
+	if !cold {
+		return nil, nil
+	}
+	b, err := pt.t.st.get(ctx, openKey(pt.p, id))
+	if errors.Is(err, errNotFound) {
+		return nil, nil // not open any more: its closed key tells
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open state of run %q: %w", id, err)
+	}
+	st, err := decodeStored(pt.t, stateKey(id), b)
+	if err != nil || st == nil {
+		return nil, fmt.Errorf("%w: the open state of run %q: %v", errNotState, id, err)
+	}
+	return &liveRun{st: st, stored: true, size: len(b)}, nil
+}
+
+// installWarm puts a run read back from the bucket in memory and returns
+// it, unless one is there meanwhile (returned instead); a state read
+// before the run was read back, written and shed again, or closed, is not
+// put (it is returned as it is: lockRun asks again). pt.mu is held.
+func (pt *part) installWarm(id string, r *liveRun) *liveRun {
+	if cur := pt.runs[id]; cur != nil {
+		return cur
+	}
+	if last, ok := pt.cold[id]; !ok || !last.Equal(r.st.LastEvent) {
+		return r
+	}
+	pt.uncold(id)
+	pt.addRun(id, r)
+	return r
+}
+
+// uncold drops run id's cold entry, if any. pt.mu is held.
+func (pt *part) uncold(id string) {
+	if _, ok := pt.cold[id]; ok {
+		delete(pt.cold, id)
+		pt.t.mem.cold.Add(-1)
+	}
+}
+
+// reviveIdle reads back the cold runs whose idle timeout passed (up to
+// reviveBatch a pass), so that closeDue closes them. pt.ckptMu is held.
+func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
+	t := pt.t
+	if t.cfg.IdleTimeout <= 0 {
+		return
+	}
+	pt.mu.Lock()
+	var due []string
+	for id, last := range pt.cold {
+		if now.Sub(last) > t.cfg.IdleTimeout {
+			due = append(due, id)
+			if len(due) == reviveBatch {
+				break
+			}
+		}
+	}
+	pt.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	defer t.memChanged()
+	for _, id := range due {
+		r, err := pt.warmRun(ctx, id)
+		if err != nil {
+			t.log.Debug().Err(err).Str("run_id", id).Msg("idle run not read back from the state bucket yet")
+			return
+		}
+		pt.mu.Lock()
+		if r == nil {
+			// Its open key is gone: nothing to close.
+			if _, ok := pt.cold[id]; ok {
+				pt.uncold(id)
+				t.m.runsOpen.Dec()
+			}
+		} else {
+			pt.installWarm(id, r)
+		}
+		pt.mu.Unlock()
+	}
+}
+
+// waitRoom: past the bound, an event for a run not in memory waits for the
+// partition's next checkpoint, started now (it writes the partition's new
+// runs, and sheds them), or for ctx, or at most the ack wait.
+func (pt *part) waitRoom(ctx context.Context, id string) {
+	t := pt.t
+	if !t.mem.over() {
+		return
+	}
+	pt.mu.Lock()
+	if pt.runs[id] != nil {
+		pt.mu.Unlock()
+		return
+	}
+	done := pt.ckptDone
+	pt.mu.Unlock()
+	t.m.memWaits.Inc()
+	select {
+	case pt.kick <- struct{}{}:
+	default:
+	}
+	tm := time.NewTimer(t.cfg.Consumer.AckWait)
+	defer tm.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-tm.C:
+	}
+}
+
+// checkpointed tells the events waiting for room that a checkpoint
+// ended. pt.mu is held.
+func (pt *part) checkpointed() {
+	close(pt.ckptDone)
+	pt.ckptDone = make(chan struct{})
+}
+
+// forgetCold drops the partition's cold entries (it is handed over).
+// pt.mu is held.
+func (pt *part) forgetCold() {
+	pt.t.mem.cold.Add(-int64(len(pt.cold)))
+	pt.cold = map[string]time.Time{}
+}
+
+// memChanged sets the memory metrics and readiness.
+func (t *Table) memChanged() {
+	used, cold := t.mem.used.Load(), t.mem.cold.Load()
+	t.m.runMemory.Set(float64(used))
+	t.m.runsShed.Set(float64(cold))
+	if cold > 0 {
+		t.health.set("shedding", fmt.Sprintf("shedding: %d open runs kept in the state bucket, not in memory (the runs' memory bound, %d MiB, is reached); each is read back when its next event comes",
+			cold, t.mem.budget>>20))
+	} else {
+		t.health.clear("shedding")
+	}
+}

@@ -1,0 +1,190 @@
+package runtable_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/runtable"
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// A flood of open runs into one partition passes the runs' memory bound
+// (half of memory_limit_mib: 1 MiB here): the runs the table holds in
+// memory stay near the bound (sampled all along), the runs beyond it are
+// shed to the state bucket (the oldest first: three full runs whose start
+// came before the flood), the metrics and readiness say so. Then the shed
+// runs' other events come: each is read back and closes with the split of
+// the fold that was never shed, while runs of the other partitions fold
+// and close beside the flood, which stays shed. Last, the idle timeout
+// reads every flood run back and closes it incomplete, with the split its
+// one event makes; nothing is shed any more and readiness says so.
+func TestFloodShedsRunsToTheBucketIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	opts := rt.FoldOptions(t)
+	fx := rt.Load(t, fixture4B, opts)
+	b := rt.StartBroker(t)
+	const group, idle, flood = "flood", time.Hour, 1500
+	const budget = 1 << 20 // half of memory_limit_mib 2
+	clk := newFakeClock()
+	r := startTable(t, b.URL, group, tableConfig{idle: idle, now: clk.now,
+		edit: func(c *config.Aggregator) { c.MemoryLimitMiB = 2 }})
+	r.waitOwns(r.parts)
+
+	// Runs of partition p (the flood's) and of the others.
+	p := bus.PartitionOf("flood-0000", r.parts)
+	gen := func(n int, in bool, prefix string) []rt.Run {
+		var out []rt.Run
+		for i := 0; len(out) < n; i++ {
+			id := fmt.Sprintf("%s-%04d", prefix, i)
+			if (bus.PartitionOf(id, r.parts) == p) != in {
+				continue
+			}
+			g := rt.Run{Fx: fx, Origin: events.Origin{RunID: id, Host: fx.Origin.Host, Lane: fx.Origin.Lane}}
+			for _, d := range fx.Decoded {
+				w, err := rt.Rewrite(d, g.Origin)
+				require.NoError(t, err)
+				g.Wires = append(g.Wires, w)
+			}
+			out = append(out, g)
+		}
+		return out
+	}
+	shed := gen(3, true, "shed")      // started before the flood: shed first
+	others := gen(3, false, "others") // other partitions, beside the flood
+	var floodWires []events.Wire
+	floodRefs := map[string]*runtable.RunState{}
+	ref := runtable.NewRuns(opts)
+	for i := 0; len(floodWires) < flood; i++ {
+		id := fmt.Sprintf("flood-%04d", i)
+		if bus.PartitionOf(id, r.parts) != p {
+			continue
+		}
+		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: id, Host: fx.Origin.Host, Lane: fx.Origin.Lane})
+		require.NoError(t, err)
+		floodWires = append(floodWires, w)
+		d, err := events.DecodeBytes(w.Data)
+		require.NoError(t, err)
+		ref.Apply(d, clk.now()) // the fold that is never shed
+		floodRefs[id] = ref.Get(id)
+	}
+
+	// The memory the table accounts for its runs, sampled all along.
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			used, _ := r.tbl.RunMemory()
+			if used > peak.Load() {
+				peak.Store(used)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	stopSampling := func() int64 {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+		return peak.Load()
+	}
+	t.Cleanup(func() { stopSampling() })
+
+	for _, g := range shed {
+		b.Publish(t, g.Wires[0])
+	}
+	b.WaitAcked(t, group)
+	clk.advance(time.Second) // the flood's runs are younger
+	b.Publish(t, floodWires...)
+	b.WaitAcked(t, group)
+	rt.Eventually(t, "the runs started before the flood shed", func() bool {
+		for _, g := range shed {
+			if !r.tbl.IsShed(g.Origin.RunID) {
+				return false
+			}
+		}
+		return true
+	})
+	_, cold := r.tbl.RunMemory()
+	require.Positive(t, cold)
+	require.Greater(t, counter(t, r.m, "gttsplit_runs_shed_total"), float64(0))
+	require.Equal(t, float64(flood+len(shed)), counter(t, r.m, "gttsplit_runs_open"), "shed runs are open")
+	rt.Eventually(t, "readiness says the table sheds", func() bool {
+		ok, why := r.tbl.Ready()
+		return !ok && strings.Contains(why, "shedding")
+	})
+	rt.Eventually(t, "the shed gauge", func() bool { return counter(t, r.m, "gttsplit_runs_shed") > 0 })
+
+	// The shed runs' other events, and runs of other partitions.
+	var rest []rt.Run
+	for _, g := range shed {
+		rest = append(rest, rt.Run{Fx: g.Fx, Origin: g.Origin, Wires: g.Wires[1:]})
+	}
+	b.Publish(t, rt.Interleave(append(rest, others...))...)
+	rt.Eventually(t, "the shed runs and the other partitions' runs closed", func() bool {
+		n, _ := r.closes.count()
+		return n == len(shed)+len(others)
+	})
+	for _, g := range append(append([]rt.Run{}, shed...), others...) {
+		got := r.closes.of(g.Origin.RunID)
+		require.Len(t, got, 1, g.Origin.RunID)
+		js, err := split.JSON(got[0])
+		require.NoError(t, err)
+		require.Equal(t, string(wantFor(t, g)), string(js), g.Origin.RunID)
+	}
+	_, cold = r.tbl.RunMemory()
+	require.Positive(t, cold, "the flood is still shed while the other runs closed")
+	b.WaitAcked(t, group)
+
+	// The idle timeout reads the flood back and closes it.
+	clk.advance(idle + time.Minute)
+	closedAt := clk.now()
+	rt.Eventually(t, "every flood run closed", func() bool {
+		n, _ := r.closes.count()
+		return n == len(shed)+len(others)+flood
+	})
+	b.WaitAcked(t, group)
+	for id, st := range floodRefs {
+		st.Fold.Finish(split.FinishInfo{Finished: closedAt, Incomplete: true})
+		want, err := split.JSON(runtable.Report(st))
+		require.NoError(t, err)
+		got := r.closes.of(id)
+		require.Len(t, got, 1, id)
+		js, err := split.JSON(got[0])
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(js), id)
+	}
+	rt.Eventually(t, "nothing shed, ready", func() bool {
+		ok, why := r.tbl.Ready()
+		return counter(t, r.m, "gttsplit_runs_shed") == 0 && (ok || !strings.Contains(why, "shedding"))
+	})
+	require.Equal(t, float64(0), counter(t, r.m, "gttsplit_runs_open"))
+
+	// The bound: a run's growth by its folds is counted when its
+	// checkpoint writes it, and the same checkpoint sheds; each partition
+	// may take one new run past the bound before it sees it.
+	max := stopSampling()
+	slack := int64(r.parts)*runtable.NewRunCost + int64(len(shed)+len(others))*int64(2*len(fx.Want)+runtable.NewRunCost)
+	t.Logf("run memory: peak %d KiB of a %d KiB bound (slack %d KiB); %v runs shed, %v events waited for room",
+		max>>10, budget>>10, slack>>10, counter(t, r.m, "gttsplit_runs_shed_total"), counter(t, r.m, "gttsplit_run_memory_waits_total"))
+	require.LessOrEqual(t, max, int64(budget)+slack)
+}
