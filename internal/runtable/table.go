@@ -118,7 +118,7 @@ type Table struct {
 
 	closed atomic.Int64
 	flow   *flow
-	mem    memory // the runs' memory (memory.go)
+	mem    memory         // the runs' memory (memory.go)
 	pubs   sync.WaitGroup // split events being published, re-sends
 	dlq    deadLetters
 	// origins says each event refused for its origin once per sender.
