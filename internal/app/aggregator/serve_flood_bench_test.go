@@ -72,12 +72,31 @@ func BenchmarkServeFlood(b *testing.B) {
 			}
 		}
 		published := time.Since(start)
+		// Done once every run is open and every event acknowledged; a
+		// flood that stops moving for two minutes fails, its figures
+		// said first.
 		var page string
-		waitProgress(b, "every run open and every event acknowledged", func() (float64, bool) {
+		last, since := "", time.Now()
+		for {
 			_, page = tryGet(addr, "/metrics")
 			open, _ := strconv.ParseFloat(metricValue(page, "gttsplit_runs_open"), 64)
-			return open, open >= float64(n) && br.Idle(b, group)
-		})
+			if open >= float64(n) && br.Idle(b, group) {
+				break
+			}
+			ci, _ := br.ConsumerInfo(group)
+			now := fmt.Sprintf("%v open, %v", open, ci)
+			if ci != nil {
+				now = fmt.Sprintf("%v open, %d pending, %d unacknowledged", open, ci.NumPending, ci.NumAckPending)
+			}
+			if now != last {
+				last, since = now, time.Now()
+			} else if time.Since(since) > 2*time.Minute {
+				b.Fatalf("FLOOD %d runs stuck for 2 minutes at %s after %s: peak RSS %.0f MiB, %s redelivered; load %s -> %s", n, now,
+					time.Since(start).Round(time.Second), procStatus(b, pid, "VmHWM")/(1<<20),
+					metricValue(page, "gttsplit_events_redelivered_total"), load0, loadAvg())
+			}
+			time.Sleep(time.Second)
+		}
 		took := time.Since(start)
 		_, page = tryGet(addr, "/metrics")
 		_, ready := tryGet(addr, "/readyz")
