@@ -69,5 +69,8 @@ func (t *Table) IsShed(id string) bool {
 	return ok
 }
 
-// NewRunCost is what a run not written yet is taken to cost in memory.
+// NewRunCost is what a run not written yet is taken to cost in memory,
+// RunCost one whose state was encoded in so many bytes.
 const NewRunCost = newRunCost
+
+var RunCost = runCost

@@ -123,10 +123,9 @@ func (pt *part) shed() int {
 			break
 		}
 		pt.removeRun(c.id)
-		pt.cold[c.id] = c.last
+		pt.addCold(c.id, c.last)
 		n++
 	}
-	t.mem.cold.Add(int64(n))
 	pt.mu.Unlock()
 	if n > 0 {
 		t.m.shed.Add(float64(n))
@@ -174,6 +173,16 @@ func (pt *part) installWarm(id string, r *liveRun) *liveRun {
 	return r
 }
 
+// addCold keeps run id, whose last event came at last, in the bucket
+// only. pt.mu is held.
+func (pt *part) addCold(id string, last time.Time) {
+	pt.cold[id] = last
+	pt.t.mem.cold.Add(1)
+	if pt.coldSince.IsZero() || last.Before(pt.coldSince) {
+		pt.coldSince = last
+	}
+}
+
 // uncold drops run id's cold entry, if any. pt.mu is held.
 func (pt *part) uncold(id string) {
 	if _, ok := pt.cold[id]; ok {
@@ -190,14 +199,27 @@ func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
 		return
 	}
 	pt.mu.Lock()
+	if len(pt.cold) == 0 || now.Sub(pt.coldSince) <= t.cfg.IdleTimeout {
+		pt.mu.Unlock()
+		return // none is due yet
+	}
 	var due []string
+	var oldest time.Time
+	whole := true
 	for id, last := range pt.cold {
+		if oldest.IsZero() || last.Before(oldest) {
+			oldest = last
+		}
 		if now.Sub(last) > t.cfg.IdleTimeout {
 			due = append(due, id)
 			if len(due) == reviveBatch {
+				whole = false
 				break
 			}
 		}
+	}
+	if whole {
+		pt.coldSince = oldest
 	}
 	pt.mu.Unlock()
 	if len(due) == 0 {
@@ -265,6 +287,7 @@ func (pt *part) checkpointed() {
 func (pt *part) forgetCold() {
 	pt.t.mem.cold.Add(-int64(len(pt.cold)))
 	pt.cold = map[string]time.Time{}
+	pt.coldSince = time.Time{}
 }
 
 // memChanged sets the memory metrics and readiness.

@@ -33,9 +33,12 @@ type part struct {
 	runs map[string]*liveRun
 	// cold are the partition's open runs kept in the state bucket only,
 	// with their last event's time (memory.go).
-	cold     map[string]time.Time
-	pending  []pendingMsg
-	compactQ []compactDue
+	cold map[string]time.Time
+	// coldSince is at most the oldest of those times (zero: none cold),
+	// so that the idle timeout's pass skips them all until it passed.
+	coldSince time.Time
+	pending   []pendingMsg
+	compactQ  []compactDue
 	// ckpt is when the runs in memory were last all written.
 	ckpt time.Time
 	// ckptDone is closed when the checkpoint under way (or the next)
@@ -154,8 +157,7 @@ func (pt *part) load(ctx context.Context) error {
 		n++
 		if t.mem.budget > 0 && t.mem.used.Load()+runCost(len(e.value)) > t.mem.budget {
 			// Past the memory bound: kept in the bucket (memory.go).
-			pt.cold[st.Origin.RunID] = st.LastEvent
-			t.mem.cold.Add(1)
+			pt.addCold(st.Origin.RunID, st.LastEvent)
 			return nil
 		}
 		pt.addRun(st.Origin.RunID, &liveRun{st: st, stored: true, size: len(e.value)})
