@@ -15,7 +15,9 @@
 // pending (and readiness says it is catching up until those are written).
 // A stopping aggregator's table stops pulling on every partition at once
 // and writes what each holds before the sinks close (stop.go), so nothing
-// is closed after them. Closed states are compacted after a grace; an event the table
+// is closed after them. Past Config.RunMemory the partitions shed their
+// written open runs to the bucket and read each back when its next event
+// comes (memory.go). Closed states are compacted after a grace; an event the table
 // cannot fold is dead-lettered, and so is one that does not speak for the
 // host whose subject it came on, or that is not byte for byte an event a
 // run closed complete folded (origin.go; each run keeps its events'
@@ -41,7 +43,9 @@
 //	handler lock     a partition consumer's, one message at a time (consume.go),
 //	                 taken before part.mu and the dead letters'; it never meets
 //	                 ckptMu (a handler does not checkpoint, a checkpoint does
-//	                 not handle messages)
+//	                 not handle messages; past the runs' memory bound a
+//	                 handler waits for its partition's next checkpoint,
+//	                 holding no lock but its own, and for its context)
 //	fleet.Lease.mu   a fenced write or a renewal, one at a time; a checkpoint
 //	                 takes it under ckptMu (a renewal waits for the write,
 //	                 which bus.APITimeout bounds)
