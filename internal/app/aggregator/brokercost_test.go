@@ -227,6 +227,9 @@ func TestFleetIdleTrafficIntegration(t *testing.T) {
 //
 //	GTTSPLIT_FLEET=full go test ./internal/app/aggregator -run TestFleetBrokerCostIntegration -v
 func TestFleetBrokerCostIntegration(t *testing.T) {
+	if os.Getenv("GTTSPLIT_FLEET") != "full" {
+		t.Skip("a measurement: its figures are logged, not held to a bound (GTTSPLIT_FLEET=full runs it, as the command above does)")
+	}
 	n := fleetRuns(t)
 	f := startFleet(t, n)
 	nEvents := 0
