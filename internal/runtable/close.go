@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -572,6 +573,9 @@ func (pt *part) compact1(ctx context.Context, c compactDue, now time.Time) bool 
 	if !st.Closed || st.Compact() || now.Sub(st.ClosedAt) < t.cfg.Store.CompactAfter {
 		return true
 	}
+	if f := compactRead.Load(); f != nil {
+		(*f)(c.id)
+	}
 	cb, err := MarshalState(st.compacted())
 	if err != nil {
 		t.log.Warn().Err(err).Str("run_id", c.id).Msg("run state not compacted")
@@ -585,6 +589,10 @@ func (pt *part) compact1(ctx context.Context, c compactDue, now time.Time) bool 
 	pt.putSummary(ctx, st, "closed", st.ClosedAt, true, t.closedFigures(st))
 	return true
 }
+
+// compactRead, when set (by tests), is told each run compact1 read and is
+// about to write back compacted.
+var compactRead atomic.Pointer[func(id string)]
 
 // late dead-letters a new event for a run whose record was compacted: its
 // fold is gone, so the event cannot be folded; the dead letter names the

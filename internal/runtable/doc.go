@@ -39,7 +39,9 @@
 // lock is never taken while one below it is held):
 //
 //	part.ckptMu      a partition's checkpoints and closes, one at a time
-//	                 (checkpoint.go), held across the checkpoint's writes
+//	                 (checkpoint.go), held across the checkpoint's writes; a
+//	                 retention pass deletes each run under it (index.go), so
+//	                 a compaction never writes back a run the pass deleted
 //	handler lock     a partition consumer's, one message at a time (consume.go),
 //	                 taken before part.mu and the dead letters'; it never meets
 //	                 ckptMu (a handler does not checkpoint, a checkpoint does

@@ -74,3 +74,10 @@ func (t *Table) IsShed(id string) bool {
 const NewRunCost = newRunCost
 
 var RunCost = runCost
+
+// OnCompactRead has f told each run a compaction read and is about to
+// write back (f may block it there), until the returned func is called.
+func OnCompactRead(f func(id string)) (undo func()) {
+	compactRead.Store(&f)
+	return func() { compactRead.Store(nil) }
+}

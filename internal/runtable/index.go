@@ -253,28 +253,40 @@ func (t *Table) Expire(ctx context.Context, retention time.Duration) int {
 	cutoff := t.cfg.Now().Add(-retention)
 	for _, pt := range t.parts() {
 		for _, id := range t.index.expired(pt.p, t.cfg.Partitions, cutoff) {
-			pt.mu.Lock()
-			live := pt.live(id)
-			pt.mu.Unlock()
-			if live {
-				continue // re-opened by a late event
-			}
-			var err error
-			for _, k := range []string{stateKey(id), openKey(pt.p, id), summaryKey(id)} {
-				if err = t.st.purge(ctx, pt.lease, k); err != nil {
-					break
-				}
-			}
+			deleted, err := pt.expire(ctx, id)
 			if err != nil {
 				t.log.Warn().Err(err).Str("run_id", id).Msg("expired run not deleted")
 				break
 			}
-			t.index.del(summaryKey(id))
-			n++
+			if deleted {
+				n++
+			}
 		}
 	}
 	if n > 0 {
 		t.log.Info().Int("runs", n).Dur("retention", retention).Msg("closed runs past store.retention deleted")
 	}
 	return n
+}
+
+// expire deletes the closed run id, unless a late event re-opened it. It
+// holds pt.ckptMu: a compaction that read the run before would otherwise
+// write it back after the deletion.
+func (pt *part) expire(ctx context.Context, id string) (bool, error) {
+	pt.ckptMu.Lock()
+	defer pt.ckptMu.Unlock()
+	t := pt.t
+	pt.mu.Lock()
+	live := pt.live(id)
+	pt.mu.Unlock()
+	if live {
+		return false, nil // re-opened by a late event
+	}
+	for _, k := range []string{stateKey(id), openKey(pt.p, id), summaryKey(id)} {
+		if err := t.st.purge(ctx, pt.lease, k); err != nil {
+			return false, err
+		}
+	}
+	t.index.del(summaryKey(id))
+	return true, nil
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,6 +313,102 @@ func TestClosedRunCompactIntegration(t *testing.T) {
 	require.True(t, st.Compact())
 	require.Equal(t, 2, st.Splits)
 	require.Equal(t, float64(0), counter(t, r.m, "gttsplit_runs_open"), "the gauge does not drift")
+}
+
+// A retention pass and a partition's compaction do not interleave on a
+// run: a compaction that read the run before the pass deleted it does not
+// write it back. The compaction is held between its read and its write
+// until the pass has deleted the run or waits for it.
+func TestExpireDuringCompactionIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	opts := rt.FoldOptions(t)
+	fx := rt.Load(t, fixture4B, opts)
+	b := rt.StartBroker(t)
+	const group, grace, retention = "expire-compact", time.Hour, 2 * time.Hour
+	clk := newFakeClock()
+	r := startTable(t, b.URL, group, tableConfig{idle: time.Hour, store: runtable.StoreConfig{CompactAfter: grace}, now: clk.now})
+	r.waitOwns(r.parts)
+	ctx := rt.Ctx(t)
+	o := fx.Origin
+	o.RunID += "-expire-compact" // the hook below is the package's: only this run
+	id := o.RunID
+	var wires []events.Wire
+	for _, d := range fx.Decoded {
+		w, err := rt.Rewrite(d, o)
+		require.NoError(t, err)
+		wires = append(wires, w)
+	}
+	b.Publish(t, wires...)
+	rt.Eventually(t, "the split", func() bool { return len(r.closes.of(id)) == 1 })
+	b.WaitAcked(t, group)
+	rt.Eventually(t, "the closed run in the index", func() bool {
+		s, ok := r.tbl.Index().Get(id)
+		return ok && s.State == "closed"
+	})
+
+	read, release := make(chan struct{}), make(chan struct{})
+	var readOnce, releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the table stops
+	t.Cleanup(runtable.OnCompactRead(func(got string) {
+		if got != id {
+			return
+		}
+		readOnce.Do(func() { close(read) })
+		<-release
+	}))
+	clk.advance(retention + time.Second)
+	rt.Eventually(t, "the compaction read the run", func() bool {
+		select {
+		case <-read:
+			return true
+		default:
+			return false
+		}
+	})
+
+	expired := make(chan int, 1)
+	go func() { expired <- r.tbl.Expire(ctx, retention) }()
+	n := -1
+	rt.Eventually(t, "the retention pass done or waiting for the compaction", func() bool {
+		select {
+		case n = <-expired:
+			return true
+		default:
+			return expireWaits()
+		}
+	})
+	unblock()
+	if n < 0 {
+		n = <-expired
+	}
+	require.Equal(t, 1, n)
+	rt.Eventually(t, "the compaction's write", func() bool { return counter(t, r.m, "gttsplit_runs_compacted_total") == 1 })
+	require.ErrorIs(t, getKey(t, b, runtable.StateKey(id)), jetstream.ErrKeyNotFound, "the expired run written back")
+	require.ErrorIs(t, getKey(t, b, runtable.SummaryKey(id)), jetstream.ErrKeyNotFound, "the expired run's summary written back")
+	rt.Eventually(t, "the run out of the index", func() bool { _, ok := r.tbl.Index().Get(id); return !ok })
+}
+
+// expireWaits reports whether a goroutine waits for a lock in a
+// partition's deletion of an expired run (the partition's ckptMu, held
+// by a compaction).
+func expireWaits() bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[sync.Mutex.Lock") && strings.Contains(g, "runtable.(*part).expire(") {
+			return true
+		}
+	}
+	return false
 }
 
 // store.retention deletes the records of the runs closed longer ago, with
