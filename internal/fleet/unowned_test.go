@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/natstest"
@@ -25,20 +26,28 @@ func unownedIn(view []PartitionView, members []string) int {
 // awayFleet is two members whose broker is then shut down.
 func awayFleet(t *testing.T) (a, b *running, beat time.Duration) {
 	t.Helper()
-	s := natstest.Start(t)
+	s, a, b, beat := twoMembers(t, Config{LeaseTTL: 30 * time.Second}, 200*time.Millisecond)
+	natstest.Shutdown(s)
+	return a, b, beat
+}
+
+// twoMembers is two members of cfg sharing the partitions and seeing each
+// other, the second joined stagger after the first (they renew their keys
+// that far apart).
+func twoMembers(t *testing.T, cfg Config, stagger time.Duration) (s *server.Server, a, b *running, beat time.Duration) {
+	t.Helper()
+	s = natstest.Start(t)
 	f := newTestFleet(t, s.ClientURL())
-	// Heartbeats long against the polling; the two members renew at
-	// different moments of each.
+	// Heartbeats long against the polling.
 	beat = 400 * time.Millisecond
-	a = f.joinBeat(Config{LeaseTTL: 30 * time.Second}, beat)
-	time.Sleep(beat / 2)
-	b = f.joinBeat(Config{LeaseTTL: 30 * time.Second}, beat)
+	a = f.joinBeat(cfg, beat)
+	time.Sleep(stagger)
+	b = f.joinBeat(cfg, beat)
 	eventually(t, "shared", 20*time.Second, func() bool { return balanced(f.shares(), 2, 16) })
 	eventually(t, "each sees the other", 10*time.Second, func() bool {
 		return unownedIn(a.m.View()) == 0 && unownedIn(b.m.View()) == 0
 	})
-	natstest.Shutdown(s)
-	return a, b, beat
+	return s, a, b, beat
 }
 
 // View (the metrics read it every second) answers while the broker is
@@ -79,21 +88,73 @@ func TestViewAnswersWhileTheBrokerIsAwayIntegration(t *testing.T) {
 // While the members bucket answers nobody (here its server is away; in a
 // cluster, the bucket electing a leader), every key stops coming back at
 // once: no member may take another for dead. Each member froze its view
-// only once its own key was overdue, so a member that renews earlier in
-// each heartbeat than another was taken for dead by it for up to a
-// heartbeat before that: its partitions counted unowned (3-4 of 16 were
-// seen during elections with every owner alive).
+// only once its own key was overdue, so a member whose last renewal (of
+// its key or a lease) came before this one's own key last came back was
+// taken for dead by it for that long before: its partitions counted
+// unowned (3-4 of 16 were seen during elections with every owner alive).
+// The broker goes away at such a moment (found by polling: one member's
+// own key came back after every sign of the other, whose next renewal is
+// not due for a while), and stays away until every key is overdue.
 func TestNoOwnerTakenForDeadWhileTheBucketIsAwayIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
-	a, b, beat := awayFleet(t)
-	away := time.Now()
+	// Keys overdue within the test's time (a member key renewed every
+	// 4 s, taken for live 9 s), the keys renewed half an interval apart.
+	cfg := Config{LeaseTTL: 12 * time.Second}
+	every := cfg.renewEvery()
+	s, a, b, _ := twoMembers(t, cfg, every/2)
+	// The gap the old rule showed as unowned, and how long before the
+	// other's next renewal the broker must be gone.
+	const gap = 250 * time.Millisecond
+	ahead := every / 4
+	var x, y *running
+	eventually(t, "a member's own key back after the other's last renewal", 10*cfg.LeaseTTL, func() bool {
+		for _, p := range [][2]*running{{a, b}, {b, a}} {
+			if lastFirst(p[0], p[1]) >= gap && nextRenewal(p[1], cfg)-mono() >= ahead {
+				x, y = p[0], p[1]
+				return true
+			}
+		}
+		return false
+	})
+	natstest.Shutdown(s)
+	require.Positive(t, lastFirst(x, y), "a renewal of %s came back to %s before the broker went", y.m.ID(), x.m.ID())
 	seen := 0
-	// Until well after every key is overdue (a member key lives 5 beats).
-	for time.Since(away) < 3*memberBeats*beat {
+	// Until every key is overdue, and a renewal interval more.
+	overdue := func(r *running) bool {
+		r.m.mu.Lock()
+		defer r.m.mu.Unlock()
+		return mono()-r.m.selfAt > cfg.memberTTL()+every
+	}
+	for !overdue(a) || !overdue(b) {
 		seen = max(seen, unownedIn(a.m.View()), unownedIn(b.m.View()))
 		time.Sleep(2 * time.Millisecond)
 	}
 	require.Zero(t, seen, "partitions counted unowned while every owner lived")
+}
+
+// lastFirst is how long before x's own key last came back to it the
+// last sign of y (its key or a lease renewed) did (negative: after).
+func lastFirst(x, y *running) time.Duration {
+	x.m.mu.Lock()
+	defer x.m.mu.Unlock()
+	sm, ok := x.m.members[y.m.ID()]
+	if !ok || !x.m.seen {
+		return -1
+	}
+	return x.m.selfAt - sm.at
+}
+
+// nextRenewal is when (mono()) y next sends a renewal, of its member key
+// or of a lease (in the past while one is under way).
+func nextRenewal(y *running, cfg Config) time.Duration {
+	y.m.mu.Lock()
+	defer y.m.mu.Unlock()
+	next := y.m.selfAt + cfg.renewEvery()
+	for _, hl := range y.m.held {
+		sent := time.Duration(hl.l.deadline.Load()) - hl.l.ttl + hl.l.margin
+		next = min(next, sent+cfg.LeaseTTL/leaseRenewals)
+	}
+	return next
 }
