@@ -197,10 +197,14 @@ func (r *table) owned() int {
 }
 
 // waitOwns waits until the table holds n partitions (those of a killed
-// table once its leases ran out).
+// table once its leases ran out) and has loaded each: the member holds a
+// lease while the table still loads its partition's runs (a partition
+// counts in gttsplit_partitions_owned once its load is done).
 func (r *table) waitOwns(n int) {
 	r.t.Helper()
-	takeover(r.t, "the table to own its partitions", func() bool { return r.owned() == n })
+	takeover(r.t, "the table to own its partitions", func() bool {
+		return r.owned() == n && counter(r.t, r.m, "gttsplit_partitions_owned") == float64(n)
+	})
 }
 
 // stop is the graceful stop: the sinks close, the member hands every
