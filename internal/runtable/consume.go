@@ -436,16 +436,16 @@ func (c *partConsumer) info(ctx context.Context, p int, now time.Time) (uint64, 
 	return ci.NumPending, ""
 }
 
-// watchOnce is one watch. It asks the broker for a consumer's state
-// unless the consumer is quiet, and for the events stream's and the
-// stores' state (room.go) every watch, except while every consumer is
-// quiet, nothing is wrong and no store has a limit: then every infoEvery.
 // watchState is what the watch remembers between two watches.
 type watchState struct {
 	streamAt time.Time // the events stream's state last asked
 	limited  bool      // the events stream has a max_bytes
 }
 
+// watchOnce is one watch. It asks the broker for a consumer's state
+// unless the consumer is quiet, and for the events stream's and the
+// stores' state (room.go) every watch, except while every consumer is
+// quiet, nothing is wrong and no store has a limit: then every infoEvery.
 func (t *Table) watchOnce(ctx context.Context, ws *watchState) {
 	wctx, cancel := context.WithTimeout(ctx, watchEvery)
 	defer cancel()
