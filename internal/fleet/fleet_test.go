@@ -69,6 +69,16 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 	return natstest.JetStream(t, url)
 }
 
+// memberBucket is a member's own connection to url and the test bucket
+// through it.
+func memberBucket(t *testing.T, url string) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	js := connect(t, url)
+	kv, err := js.KeyValue(context.Background(), testBucket)
+	require.NoError(t, err)
+	return js, kv
+}
+
 // handler is a member's Handler recording into the fleet.
 type handler struct{ f *testFleet }
 
@@ -411,9 +421,7 @@ func TestUnownedPartitionReportedIntegration(t *testing.T) {
 	}
 	s := natstest.Start(t)
 	f := newTestFleet(t, s.ClientURL())
-	js := connect(t, f.url)
-	kv, err := js.KeyValue(context.Background(), testBucket)
-	require.NoError(t, err)
+	js, kv := memberBucket(t, f.url)
 	m := runMember(t, js, Config{Group: "g", LeaseTTL: 3 * time.Second},
 		Settings{Partitions: 4, Bucket: testBucket, KV: kv, Heartbeat: 100 * time.Millisecond}, refusing{handler{f}, 2})
 	eventually(t, "not ready, partition 2 named", 10*time.Second, func() bool {
@@ -495,9 +503,7 @@ func TestLostWhileLoadingWaitsForAcquiredIntegration(t *testing.T) {
 	}
 	s := natstest.Start(t)
 	f := newTestFleet(t, s.ClientURL())
-	js := connect(t, f.url)
-	kv, err := js.KeyValue(context.Background(), testBucket)
-	require.NoError(t, err)
+	js, kv := memberBucket(t, f.url)
 	h := &slowLoading{handler: handler{f}, p: 1, kv: kv, lost: make(chan struct{})}
 	runMember(t, js, Config{Group: "g", LeaseTTL: 3 * time.Second},
 		Settings{Partitions: 2, Bucket: testBucket, KV: kv, Heartbeat: 100 * time.Millisecond}, h)
@@ -524,9 +530,7 @@ func TestSlowAnswersKeepTheLeasesIntegration(t *testing.T) {
 	s := natstest.Start(t)
 	f := newTestFleet(t, s.ClientURL())
 	proxy := natstest.StartProxy(t, s.Addr().String())
-	js := connect(t, proxy.URL())
-	kv, err := js.KeyValue(context.Background(), testBucket)
-	require.NoError(t, err)
+	js, kv := memberBucket(t, proxy.URL())
 	const ttl, latency = 10 * time.Second, 2500 * time.Millisecond
 	m := runMember(t, js, Config{Group: "g", LeaseTTL: ttl},
 		Settings{Partitions: 2, Bucket: testBucket, KV: kv, Heartbeat: time.Second}, handler{f})

@@ -58,9 +58,7 @@ func TestStopReleasesEveryLeaseAtOnceIntegration(t *testing.T) {
 	}
 	s := natstest.Start(t)
 	f := newTestFleet(t, s.ClientURL())
-	js := connect(t, f.url)
-	kv, err := js.KeyValue(context.Background(), testBucket)
-	require.NoError(t, err)
+	js, kv := memberBucket(t, f.url)
 	const parts = 16
 	cfg := Config{Group: "g", LeaseTTL: time.Minute}
 	set := Settings{Partitions: parts, Bucket: testBucket, KV: kv, Heartbeat: 100 * time.Millisecond}
