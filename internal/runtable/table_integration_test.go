@@ -631,7 +631,14 @@ func TestStateBucketNeverLoweredIntegration(t *testing.T) {
 	require.NoError(t, js.DeleteKeyValue(ctx, runtable.Bucket))
 	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: runtable.Bucket, History: 1})
 	require.NoError(t, err)
-	_, err = runtable.EnsureBucket(ctx, js, 3, zerolog.Nop())
+	// Raising it places two new replicas: a cluster just formed on a busy
+	// machine may still take a peer for offline (the broker's error code
+	// 10005, no suitable peers) until its meta group has heard from it.
+	rt.Eventually(t, "raised (every peer taken for online)", func() bool {
+		_, err = runtable.EnsureBucket(ctx, js, 3, zerolog.Nop())
+		var apiErr *jetstream.APIError
+		return !errors.As(err, &apiErr) || apiErr.ErrorCode != 10005
+	})
 	require.NoError(t, err, "raised")
 	st, err = js.Stream(ctx, "KV_"+runtable.Bucket)
 	require.NoError(t, err)
