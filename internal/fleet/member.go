@@ -36,8 +36,9 @@ const (
 	renewals      = 3
 	leaseRenewals = 4
 	memberBeats   = 5
-	// staleBeats is how long a free partition waits for a member short
-	// of its target before any member takes it.
+	// staleBeats is how long a partition is free before Ready reports
+	// it unowned (any member takes it once it stayed free for a lease's
+	// time to live).
 	staleBeats = 3
 	// missedBeats is how many heartbeats a condition must last before
 	// Ready reports it (one slow heartbeat is not a fault).
@@ -443,7 +444,9 @@ func (m *Member) tick(ctx context.Context) bool {
 			holders[p] = ""
 		}
 	}
-	free := make([]bool, len(holders))
+	// A partition free past the grace is reported unowned; one free for
+	// as long as a lease lives is anyone's to take (see view.stale).
+	overdue := make([]bool, len(holders))
 	grace := staleBeats * m.set.Heartbeat
 	var unowned []string
 	for p, h := range holders {
@@ -453,10 +456,11 @@ func (m *Member) tick(ctx context.Context) bool {
 		case m.free[p] == 0:
 			m.free[p] = now
 		}
-		free[p] = m.free[p] != 0 && now-m.free[p] > grace
-		if free[p] {
+		since := now - m.free[p]
+		if m.free[p] != 0 && since > grace {
 			unowned = append(unowned, fmt.Sprint(p))
 		}
+		overdue[p] = m.free[p] != 0 && since > max(grace, m.cfg.LeaseTTL)
 	}
 	leaseOK := m.leaseOK
 	m.mu.Unlock()
@@ -473,7 +477,7 @@ func (m *Member) tick(ctx context.Context) bool {
 	if stale || !leaseOK {
 		return false
 	}
-	pl := decide(view{me: m.id, members: members, holders: holders, stale: free, step: m.set.Step})
+	pl := decide(view{me: m.id, members: members, holders: holders, stale: overdue, step: m.set.Step})
 	if pl.release >= 0 {
 		m.releaseOne(ctx, pl.release)
 	}

@@ -15,16 +15,19 @@ import (
 //
 // Targets: n live members share P partitions, so each owns ⌊P/n⌋ or
 // ⌈P/n⌉. The P mod n larger shares go to the members that hold the most
-// now (ties: the member id), so a balanced fleet has nothing to move.
+// now, up to ⌈P/n⌉ (ties: the member id), so a balanced fleet has nothing
+// to move and a member giving back what it holds above ⌈P/n⌉ keeps its
+// larger share.
 //
 // Moves: a member below its target takes free partitions, a few a tick
 // (step), in its own order of preference (a rendezvous hash of member and
 // partition, so members starting together reach for different ones); a
 // member above its target gives one partition back a tick, but only once no
 // partition is free and some member is below its target (someone will take
-// it). A free partition that no member below its target takes (every live
-// member is at its target, say while a dead member's lease has not expired
-// yet) is taken by the least loaded member, so no partition stays unowned.
+// it). A free partition is taken at once by a member below its target or by
+// the least loaded member; one that stays free for as long as a dead
+// member's lease lives (the member below its target fails to take it) is
+// taken by whoever sees it, so no partition stays unowned.
 
 // plan is what one member does at a tick.
 type plan struct {
@@ -39,9 +42,14 @@ type view struct {
 	me      string
 	members []string // the live members, me among them
 	holders []string // holder of each partition's lease, "" when free
-	// stale marks the free partitions that stayed free for longer than a
-	// grace: any member may take one (a member short of its target may be
-	// failing to).
+	// stale marks the free partitions that stayed free for as long as a
+	// dead member's lease lives: any member may take one. A partition is
+	// free only while some member is short of its target (the targets add
+	// up to the partitions), whose the partition is: it may be busy
+	// loading those it took before (Handler.Acquired) for a while, and a
+	// partition taken from it meanwhile would move twice; one that stays
+	// free that long is one the short member fails to take (its Handler
+	// refuses it, its assignment is paused).
 	stale []bool
 	step  int // partitions taken a tick at most
 }
@@ -60,14 +68,22 @@ func targets(members []string, holders []string) map[string]int {
 			held[h]++
 		}
 	}
+	// Holdings above the larger share count as the larger share: a
+	// member giving back what it holds above it keeps its claim to it
+	// whatever others' views, behind its releases, show it holds. (Ranked
+	// by holdings alone, a member seeing its own releases at once and the
+	// others' late gave itself the smaller share while they did the same:
+	// both gave one back too many, and the newcomer took one more than
+	// its share or an old member took one back.)
+	p := len(holders)
+	top := (p + n - 1) / n
 	order := slices.Clone(members)
 	slices.SortFunc(order, func(a, b string) int {
-		if c := cmp.Compare(held[b], held[a]); c != 0 {
+		if c := cmp.Compare(min(held[b], top), min(held[a], top)); c != 0 {
 			return c
 		}
 		return cmp.Compare(a, b)
 	})
-	p := len(holders)
 	for i, m := range order {
 		out[m] = p / n
 		if i < p%n {

@@ -145,6 +145,71 @@ func TestPlanConvergesAndMovesOnlyWhatMust(t *testing.T) {
 	}
 }
 
+// lagSim is the assignment as members see it: each plans at its own turn
+// from its own holdings as they are and the others' as its lease watch
+// last delivered them (up to lag turns of the fleet late), and takes a
+// partition only while it is free (a lease's create).
+type lagSim struct {
+	holders []string
+	seen    [][]string // holders after each turn
+	members []string
+	lag     int
+	moves   int
+	rng     *rand.Rand
+}
+
+func (s *lagSim) turn(m string) {
+	v := slices.Clone(s.seen[max(len(s.seen)-1-s.rng.IntN(s.lag+1), 0)])
+	for p := range v {
+		if v[p] == m || s.holders[p] == m {
+			v[p] = s.holders[p] // its own: as they are
+			if v[p] != m {
+				v[p] = "" // given back; another's take not seen yet
+			}
+		}
+	}
+	pl := decide(view{me: m, members: s.members, holders: v, step: 2})
+	if pl.release >= 0 {
+		s.holders[pl.release] = ""
+	}
+	for _, p := range pl.acquire {
+		if s.holders[p] == "" {
+			s.holders[p] = m
+			s.moves++
+		}
+	}
+	s.seen = append(s.seen, slices.Clone(s.holders))
+}
+
+// A member joining a fleet moves exactly its share, however late each
+// member sees the others' releases and takes (its own at once). Before,
+// the larger shares went to whoever held the most as each member saw it:
+// a member that had given back one saw the other, whose release it had
+// not seen yet, hold more and gave itself the smaller share while the
+// other did the same; both gave back one too many, and the newcomer or
+// an old member took it (6 moves for 5, seen at load 4 and 28). Now
+// holdings above the larger share count as the larger share.
+func TestPlanMovesOnlyTheShareWhileViewsLag(t *testing.T) {
+	for _, old := range []int{2, 3} {
+		for seed := uint64(1); seed <= 300; seed++ {
+			s := &lagSim{holders: make([]string, 16), lag: 5, rng: rand.New(rand.NewPCG(seed, uint64(old)))}
+			for range old + 1 {
+				s.members = append(s.members, fmt.Sprintf("%016x", s.rng.Uint64()))
+			}
+			for p := range s.holders {
+				s.holders[p] = s.members[p%old] // balanced; the last one new
+			}
+			s.seen = [][]string{slices.Clone(s.holders)}
+			for range 200 {
+				s.turn(s.members[s.rng.IntN(len(s.members))])
+			}
+			share := 16 / (old + 1)
+			require.True(t, (&sim{holders: s.holders, members: s.members}).balanced(), "seed %d: %v", seed, s.holders)
+			require.Equal(t, share, s.moves, "%d old members, seed %d: the newcomer's share moves, nothing more: %v", old, seed, s.holders)
+		}
+	}
+}
+
 // A member that sees only itself at first (the others not seen yet) takes
 // at most step partitions a tick, and hands back what it took too many.
 func TestPlanFirstMemberTakesAFewATick(t *testing.T) {
@@ -161,7 +226,8 @@ func TestPlanFirstMemberTakesAFewATick(t *testing.T) {
 
 // A free partition is taken even when every member able to is at its
 // target: by the least loaded, or, when that is a member that does not
-// take it (stuck), by anyone once it stayed free past the grace.
+// take it (stuck), by anyone once it stayed free as long as a lease lives
+// (stale).
 func TestPlanNoPartitionStaysUnowned(t *testing.T) {
 	// 5 live members for 5 partitions, one held by a dead member: a-d
 	// hold theirs, e is short and the least loaded.
