@@ -85,6 +85,9 @@ type Member struct {
 	selfAt  time.Duration         // mono() our own key last came back
 	seen    bool                  // our own key came back at least once
 	leaseOK bool                  // the lease watch delivered its initial values
+	// selfStored is when the server stored our own key's last renewal
+	// that came back (the bucket's clock, as seenMember.stored).
+	selfStored time.Time
 
 	// tickMu is held while the assignment is computed and acted on (a
 	// tick); frozen (set under it) ends the ticks: Freeze. Lock order:
@@ -106,16 +109,30 @@ type Member struct {
 	// (under mu) is mono() when it last did.
 	rewatch   chan struct{}
 	rewatchAt time.Duration
+	// probe asks keepMember for a renewal of the member key now: a
+	// member looks overdue and only this member's own key coming back
+	// after its deadline tells whether it died (View). probeAt (under
+	// mu) is mono() when one was last asked.
+	probe   chan struct{}
+	probeAt time.Duration
 }
 
 // seenMember is when a member's key or one of its leases was last
-// renewed (mono()), and how long it is taken for live after that.
+// renewed: when its renewal came back (mono()) and when the server stored
+// it (the bucket's clock); and how long it is taken for live after that.
 type seenMember struct {
 	at, ttl time.Duration
+	stored  time.Time
 }
 
 // live says whether the member is live at now.
 func (s seenMember) live(now time.Duration) bool { return now-s.at <= s.ttl }
+
+// outlivedBy says whether a renewal stored at stored (this member's own,
+// come back) shows the member dead: stored more than its time to live
+// after its last renewal. Renewals come back in the order the server
+// stored them, so a member renewing in time had one come back before it.
+func (s seenMember) outlivedBy(stored time.Time) bool { return stored.Sub(s.stored) > s.ttl }
 
 // memberValue is what a member writes under its key: the time, and how
 // often it renews the key, from which the others know how long to take it
@@ -166,7 +183,8 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, set Settings,
 	_, _ = rand.Read(b[:])
 	m := &Member{id: cfg.Group + "." + hex.EncodeToString(b[:]), cfg: cfg, set: set, js: js, mkv: mkv, h: h,
 		held: map[int]*heldLease{}, members: map[string]seenMember{}, holders: make([]string, set.Partitions),
-		free: make([]time.Duration, set.Partitions), faults: map[string]time.Duration{}, rewatch: make(chan struct{}, 1)}
+		free: make([]time.Duration, set.Partitions), faults: map[string]time.Duration{}, rewatch: make(chan struct{}, 1),
+		probe: make(chan struct{}, 1)}
 	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
 	starting := "starting"
 	m.why.Store(&starting)
@@ -273,7 +291,8 @@ func (m *Member) Run(ctx context.Context) {
 	}
 }
 
-// keepMember renews the member key every renewEvery.
+// keepMember renews the member key every renewEvery, and when a probe
+// asks (the next renewal renewEvery after that one).
 func (m *Member) keepMember(ctx context.Context) {
 	t := time.NewTicker(m.cfg.renewEvery())
 	defer t.Stop()
@@ -282,8 +301,10 @@ func (m *Member) keepMember(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			m.renewMember(ctx)
+		case <-m.probe:
+			t.Reset(m.cfg.renewEvery())
 		}
+		m.renewMember(ctx)
 	}
 }
 
@@ -332,9 +353,14 @@ func (m *Member) watchMembers(ctx context.Context) {
 			return
 		}
 		now := mono()
-		m.members[e.Key()] = seenMember{at: now, ttl: memberTTLOf(e.Value(), m.set.Heartbeat)}
+		stored := e.Created()
+		if sm, ok := m.members[e.Key()]; ok && sm.stored.After(stored) {
+			stored = sm.stored // a lease renewed later
+		}
+		m.members[e.Key()] = seenMember{at: now, ttl: memberTTLOf(e.Value(), m.set.Heartbeat), stored: stored}
 		if e.Key() == m.id {
 			m.selfAt, m.seen = now, true
+			m.selfStored = e.Created()
 		}
 	})
 }
@@ -363,6 +389,9 @@ func (m *Member) watchLeases(ctx context.Context) {
 		// key renewed would (a member already seen, of this group).
 		if sm, ok := m.members[holder]; ok {
 			sm.at = max(sm.at, mono()-max(time.Since(e.Created()), 0))
+			if e.Created().After(sm.stored) {
+				sm.stored = e.Created()
+			}
 			m.members[holder] = sm
 		}
 	})
@@ -431,6 +460,7 @@ func (m *Member) tick(ctx context.Context) bool {
 		members = append(members, m.id)
 	}
 	slices.Sort(members)
+	m.probeOverdue(now)
 	stale := !m.seen || now-m.selfAt > ttl
 	holders := slices.Clone(m.holders)
 	for p, h := range holders {
@@ -489,6 +519,27 @@ func (m *Member) tick(ctx context.Context) bool {
 		took = m.take(ctx, p) || took
 	}
 	return took || pl.release >= 0
+}
+
+// probeOverdue asks for a renewal of the member key (at most once a
+// renewal interval) when a member's renewals are overdue here but this
+// member's own key has not come back after the member's deadline yet: the
+// member is dead, or the members bucket is away (View tells them apart by
+// whether the renewal comes back). m.mu is held.
+func (m *Member) probeOverdue(now time.Duration) {
+	if !m.seen || now-m.probeAt <= m.cfg.renewEvery() {
+		return
+	}
+	for _, sm := range m.members {
+		if !sm.live(now) && !sm.outlivedBy(m.selfStored) {
+			m.probeAt = now
+			select {
+			case m.probe <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
 }
 
 // report updates readiness: a fault is reported once it lasted
@@ -721,18 +772,18 @@ type PartitionView struct {
 }
 
 // View returns every partition's owner as this member sees it, and the
-// live members: those whose member key came back within the member TTL,
-// counted up to a renewal interval (renewEvery) after this member's own
-// key last came back.
-// While its own key does not come back (the members bucket's watch is
-// behind: its leader being elected, this member cut off), it cannot tell
-// a dead member from a late watch, and keeps the members of its last
-// fresh view; a member that renews a little earlier in each interval
-// than this one is not taken for dead in the interval before this one's
-// own key is overdue (that counted its partitions unowned during every
-// election of the members bucket).
+// live members: those not shown dead by this member's own key. A member
+// is dead once this member's own renewal came back stored (by the bucket's
+// clock) more than the member's time to live after the member's last
+// renewal (of its key or a lease): renewals come back in the order they
+// were stored, so one of a member renewing in time came back first. While
+// the members bucket answers nobody (its leader being elected, this
+// member cut off) nothing comes back and nobody is taken for dead,
+// whatever the members' lease time to lives and however late their
+// renewals come back. A member overdue by this member's clock makes it
+// renew its own key at once (probeOverdue), so a dead one is known as
+// soon as its time to live ran out.
 func (m *Member) View() ([]PartitionView, []string) {
-	now := mono()
 	m.mu.Lock()
 	out := make([]PartitionView, len(m.holders))
 	for p, h := range m.holders {
@@ -742,15 +793,9 @@ func (m *Member) View() ([]PartitionView, []string) {
 	for p, hl := range m.held {
 		held[p] = hl.l
 	}
-	// The freshest a member can look is a renewal interval after our own
-	// key's last return.
-	since := now
-	if m.seen {
-		since = min(now, m.selfAt+m.cfg.renewEvery())
-	}
 	var members []string
 	for id, sm := range m.members {
-		if sm.live(since) {
+		if !m.seen || !sm.outlivedBy(m.selfStored) {
 			members = append(members, id)
 		}
 	}

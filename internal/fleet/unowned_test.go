@@ -158,3 +158,49 @@ func nextRenewal(y *running, cfg Config) time.Duration {
 	}
 	return next
 }
+
+// Members of one group with lease time to lives far apart (12 s and 3 s:
+// member keys renewed every 4 s and every 1 s, taken for live 9 s and
+// 2.25 s) take nobody for dead while the broker is away. The view counted
+// the others fresh until one of this member's own renewal intervals after
+// its own key last came back: 4 s, against the other's 2.25 s of life
+// after its last renewal, so the slow renewer took the fast one for dead
+// (its partitions unowned) with every member alive. The broker goes away
+// just after the slow renewer's own key came back, and stays away until
+// every key is overdue.
+func TestNoOwnerTakenForDeadAcrossLeaseTTLsIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	const beat = 400 * time.Millisecond
+	slow, fast := Config{LeaseTTL: 12 * time.Second}, Config{LeaseTTL: 3 * time.Second}
+	a := f.joinBeat(slow, beat)
+	b := f.joinBeat(fast, beat)
+	eventually(t, "shared", 30*time.Second, func() bool { return balanced(f.shares(), 2, 16) })
+	eventually(t, "each sees the other", 30*time.Second, func() bool {
+		return unownedIn(a.m.View()) == 0 && unownedIn(b.m.View()) == 0
+	})
+	// Right after a's own key came back: a's view is then fresh for a
+	// renewal interval of a's (4 s), the fast member lives 2.25 s after
+	// its last renewal.
+	eventually(t, "a's own key just back", 10*slow.LeaseTTL, func() bool {
+		a.m.mu.Lock()
+		defer a.m.mu.Unlock()
+		return a.m.seen && mono()-a.m.selfAt < fast.renewEvery()/4
+	})
+	natstest.Shutdown(s)
+	overdue := func(r *running, cfg Config) bool {
+		r.m.mu.Lock()
+		defer r.m.mu.Unlock()
+		return mono()-r.m.selfAt > cfg.memberTTL()+cfg.renewEvery()
+	}
+	seen := map[string]int{}
+	for !overdue(a, slow) || !overdue(b, fast) {
+		seen["a"] = max(seen["a"], unownedIn(a.m.View()))
+		seen["b"] = max(seen["b"], unownedIn(b.m.View()))
+		time.Sleep(2 * time.Millisecond)
+	}
+	require.Zero(t, seen["a"]+seen["b"], "partitions counted unowned while every owner lived: %v", seen)
+}
