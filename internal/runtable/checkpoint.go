@@ -12,7 +12,7 @@ import (
 
 // Checkpoints: a partition's checkpoint takes the state of every run
 // changed since the last one (its encoding) under part.mu, writes them
-// without it, one at a time, each fenced by the partition's lease, and
+// without it, in batches fenced by the partition's lease (batch.go), and
 // then acknowledges the messages those writes made durable, so that
 // events go on folding while a checkpoint is written. A message is
 // acknowledged only once a write of its run's state that holds it
@@ -77,18 +77,16 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 			}
 		}
 		pt.mu.Unlock()
-		for i, sn := range snaps {
-			if werr = pt.write(ctx, sn); werr == nil {
-				wrote++
-			} else {
-				// This run and the rest of the chunk stay changed.
-				pt.mu.Lock()
-				for _, s := range snaps[i:] {
-					s.r.dirty = true
-				}
-				pt.mu.Unlock()
-				break
+		var n int
+		n, werr = pt.write(ctx, snaps)
+		wrote += n
+		if werr != nil {
+			// These runs stay changed.
+			pt.mu.Lock()
+			for _, s := range snaps[n:] {
+				s.r.dirty = true
 			}
+			pt.mu.Unlock()
 		}
 	}
 	if errors.Is(werr, fleet.ErrLost) {
@@ -123,32 +121,51 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	}
 }
 
-// write stores one run's state under its open key (and its summary, the
-// first time).
-func (pt *part) write(ctx context.Context, sn snapshot) error {
-	if sn.err != nil {
-		pt.t.log.Error().Err(sn.err).Str("run_id", sn.id).Msg("run state not encoded")
-		return nil
-	}
+// write stores the runs' states under their open keys (and a run's
+// summary, its first time) in one batch (batch.go); it returns how many
+// of snaps were written, from the first.
+func (pt *part) write(ctx context.Context, snaps []snapshot) (int, error) {
 	t := pt.t
-	if err := t.st.put(ctx, pt.lease, openKey(pt.p, sn.id), sn.b); err != nil {
+	var b writeBatch
+	last := make([]int, 0, len(snaps)) // snaps[i]'s last write in b
+	for _, sn := range snaps {
+		if sn.err != nil {
+			t.log.Error().Err(sn.err).Str("run_id", sn.id).Msg("run state not encoded")
+		} else {
+			b.put(openKey(pt.p, sn.id), sn.b)
+			if sn.first {
+				pt.mu.Lock()
+				st := *sn.r.st
+				pt.mu.Unlock()
+				if sb := summaryBytes(&st, "open", time.Time{}, false, nil); sb != nil {
+					b.put(summaryKey(sn.id), sb)
+				}
+			}
+		}
+		last = append(last, b.len())
+	}
+	done, err := t.st.commit(ctx, pt.lease, &b)
+	n := 0
+	for n < len(snaps) && last[n] <= done {
+		n++
+	}
+	if err != nil {
 		t.m.persistErrs.Inc()
-		return err
 	}
-	t.m.stateWrites.Inc()
 	pt.mu.Lock()
-	sn.r.written = max(sn.r.written, sn.folds)
-	first := !sn.r.stored
-	sn.r.stored = true
-	if sn.r.size = len(sn.b); pt.runs[sn.id] == sn.r {
-		pt.account(sn.r)
+	defer pt.mu.Unlock()
+	for _, sn := range snaps[:n] {
+		if sn.err != nil {
+			continue
+		}
+		t.m.stateWrites.Inc()
+		sn.r.written = max(sn.r.written, sn.folds)
+		sn.r.stored = true
+		if sn.r.size = len(sn.b); pt.runs[sn.id] == sn.r {
+			pt.account(sn.r)
+		}
 	}
-	st := *sn.r.st
-	pt.mu.Unlock()
-	if first {
-		pt.putSummary(ctx, &st, "open", time.Time{}, false, nil)
-	}
-	return nil
+	return n, err
 }
 
 // settleAcks acknowledges the folded messages whose run's state was

@@ -53,7 +53,8 @@ type closing struct {
 	st      *RunState
 	b       []byte
 	rep     split.Report
-	changed bool // a split not written before
+	folds   uint64 // the run's folds the closed state holds
+	changed bool   // a split not written before
 	now     time.Time
 	err     error
 }
@@ -77,7 +78,11 @@ func (pt *part) closeDue(ctx context.Context) {
 	sort.Strings(ids)
 	for _, id := range ids {
 		r := pt.runs[id]
-		if r.st.Closed || r.dirty || r.closing != nil || r.folds != r.written {
+		// A complete run closes as it is: its closed state holds every
+		// event folded (those not written yet are acknowledged once it
+		// is). Any other waits for the checkpoint that writes it.
+		complete := !r.st.Closed && r.st.Finished && r.st.Fold.Complete()
+		if r.st.Closed || r.closing != nil || ((r.dirty || r.folds != r.written) && !complete) {
 			continue
 		}
 		idle := t.cfg.IdleTimeout > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > t.cfg.IdleTimeout
@@ -87,13 +92,13 @@ func (pt *part) closeDue(ctx context.Context) {
 		// Complete by content: whatever is still on its way repeats
 		// what the fold holds. A run that lost events waits for the
 		// events before its finish to be acknowledged too.
-		due := r.st.Finished && r.st.Fold.Complete()
+		due := complete
 		if !due && r.st.Finished && dropped {
 			pt.mu.Unlock()
 			due = pt.settled(ctx, r.st, &floor)
 			pt.mu.Lock()
 		}
-		if (!idle && !due) || r.closing != nil || r.dirty {
+		if (!idle && !due) || r.closing != nil || (r.dirty && !complete) {
 			continue
 		}
 		if c := pt.closeCopy(r, id, now); c != nil {
@@ -105,21 +110,13 @@ func (pt *part) closeDue(ctx context.Context) {
 	if len(cs) == 0 {
 		return
 	}
-	for i, c := range cs {
-		c.err = pt.writeClosed(ctx, c)
-		if errors.Is(c.err, fleet.ErrLost) {
-			// The lease is lost: the closes not written are not
-			// closed here either (the next owner closes them).
-			for _, rest := range cs[i+1:] {
-				rest.err = c.err
-			}
-			break
-		}
-	}
+	pt.writeCloses(ctx, cs)
 	pt.mu.Lock()
 	var done []*closing
 	var failed error
+	wrote := false
 	for _, c := range cs {
+		wrote = wrote || c.err == nil
 		if pt.closed1(c) {
 			done = append(done, c)
 		}
@@ -132,6 +129,9 @@ func (pt *part) closeDue(ctx context.Context) {
 		pt.fail(failed) // said once per episode, with the checkpoints'
 	} else {
 		pt.recovered()
+	}
+	if wrote {
+		pt.settleAcks(false) // the closed runs' events
 	}
 	for _, c := range done {
 		pt.deliver(ctx, c)
@@ -193,32 +193,42 @@ func (pt *part) closeCopy(r *liveRun, id string, now time.Time) *closing {
 		t.log.Error().Err(err).Str("run_id", id).Msg("closed state not encoded")
 		return nil
 	}
-	return &closing{id: id, r: r, st: st, b: b, rep: rep, changed: changed, now: now}
+	return &closing{id: id, r: r, st: st, b: b, rep: rep, folds: r.folds, changed: changed, now: now}
 }
 
-// writeClosed writes a closed state under the run's closed key, its
-// pending marker (a new split, and sinks to settle it), its summary, and
-// purges its open key.
-func (pt *part) writeClosed(ctx context.Context, c *closing) error {
+// writeCloses writes the closes of cs in one batch (batch.go): each
+// its closed state under the run's closed key, its pending marker (a new
+// split, and sinks to settle it), its summary, and the purge of its open
+// key. Each close gets its outcome in err: a close is written once all
+// its writes are; one after a write that failed is not (the lease lost:
+// the next owner closes it).
+func (pt *part) writeCloses(ctx context.Context, cs []*closing) {
 	t := pt.t
-	if err := t.st.put(ctx, pt.lease, stateKey(c.id), c.b); err != nil {
-		return err
-	}
-	t.m.stateWrites.Inc()
-	if c.changed && t.cfg.Sinks != nil {
-		if err := t.st.put(ctx, pt.lease, pendKey(pt.p, c.id), []byte(c.id)); err != nil {
-			return err
+	var b writeBatch
+	last := make([]int, len(cs)) // cs[i]'s last write in b
+	for i, c := range cs {
+		b.put(stateKey(c.id), c.b)
+		if c.changed && t.cfg.Sinks != nil {
+			b.put(pendKey(pt.p, c.id), []byte(c.id))
 		}
-	}
-	f := split.FiguresOf(c.rep)
-	pt.putSummary(ctx, c.st, "closed", c.now, false, &f)
-	if c.r.stored {
-		if err := t.st.purge(ctx, pt.lease, openKey(pt.p, c.id)); err != nil {
-			return err
+		f := split.FiguresOf(c.rep)
+		if sb := summaryBytes(c.st, "closed", c.now, false, &f); sb != nil {
+			b.put(summaryKey(c.id), sb)
 		}
+		if c.r.stored {
+			b.purge(openKey(pt.p, c.id))
+		}
+		last[i] = b.len()
+	}
+	done, err := t.st.commit(ctx, pt.lease, &b)
+	for i, c := range cs {
+		if last[i] > done {
+			c.err = err
+			continue
+		}
+		t.m.stateWrites.Inc()
 		c.r.stored = false
 	}
-	return nil
 }
 
 // finishClose ends a close its writer did not finish (a closed state left
@@ -260,6 +270,8 @@ func (pt *part) closed1(c *closing) bool {
 		return false
 	}
 	r.st = c.st
+	// Its events are durable in the closed state.
+	r.written, r.dirty = max(r.written, c.folds), false
 	if pt.runs[id] == r {
 		pt.forgetRun(id)
 	}
@@ -387,22 +399,26 @@ func (pt *part) settle(ctx context.Context) {
 		return
 	}
 	ids := t.cfg.Deliveries.take(pt.p)
-	for i, id := range ids {
+	var b writeBatch
+	purged := make([]string, 0, len(ids))
+	for _, id := range ids {
 		pt.mu.Lock()
 		live := pt.live(id)
 		pt.mu.Unlock()
-		if live {
-			continue
+		if !live {
+			b.purge(pendKey(pt.p, id))
+			purged = append(purged, id)
 		}
-		if err := t.st.purge(ctx, pt.lease, pendKey(pt.p, id)); err != nil {
-			if errors.Is(err, fleet.ErrLost) {
-				return
-			}
-			// Tried again at the next pass.
-			for _, rest := range ids[i:] {
-				t.cfg.Deliveries.requeue(pt.p, rest)
-			}
-			return
+	}
+	if b.len() == 0 {
+		return
+	}
+	// One batch (batch.go).
+	done, err := t.st.commit(ctx, pt.lease, &b)
+	if err != nil && !errors.Is(err, fleet.ErrLost) {
+		// Tried again at the next pass.
+		for _, rest := range purged[done:] {
+			t.cfg.Deliveries.requeue(pt.p, rest)
 		}
 	}
 }
@@ -619,14 +635,23 @@ func (t *Table) closedFigures(st *RunState) *split.Figures {
 // putSummary writes a run's summary key (the run index); f is a closed
 // run's figures.
 func (pt *part) putSummary(ctx context.Context, st *RunState, state string, closedAt time.Time, compact bool, f *split.Figures) {
-	b, err := json.Marshal(RunSummary{ID: st.Origin.RunID, Host: st.Origin.Host, Lane: st.Origin.Lane, State: state,
-		LastEvent: st.LastEvent, ClosedAt: closedAt, Compact: compact, Split: f})
-	if err != nil {
+	b := summaryBytes(st, state, closedAt, compact, f)
+	if b == nil {
 		return
 	}
 	if err := pt.t.st.put(ctx, pt.lease, summaryKey(st.Origin.RunID), b); err != nil {
 		pt.t.log.Debug().Err(err).Str("run_id", st.Origin.RunID).Msg("run summary not written")
 	}
+}
+
+// summaryBytes encodes a run's summary (nil when it cannot).
+func summaryBytes(st *RunState, state string, closedAt time.Time, compact bool, f *split.Figures) []byte {
+	b, err := json.Marshal(RunSummary{ID: st.Origin.RunID, Host: st.Origin.Host, Lane: st.Origin.Lane, State: state,
+		LastEvent: st.LastEvent, ClosedAt: closedAt, Compact: compact, Split: f})
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // cloneState returns a deep copy of st.

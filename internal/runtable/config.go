@@ -19,9 +19,10 @@ type ConsumerConfig struct {
 	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages of a partition delivered and not yet acknowledged; a checkpoint starts once half of them wait"`
 	// CheckpointInterval is how often a partition writes its changed
 	// runs' states and acknowledges their messages; a checkpoint also
-	// starts early when a run is complete (its split is due) or half of
-	// MaxAckPending messages wait.
-	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often a partition's changed runs' states are written to the state bucket and their messages acknowledged (also when a run is complete, or half of max_ack_pending messages wait); a longer one writes each busy run less often, a shorter one folds less again after a crash; at most half of ack_wait"`
+	// starts early when half of MaxAckPending messages wait. A complete
+	// run does not wait for it: the partition's loop closes it as it is
+	// (closeDue).
+	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often a partition's changed runs' states are written to the state bucket and their messages acknowledged (sooner once half of max_ack_pending messages wait; a complete run is closed, and its messages acknowledged, without waiting for it); a longer one writes each busy run less often, a shorter one folds less again after a crash; at most half of ack_wait"`
 	// Lanes restricts the partition consumers to these lanes,
 	// comma-separated (see LaneList); empty is every lane.
 	Lanes string `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`

@@ -296,9 +296,12 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 		pt.mu.Unlock()
 		return refuse()
 	}
-	fresh, due := pt.fold(msg, r, d, final)
+	fresh := pt.fold(msg, r, d, final)
 	pt.pending = append(pt.pending, pendingMsg{ack: msg.AckRef(), run: r, gen: r.folds, at: time.Now()})
-	due = due || len(pt.pending) >= max(t.cfg.Consumer.MaxAckPending/2, 1)
+	// A run made complete is closed by the loop's next pass (closeDue
+	// writes its closed state, which holds its events): no checkpoint of
+	// the partition's other runs for it.
+	due := len(pt.pending) >= max(t.cfg.Consumer.MaxAckPending/2, 1)
 	pt.mu.Unlock()
 	if fresh {
 		t.m.foldSeconds.Observe(time.Since(t0).Seconds())
@@ -430,9 +433,8 @@ func (pt *part) admit(ctx context.Context, msg bus.Msg, r *liveRun, d *events.De
 }
 
 // fold folds d into run r under pt.mu, unless it repeats what the run
-// holds (final: what a final run folded); fresh says it was folded, due
-// that the run is complete and its checkpoint should start now.
-func (pt *part) fold(msg bus.Msg, r *liveRun, d events.Decoded, final bool) (fresh, due bool) {
+// holds (final: what a final run folded); fresh says it was folded.
+func (pt *part) fold(msg bus.Msg, r *liveRun, d events.Decoded, final bool) (fresh bool) {
 	t := pt.t
 	id := d.Origin.RunID
 	reopens := r.st.Closed
@@ -450,7 +452,7 @@ func (pt *part) fold(msg bus.Msg, r *liveRun, d events.Decoded, final bool) (fre
 		if r.st.Closed && !r.dirty && r.folds == r.written {
 			pt.forgetRun(id) // loaded only to see it was a duplicate
 		}
-		return false, false
+		return false
 	}
 	if r.st.Digests != nil {
 		r.st.Digests.Add(fingerprint(msg.Data()))
@@ -464,8 +466,7 @@ func (pt *part) fold(msg bus.Msg, r *liveRun, d events.Decoded, final bool) (fre
 	r.st.LastEvent = t.cfg.Now()
 	r.dirty = true
 	r.folds++
-	// A complete run closes at the next checkpoint: start it now.
-	return true, r.st.Finished && r.st.Fold.Complete()
+	return true
 }
 
 // run returns the live run of o, reading it from the bucket (without

@@ -117,11 +117,29 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, replicas int, log
 		upd.AllowMsgTTL, upd.SubjectDeleteMarkerTTL = true, limitMarkerTTL
 	}
 	if upd.Replicas != cur.Replicas || upd.AllowMsgTTL != cur.AllowMsgTTL || upd.SubjectDeleteMarkerTTL != cur.SubjectDeleteMarkerTTL {
-		if _, err := js.UpdateStream(ctx, upd); err != nil {
+		si, err := js.UpdateStream(ctx, upd)
+		if err != nil {
 			return nil, fmt.Errorf("state bucket %s: update: %w", Bucket, err)
 		}
+		cur = si.CachedInfo().Config
 		if kv, err = js.KeyValue(ctx, Bucket); err != nil {
 			return nil, fmt.Errorf("state bucket %s: %w", Bucket, err)
+		}
+	}
+	// Atomic batches (nats-server 2.12 or newer; an older server does
+	// not know the setting and leaves it off): a checkpoint's writes, a
+	// pass of closes, go as one (batch.go). Without them, one at a time.
+	if !cur.AllowAtomicPublish {
+		upd := cur
+		upd.AllowAtomicPublish = true
+		si, err := js.UpdateStream(ctx, upd)
+		switch {
+		case err != nil:
+			log.Warn().Err(err).Msg("state bucket: atomic batches not allowed (the update was refused): run states are written one at a time")
+		case !si.CachedInfo().Config.AllowAtomicPublish:
+			log.Info().Msg("state bucket: the server takes no atomic batches (nats-server 2.12 or newer does): run states are written one at a time")
+		default:
+			log.Info().Msg("state bucket: allowing atomic batches (a checkpoint's writes go as one)")
 		}
 	}
 	return kv, nil
@@ -137,6 +155,9 @@ type store struct {
 	// states stop short of it by leaseReserve, so that the partitions'
 	// leases (renewed in the same bucket, and tiny) always have room.
 	room bucketRoom
+	// atomic: the bucket takes atomic batches and is replicated (see
+	// commit).
+	atomic atomic.Bool
 }
 
 // leaseReserve is the room of a bucket with a max_bytes that the run

@@ -1,0 +1,239 @@
+package runtable
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/fleet"
+)
+
+// Writes in batches: what a checkpoint or a pass of closes or of settled
+// splits writes for a partition is one writeBatch, committed under the
+// partition's lease. Each write the broker replicates costs it about the
+// same whatever its size (a round trip and a replication round), so a
+// replicated state bucket that takes atomic batches (nats-server 2.12 or
+// newer: the bucket's stream allows them, see EnsureBucket) gets up to
+// maxBatchOps writes (or maxBatchBytes) as one atomic publish: one round
+// trip, one replication round, all of them or none, each write carrying
+// the lease's fence. A single server, or one without atomic batches, gets
+// the writes one at a time, in order (see atomicAllowed).
+
+const (
+	// maxBatchOps bounds the writes of one atomic batch (the server takes
+	// up to 1,000).
+	maxBatchOps = 256
+	// maxBatchBytes bounds the bytes of one atomic batch: a batch holds
+	// the lease's lock (renewals wait) while it is sent.
+	maxBatchBytes = 4 << 20
+)
+
+// Headers of the atomic batch publish (nats-server 2.12+).
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+)
+
+// writeOp is one write of a batch: a value, or a purge of the key.
+type writeOp struct {
+	key   string
+	data  []byte
+	purge bool
+}
+
+// size is about what op takes in the bucket's store, rather more than
+// less: its subject, its value and its headers (the fence's, the
+// batch's, a purge's) with the store's own per-message bytes.
+func (op writeOp) size() int { return len(op.key) + len(op.data) + writeOverhead + 128 }
+
+// writeBatch is a set of writes to the state bucket, in order; a key
+// written twice keeps its first place and its last value (the bucket keeps
+// one value a key).
+type writeBatch struct {
+	ops []writeOp
+	at  map[string]int
+}
+
+func (b *writeBatch) add(op writeOp) {
+	if i, ok := b.at[op.key]; ok {
+		b.ops[i] = op
+		return
+	}
+	if b.at == nil {
+		b.at = map[string]int{}
+	}
+	b.at[op.key] = len(b.ops)
+	b.ops = append(b.ops, op)
+}
+
+// put writes data under key.
+func (b *writeBatch) put(key string, data []byte) { b.add(writeOp{key: key, data: data}) }
+
+// purge removes key with every revision (its marker goes after markerTTL).
+func (b *writeBatch) purge(key string) { b.add(writeOp{key: key, purge: true}) }
+
+// len is the number of writes.
+func (b *writeBatch) len() int { return len(b.ops) }
+
+// msg is op's message, fenced by f.
+func (s *store) msg(op writeOp, f fleet.Fence) *nats.Msg {
+	m := nats.NewMsg(s.subj + op.key)
+	m.Data = op.data
+	if op.purge {
+		m.Header.Set(kvOperation, "PURGE")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		m.Header.Set(jetstream.MsgTTLHeader, markerTTL.String())
+	}
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(f.Rev, 10))
+	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, f.Subject)
+	return m
+}
+
+// commit writes b under l's fence: in atomic batches when the bucket takes
+// them, else one write at a time. It returns how many of b's writes (from
+// the first, in order) are written: all of them, or those before the batch
+// or the write that failed with err. A refused fence loses the lease
+// (fleet.ErrLost).
+func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int, error) {
+	done, single := 0, 0
+	for done < len(b.ops) {
+		n := 1
+		if s.atomic.Load() && done >= single {
+			bytes := b.ops[done].size()
+			for n < maxBatchOps && done+n < len(b.ops) && bytes+b.ops[done+n].size() <= maxBatchBytes {
+				bytes += b.ops[done+n].size()
+				n++
+			}
+		}
+		chunk := b.ops[done : done+n]
+		size := 0
+		for _, op := range chunk {
+			size += op.size()
+		}
+		// Taken before the write (partitions commit at once), given
+		// back when it fails.
+		if !s.room.take(size) {
+			return done, errReserve
+		}
+		err := l.Fenced(ctx, func(ctx context.Context, f fleet.Fence) error {
+			ctx, cancel := context.WithTimeout(ctx, bus.APITimeout)
+			defer cancel()
+			if len(chunk) == 1 {
+				_, err := s.js.PublishMsg(ctx, s.msg(chunk[0], f))
+				return err
+			}
+			return s.sendAtomic(ctx, chunk, f)
+		})
+		if err != nil {
+			if len(chunk) > 1 && atomicDisabled(err) {
+				s.room.used.Add(-int64(size))
+				// The bucket no longer takes atomic batches (its stream
+				// was changed, or a server without them leads it): one
+				// write at a time from now on.
+				s.atomic.Store(false)
+				continue
+			}
+			if len(chunk) > 1 && batchRefused(err) {
+				// Not taken (too many batches open on the stream at
+				// once, more writes than the server takes in one, or
+				// its leader changed while it was sent): nothing of
+				// it was written; these writes go one at a time.
+				s.room.used.Add(-int64(size))
+				single = done + n
+				continue
+			}
+			s.room.used.Add(-int64(size))
+			if bus.StoreFull(err) {
+				// A limit the last look did not know: at once, so
+				// that the leases' reserve is kept from now on.
+				s.refreshRoom(ctx)
+			}
+			return done, err
+		}
+		done += n
+	}
+	return done, nil
+}
+
+// sendAtomic publishes ops as one atomic batch: every message but the
+// last is sent without waiting, the last commits the batch and carries the
+// server's answer for them all.
+func (s *store) sendAtomic(ctx context.Context, ops []writeOp, f fleet.Fence) error {
+	var rb [16]byte
+	_, _ = rand.Read(rb[:])
+	id := hex.EncodeToString(rb[:])
+	nc := s.js.Conn()
+	for i, op := range ops {
+		m := s.msg(op, f)
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		if i < len(ops)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return err
+			}
+			continue
+		}
+		m.Header.Set(hdrBatchCommit, "1")
+		_, err := s.js.PublishMsg(ctx, m)
+		return err
+	}
+	return nil
+}
+
+// atomicDisabled says the server refused an atomic batch because the
+// bucket's stream does not allow them (any more). Other refusals of a
+// batch (incomplete: its leader changed while it was sent; too many in
+// flight) fail the commit, which is made again later.
+func atomicDisabled(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrAtomicPublishDisabled
+}
+
+// batchRefused says the server did not take an atomic batch as a whole
+// (nothing of it is written) for a reason of the batch itself: too many
+// open at once on the stream or the server (a refusal of the first
+// message, which carries no reply, shows as an incomplete batch at the
+// commit), more messages than it takes in one, or a batch cut by a change
+// of the stream's leader.
+func batchRefused(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jsErrAtomicPublishIncomplete, jsErrAtomicPublishTooLarge, jsErrAtomicPublishTooManyInflight:
+		return true
+	}
+	return false
+}
+
+// nats-server's error codes of atomic batches.
+const (
+	jsErrAtomicPublishDisabled        jetstream.ErrorCode = 10174 // JSAtomicPublishDisabledErr
+	jsErrAtomicPublishIncomplete      jetstream.ErrorCode = 10176 // JSAtomicPublishIncompleteBatchErr
+	jsErrAtomicPublishTooLarge        jetstream.ErrorCode = 10199 // JSAtomicPublishTooLargeBatchErrF
+	jsErrAtomicPublishTooManyInflight jetstream.ErrorCode = 10210 // JSAtomicPublishTooManyInflight
+)
+
+// atomicAllowed reports whether the table writes the bucket in atomic
+// batches: its stream takes them and is replicated. On a single server a
+// write costs no replication round, and the server stages a batch of a
+// file-backed stream in a store of its own on disk (measured: as much CPU
+// a write as one at a time, and slower).
+func atomicAllowed(ctx context.Context, js jetstream.JetStream) bool {
+	ctx, cancel := context.WithTimeout(ctx, bus.APITimeout)
+	defer cancel()
+	st, err := js.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		return false
+	}
+	c := st.CachedInfo().Config
+	return c.AllowAtomicPublish && c.Replicas > 1
+}

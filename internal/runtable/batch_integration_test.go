@@ -1,0 +1,152 @@
+package runtable_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/internal/runtable"
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// On a replicated state bucket a checkpoint's writes, a pass of closes
+// and a pass of settled splits each go to the broker as one atomic batch
+// (one round trip and one replication round for all of them), not one
+// write at a time, and each run's split is written once, equal to its
+// replay. The test watches every message published on the bucket's
+// subjects (a plain subscriber sees them with their headers) and counts
+// the commits: the messages sent apart (no batch) and the batches.
+func TestStateWritesInBatchesIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	cl := natstest.StartCluster(t, 3)
+	b := &rt.Broker{URL: cl.URLs()}
+	b.NC, b.JS = rt.Connect(t, b.URL)
+
+	type write struct{ key, batch, op string }
+	var mu sync.Mutex
+	var seen []write
+	writes, apart, pendPurges := 0, 0, 0
+	batches := map[string]int{}
+	watch, _ := rt.Connect(t, b.URL)
+	_, err := watch.Subscribe("$KV."+runtable.Bucket+".>", func(m *nats.Msg) {
+		key := strings.TrimPrefix(m.Subject, "$KV."+runtable.Bucket+".")
+		if strings.HasPrefix(key, "lease.") {
+			return // the leases' renewals: the fleet's
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		writes++
+		seen = append(seen, write{key: key, batch: m.Header.Get("Nats-Batch-Id"), op: m.Header.Get("KV-Operation")})
+		if strings.HasPrefix(key, "pend.") && m.Header.Get("KV-Operation") == "PURGE" {
+			pendPurges++
+		}
+		if id := m.Header.Get("Nats-Batch-Id"); id != "" {
+			batches[id]++
+		} else {
+			apart++
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, watch.Flush())
+
+	mem := new(sinktest.Memory)
+	a := startTable(t, b.URL, "batch", tableConfig{idle: 0, sinks: memSinks(mem, nil), edit: func(c *config.Aggregator) {
+		c.NATS.Replicas = 3
+	}})
+	a.waitOwns(a.parts)
+	const n = 24
+	runs := rt.Gen(t, n, fx)
+	b.Publish(t, rt.Interleave(runs)...)
+	rt.Eventually(t, "every run closed", func() bool { _, c := a.closes.count(); return c == n })
+	for _, r := range runs {
+		got := a.closes.of(r.Origin.RunID)
+		require.Len(t, got, 1, "run %s: one split", r.Origin.RunID)
+		js, err := split.JSON(got[0])
+		require.NoError(t, err)
+		require.Equal(t, string(rt.ReplayJSON(t, r.Wires, rt.FoldOptions(t))), string(js), "run %s", r.Origin.RunID)
+	}
+	// The sink settled every split: the pending markers' purges follow.
+	rt.Eventually(t, "every pending marker purged", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return pendPurges >= n
+	})
+	a.stop()
+
+	mu.Lock()
+	defer mu.Unlock()
+	commits := apart + len(batches)
+	t.Logf("%d runs: %d writes of the state bucket in %d commits (%d batches, %d writes apart)", n, writes, commits, len(batches), apart)
+	require.LessOrEqual(t, commits*2, writes, "writes of a checkpoint, a pass of closes, go as batches")
+	// Each close is one batch with the others of its pass: the run's
+	// closed state, its pending marker and its summary.
+	for _, r := range runs {
+		closed := "run." + r.Origin.RunID
+		var batch string
+		for _, w := range seen {
+			if w.key == closed && w.op == "" {
+				batch = w.batch
+			}
+		}
+		require.NotEmpty(t, batch, "run %s: its closed state written in a batch", r.Origin.RunID)
+		with := map[string]bool{}
+		for _, w := range seen {
+			if w.batch == batch && w.op == "" && strings.HasSuffix(w.key, "."+closed) {
+				with[strings.SplitN(w.key, ".", 2)[0]] = true
+			}
+		}
+		require.Equal(t, map[string]bool{"pend": true, "sum": true}, with, "run %s: its pending marker and summary in its close's batch", r.Origin.RunID)
+	}
+}
+
+// A run made complete is closed as it is, at the partition loop's next
+// pass: its closed state holds every event it folded, and its events are
+// acknowledged once that is written. No checkpoint is started for it, so
+// the partition's other runs are not written again for it, and the run's
+// open state is never written (with a checkpoint interval of a minute the
+// only write of the run is its close). The old code started a checkpoint
+// when a run became complete: an open state written, then the close.
+func TestCompleteRunClosedWithoutCheckpointIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	var mu sync.Mutex
+	var opens []string
+	watch, _ := rt.Connect(t, b.URL)
+	_, err := watch.Subscribe("$KV."+runtable.Bucket+".open.>", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		opens = append(opens, m.Subject)
+	})
+	require.NoError(t, err)
+	require.NoError(t, watch.Flush())
+
+	a := startTable(t, b.URL, "closeasis", tableConfig{idle: time.Hour,
+		consumer: runtable.ConsumerConfig{AckWait: 4 * time.Minute, CheckpointInterval: time.Minute}})
+	a.waitOwns(a.parts)
+	b.Publish(t, fx.Wires...)
+	// Acknowledged well before the checkpoint interval: by the close.
+	rt.Eventually(t, "the run closed", func() bool { n, _ := a.closes.count(); return n == 1 })
+	b.WaitAcked(t, "closeasis")
+	got, err := split.JSON(a.closes.of(fx.Origin.RunID)[0])
+	require.NoError(t, err)
+	require.Equal(t, string(fx.Want), string(got))
+	st := b.State(t, fx.Origin.RunID, rt.FoldOptions(t))
+	require.True(t, st.Closed)
+	require.Equal(t, string(fx.Want), st.Reported)
+	require.NoError(t, watch.Flush())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, opens, "no open state written for a run complete before its checkpoint")
+}
