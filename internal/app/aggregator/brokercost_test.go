@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/internal/runtable"
 )
 
 // The broker's cost: the servers of the fleet tests are nats-server
@@ -29,15 +31,22 @@ import (
 // plainConsume reads the first n messages of the events stream with a
 // plain R3 durable pull consumer (no filter, explicit acks, one ack a
 // message): the least any consumer of these events costs the broker. It
-// returns how long it took.
-func (f *fleetRig) plainConsume(name string, n int) time.Duration {
+// returns how long it took. With ackAll the consumer acknowledges every
+// ackAllEvery-th message and the last only, each for all before it (ack
+// policy all): what acknowledging in batches would save at most.
+func (f *fleetRig) plainConsume(name string, n int, ackAll ...bool) time.Duration {
 	t := f.t
 	ctx := testCtx(t)
+	all := len(ackAll) > 0 && ackAll[0]
+	policy := jetstream.AckExplicitPolicy
+	if all {
+		policy = jetstream.AckAllPolicy
+	}
 	var cons jetstream.Consumer
 	eventually(t, "the plain consumer", func() bool {
 		var err error
 		cons, err = f.js.CreateOrUpdateConsumer(ctx, bus.DefaultStream, jetstream.ConsumerConfig{
-			Durable: name, AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3, DeliverPolicy: jetstream.DeliverAllPolicy,
+			Durable: name, AckPolicy: policy, Replicas: 3, DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		return err == nil
 	})
@@ -52,8 +61,10 @@ func (f *fleetRig) plainConsume(name string, n int) time.Duration {
 		if got >= n {
 			return
 		}
-		_ = m.Ack()
 		got++
+		if !all || got%ackAllEvery == 0 || got == n {
+			_ = m.Ack()
+		}
 		if got == n {
 			md, _ := m.Metadata()
 			last = md.Sequence.Stream
@@ -75,6 +86,84 @@ func (f *fleetRig) plainConsume(name string, n int) time.Duration {
 	})
 	return d
 }
+
+// filteredConsume reads the first n messages of the events stream with
+// one R3 durable pull consumer a partition, each filtered on its
+// partition's subjects as the aggregators' are (explicit acks, one ack a
+// message): the least the partitioned consumption costs the broker, the
+// partition walk included. It returns how long it took.
+func (f *fleetRig) filteredConsume(prefix string, parts, n int) time.Duration {
+	t := f.t
+	ctx := testCtx(t)
+	cons := make([]jetstream.Consumer, parts)
+	for p := range parts {
+		eventually(t, "the filtered consumers", func() bool {
+			var err error
+			cons[p], err = f.js.CreateOrUpdateConsumer(ctx, bus.DefaultStream, jetstream.ConsumerConfig{
+				Durable: fmt.Sprintf("%s-%d", prefix, p), FilterSubjects: bus.PartitionFilters(p, ""),
+				AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3, DeliverPolicy: jetstream.DeliverAllPolicy,
+			})
+			return err == nil
+		})
+	}
+	t0 := time.Now()
+	var mu sync.Mutex
+	got := 0
+	done := make(chan struct{})
+	var ccs []jetstream.ConsumeContext
+	for _, c := range cons {
+		cc, err := c.Consume(func(m jetstream.Msg) {
+			_ = m.Ack()
+			mu.Lock()
+			defer mu.Unlock()
+			if got++; got == n {
+				close(done)
+			}
+		})
+		require.NoError(t, err)
+		ccs = append(ccs, cc)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Minute):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the filtered consumers read %d of %d messages", got, n)
+	}
+	d := time.Since(t0)
+	for _, cc := range ccs {
+		cc.Stop()
+	}
+	// Their last acks reached the servers before their CPU is read.
+	eventually(t, "the filtered consumers' acks", func() bool {
+		for _, c := range cons {
+			ci, err := c.Info(ctx)
+			if err != nil || ci.NumAckPending > 0 || ci.NumPending > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	return d
+}
+
+// bucketSeq is the state bucket's stream's last sequence: the writes
+// (puts, purges, lease renewals) it stored so far.
+func (f *fleetRig) bucketSeq() uint64 {
+	var seq uint64
+	eventually(f.t, "the state bucket's stream", func() bool {
+		st, err := f.js.Stream(testCtx(f.t), "KV_"+runtable.Bucket)
+		if err == nil {
+			seq = st.CachedInfo().State.LastSeq
+		}
+		return err == nil
+	})
+	return seq
+}
+
+// ackAllEvery is how many messages one acknowledgement of plainConsume's
+// ack-all pass covers.
+const ackAllEvery = 64
 
 // monitorURL is node nd's monitoring endpoint (the fleet's cluster runs
 // with http_port -1), read from its log.
@@ -220,10 +309,15 @@ func TestFleetIdleTrafficIntegration(t *testing.T) {
 // (their CPU time): 3 aggregators starting on the empty stream and
 // stopping (their consumers, buckets and leases made once), publishing the
 // runs' events (6 publishers), a plain R3 durable pull consumer reading
-// them (the floor), 3 aggregators folding them (started together on the
-// backlog, until every split is written), the same plain consumer again,
-// and the 3 aggregators idle. The figures of docs/performance.md come from
-// its log (FIGURE broker).
+// them (the floor), the same acknowledging one message in 64 for all
+// before it (what acknowledging in batches would save), one filtered R3
+// consumer a partition reading them (the floor of a partitioned stream:
+// each consumer walks past the other partitions' messages), 3 aggregators
+// folding them (started together on the backlog, until every split is
+// written; the state bucket's stored messages counted), the same plain
+// consumer again, and the 3 aggregators idle. The figures of
+// docs/performance.md come from its log (FIGURE broker);
+// GTTSPLIT_FLEET_RUNS=<n> runs n runs instead of 1,000 for a quicker look.
 //
 //	GTTSPLIT_FLEET=full go test ./internal/app/aggregator -run TestFleetBrokerCostIntegration -v
 func TestFleetBrokerCostIntegration(t *testing.T) {
@@ -231,6 +325,9 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 		t.Skip("a measurement: its figures are logged, not held to a bound (GTTSPLIT_FLEET=full runs it, as the command above does)")
 	}
 	n := fleetRuns(t)
+	if v, err := strconv.Atoi(os.Getenv("GTTSPLIT_FLEET_RUNS")); err == nil && v > 0 {
+		n = v // a quicker look
+	}
 	f := startFleet(t, n)
 	nEvents := 0
 	for _, r := range f.runs {
@@ -263,6 +360,17 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	plain1 := cpu() - c0
 	load["plain1"] = loadavg()
 
+	c0 = cpu()
+	allT := f.plainConsume("plainall", nEvents, true)
+	plainAll := cpu() - c0
+	load["plainall"] = loadavg()
+
+	c0 = cpu()
+	filtT := f.filteredConsume("filtered1", bus.DefaultPartitions, nEvents)
+	filt := cpu() - c0
+	load["filtered"] = loadavg()
+
+	s0 := f.bucketSeq()
 	c0, t0 = cpu(), time.Now()
 	stopProf := f.profile()
 	f.startAggs(3)
@@ -271,6 +379,7 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	stopProf()
 	fold, foldT := cpu()-c0, done.Sub(t0)
 	load["fold"] = loadavg()
+	bucketWrites := f.bucketSeq() - s0
 	redelivered := f.metric("gttsplit_events_redelivered_total", f.aggs...)
 	progress := f.metric("gttsplit_events_progress_acks_total", f.aggs...)
 	writes := f.metric("gttsplit_state_writes_total", f.aggs...)
@@ -297,10 +406,16 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	t.Logf("FIGURE broker: %d runs, %d events (%.1f MB); broker CPU (3 servers): background %.1f ms/s [load %s]; "+
 		"the fleet's first start and stop (16 consumers, buckets, leases made) %.0f ms [load %s]; "+
 		"publish %.2f ms a run (%.1f s) [load %s]; plain R3 pull consumer %.2f / %.2f ms a run (%.1f / %.1f s) [load %s / %s]; "+
-		"fold by 3 aggregators %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer; "+
-		"3 aggregators idle %.1f ms/s [load %s]; redelivered %.0f (%.2f %%), progress acks %.0f (%.2f an event), %.1f state writes a run",
+		"the same acknowledging every %dth message for all before it (ack policy all) %.2f ms a run (%.1f s) [load %s]; "+
+		"%d filtered R3 pull consumers (a partition each) %.2f ms a run (%.1f s) [load %s]; "+
+		"fold by 3 aggregators %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer, %.2f× the filtered ones; "+
+		"3 aggregators idle %.1f ms/s [load %s]; redelivered %.0f (%.2f %%), progress acks %.0f (%.2f an event), %.1f run states written a run, "+
+		"%.1f messages stored in the state bucket a run (leases' renewals included)",
 		n, nEvents, float64(f.pubBytes)/1e6, perSec(bg), load["background"], float64(first.Microseconds())/1000, load["first"],
 		perRun(pub), pubT.Seconds(), load["publish"], perRun(plain1), perRun(plain2), plainT.Seconds(), plain2T.Seconds(), load["plain1"], load["plain2"],
-		perRun(fold), foldT.Seconds(), load["fold"], float64(fold)/float64(hi), float64(fold)/float64(lo),
-		perSec(idle), load["idle"], redelivered, 100*redelivered/float64(nEvents), progress, progress/float64(nEvents), writes/float64(n))
+		ackAllEvery, perRun(plainAll), allT.Seconds(), load["plainall"],
+		bus.DefaultPartitions, perRun(filt), filtT.Seconds(), load["filtered"],
+		perRun(fold), foldT.Seconds(), load["fold"], float64(fold)/float64(hi), float64(fold)/float64(lo), float64(fold)/float64(filt),
+		perSec(idle), load["idle"], redelivered, 100*redelivered/float64(nEvents), progress, progress/float64(nEvents), writes/float64(n),
+		float64(bucketWrites)/float64(n))
 }
