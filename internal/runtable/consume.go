@@ -197,24 +197,24 @@ func (pt *part) consume(c *partConsumer) {
 		// owner at once.
 		var mu sync.Mutex
 		stopped := false
-		handle := func(jm jetstream.Msg) {
+		handle := func(jm jetstream.Msg, fl *flight) {
 			mu.Lock()
 			defer mu.Unlock()
 			c.last.Store(time.Now().UnixNano())
 			c.msgs.Add(1)
 			if stopped || !pt.lease.Valid() {
 				_ = jm.Nak()
+				pt.fl.done(fl)
 				return
 			}
 			m, err := bus.WrapMsg(jm, t.js.Conn())
 			if err != nil {
 				_ = jm.Term()
+				pt.fl.done(fl)
 				return
 			}
 			t0 := time.Now()
-			done := t.flow.inHand(jm, t.m.progress.Inc)
-			err = pt.handle(ctx, m)
-			done()
+			err = pt.handle(ctx, m, fl)
 			t.flow.handled(time.Since(t0))
 			if err != nil {
 				if !errors.Is(err, errNotOwned) {
@@ -222,30 +222,39 @@ func (pt *part) consume(c *partConsumer) {
 				}
 				_ = jm.NakWithDelay(time.Second)
 			}
+			if !fl.kept {
+				pt.fl.done(fl) // settled, or handed back
+			}
 		}
 		// One pull at a time, sized to what the handler takes a quarter
-		// of the ack wait to handle (flow.go); the next once it is
-		// handled: no message waits in a buffer for longer. A pull that
-		// finds no server to take it (no responders: the consumer has no
-		// leader, its node died and the others elect one) is sent again
-		// after repullAfter, until a leader takes it.
+		// of the ack wait to handle and to the room left in flight
+		// (flow.go); the next once it is handled: no message waits in a
+		// buffer for longer. A pull that finds no server to take it (no
+		// responders: the consumer has no leader, its node died and the
+		// others elect one) is sent again after repullAfter, until a
+		// leader takes it.
 		for ctx.Err() == nil {
+			n := pt.room(ctx)
+			if n == 0 {
+				continue
+			}
 			fctx, cancel := context.WithTimeout(ctx, pullExpiry)
-			batch, err := c.cons.Fetch(t.flow.pullSize(), jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
+			batch, err := c.cons.Fetch(n, jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
 			if err == nil {
 				c.pulled.start()
 				go func() {
 					for jm := range batch.Messages() {
-						c.pulled.push(jm)
+						c.pulled.push(jm, pt.fl.add(jm, time.Now()))
 					}
 					c.pulled.end()
 				}()
-				for jm := c.pulled.pop(); jm != nil; jm = c.pulled.pop() {
+				for jm, fl := c.pulled.pop(); jm != nil; jm, fl = c.pulled.pop() {
 					if ctx.Err() != nil {
 						_ = jm.Nak() // stopped: at once to the next owner
+						pt.fl.done(fl)
 						continue
 					}
-					handle(jm)
+					handle(jm, fl)
 				}
 				err = batch.Error()
 				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -276,6 +285,34 @@ func (pt *part) consume(c *partConsumer) {
 		stopped = true
 		mu.Unlock()
 	}()
+}
+
+// room is how many messages the partition's next pull asks for: the pull
+// size, within the room its messages in flight leave (flow.inflight). With
+// no room, it kicks the partition's checkpoint, waits for it to end (or
+// for a progress tick, or ctx) and returns 0.
+func (pt *part) room(ctx context.Context) int {
+	t := pt.t
+	n := min(t.flow.pullSize(), t.flow.inflight()-pt.fl.len())
+	if n >= minPull {
+		return n
+	}
+	pt.mu.Lock()
+	done := pt.ckptDone
+	pt.mu.Unlock()
+	select {
+	case pt.kick <- struct{}{}:
+	default:
+	}
+	t.m.flowWaits.Inc()
+	tm := time.NewTimer(t.flow.progressEvery())
+	defer tm.Stop()
+	select {
+	case <-done:
+	case <-tm.C:
+	case <-ctx.Done():
+	}
+	return 0
 }
 
 // stopConsumers stops consuming the partition; the message being handled,

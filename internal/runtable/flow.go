@@ -11,25 +11,31 @@ import (
 
 // Flow control: JetStream delivers a message again once consumer.ack_wait
 // passed since it was delivered without an acknowledgement or a progress
-// acknowledgement. A message waits in three places here, each kept well
-// within the ack wait whatever the machine's load (on a loaded machine the
-// time each takes grows many times over):
+// acknowledgement. A message waits in three places here: pulled and not
+// handed to the partition's handler yet, in the handler's hand (waiting
+// for its run while the run's close is written, folding), and folded,
+// waiting for the checkpoint that writes its run. On a loaded machine the
+// time each takes grows many times over; so
 //
-//   - pulled and not handed to the partition's handler yet: a partition
-//     pulls once the messages of its last pull were handled, and asks for
-//     no more than the handler is measured to handle in a quarter of the
-//     ack wait (pullSize, from a moving average of the handler's wall time
-//     a message, which counts the machine's load); those waiting longer
-//     than progressAfter (a message before them waited for its run's
-//     close, say) get a progress acknowledgement (Table.progress);
-//   - in the handler's hand (waiting for its run while the run's close is
-//     written, folding): its progress is acknowledged every progressAfter
-//     (inHand);
-//   - folded, waiting for the checkpoint that writes its run: every tenth
-//     of the ack wait a goroutine of the table's own acknowledges the
-//     progress of those that waited progressAfter, whatever a checkpoint
-//     is doing (Table.progress; a checkpoint leaves them in the
-//     partition's pending list until it acknowledges them).
+//   - every message delivered to a partition is in its ledger from the
+//     moment it comes until it is settled (acknowledged, handed back,
+//     dead-lettered), with the time its ack wait last started: when it
+//     came, or when its progress was last acknowledged. Every tenth of the
+//     ack wait a goroutine of the table's own acknowledges the progress of
+//     those that waited progressAfter (Table.progress), wherever they
+//     are. The ledger has its own lock, held for a few assignments: a
+//     fold or a checkpoint holding the partition's lock (part.mu) for a
+//     long time, as they do on a loaded machine, does not hold the
+//     progress acknowledgements back, and a message's ack wait is counted
+//     from when it came, not from when it was folded;
+//   - a partition pulls once the messages of its last pull were handled,
+//     and asks for no more than the handler is measured to handle in a
+//     quarter of the ack wait (pullSize, from a moving average of the
+//     handler's wall time a message, which counts the machine's load),
+//     and no more than leaves the messages in flight within what the
+//     partition's checkpoints are measured to settle in a quarter of the
+//     ack wait (inflight); past that, it kicks its checkpoint and waits
+//     for it before it pulls again.
 //
 // A progress acknowledgement is a message to the broker (and a write of
 // the consumer's state on every replica): only a message that nears the
@@ -51,13 +57,16 @@ const (
 type flow struct {
 	ackWait time.Duration
 	maxPull int // pullBatch, or less with a smaller consumer.max_ack_pending
+	maxAck  int // consumer.max_ack_pending
 	// perMsg is the moving average of the handler's wall time a message
-	// (nanoseconds).
-	perMsg atomic.Int64
+	// (nanoseconds); perSettle that of a checkpoint's wall time a message
+	// it settled (0: none measured yet).
+	perMsg    atomic.Int64
+	perSettle atomic.Int64
 }
 
 func newFlow(ackWait time.Duration, maxAck int) *flow {
-	f := &flow{ackWait: ackWait, maxPull: max(min(maxAck, pullBatch), minPull)}
+	f := &flow{ackWait: ackWait, maxPull: max(min(maxAck, pullBatch), minPull), maxAck: max(maxAck, minPull)}
 	f.perMsg.Store(int64(initialHandle))
 	return f
 }
@@ -66,6 +75,32 @@ func newFlow(ackWait time.Duration, maxAck int) *flow {
 func (f *flow) handled(d time.Duration) {
 	old := float64(f.perMsg.Load())
 	f.perMsg.Store(int64(old + flowAlpha*(float64(d)-old)))
+}
+
+// settled records a checkpoint that settled n messages in d.
+func (f *flow) settled(n int, d time.Duration) {
+	if n <= 0 {
+		return
+	}
+	per := float64(d) / float64(n)
+	old := float64(f.perSettle.Load())
+	if old == 0 {
+		f.perSettle.Store(int64(per))
+		return
+	}
+	f.perSettle.Store(int64(old + flowAlpha*(per-old)))
+}
+
+// inflight is how many messages a partition may hold unsettled: what its
+// checkpoints are measured to settle in a quarter of the ack wait, at
+// least a pull's worth, at most consumer.max_ack_pending.
+func (f *flow) inflight() int {
+	per := f.perSettle.Load()
+	if per <= 0 {
+		return f.maxAck
+	}
+	n := int64(f.ackWait/4) / per
+	return int(max(min(n, int64(f.maxAck)), int64(f.maxPull)))
 }
 
 // pullSize is how many messages one pull asks for: what the handler takes
@@ -81,32 +116,6 @@ func (f *flow) pullSize() int {
 func (f *flow) progressAfter() time.Duration { return f.ackWait * 2 / 5 }
 func (f *flow) progressEvery() time.Duration { return max(f.ackWait/10, 10*time.Millisecond) }
 
-// inHand acknowledges jm's progress every progressAfter while it is
-// handled; the returned function ends that, once it was handled.
-func (f *flow) inHand(jm jetstream.Msg, progress func()) func() {
-	var mu sync.Mutex
-	stopped := false
-	var tm *time.Timer
-	mu.Lock()
-	defer mu.Unlock()
-	tm = time.AfterFunc(f.progressAfter(), func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		_ = jm.InProgress()
-		progress()
-		tm.Reset(f.progressAfter())
-	})
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		tm.Stop()
-	}
-}
-
 // pulled is a pull's messages not handed to the handler yet, in order.
 type pulled struct {
 	mu    sync.Mutex
@@ -117,7 +126,7 @@ type pulled struct {
 
 type pulledMsg struct {
 	jm jetstream.Msg
-	at time.Time // when it came, or its progress was last acknowledged
+	fl *flight
 }
 
 // start begins a pull.
@@ -134,11 +143,11 @@ func (p *pulled) signal() {
 	}
 }
 
-// push adds a message of the pull.
-func (p *pulled) push(jm jetstream.Msg) {
+// push adds a message of the pull, fl its entry in the ledger.
+func (p *pulled) push(jm jetstream.Msg, fl *flight) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.q = append(p.q, pulledMsg{jm: jm, at: time.Now()})
+	p.q = append(p.q, pulledMsg{jm: jm, fl: fl})
 	p.signal()
 }
 
@@ -152,45 +161,114 @@ func (p *pulled) end() {
 
 // pop returns the next message of the pull, waiting for it; nil once the
 // pull ended and every message was taken.
-func (p *pulled) pop() jetstream.Msg {
+func (p *pulled) pop() (jetstream.Msg, *flight) {
 	for {
 		p.mu.Lock()
 		if len(p.q) > 0 {
-			jm := p.q[0].jm
+			pm := p.q[0]
 			p.q[0] = pulledMsg{}
 			p.q = p.q[1:]
 			p.mu.Unlock()
-			return jm
+			return pm.jm, pm.fl
 		}
 		ended, ready := p.ended, p.ready
 		p.mu.Unlock()
 		if ended {
-			return nil
+			return nil, nil
 		}
 		<-ready
 	}
 }
 
+// acker is what acknowledges a message in flight: the delivered message,
+// or its AckRef once folded (the message's data is let go).
+type acker interface{ InProgress() error }
+
+// flight is a message in a partition's ledger.
+type flight struct {
+	// ack and at are guarded by the ledger's lock; at is when the
+	// message's ack wait last started (it came, or its progress was
+	// acknowledged).
+	ack acker
+	at  time.Time
+	i   int // its index in ledger.fs; -1 once settled
+	// kept is set by the handler when it leaves the message waiting
+	// for a checkpoint (read by the handler's goroutine only).
+	kept bool
+}
+
+// ledger is a partition's messages in flight: delivered and not settled.
+type ledger struct {
+	// mu is a leaf lock: nothing is taken, nothing sent while it is held.
+	mu sync.Mutex
+	fs []*flight
+}
+
+// add enters a message that came at at.
+func (l *ledger) add(a acker, at time.Time) *flight {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := &flight{ack: a, at: at, i: len(l.fs)}
+	l.fs = append(l.fs, f)
+	return f
+}
+
+// folded says f waits for a checkpoint, acknowledged through a from now.
+func (l *ledger) folded(f *flight, a acker) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f.kept = true
+	f.ack = a
+}
+
+// done takes a settled message out (again: nothing).
+func (l *ledger) done(f *flight) {
+	if f == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f.i < 0 {
+		return
+	}
+	last := len(l.fs) - 1
+	l.fs[f.i] = l.fs[last]
+	l.fs[f.i].i = f.i
+	l.fs[last] = nil
+	l.fs = l.fs[:last]
+	f.i = -1
+}
+
+// len is the number of messages in flight.
+func (l *ledger) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.fs)
+}
+
 // progress acknowledges the progress of the messages that waited longer
-// than after; it returns how many.
-func (p *pulled) progress(now time.Time, after time.Duration) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for i := range p.q {
-		if pm := &p.q[i]; now.Sub(pm.at) > after {
-			_ = pm.jm.InProgress()
-			pm.at = now
-			n++
+// than after; it returns how many. The acknowledgements are sent once the
+// lock is let go.
+func (l *ledger) progress(now time.Time, after time.Duration) int {
+	var due []acker
+	l.mu.Lock()
+	for _, f := range l.fs {
+		if now.Sub(f.at) > after {
+			f.at = now
+			due = append(due, f.ack)
 		}
 	}
-	return n
+	l.mu.Unlock()
+	for _, a := range due {
+		_ = a.InProgress()
+	}
+	return len(due)
 }
 
 // progress acknowledges, every progressEvery until ctx ends, the progress
-// of every pulled message not handled yet and of every folded message of
-// the table's partitions that waited progressAfter for its checkpoint, so
-// that it is not delivered again however long that checkpoint takes.
+// of every message in flight of the table's partitions that waited
+// progressAfter (pulled, in hand or folded), so that it is not delivered
+// again however long its handling or its checkpoint takes.
 func (t *Table) progress(ctx context.Context) {
 	tk := time.NewTicker(t.flow.progressEvery())
 	defer tk.Stop()
@@ -202,19 +280,7 @@ func (t *Table) progress(ctx context.Context) {
 		}
 		after := t.flow.progressAfter()
 		for _, pt := range t.parts() {
-			now := time.Now()
-			pt.mu.Lock()
-			for i := range pt.pending {
-				if pm := &pt.pending[i]; now.Sub(pm.at) > after {
-					_ = pm.ack.InProgress()
-					pm.at = now
-					t.m.progress.Inc()
-				}
-			}
-			pt.mu.Unlock()
-			for _, c := range pt.cons {
-				t.m.progress.Add(float64(c.pulled.progress(now, after)))
-			}
+			t.m.progress.Add(float64(pt.fl.progress(time.Now(), after)))
 		}
 	}
 }

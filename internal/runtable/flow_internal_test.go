@@ -2,10 +2,12 @@ package runtable
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/natstest"
@@ -13,11 +15,66 @@ import (
 
 // A progress acknowledgement is a message to the broker and a write of
 // the consumer's state on every replica: only a message that waited 40 %
-// of the ack wait gets one. Of two messages pulled and not handled yet,
-// one waiting 35 % of the ack wait gets none, one waiting 45 % gets one
-// (and none again until it waited 40 % once more). Before, a message got
-// one after a third of the ack wait: both did.
+// of the ack wait gets one. Of two messages in flight, one waiting 35 % of
+// the ack wait gets none, one waiting 45 % gets one (and none again until
+// it waited 40 % once more). Before, a message got one after a third of
+// the ack wait: both did.
 func TestProgressAckedOnlyNearTheAckWait(t *testing.T) {
+	const ackWait = time.Hour // no redelivery while the test runs, however loaded the machine
+	msgs := fetched(t, ackWait, 2)
+	var l ledger
+	now := time.Now()
+	young := l.add(msgs[0], now.Add(-ackWait*35/100))
+	old := l.add(msgs[1], now.Add(-ackWait*45/100))
+
+	f := newFlow(ackWait, 64)
+	require.Equal(t, 1, l.progress(now, f.progressAfter()), "progress acknowledged only for the message that waited 45 %% of the ack wait")
+	require.Equal(t, now.Add(-ackWait*35/100), young.at, "the young message was left alone")
+	require.Equal(t, now, old.at)
+	require.Zero(t, l.progress(now, f.progressAfter()), "not again until it waited 40 %% of the ack wait again")
+	l.done(old)
+	l.done(old)
+	require.Equal(t, 1, l.len())
+	l.done(young)
+	require.Zero(t, l.len())
+}
+
+// A message's progress is acknowledged while its partition's lock is held
+// (a long fold, a checkpoint taking its runs' states on a loaded machine),
+// and counted from when the message came, not from when it was folded.
+// Before, the table's progress goroutine took each partition's lock in
+// turn, and a folded message's ack wait was counted from its fold: a
+// message that waited in the pull and in the handler's hand for most of
+// the ack wait was delivered again before its first progress ack.
+func TestProgressAckedWhileThePartitionIsBusy(t *testing.T) {
+	const ackWait = time.Hour
+	msgs := fetched(t, ackWait, 1)
+	tb := &Table{flow: newFlow(time.Second, 64), m: NewMetrics(), byPart: map[int]*part{}}
+	pt := &part{t: tb}
+	tb.byPart[0] = pt
+	came := time.Now().Add(-900 * time.Millisecond) // pulled, then in the handler's hand
+	fl := pt.fl.add(msgs[0], came)
+	pt.fl.folded(fl, msgs[0])
+	pt.mu.Lock() // folding, or a checkpoint taking the runs' states
+	defer pt.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); tb.progress(ctx) }()
+	defer func() { cancel(); <-done }()
+	// Polled: the goroutine looks every tenth of its 1 s ack wait.
+	for deadline := time.Now().Add(time.Minute); progressAcks(t, tb) < 1; time.Sleep(20 * time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "no progress acknowledgement while the partition's lock is held")
+	}
+	pt.fl.mu.Lock()
+	defer pt.fl.mu.Unlock()
+	require.True(t, fl.at.After(came), "its ack wait started again")
+}
+
+// fetched publishes n messages and fetches them from a consumer with the
+// ack wait given.
+func fetched(t *testing.T, ackWait time.Duration, n int) []jetstream.Msg {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
@@ -28,29 +85,25 @@ func TestProgressAckedOnlyNearTheAckWait(t *testing.T) {
 	defer cancel()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "P", Subjects: []string{"p.>"}})
 	require.NoError(t, err)
-	const ackWait = time.Hour // no redelivery while the test runs, however loaded the machine
 	cons, err := js.CreateOrUpdateConsumer(ctx, "P", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
 	require.NoError(t, err)
-	for _, subj := range []string{"p.young", "p.old"} {
-		_, err := js.Publish(ctx, subj, []byte("x"))
+	for i := range n {
+		_, err := js.Publish(ctx, fmt.Sprintf("p.%d", i), []byte("x"))
 		require.NoError(t, err)
 	}
-	batch, err := cons.Fetch(2, jetstream.FetchMaxWait(30*time.Second))
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(30*time.Second))
 	require.NoError(t, err)
-	var p pulled
-	p.start()
+	var msgs []jetstream.Msg
 	for jm := range batch.Messages() {
-		p.push(jm)
+		msgs = append(msgs, jm)
 	}
 	require.NoError(t, batch.Error())
-	require.Len(t, p.q, 2)
-	now := time.Now()
-	p.q[0].at = now.Add(-ackWait * 35 / 100)
-	p.q[1].at = now.Add(-ackWait * 45 / 100)
+	require.Len(t, msgs, n)
+	return msgs
+}
 
-	f := newFlow(ackWait, 64)
-	require.Equal(t, 1, p.progress(now, f.progressAfter()), "progress acknowledged only for the message that waited 45 %% of the ack wait")
-	require.Equal(t, now.Add(-ackWait*35/100), p.q[0].at, "the young message was left alone")
-	require.Equal(t, now, p.q[1].at)
-	require.Zero(t, p.progress(now, f.progressAfter()), "not again until it waited 40 %% of the ack wait again")
+func progressAcks(t *testing.T, tb *Table) float64 {
+	var m dto.Metric
+	require.NoError(t, tb.m.progress.Write(&m))
+	return m.GetCounter().GetValue()
 }

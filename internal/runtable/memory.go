@@ -29,7 +29,7 @@ import (
 //     of new runs goes to the bucket at the pace the bucket takes it, and
 //     what is not written yet stays within a partition's few pulls. The
 //     message in hand keeps its ack wait from running out meanwhile (see
-//     flow.inHand); the partitions whose runs are in memory fold on.
+//     flow.go: the ledger); the partitions whose runs are in memory fold on.
 //
 // Readiness says "shedding" while runs are kept in the bucket, and the
 // metrics gttsplit_runs_shed, gttsplit_runs_shed_total and

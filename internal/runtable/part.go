@@ -62,6 +62,9 @@ type part struct {
 	// drained is set once a stop wrote what the partition held (stop.go):
 	// its loop only records the sinks' deliveries from then on.
 	drained atomic.Bool
+	// fl is the partition's messages in flight (flow.go), under its own
+	// lock (a leaf: taken under mu, ckptMu and the handler's lock).
+	fl ledger
 }
 
 // liveRun is a run of the partition in memory.
@@ -98,8 +101,8 @@ func (r *liveRun) state() string {
 type pendingMsg struct {
 	ack bus.AckRef
 	run *liveRun
-	gen uint64    // run.folds once the message was folded
-	at  time.Time // when it was folded, or its ack wait last restarted
+	gen uint64  // run.folds once the message was folded
+	fl  *flight // its entry in the partition's ledger
 }
 
 // compactDue is a closed run whose state is still full.
@@ -274,9 +277,9 @@ var errWrongPartition = errors.New("the event's run id is not the run of its sub
 var errLongID = errors.New("run id too long")
 
 // handle folds one message into its run and queues it for acknowledgement
-// after the next checkpoint. An error leaves the message unacknowledged
-// (it comes again).
-func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
+// after the next checkpoint (fl, its entry in the ledger, is then kept). An
+// error leaves the message unacknowledged (it comes again).
+func (pt *part) handle(ctx context.Context, msg bus.Msg, fl *flight) error {
 	t := pt.t
 	d, lf, ok, err := pt.decode(ctx, msg)
 	if !ok {
@@ -297,7 +300,9 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg) error {
 		return refuse()
 	}
 	fresh := pt.fold(msg, r, d, final)
-	pt.pending = append(pt.pending, pendingMsg{ack: msg.AckRef(), run: r, gen: r.folds, at: time.Now()})
+	ack := msg.AckRef()
+	pt.fl.folded(fl, ack)
+	pt.pending = append(pt.pending, pendingMsg{ack: ack, run: r, gen: r.folds, fl: fl})
 	// A run made complete is closed by the loop's next pass (closeDue
 	// writes its closed state, which holds its events): no checkpoint of
 	// the partition's other runs for it.
