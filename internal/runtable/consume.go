@@ -238,8 +238,14 @@ func (pt *part) consume(c *partConsumer) {
 			if n == 0 {
 				continue
 			}
-			fctx, cancel := context.WithTimeout(ctx, pullExpiry)
-			batch, err := c.cons.Fetch(n, jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
+			// The pull's expiry is the server's; the client waits a
+			// second longer for its end (nats.go): what the server sends
+			// near the expiry is not cut off by our own deadline (a pull
+			// ended that way drops what was on its way, until the ack
+			// wait). A stop does not wait for it: what comes after is
+			// handed back at once.
+			sent := time.Now()
+			batch, err := c.cons.Fetch(n, jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchMaxWait(pullExpiry))
 			if err == nil {
 				c.pulled.start()
 				go func() {
@@ -248,7 +254,9 @@ func (pt *part) consume(c *partConsumer) {
 					}
 					c.pulled.end()
 				}()
-				for jm, fl := c.pulled.pop(); jm != nil; jm, fl = c.pulled.pop() {
+				got := 0
+				for jm, fl := c.pulled.pop(ctx.Done()); jm != nil; jm, fl = c.pulled.pop(ctx.Done()) {
+					got++
 					if ctx.Err() != nil {
 						_ = jm.Nak() // stopped: at once to the next owner
 						pt.fl.done(fl)
@@ -256,17 +264,20 @@ func (pt *part) consume(c *partConsumer) {
 					}
 					handle(jm, fl)
 				}
+				if ctx.Err() != nil {
+					go pt.handBack(c)
+					break
+				}
 				err = batch.Error()
-				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				if errors.Is(err, nats.ErrTimeout) {
+					err = nil // nothing to pull
+				}
+				if err == nil && got < n && time.Since(sent) > pullExpiry+pullExpiry/8 {
 					// The server did not end the pull at its expiry:
 					// the next watch asks for the consumer's state.
 					c.failing.Store(true)
 				}
-				if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-					err = nil // nothing to pull, or stopped
-				}
 			}
-			cancel()
 			if err != nil && ctx.Err() == nil {
 				c.failing.Store(true) // the next watch asks the broker
 				pause := 200 * time.Millisecond
@@ -285,6 +296,15 @@ func (pt *part) consume(c *partConsumer) {
 		stopped = true
 		mu.Unlock()
 	}()
+}
+
+// handBack hands the rest of c's last pull back at once (stopped): each
+// message as it comes, until the pull ends.
+func (pt *part) handBack(c *partConsumer) {
+	for jm, fl := c.pulled.pop(nil); jm != nil; jm, fl = c.pulled.pop(nil) {
+		_ = jm.Nak() // at once to the next owner
+		pt.fl.done(fl)
+	}
 }
 
 // room is how many messages the partition's next pull asks for: the pull
