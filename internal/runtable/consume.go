@@ -238,14 +238,8 @@ func (pt *part) consume(c *partConsumer) {
 			if n == 0 {
 				continue
 			}
-			// The pull's expiry is the server's; the client waits a
-			// second longer for its end (nats.go): what the server sends
-			// near the expiry is not cut off by our own deadline (a pull
-			// ended that way drops what was on its way, until the ack
-			// wait). A stop does not wait for it: what comes after is
-			// handed back at once.
-			sent := time.Now()
-			batch, err := c.cons.Fetch(n, jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchMaxWait(pullExpiry))
+			fctx, cancel := pullContext(ctx)
+			batch, err := c.cons.Fetch(n, jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
 			if err == nil {
 				c.pulled.start()
 				go func() {
@@ -254,9 +248,7 @@ func (pt *part) consume(c *partConsumer) {
 					}
 					c.pulled.end()
 				}()
-				got := 0
-				for jm, fl := c.pulled.pop(ctx.Done()); jm != nil; jm, fl = c.pulled.pop(ctx.Done()) {
-					got++
+				for jm, fl := c.pulled.pop(); jm != nil; jm, fl = c.pulled.pop() {
 					if ctx.Err() != nil {
 						_ = jm.Nak() // stopped: at once to the next owner
 						pt.fl.done(fl)
@@ -264,20 +256,17 @@ func (pt *part) consume(c *partConsumer) {
 					}
 					handle(jm, fl)
 				}
-				if ctx.Err() != nil {
-					go pt.handBack(c)
-					break
-				}
 				err = batch.Error()
-				if errors.Is(err, nats.ErrTimeout) {
-					err = nil // nothing to pull
-				}
-				if err == nil && got < n && time.Since(sent) > pullExpiry+pullExpiry/8 {
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 					// The server did not end the pull at its expiry:
 					// the next watch asks for the consumer's state.
 					c.failing.Store(true)
 				}
+				if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+					err = nil // nothing to pull, or stopped
+				}
 			}
+			cancel()
 			if err != nil && ctx.Err() == nil {
 				c.failing.Store(true) // the next watch asks the broker
 				pause := 200 * time.Millisecond
@@ -298,19 +287,35 @@ func (pt *part) consume(c *partConsumer) {
 	}()
 }
 
-// handBack hands the rest of c's last pull back at once (stopped): each
-// message as it comes, until the pull ends.
-func (pt *part) handBack(c *partConsumer) {
-	for jm, fl := c.pulled.pop(nil); jm != nil; jm, fl = c.pulled.pop(nil) {
-		_ = jm.Nak() // at once to the next owner
-		pt.fl.done(fl)
-	}
+// pullGrace is how long a pull's client waits past the pull's expiry for
+// the server's end of it (its messages and its 408 are on their way).
+const pullGrace = time.Second
+
+// pullCtx is a pull's context. Its deadline is the one nats.go derives the
+// pull's expiry at the server from (nine tenths of the time left:
+// pullExpiry); it is done pullGrace after that expiry, or when the consumer
+// stops. A pull the client ends by its own deadline drops what the server
+// sent it near the expiry and is still on its way (delivered again only
+// after the ack wait); on a loaded machine that way takes longer than
+// nats.go's own tenth.
+type pullCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c pullCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func pullContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	now := time.Now()
+	inner, cancel := context.WithDeadline(ctx, now.Add(pullExpiry+pullGrace))
+	return pullCtx{Context: inner, deadline: now.Add(pullExpiry * 10 / 9)}, cancel
 }
 
 // room is how many messages the partition's next pull asks for: the pull
 // size, within the room its messages in flight leave (flow.inflight). With
-// no room, it kicks the partition's checkpoint, waits for it to end (or
-// for a progress tick, or ctx) and returns 0.
+// no room, it waits for the partition's next checkpoint to end (or for a
+// progress tick, or ctx) and returns 0. (Not a checkpoint of its own: each
+// would write every busy run once more.)
 func (pt *part) room(ctx context.Context) int {
 	t := pt.t
 	n := min(t.flow.pullSize(), t.flow.inflight()-pt.fl.len())
@@ -320,10 +325,6 @@ func (pt *part) room(ctx context.Context) int {
 	pt.mu.Lock()
 	done := pt.ckptDone
 	pt.mu.Unlock()
-	select {
-	case pt.kick <- struct{}{}:
-	default:
-	}
 	t.m.flowWaits.Inc()
 	tm := time.NewTimer(t.flow.progressEvery())
 	defer tm.Stop()

@@ -160,8 +160,8 @@ func (p *pulled) end() {
 }
 
 // pop returns the next message of the pull, waiting for it; nil once the
-// pull ended and every message was taken, or once stop is closed.
-func (p *pulled) pop(stop <-chan struct{}) (jetstream.Msg, *flight) {
+// pull ended and every message was taken.
+func (p *pulled) pop() (jetstream.Msg, *flight) {
 	for {
 		p.mu.Lock()
 		if len(p.q) > 0 {
@@ -176,11 +176,7 @@ func (p *pulled) pop(stop <-chan struct{}) (jetstream.Msg, *flight) {
 		if ended {
 			return nil, nil
 		}
-		select {
-		case <-ready:
-		case <-stop:
-			return nil, nil
-		}
+		<-ready
 	}
 }
 
