@@ -33,9 +33,9 @@ import (
 //     quarter of the ack wait (pullSize, from a moving average of the
 //     handler's wall time a message, which counts the machine's load),
 //     and no more than leaves the messages in flight within what the
-//     partition's checkpoints are measured to settle in a quarter of the
-//     ack wait (inflight); past that, it kicks its checkpoint and waits
-//     for it before it pulls again.
+//     partition's checkpoints are measured to settle in half the ack wait
+//     (inflight); past that, it waits for its next checkpoint before it
+//     pulls again.
 //
 // A progress acknowledgement is a message to the broker (and a write of
 // the consumer's state on every replica): only a message that nears the
@@ -92,14 +92,14 @@ func (f *flow) settled(n int, d time.Duration) {
 }
 
 // inflight is how many messages a partition may hold unsettled: what its
-// checkpoints are measured to settle in a quarter of the ack wait, at
-// least a pull's worth, at most consumer.max_ack_pending.
+// checkpoints are measured to settle in half the ack wait, at least a
+// pull's worth, at most consumer.max_ack_pending.
 func (f *flow) inflight() int {
 	per := f.perSettle.Load()
 	if per <= 0 {
 		return f.maxAck
 	}
-	n := int64(f.ackWait/4) / per
+	n := int64(f.ackWait/2) / per
 	return int(max(min(n, int64(f.maxAck)), int64(f.maxPull)))
 }
 

@@ -109,7 +109,7 @@ func NewMetrics() *Metrics {
 	m.repulls = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_partition_leaderless_pulls_total",
 		Help: "Pulls of a partition's events that found its consumer without a leader (its node lost, the others electing one): pulled again after a quarter second."})
 	m.flowWaits = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_partition_flow_waits_total",
-		Help: "Pulls a partition held back: its events in flight (pulled, folding, waiting for their checkpoint) filled what its checkpoints are measured to settle in a quarter of consumer.ack_wait; it waited for its checkpoint."})
+		Help: "Pulls a partition held back: its events in flight (pulled, folding, waiting for their checkpoint) filled what its checkpoints are measured to settle in half of consumer.ack_wait; it waited for its checkpoint."})
 	m.shed = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_shed_total",
 		Help: "Open runs taken out of memory past the runs' memory bound (half of memory_limit_mib): their state waits in the state bucket and is read back when an event comes for them."})
 	m.runsShed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_runs_shed",
