@@ -158,6 +158,13 @@ type Cluster struct {
 // meta leader; the servers are shut down when the test ends.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, n, nil)
+}
+
+// StartClusterWith is StartCluster with every server's options changed
+// by edit (nil: none) before it starts.
+func StartClusterWith(t testing.TB, n int, edit func(*server.Options)) *Cluster {
+	t.Helper()
 	name := fmt.Sprintf("gttsplit-test-%d", time.Now().UnixNano())
 	// Reserve the route ports first so every server can name every other.
 	ports := make([]int, n)
@@ -181,6 +188,9 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		o.Cluster.Host = "127.0.0.1"
 		o.Cluster.Port = ports[i]
 		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		if edit != nil {
+			edit(o)
+		}
 		s, err := server.NewServer(o)
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -149,4 +150,60 @@ func TestCompleteRunClosedWithoutCheckpointIntegration(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Empty(t, opens, "no open state written for a run complete before its checkpoint")
+}
+
+// A batch the servers refuse as a whole (here: more writes than they take
+// in one, max_batch_size 2) is sent again one write at a time: every run
+// is closed once with its replay's split, its pending marker purged.
+func TestRefusedBatchesWrittenOneAtATimeIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	cl := natstest.StartClusterWith(t, 3, func(o *server.Options) { o.JetStreamLimits.MaxBatchSize = 2 })
+	b := &rt.Broker{URL: cl.URLs()}
+	b.NC, b.JS = rt.Connect(t, b.URL)
+	var mu sync.Mutex
+	apart, pendPurges := 0, 0
+	watch, _ := rt.Connect(t, b.URL)
+	_, err := watch.Subscribe("$KV."+runtable.Bucket+".>", func(m *nats.Msg) {
+		key := strings.TrimPrefix(m.Subject, "$KV."+runtable.Bucket+".")
+		mu.Lock()
+		defer mu.Unlock()
+		if m.Header.Get("Nats-Batch-Id") == "" && !strings.HasPrefix(key, "lease.") {
+			apart++
+		}
+		if strings.HasPrefix(key, "pend.") && m.Header.Get("KV-Operation") == "PURGE" {
+			pendPurges++
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, watch.Flush())
+
+	mem := new(sinktest.Memory)
+	a := startTable(t, b.URL, "refused", tableConfig{sinks: memSinks(mem, nil), edit: func(c *config.Aggregator) {
+		c.NATS.Replicas = 3
+	}})
+	a.waitOwns(a.parts)
+	const n = 8
+	runs := rt.Gen(t, n, fx)
+	b.Publish(t, rt.Interleave(runs)...)
+	rt.Eventually(t, "every run closed", func() bool { _, c := a.closes.count(); return c == n })
+	for _, r := range runs {
+		got := a.closes.of(r.Origin.RunID)
+		require.Len(t, got, 1, "run %s: one split", r.Origin.RunID)
+		js, err := split.JSON(got[0])
+		require.NoError(t, err)
+		require.Equal(t, string(rt.ReplayJSON(t, r.Wires, rt.FoldOptions(t))), string(js), "run %s", r.Origin.RunID)
+		st := b.State(t, r.Origin.RunID, rt.FoldOptions(t))
+		require.True(t, st.Closed, "run %s: its closed state stored", r.Origin.RunID)
+	}
+	rt.Eventually(t, "every pending marker purged", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return pendPurges >= n
+	})
+	b.WaitAcked(t, "refused")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Positive(t, apart, "the refused batches' writes sent one at a time")
 }
