@@ -50,14 +50,17 @@ Details: docs/operations.md.`,
 	return c
 }
 
-// setMemoryLimit sets the Go runtime's soft memory limit to mib MiB,
-// unless it is 0 or GOMEMLIMIT is set (then the runtime took that).
+// setMemoryLimit sets the Go runtime's soft memory limit so that the
+// process stays within mib MiB (aggregator.GoMemoryLimit: less what the
+// runtime does not manage), unless mib is 0 or GOMEMLIMIT is set (then
+// the runtime took that).
 func setMemoryLimit(mib int, log zerolog.Logger) {
 	if mib <= 0 || os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	debug.SetMemoryLimit(int64(mib) << 20)
-	log.Debug().Int("memory_limit_mib", mib).Msg("soft memory limit set")
+	limit := aggregator.GoMemoryLimit(mib)
+	debug.SetMemoryLimit(limit)
+	log.Debug().Int("memory_limit_mib", mib).Int64("go_memory_limit_mib", limit>>20).Msg("soft memory limit set")
 }
 
 func newExport(stdout io.Writer) *cobra.Command {

@@ -57,6 +57,18 @@ func (t *Table) RunMemory() (used int64, shed int) {
 	return t.mem.used.Load(), int(t.mem.cold.Load())
 }
 
+// RunMemoryCharged is what counts against the runs' memory bound: the
+// runs held in memory and, of that, what every run costs wherever its
+// state is (besideRuns: the run index, the cold entries, the broker's
+// share).
+func (t *Table) RunMemoryCharged() (total, beside int64) {
+	beside = t.besideRuns()
+	return t.mem.used.Load() + beside, beside
+}
+
+// SummaryCost is what a run's summary is taken to cost in the run index.
+func SummaryCost(s RunSummary) int64 { return summaryCost(&s) }
+
 // IsShed says open run id is kept in the state bucket only.
 func (t *Table) IsShed(id string) bool {
 	pt := t.part(partitionOf(id, t.cfg.Partitions))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,11 +28,26 @@ func summaryKey(runID string) string { return indexPrefix + stateKey(runID) }
 
 // Index is the in-memory copy of the summary keys, sorted by run id, and
 // the last closed split of every lane (see lanes.go).
+//
+// It holds a summary for every run in the bucket, so it grows with the
+// runs that exist (open or closed, any partition's); what it takes is
+// kept small: a summary's hosts, lanes and states are shared strings (up
+// to maxNames of them), and a summary key is kept only when the run id
+// cannot be read back from it. What the open runs' summaries take counts
+// against the runs' memory bound (footprint, memory.go); the closed runs'
+// are kept for store.retention and counted apart.
 type Index struct {
 	mu   sync.RWMutex
 	m    map[string]RunSummary
 	ids  []string          // sorted
-	keys map[string]string // summary key -> run id
+	keys map[string]string // summary key -> run id, of the keys summaryID cannot read
+	// names are the hosts', lanes' and states' strings the summaries
+	// share (there are as many as hosts and lanes, not runs).
+	names map[string]string
+	// runs and bytes are how many summaries of open runs ([0]) and of
+	// closed runs ([1]) the index holds, and what they are taken to cost
+	// (summaryCost).
+	runs, bytes [2]atomic.Int64
 	lanes
 	// members are every lane's closed runs with figures, its controls
 	// too (lanechanges.go).
@@ -43,8 +59,73 @@ type Index struct {
 }
 
 func newIndex() *Index {
-	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}, lanes: newLanes(), members: newLaneMembers(),
-		ready: make(chan struct{})}
+	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}, names: map[string]string{}, lanes: newLanes(),
+		members: newLaneMembers(), ready: make(chan struct{})}
+}
+
+const (
+	// summaryBase is what a run's summary takes in the index beside its
+	// id (its map slot and place in the sorted ids, with their slack),
+	// figuresBase what a closed run's figures take beside their strings
+	// (with the run's place in its lane); both measured by
+	// TestBesideRunsCostCharged.
+	summaryBase = 352
+	figuresBase = 768
+)
+
+// summaryCost is what s is taken to cost in the index.
+func summaryCost(s *RunSummary) int64 {
+	c := summaryBase + int64(len(s.ID)+len(s.Host)+len(s.Lane))
+	if f := s.Split; f != nil {
+		c += figuresBase + int64(len(f.Model)+len(f.Build)+len(f.Commit)+len(f.CommitTime)+len(f.Started)+len(f.Issue)+len(f.ControlOf))
+	}
+	return c
+}
+
+// footprint is how many open runs (closed: closed runs) the index holds
+// and what their summaries are taken to cost, in bytes.
+func (ix *Index) footprint(closed bool) (runs int64, bytes int64) {
+	k := kindOf(closed)
+	return ix.runs[k].Load(), ix.bytes[k].Load()
+}
+
+func kindOf(closed bool) int {
+	if closed {
+		return 1
+	}
+	return 0
+}
+
+// count adds (n 1) or takes (n -1) s to or from the footprint.
+func (ix *Index) count(s *RunSummary, n int64) {
+	k := kindOf(s.State == "closed")
+	ix.runs[k].Add(n)
+	ix.bytes[k].Add(n * summaryCost(s))
+}
+
+// summaryID is the run id a summary key names, when the key says it
+// (a plain run id's key); ok false otherwise.
+func summaryID(key string) (string, bool) {
+	const plain = indexPrefix + "run."
+	if len(key) <= len(plain) || key[:len(plain)] != plain {
+		return "", false
+	}
+	return key[len(plain):], true
+}
+
+// maxNames bounds the shared strings (a bus that names a host or lane of
+// its own in every run must not grow them without end).
+const maxNames = 4096
+
+// name returns the shared copy of v. ix.mu is held.
+func (ix *Index) name(v string) string {
+	if n, ok := ix.names[v]; ok {
+		return n
+	}
+	if len(ix.names) < maxNames {
+		ix.names[v] = v
+	}
+	return v
 }
 
 // start follows the summary keys of kv; it returns once the keys present
@@ -97,15 +178,21 @@ func (ix *Index) stop() {
 func (ix *Index) put(key string, s RunSummary) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	s.Host, s.Lane, s.State = ix.name(s.Host), ix.name(s.Lane), ix.name(s.State)
 	old, had := ix.m[s.ID]
 	if !had {
 		i := sort.SearchStrings(ix.ids, s.ID)
 		ix.ids = append(ix.ids, "")
 		copy(ix.ids[i+1:], ix.ids[i:])
 		ix.ids[i] = s.ID
+	} else {
+		ix.count(&old, -1)
 	}
+	ix.count(&s, 1)
 	ix.m[s.ID] = s
-	ix.keys[key] = s.ID
+	if id, ok := summaryID(key); !ok || id != s.ID {
+		ix.keys[key] = s.ID
+	}
 	ix.relane(ix.m, s.ID, old, had)
 	ix.members.refile(s.ID, &s)
 }
@@ -122,12 +209,17 @@ func (ix *Index) del(key string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	id, ok := ix.keys[key]
-	if !ok {
+	if ok {
+		delete(ix.keys, key)
+	} else if id, ok = summaryID(key); !ok {
 		return
 	}
-	delete(ix.keys, key)
-	old := ix.m[id]
+	old, had := ix.m[id]
+	if !had {
+		return
+	}
 	delete(ix.m, id)
+	ix.count(&old, -1)
 	ix.relane(ix.m, id, old, true)
 	ix.members.refile(id, nil)
 	if i := sort.SearchStrings(ix.ids, id); i < len(ix.ids) && ix.ids[i] == id {

@@ -9,19 +9,33 @@ import (
 	"time"
 )
 
-// Memory: what the open runs of a table take in memory is bounded by
-// Config.RunMemory (serve gives them half of memory_limit_mib). A run is
-// taken to cost twice its encoded state (measured: a run with only its
-// start takes 1.2 KiB of heap for 0.7 KiB encoded, an open run of the 4B
-// kind 14.4 KiB for 8.7 KiB) and what the table keeps beside it
-// (runOverhead); a run not written yet newRunCost. Past the bound:
+// Memory: what the runs of a table take in memory is bounded by
+// Config.RunMemory (serve derives it from memory_limit_mib, see
+// internal/app/aggregator's runMemory). Two things count against it:
+//
+//   - the runs held in memory (the partitions' own open runs). A run is
+//     taken to cost twice its encoded state (measured: a run with only its
+//     start takes 1.2 KiB of heap for 0.7 KiB encoded, an open run of the
+//     4B kind 14.4 KiB for 8.7 KiB) and what the table keeps beside it
+//     (runOverhead); a run not written yet newRunCost;
+//   - what every open run costs this process wherever its state is
+//     (besideRuns): its summary in the run index (Index.footprint: every
+//     open run of every partition is in it), the cold entry of a shed run
+//     (coldEntryCost), and Config.BrokerRunCost an open run for a broker
+//     in the same process (the embedded server's index of the run's keys
+//     in the state bucket). That part grows with the open runs that
+//     exist, not with those in memory, so the more runs are open the
+//     fewer the table holds in memory. (The closed runs' summaries, kept
+//     for store.retention, are not in the bound.)
+//
+// Past the bound:
 //
 //   - each partition, after its checkpoint, sheds its runs that hold
 //     nothing unwritten (written, not finished, not closing), those idle
-//     the longest first, until the table's runs are back under shedTo of
-//     the bound: they stay open in the state bucket (their open key), and
-//     in memory only as a cold entry (the time of their last event, for
-//     the idle timeout). A cold run is read back from the bucket's leader
+//     the longest first, until the table is back under shedTo of the
+//     bound: they stay open in the state bucket (their open key), and in
+//     memory only as a cold entry (the time of their last event, for the
+//     idle timeout). A cold run is read back from the bucket's leader
 //     when an event comes for it, or when its idle timeout passed (to be
 //     closed);
 //   - an event for a run not in memory waits for its partition's next
@@ -32,8 +46,9 @@ import (
 //     flow.go: the ledger); the partitions whose runs are in memory fold on.
 //
 // Readiness says "shedding" while runs are kept in the bucket, and the
-// metrics gttsplit_runs_shed, gttsplit_runs_shed_total and
-// gttsplit_run_memory_bytes say how many and how much.
+// metrics gttsplit_runs_shed, gttsplit_runs_shed_total,
+// gttsplit_run_memory_bytes and gttsplit_run_index_memory_bytes say how
+// many and how much.
 
 const (
 	// runOverhead is what the table keeps for a run beside its state;
@@ -44,17 +59,35 @@ const (
 	shedTo = 0.9
 	// reviveBatch bounds the cold runs one pass reads back to close.
 	reviveBatch = 32
+	// coldEntryCost is what a shed run's cold entry takes beside its id
+	// (a map slot of an id and a time, with the map's slack; measured
+	// by TestBesideRunsCostCharged).
+	coldEntryCost = 72
 )
 
 // memory is the table's account of its runs in memory.
 type memory struct {
-	budget int64 // Config.RunMemory (<= 0: no bound)
-	used   atomic.Int64
+	budget int64        // Config.RunMemory (<= 0: no bound)
+	used   atomic.Int64 // the runs held in memory
 	cold   atomic.Int64 // open runs kept in the bucket only
+	// coldBytes is what their cold entries take.
+	coldBytes atomic.Int64
 }
 
-// over says the runs in memory passed the bound.
-func (m *memory) over() bool { return m.budget > 0 && m.used.Load() > m.budget }
+// besideRuns is what the open runs cost this process wherever their state
+// is: their summaries in the run index, the cold entries, and the
+// broker's share (Config.BrokerRunCost an open run in the index).
+func (t *Table) besideRuns() int64 {
+	n, b := t.index.footprint(false)
+	return b + t.mem.coldBytes.Load() + n*t.cfg.BrokerRunCost
+}
+
+// memUsed is what counts against the bound: the runs in memory and
+// besideRuns.
+func (t *Table) memUsed() int64 { return t.mem.used.Load() + t.besideRuns() }
+
+// overMem says the runs passed the bound.
+func (t *Table) overMem() bool { return t.mem.budget > 0 && t.memUsed() > t.mem.budget }
 
 // runCost is what a run whose state was last encoded in size bytes (0:
 // never) is taken to cost in memory.
@@ -100,7 +133,7 @@ func (pt *part) live(id string) bool {
 // many it shed.
 func (pt *part) shed() int {
 	t := pt.t
-	if !t.mem.over() {
+	if !t.overMem() {
 		return 0
 	}
 	pt.mu.Lock()
@@ -119,7 +152,7 @@ func (pt *part) shed() int {
 	target := int64(shedTo * float64(t.mem.budget))
 	n := 0
 	for _, c := range cs {
-		if t.mem.used.Load() <= target {
+		if t.memUsed() <= target {
 			break
 		}
 		pt.removeRun(c.id)
@@ -165,7 +198,7 @@ func (pt *part) installWarm(id string, r *liveRun) *liveRun {
 	if cur := pt.runs[id]; cur != nil {
 		return cur
 	}
-	if last, ok := pt.cold[id]; !ok || !last.Equal(r.st.LastEvent) {
+	if last, ok := pt.cold[id]; !ok || last != r.st.LastEvent.UnixNano() {
 		return r
 	}
 	pt.uncold(id)
@@ -176,8 +209,11 @@ func (pt *part) installWarm(id string, r *liveRun) *liveRun {
 // addCold keeps run id, whose last event came at last, in the bucket
 // only. pt.mu is held.
 func (pt *part) addCold(id string, last time.Time) {
-	pt.cold[id] = last
-	pt.t.mem.cold.Add(1)
+	if _, ok := pt.cold[id]; !ok {
+		pt.t.mem.cold.Add(1)
+		pt.t.mem.coldBytes.Add(coldCost(id))
+	}
+	pt.cold[id] = last.UnixNano()
 	if pt.coldSince.IsZero() || last.Before(pt.coldSince) {
 		pt.coldSince = last
 	}
@@ -188,8 +224,12 @@ func (pt *part) uncold(id string) {
 	if _, ok := pt.cold[id]; ok {
 		delete(pt.cold, id)
 		pt.t.mem.cold.Add(-1)
+		pt.t.mem.coldBytes.Add(-coldCost(id))
 	}
 }
+
+// coldCost is what run id's cold entry is taken to cost.
+func coldCost(id string) int64 { return coldEntryCost + int64(len(id)) }
 
 // reviveIdle reads back the cold runs whose idle timeout passed (up to
 // reviveBatch a pass), so that closeDue closes them. pt.ckptMu is held.
@@ -206,7 +246,8 @@ func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
 	var due []string
 	var oldest time.Time
 	whole := true
-	for id, last := range pt.cold {
+	for id, ns := range pt.cold {
+		last := time.Unix(0, ns)
 		if oldest.IsZero() || last.Before(oldest) {
 			oldest = last
 		}
@@ -251,7 +292,7 @@ func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
 // runs, and sheds them), or for ctx, or at most the ack wait.
 func (pt *part) waitRoom(ctx context.Context, id string) {
 	t := pt.t
-	if !t.mem.over() {
+	if !t.overMem() {
 		return
 	}
 	pt.mu.Lock()
@@ -285,19 +326,25 @@ func (pt *part) checkpointed() {
 // forgetCold drops the partition's cold entries (it is handed over).
 // pt.mu is held.
 func (pt *part) forgetCold() {
+	var b int64
+	for id := range pt.cold {
+		b += coldCost(id)
+	}
 	pt.t.mem.cold.Add(-int64(len(pt.cold)))
-	pt.cold = map[string]time.Time{}
+	pt.t.mem.coldBytes.Add(-b)
+	pt.cold = map[string]int64{}
 	pt.coldSince = time.Time{}
 }
 
 // memChanged sets the memory metrics and readiness.
 func (t *Table) memChanged() {
-	used, cold := t.mem.used.Load(), t.mem.cold.Load()
+	used, cold, beside := t.mem.used.Load(), t.mem.cold.Load(), t.besideRuns()
 	t.m.runMemory.Set(float64(used))
+	t.m.runIndexMemory.Set(float64(beside))
 	t.m.runsShed.Set(float64(cold))
 	if cold > 0 {
-		t.health.set("shedding", fmt.Sprintf("shedding: %d open runs kept in the state bucket, not in memory (the runs' memory bound, %d MiB, is reached); each is read back when its next event comes",
-			cold, t.mem.budget>>20))
+		t.health.set("shedding", fmt.Sprintf("shedding: %d open runs kept in the state bucket, not in memory (the runs' memory bound, %d MiB, is reached; %d MiB of it what every run known costs wherever its state is); each is read back when its next event comes",
+			cold, t.mem.budget>>20, beside>>20))
 	} else {
 		t.health.clear("shedding")
 	}

@@ -41,7 +41,9 @@ type Metrics struct {
 	shed      prometheus.Counter
 	runsShed  prometheus.Gauge
 	runMemory prometheus.Gauge
-	memWaits  prometheus.Counter
+	// runIndexMemory is besideRuns (memory.go).
+	runIndexMemory prometheus.Gauge
+	memWaits       prometheus.Counter
 	// The fleet: members seen, every partition's owner as this member
 	// sees it, partitions without one, partitions whose events stopped.
 	members  prometheus.Gauge
@@ -111,11 +113,13 @@ func NewMetrics() *Metrics {
 	m.flowWaits = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_partition_flow_waits_total",
 		Help: "Pulls a partition held back: its events in flight (pulled, folding, waiting for their checkpoint) filled what its checkpoints are measured to settle in half of consumer.ack_wait; it waited for its checkpoint."})
 	m.shed = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_shed_total",
-		Help: "Open runs taken out of memory past the runs' memory bound (half of memory_limit_mib): their state waits in the state bucket and is read back when an event comes for them."})
+		Help: "Open runs taken out of memory past the runs' memory bound (from memory_limit_mib): their state waits in the state bucket and is read back when an event comes for them."})
 	m.runsShed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_runs_shed",
 		Help: "Open runs of the partitions this aggregator owns kept in the state bucket only, not in memory (shed past the runs' memory bound); /readyz says shedding while there are any."})
 	m.runMemory = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_run_memory_bytes",
-		Help: "What the runs held in memory are taken to cost (twice their encoded state, and what the table keeps beside each), against the bound of half of memory_limit_mib."})
+		Help: "What the runs held in memory are taken to cost (twice their encoded state, and what the table keeps beside each); with gttsplit_run_index_memory_bytes against the runs' memory bound (from memory_limit_mib)."})
+	m.runIndexMemory = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_run_index_memory_bytes",
+		Help: "What every run known costs this process wherever its state is: its summary in the run index, its cold entry when shed, and with the embedded broker the broker's index of its keys; counted against the runs' memory bound with gttsplit_run_memory_bytes."})
 	m.memWaits = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_run_memory_waits_total",
 		Help: "Events for a run not in memory that waited for their partition's checkpoint (and its shedding) because the runs' memory bound was passed."})
 	m.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_fleet_members",
@@ -139,7 +143,7 @@ func NewMetrics() *Metrics {
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
-		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.flowWaits, m.shed, m.runsShed, m.runMemory, m.memWaits, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
+		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.flowWaits, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.memWaits, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		m.streamBytes, m.storeUsed, m.laneChecks, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -32,8 +32,8 @@ type part struct {
 	mu   sync.Mutex
 	runs map[string]*liveRun
 	// cold are the partition's open runs kept in the state bucket only,
-	// with their last event's time (memory.go).
-	cold map[string]time.Time
+	// with their last event's time in Unix nanoseconds (memory.go).
+	cold map[string]int64
 	// coldSince is at most the oldest of those times (zero: none cold),
 	// so that the idle timeout's pass skips them all until it passed.
 	coldSince time.Time
@@ -112,7 +112,7 @@ type compactDue struct {
 }
 
 func newPart(t *Table, l *fleet.Lease) *part {
-	return &part{t: t, p: l.Partition, lease: l, runs: map[string]*liveRun{}, cold: map[string]time.Time{}, ckptDone: make(chan struct{}), kick: make(chan struct{}, 1), ckpt: t.cfg.Now()}
+	return &part{t: t, p: l.Partition, lease: l, runs: map[string]*liveRun{}, cold: map[string]int64{}, ckptDone: make(chan struct{}), kick: make(chan struct{}, 1), ckpt: t.cfg.Now()}
 }
 
 // load reads the partition's open runs from the bucket (one pass over its
@@ -158,7 +158,7 @@ func (pt *part) load(ctx context.Context) error {
 			return pt.finishClose(ctx, st)
 		}
 		n++
-		if t.mem.budget > 0 && t.mem.used.Load()+runCost(len(e.value)) > t.mem.budget {
+		if t.mem.budget > 0 && t.memUsed()+runCost(len(e.value)) > t.mem.budget {
 			// Past the memory bound: kept in the bucket (memory.go).
 			pt.addCold(st.Origin.RunID, st.LastEvent)
 			return nil

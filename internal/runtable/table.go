@@ -72,9 +72,13 @@ type Config struct {
 	// IdleTimeout: a run with no event for this long is folded and
 	// reported as incomplete (0: never).
 	IdleTimeout time.Duration
-	// RunMemory bounds what the open runs take in memory, in bytes (0:
-	// no bound): past it, runs wait in the state bucket (memory.go).
+	// RunMemory bounds what the runs take in memory, in bytes (0: no
+	// bound): past it, open runs wait in the state bucket (memory.go).
 	RunMemory int64
+	// BrokerRunCost is what a broker in this process (the embedded
+	// server) takes in memory for each run in the state bucket, in bytes
+	// (0: the broker is elsewhere); it counts against RunMemory.
+	BrokerRunCost int64
 
 	Sinks *sinks.Fanout // nil: no sink
 	// Deliveries, when set, is Sinks' observer: closed runs stay

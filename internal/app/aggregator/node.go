@@ -226,11 +226,10 @@ func (n *Node) ensureBucket(ctx context.Context) error {
 	})
 }
 
-// runMemory is what the open runs may take in memory, in bytes: half of
-// the soft memory limit of limitMiB MiB (0: no limit, no bound). The
-// other half is the rest of the process: the broker's client and, with
-// the embedded server, the broker's own, the sinks' queues, the run
-// index.
+// runMemory is what the runs may take in memory, in bytes: half of the
+// memory limit of limitMiB MiB (0: no limit, no bound): the open runs held
+// in memory and what every run costs wherever its state is (see
+// memlimit.go for the split).
 func runMemory(limitMiB int) int64 { return int64(limitMiB) << 20 / 2 }
 
 func (n *Node) openTable(ctx context.Context) (err error) {
@@ -241,6 +240,7 @@ func (n *Node) openTable(ctx context.Context) (err error) {
 		OnClose: n.opt.OnClose, Now: n.opt.Now, Metrics: n.m, LaneChanges: n.lanes}
 	if n.b.ns != nil {
 		tc.StoreRoom = serverRoom(n.b.ns, cfg.Embedded.Store)
+		tc.BrokerRunCost = embeddedRunCost
 	}
 	if out := n.opt.Stdout; out != nil {
 		tc.Print = func(r split.Report) { _ = WriteReport(out, cfg.Format, r) }

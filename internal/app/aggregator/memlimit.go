@@ -1,0 +1,84 @@
+package aggregator
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+)
+
+// The memory budget of `aggregator serve`, memory_limit_mib M (what the
+// process's resident set may reach), is split three ways:
+//
+//   - what the Go runtime does not manage: the program's own code and
+//     data mapped from its file, and the C library's (nonGoMemory, ~25
+//     MiB); GoMemoryLimit gives the runtime M less that and a sixteenth of
+//     M (the soft limit is passed while a collection ends) as its soft
+//     limit, so that the garbage collector holds the heap where the
+//     resident set stays within M;
+//   - the runs: runMemory, half of M, bounds the open runs held in memory
+//     and what every run costs wherever its state is (its run index
+//     summary, its cold entry, with the embedded server the server's
+//     index of its keys: embeddedRunCost);
+//   - the rest of the process: the embedded server's buffers (up to
+//     ~50 MiB of block caches while a flood is written), the connections,
+//     events in flight, the sinks' queues, and the collector's headroom.
+
+// nonGoFallback is taken for nonGoMemory where /proc is not there.
+const nonGoFallback = 32 << 20
+
+// nonGoMargin is added to what nonGoMemory reads at the start: code pages
+// first run later.
+const nonGoMargin = 4 << 20
+
+// collectorLag is the share of the limit kept for the runtime's soft
+// limit being passed while a collection ends behind the allocations (a
+// flood's first seconds on a loaded machine: 8 MiB over measured at load
+// 33 without it).
+const collectorLag = 1.0 / 16
+
+// embeddedRunCost is what the embedded server takes in memory for a run in
+// the state bucket: its keys' entries in the store's subject index
+// (measured: 23 MB for 50,000 open runs with a summary each, 460 bytes a
+// run; docs/capacity.md).
+const embeddedRunCost = 512
+
+// nonGoMemory is what of this process's resident set the Go runtime does
+// not manage: its resident pages mapped from files (the program, the C
+// library) and shared memory, read from /proc/self/status, with a margin.
+func nonGoMemory() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return nonGoFallback
+	}
+	var n int64
+	found := false
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := bytes.Fields(sc.Bytes())
+		if len(f) < 2 || (string(f[0]) != "RssFile:" && string(f[0]) != "RssShmem:") {
+			continue
+		}
+		kb, err := strconv.ParseInt(string(f[1]), 10, 64)
+		if err != nil {
+			return nonGoFallback
+		}
+		n += kb << 10
+		found = true
+	}
+	if !found {
+		return nonGoFallback
+	}
+	return n + nonGoMargin
+}
+
+// GoMemoryLimit is the Go runtime's soft memory limit for a process that
+// must stay within limitMiB MiB: that less what the runtime does not
+// manage and collectorLag of it, and at least half of it (0: no limit).
+func GoMemoryLimit(limitMiB int) int64 {
+	if limitMiB <= 0 {
+		return 0
+	}
+	m := int64(limitMiB) << 20
+	return max(m-nonGoMemory()-int64(collectorLag*float64(m)), m/2)
+}

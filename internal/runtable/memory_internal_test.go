@@ -1,0 +1,86 @@
+package runtable
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/pkg/split"
+)
+
+// heapGrowth is what fill leaves on the heap, in bytes, after a collection.
+func heapGrowth(fill func()) int64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fill()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
+}
+
+// What the runs cost wherever their state is counts against the runs'
+// memory bound (memory.go: besideRuns): the run index's summaries of open
+// and of closed runs (decoded from their keys' values as the index's
+// watch does), and the cold entries of shed runs, are charged at least
+// what they are measured to take on the heap, and not more than twice.
+func TestBesideRunsCostCharged(t *testing.T) {
+	// 16,384 summaries: the index's map has just grown (its slots the
+	// least full), what a summary takes at its most.
+	const n = 16_384
+	at := time.Date(2026, 12, 4, 1, 0, 0, 0, time.UTC)
+	mib := split.MiB(1234.5)
+	yes := true
+	summary := func(i int, closed bool) []byte {
+		s := RunSummary{ID: fmt.Sprintf("flood-%06d-0", i), Host: "gpu-host-01", Lane: "4b-q4", State: "open", LastEvent: at}
+		if closed {
+			s.State, s.ClosedAt = "closed", at.Add(time.Minute)
+			s.Split = &split.Figures{Model: "qwen3-4b-q4_k_m", Build: "b6800 (a1b2c3d)", Commit: "a1b2c3d4e5f6", Dirty: &yes,
+				Started: at.Format(time.RFC3339), Complete: true, PeakGTTMiB: &mib, FinalGTTMiB: &mib, ModelGTTMiB: &mib, PackedMiB: &mib,
+				StateMiB: &mib, ComputeMiB: &mib, UnattributedMiB: &mib, UnattributedPct: &mib, DuplicatePct: &mib}
+		}
+		b, err := json.Marshal(s)
+		require.NoError(t, err)
+		return b
+	}
+	for _, closed := range []bool{false, true} {
+		ix := newIndex()
+		took := heapGrowth(func() {
+			for i := range n {
+				var s RunSummary
+				require.NoError(t, json.Unmarshal(summary(i, closed), &s))
+				ix.put(summaryKey(s.ID), s)
+			}
+		})
+		runs, charged := ix.footprint(closed)
+		require.Equal(t, int64(n), runs)
+		t.Logf("run index, closed %v: %d bytes a run taken, %d charged", closed, took/int64(n), charged/int64(n))
+		require.GreaterOrEqual(t, charged, took, "the index is charged less than it takes")
+		require.LessOrEqual(t, charged, 2*took, "the index is charged more than twice what it takes")
+		runtime.KeepAlive(ix)
+	}
+
+	tb := &Table{}
+	pt := &part{t: tb, cold: map[string]int64{}}
+	took := heapGrowth(func() {
+		for i := range n {
+			pt.addCold(fmt.Sprintf("flood-%06d-0", i), at.Add(time.Duration(i)))
+		}
+	})
+	charged := tb.mem.coldBytes.Load()
+	t.Logf("cold entries: %d bytes a run taken, %d charged", took/int64(n), charged/int64(n))
+	require.GreaterOrEqual(t, charged, took, "the cold entries are charged less than they take")
+	require.LessOrEqual(t, charged, 2*took, "the cold entries are charged more than twice what they take")
+	runtime.KeepAlive(pt)
+
+	// Dropped, they are charged nothing.
+	pt.mu.Lock()
+	pt.forgetCold()
+	pt.mu.Unlock()
+	require.Zero(t, tb.mem.coldBytes.Load())
+	require.Zero(t, tb.mem.cold.Load())
+}
