@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -27,6 +30,11 @@ import (
 //     exist, not with those in memory, so the more runs are open the
 //     fewer the table holds in memory. (The closed runs' summaries, kept
 //     for store.retention, are not in the bound.)
+//
+// The count is a model; the heap is measured too: while the heap live
+// after the last collection passes heapShare of the Go runtime's soft
+// memory limit (serve sets it from memory_limit_mib), the runs count as
+// past the bound, and shedding takes out twice the excess more.
 //
 // Past the bound:
 //
@@ -86,8 +94,46 @@ func (t *Table) besideRuns() int64 {
 // besideRuns.
 func (t *Table) memUsed() int64 { return t.mem.used.Load() + t.besideRuns() }
 
-// overMem says the runs passed the bound.
-func (t *Table) overMem() bool { return t.mem.budget > 0 && t.memUsed() > t.mem.budget }
+// overMem says the runs passed the bound, or the heap passed heapShare of
+// the runtime's limit.
+func (t *Table) overMem() bool {
+	return t.mem.budget > 0 && (t.memUsed() > t.mem.budget || heapExcess() > 0)
+}
+
+// shedTarget is what shedding brings the runs down to: shedTo of the
+// bound, and while the heap is past heapShare of the runtime's limit,
+// twice that excess less than the runs are counted now (a run takes less
+// than it is counted: 0.6 of it for a run of one start).
+func (t *Table) shedTarget() int64 {
+	target := int64(shedTo * float64(t.mem.budget))
+	if ex := heapExcess(); ex > 0 {
+		target = min(target, t.memUsed()-2*ex)
+	}
+	return target
+}
+
+// heapShare is the share of the Go runtime's soft memory limit the live
+// heap may reach before the runs are shed whatever they are counted: the
+// count is a model, and the rest of the process (the embedded broker's
+// buffers above all) moves; past it the collector runs so often that it
+// falls behind, and the limit is passed.
+const heapShare = 0.75
+
+// heapExcess is how far the heap live after the last collection is past
+// heapShare of the runtime's soft memory limit (0: not past, or no
+// limit).
+func heapExcess() int64 {
+	limit := debug.SetMemoryLimit(-1)
+	if limit <= 0 || limit == math.MaxInt64 {
+		return 0
+	}
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return max(0, int64(s[0].Value.Uint64())-int64(heapShare*float64(limit)))
+}
 
 // runCost is what a run whose state was last encoded in size bytes (0:
 // never) is taken to cost in memory.
@@ -149,7 +195,7 @@ func (pt *part) shed() int {
 		cs = append(cs, cand{id, r.st.LastEvent})
 	}
 	slices.SortFunc(cs, func(a, b cand) int { return a.last.Compare(b.last) })
-	target := int64(shedTo * float64(t.mem.budget))
+	target := t.shedTarget()
 	n := 0
 	for _, c := range cs {
 		if t.memUsed() <= target {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -83,4 +85,32 @@ func TestBesideRunsCostCharged(t *testing.T) {
 	pt.mu.Unlock()
 	require.Zero(t, tb.mem.coldBytes.Load())
 	require.Zero(t, tb.mem.cold.Load())
+}
+
+// The runs' count is a model; the heap is measured too. With the runs
+// counted far under their bound, a live heap past heapShare of the
+// runtime's soft memory limit counts as the bound passed, and shedding
+// goes below what the runs are counted (to nothing here). With no limit
+// set, the heap does not count.
+func TestHeapPastItsShareSheds(t *testing.T) {
+	tb := &Table{index: newIndex(), mem: memory{budget: 1 << 30}}
+	tb.mem.used.Store(4 << 10)
+	require.False(t, tb.overMem(), "no runtime limit")
+	budget := float64(tb.mem.budget)
+	require.Equal(t, int64(shedTo*budget), tb.shedTarget())
+
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	live := int64(s[0].Value.Uint64())
+	require.Positive(t, live)
+	old := debug.SetMemoryLimit(int64(float64(live) / heapShare / 2)) // the heap twice past its share
+	defer debug.SetMemoryLimit(old)
+	require.Positive(t, heapExcess())
+	require.True(t, tb.overMem(), "the heap past its share of the limit")
+	require.Negative(t, tb.shedTarget(), "every run shed")
+
+	debug.SetMemoryLimit(4 * live / 3 * 2) // the heap at half its share
+	require.Zero(t, heapExcess())
+	require.False(t, tb.overMem())
 }

@@ -12,10 +12,10 @@ import (
 //
 //   - what the Go runtime does not manage: the program's own code and
 //     data mapped from its file, and the C library's (nonGoMemory, ~25
-//     MiB); GoMemoryLimit gives the runtime M less that and a sixteenth of
-//     M (the soft limit is passed while a collection ends) as its soft
-//     limit, so that the garbage collector holds the heap where the
-//     resident set stays within M;
+//     MiB); GoMemoryLimit gives the runtime M less that and an eighth of
+//     M (the soft limit is passed while collections end behind a flood's
+//     allocations) as its soft limit, so that the garbage collector holds
+//     the heap where the resident set stays within M;
 //   - the runs: runMemory, half of M, bounds the open runs held in memory
 //     and what every run costs wherever its state is (its run index
 //     summary, its cold entry, with the embedded server the server's
@@ -32,10 +32,10 @@ const nonGoFallback = 32 << 20
 const nonGoMargin = 4 << 20
 
 // collectorLag is the share of the limit kept for the runtime's soft
-// limit being passed while a collection ends behind the allocations (a
-// flood's first seconds on a loaded machine: 8 MiB over measured at load
-// 33 without it).
-const collectorLag = 1.0 / 16
+// limit being passed while collections end behind the allocations (a
+// flood's first minute: 8 MiB over at 50,000 runs without it, load 33;
+// 0.4 MiB over at 100,000 runs with a sixteenth, load 7).
+const collectorLag = 1.0 / 8
 
 // embeddedRunCost is what the embedded server takes in memory for a run in
 // the state bucket: its keys' entries in the store's subject index

@@ -23,8 +23,11 @@ import (
 // GTTSPLIT_BENCH_RUNS (10,000 unless given) `run.started` events, each of
 // a run of its own, published at once. It waits until every run is open
 // and every event acknowledged, and reports the process's peak resident
-// set size (peak-RSS-MiB, VmHWM: the broker's memory is in it), the runs
-// kept in the state bucket rather than in memory (runs-shed), the events
+// set size (peak-RSS-MiB, VmHWM: the broker's memory is in it; the limit
+// is memory_limit_mib, 224 MiB), the runs kept in the state bucket rather
+// than in memory (runs-shed), what the open runs cost beside their states
+// (open-runs-beside-MiB: their summaries, cold entries and the broker's
+// index of their keys), the events
 // delivered again (redelivered), and the time the flood took to fold.
 // GTTSPLIT_BENCH_BIN runs a given aggregator binary instead of building
 // this tree's (to compare two versions on one machine).
@@ -103,14 +106,17 @@ func BenchmarkServeFlood(b *testing.B) {
 		peak, rss := procStatus(b, pid, "VmHWM"), procStatus(b, pid, "VmRSS")
 		redelivered, _ := strconv.ParseFloat(metricValue(page, "gttsplit_events_redelivered_total"), 64)
 		shed, _ := strconv.ParseFloat(metricValue(page, "gttsplit_runs_shed"), 64)
+		held, _ := strconv.ParseFloat(metricValue(page, "gttsplit_run_memory_bytes"), 64)
+		beside, _ := strconv.ParseFloat(metricValue(page, "gttsplit_run_index_memory_bytes"), 64)
 		b.ReportMetric(peak/(1<<20), "peak-RSS-MiB")
 		b.ReportMetric(rss/(1<<20), "RSS-MiB")
 		b.ReportMetric(shed, "runs-shed")
+		b.ReportMetric(beside/(1<<20), "open-runs-beside-MiB")
 		b.ReportMetric(redelivered, "redelivered")
 		b.ReportMetric(took.Seconds(), "s-to-fold")
 		b.ReportMetric(float64(n), "runs")
-		b.Logf("FLOOD %d runs: peak RSS %.0f MiB, RSS %.0f MiB, %v shed, %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
-			n, peak/(1<<20), rss/(1<<20), shed, redelivered, published.Round(time.Second), took.Round(time.Second),
+		b.Logf("FLOOD %d runs: peak RSS %.0f MiB, RSS %.0f MiB, %v shed, runs in memory %.0f MiB + %.0f MiB what every open run costs beside, %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
+			n, peak/(1<<20), rss/(1<<20), shed, held/(1<<20), beside/(1<<20), redelivered, published.Round(time.Second), took.Round(time.Second),
 			strings.TrimSpace(ready), load0, loadAvg())
 	}
 }
