@@ -11,7 +11,7 @@ import (
 // process's resident set may reach), is split three ways:
 //
 //   - what the Go runtime does not manage: the program's own code and
-//     data mapped from its file, and the C library's (nonGoMemory, ~25
+//     data mapped from its file, and the C library's (nonGoMemory, ~21
 //     MiB); GoMemoryLimit gives the runtime M less that and an eighth of
 //     M (the soft limit is passed while collections end behind a flood's
 //     allocations) as its soft limit, so that the garbage collector holds
