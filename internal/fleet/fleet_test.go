@@ -241,7 +241,15 @@ func TestMembersShareAndHandOverIntegration(t *testing.T) {
 	before := len(f.events)
 	f.mu.Unlock()
 	f.joinWith(cfg, 100*time.Millisecond, slowAcquired{handler{f}, time.Second})
-	eventually(t, "6/5/5 again", 60*time.Second, func() bool { return balanced(f.shares(), 3, 16) })
+	eventually(t, "6/5/5 again", 60*time.Second, func() bool {
+		// Nor does an old member call a partition given back for the
+		// newcomer unowned while it waits for the newcomer.
+		for _, r := range rs[1:] {
+			_, why := r.m.Ready()
+			require.NotContains(t, why, "without an owner")
+		}
+		return balanced(f.shares(), 3, 16)
+	})
 	f.mu.Lock()
 	moved := 0
 	for _, e := range f.events[before:] {

@@ -36,9 +36,9 @@ const (
 	renewals      = 3
 	leaseRenewals = 4
 	memberBeats   = 5
-	// staleBeats is how long a partition is free before Ready reports
-	// it unowned (any member takes it once it stayed free for a lease's
-	// time to live).
+	// staleBeats is the least a partition stays free before any member
+	// takes it and Ready reports it unowned (it waits a lease's time to
+	// live for the member short of its target).
 	staleBeats = 3
 	// missedBeats is how many heartbeats a condition must last before
 	// Ready reports it (one slow heartbeat is not a fault).
@@ -474,10 +474,11 @@ func (m *Member) tick(ctx context.Context) bool {
 			holders[p] = ""
 		}
 	}
-	// A partition free past the grace is reported unowned; one free for
-	// as long as a lease lives is anyone's to take (see view.stale).
+	// A partition free for as long as a lease lives is anyone's to take
+	// (see view.stale) and reported unowned; until then it waits for the
+	// member short of its target, which may be loading those it took
+	// before.
 	overdue := make([]bool, len(holders))
-	grace := staleBeats * m.set.Heartbeat
 	var unowned []string
 	for p, h := range holders {
 		switch {
@@ -486,11 +487,10 @@ func (m *Member) tick(ctx context.Context) bool {
 		case m.free[p] == 0:
 			m.free[p] = now
 		}
-		since := now - m.free[p]
-		if m.free[p] != 0 && since > grace {
+		overdue[p] = m.free[p] != 0 && now-m.free[p] > max(staleBeats*m.set.Heartbeat, m.cfg.LeaseTTL)
+		if overdue[p] {
 			unowned = append(unowned, fmt.Sprint(p))
 		}
-		overdue[p] = m.free[p] != 0 && since > max(grace, m.cfg.LeaseTTL)
 	}
 	leaseOK := m.leaseOK
 	m.mu.Unlock()
