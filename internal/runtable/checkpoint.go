@@ -54,7 +54,6 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	}()
 	t := pt.t
 	taken := t.cfg.Now()
-	began := time.Now()
 	pt.mu.Lock()
 	var dirty []string
 	for id, r := range pt.runs {
@@ -93,9 +92,7 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	if errors.Is(werr, fleet.ErrLost) {
 		return // fleet tells the table: the partition is dropped
 	}
-	if n := pt.settleAcks(final); !final {
-		t.flow.settled(n, time.Since(began))
-	}
+	pt.settleAcks(final)
 	if !final {
 		pt.shed() // past the memory bound: written runs wait in the bucket
 	}
@@ -175,18 +172,16 @@ func (pt *part) write(ctx context.Context, snaps []snapshot) (int, error) {
 // written since they were folded; the others wait for a later checkpoint
 // (a release naks them: the next owner folds them). Their progress is
 // acknowledged meanwhile (they are in the partition's ledger until
-// settled). It returns how many it acknowledged.
-func (pt *part) settleAcks(final bool) int {
+// settled).
+func (pt *part) settleAcks(final bool) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	keep := pt.pending[:0]
-	n := 0
 	for _, pm := range pt.pending {
 		switch {
 		case pm.gen <= pm.run.written:
 			_ = pm.ack.Ack()
 			pt.fl.done(pm.fl)
-			n++
 		case final:
 			_ = pm.ack.Nak()
 			pt.fl.done(pm.fl)
@@ -196,7 +191,6 @@ func (pt *part) settleAcks(final bool) int {
 	}
 	clear(pt.pending[len(keep):])
 	pt.pending = keep
-	return n
 }
 
 // fail records a failed write of the bucket (a checkpoint's, a close's):

@@ -227,19 +227,15 @@ func (pt *part) consume(c *partConsumer) {
 			}
 		}
 		// One pull at a time, sized to what the handler takes a quarter
-		// of the ack wait to handle and to the room left in flight
-		// (flow.go); the next once it is handled: no message waits in a
+		// of the ack wait to handle (flow.go); the next once it is
+		// handled: no message waits in a
 		// buffer for longer. A pull that finds no server to take it (no
 		// responders: the consumer has no leader, its node died and the
 		// others elect one) is sent again after repullAfter, until a
 		// leader takes it.
 		for ctx.Err() == nil {
-			n := pt.room(ctx)
-			if n == 0 {
-				continue
-			}
 			fctx, cancel := pullContext(ctx)
-			batch, err := c.cons.Fetch(n, jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
+			batch, err := c.cons.Fetch(t.flow.pullSize(), jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
 			if err == nil {
 				c.pulled.start()
 				go func() {
@@ -309,31 +305,6 @@ func pullContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	now := time.Now()
 	inner, cancel := context.WithDeadline(ctx, now.Add(pullExpiry+pullGrace))
 	return pullCtx{Context: inner, deadline: now.Add(pullExpiry * 10 / 9)}, cancel
-}
-
-// room is how many messages the partition's next pull asks for: the pull
-// size, within the room its messages in flight leave (flow.inflight). With
-// no room, it waits for the partition's next checkpoint to end (or for a
-// progress tick, or ctx) and returns 0. (Not a checkpoint of its own: each
-// would write every busy run once more.)
-func (pt *part) room(ctx context.Context) int {
-	t := pt.t
-	n := min(t.flow.pullSize(), t.flow.inflight()-pt.fl.len())
-	if n >= minPull {
-		return n
-	}
-	pt.mu.Lock()
-	done := pt.ckptDone
-	pt.mu.Unlock()
-	t.m.flowWaits.Inc()
-	tm := time.NewTimer(t.flow.progressEvery())
-	defer tm.Stop()
-	select {
-	case <-done:
-	case <-tm.C:
-	case <-ctx.Done():
-	}
-	return 0
 }
 
 // stopConsumers stops consuming the partition; the message being handled,

@@ -31,11 +31,7 @@ import (
 //   - a partition pulls once the messages of its last pull were handled,
 //     and asks for no more than the handler is measured to handle in a
 //     quarter of the ack wait (pullSize, from a moving average of the
-//     handler's wall time a message, which counts the machine's load),
-//     and no more than leaves the messages in flight within what the
-//     partition's checkpoints are measured to settle in half the ack wait
-//     (inflight); past that, it waits for its next checkpoint before it
-//     pulls again.
+//     handler's wall time a message, which counts the machine's load).
 //
 // A progress acknowledgement is a message to the broker (and a write of
 // the consumer's state on every replica): only a message that nears the
@@ -57,16 +53,13 @@ const (
 type flow struct {
 	ackWait time.Duration
 	maxPull int // pullBatch, or less with a smaller consumer.max_ack_pending
-	maxAck  int // consumer.max_ack_pending
 	// perMsg is the moving average of the handler's wall time a message
-	// (nanoseconds); perSettle that of a checkpoint's wall time a message
-	// it settled (0: none measured yet).
-	perMsg    atomic.Int64
-	perSettle atomic.Int64
+	// (nanoseconds).
+	perMsg atomic.Int64
 }
 
 func newFlow(ackWait time.Duration, maxAck int) *flow {
-	f := &flow{ackWait: ackWait, maxPull: max(min(maxAck, pullBatch), minPull), maxAck: max(maxAck, minPull)}
+	f := &flow{ackWait: ackWait, maxPull: max(min(maxAck, pullBatch), minPull)}
 	f.perMsg.Store(int64(initialHandle))
 	return f
 }
@@ -75,32 +68,6 @@ func newFlow(ackWait time.Duration, maxAck int) *flow {
 func (f *flow) handled(d time.Duration) {
 	old := float64(f.perMsg.Load())
 	f.perMsg.Store(int64(old + flowAlpha*(float64(d)-old)))
-}
-
-// settled records a checkpoint that settled n messages in d.
-func (f *flow) settled(n int, d time.Duration) {
-	if n <= 0 {
-		return
-	}
-	per := float64(d) / float64(n)
-	old := float64(f.perSettle.Load())
-	if old == 0 {
-		f.perSettle.Store(int64(per))
-		return
-	}
-	f.perSettle.Store(int64(old + flowAlpha*(per-old)))
-}
-
-// inflight is how many messages a partition may hold unsettled: what its
-// checkpoints are measured to settle in half the ack wait, at least a
-// pull's worth, at most consumer.max_ack_pending.
-func (f *flow) inflight() int {
-	per := f.perSettle.Load()
-	if per <= 0 {
-		return f.maxAck
-	}
-	n := int64(f.ackWait/2) / per
-	return int(max(min(n, int64(f.maxAck)), int64(f.maxPull)))
 }
 
 // pullSize is how many messages one pull asks for: what the handler takes
