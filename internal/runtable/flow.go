@@ -206,13 +206,6 @@ func (l *ledger) done(f *flight) {
 	f.i = -1
 }
 
-// len is the number of messages in flight.
-func (l *ledger) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.fs)
-}
-
 // progress acknowledges the progress of the messages that waited longer
 // than after; it returns how many. The acknowledgements are sent once the
 // lock is let go.

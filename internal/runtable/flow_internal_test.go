@@ -107,3 +107,10 @@ func progressAcks(t *testing.T, tb *Table) float64 {
 	require.NoError(t, tb.m.progress.Write(&m))
 	return m.GetCounter().GetValue()
 }
+
+// len is the number of messages in flight.
+func (l *ledger) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.fs)
+}
