@@ -3,6 +3,8 @@ package runtable_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/fleet"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
 	"github.com/gttsplit/gttsplit/pkg/events"
@@ -167,12 +170,24 @@ func TestGarbageStateRefoldedIntegration(t *testing.T) {
 	}
 }
 
-// gttsplit_partitions_unowned counts the partitions nobody folds: after an
-// owner is killed its leases live on until their time to live runs out
-// (10 s here), but their holder is no live member once its member key is
-// not renewed (5 heartbeats, 0.5 s here): the survivor counts them at
-// once (it read 0 for the whole time to live), and 0 again once it took
-// them over.
+// gttsplit_partitions_unowned counts the partitions nobody folds. A killed
+// owner's leases live on until their time to live runs out (10 s here),
+// but their holder is no live member once the survivor's own member key
+// came back stored more than the killed member's time to live (three
+// quarters of its lease_ttl) after its last renewal: from then on each of
+// its partitions is counted (-1 in gttsplit_partition_owned), whether its
+// lease still lives (a dead holder) or ran out (free), until the survivor
+// took it; before that, none whose lease lives is.
+//
+// The rules do not say that the killed member is taken for dead before
+// its first lease runs out: a lease renewed a renewal interval (a fifth of
+// lease_ttl) before the member's last sign runs out a twentieth of
+// lease_ttl after the member's time to live, and the survivor learns of
+// the death only once a renewal of its own (a tick, a round trip) came
+// back after it. So the test looks at the survivor's view at the moment
+// the killed member left its members, and checks every partition there;
+// it says how many still had a dead holder (on an idle machine all of
+// them).
 func TestUnownedCountsDeadOwnersIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
@@ -181,18 +196,61 @@ func TestUnownedCountsDeadOwnersIntegration(t *testing.T) {
 	a := startTable(t, b.URL, "unowned", tableConfig{idle: time.Hour}, lease)
 	c := startTable(t, b.URL, "unowned", tableConfig{idle: time.Hour}) // steadyLease: it lives
 	rt.Eventually(t, "the partitions shared", func() bool { return a.owned() > 0 && c.owned() > 0 && a.owned()+c.owned() == a.parts })
-	unowned := func() int {
-		c.m.ObserveFleet(c.member.View())
-		return int(counter(t, c.m, "gttsplit_partitions_unowned"))
+	// observe is the survivor's view, set into metrics as the node does
+	// every second (metrics of the test's own, so that what it reads is
+	// of this view), and the count it gives.
+	m := runtable.NewMetrics()
+	observe := func() ([]fleet.PartitionView, []string, int) {
+		view, members := c.member.View()
+		m.ObserveFleet(view, members)
+		return view, members, int(counter(t, m, "gttsplit_partitions_unowned"))
 	}
-	require.Zero(t, unowned(), "every partition has a live owner")
-	held := a.owned()
+	owned := func(p int) float64 { return counter(t, m, "gttsplit_partition_owned", strconv.Itoa(p)) }
+	_, _, unowned := observe()
+	require.Zero(t, unowned, "every partition has a live owner")
+	dead := a.member.ID()
+	var of []int // the partitions the killed member held
+	view, _ := a.member.View()
+	for _, v := range view {
+		if v.Mine {
+			of = append(of, v.Partition)
+		}
+	}
 	killed := time.Now()
 	a.crash()
-	rt.Eventually(t, "the killed owner's partitions counted", func() bool { return unowned() == held })
-	require.Less(t, time.Since(killed), lease, "counted while its leases still lived")
+	var holdsDead, free, taken int
+	rt.Eventually(t, "the killed member taken for dead", func() bool {
+		view, members, unowned := observe()
+		if slices.Contains(members, dead) {
+			for _, p := range of {
+				if view[p].Owner == dead {
+					require.Zero(t, owned(p), "partition %d counted while its holder lives", p)
+				}
+			}
+			return false
+		}
+		holdsDead, free, taken = 0, 0, 0
+		for _, p := range of {
+			switch v := view[p]; {
+			case v.Mine:
+				taken++
+				continue
+			case v.Owner == dead:
+				holdsDead++
+			default:
+				require.Empty(t, v.Owner, "partition %d", p)
+				free++
+			}
+			require.Equal(t, -1.0, owned(p), "partition %d (holder %q) not counted", p, view[p].Owner)
+		}
+		require.Equal(t, holdsDead+free, unowned)
+		return true
+	})
+	t.Logf("taken for dead %s after the kill: of its %d partitions %d with their leases still living, %d free, %d taken over",
+		time.Since(killed).Round(time.Millisecond), len(of), holdsDead, free, taken)
 	rt.EventuallyWithin(t, "taken over", lease+rt.WaitFor, func() bool { return c.owned() == c.parts })
-	require.Zero(t, unowned())
+	_, _, unowned = observe()
+	require.Zero(t, unowned)
 }
 
 // A full state bucket (the fault as found: the closed-state write was
