@@ -60,22 +60,8 @@ func TestStateWritesInBatchesIntegration(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, watch.Flush())
 
-	mem := new(sinktest.Memory)
-	a := startTable(t, b.URL, "batch", tableConfig{idle: 0, sinks: memSinks(mem, nil), edit: func(c *config.Aggregator) {
-		c.NATS.Replicas = 3
-	}})
-	a.waitOwns(a.parts)
 	const n = 24
-	runs := rt.Gen(t, n, fx)
-	b.Publish(t, rt.Interleave(runs)...)
-	rt.Eventually(t, "every run closed", func() bool { _, c := a.closes.count(); return c == n })
-	for _, r := range runs {
-		got := a.closes.of(r.Origin.RunID)
-		require.Len(t, got, 1, "run %s: one split", r.Origin.RunID)
-		js, err := split.JSON(got[0])
-		require.NoError(t, err)
-		require.Equal(t, string(rt.ReplayJSON(t, r.Wires, rt.FoldOptions(t))), string(js), "run %s", r.Origin.RunID)
-	}
+	a, runs := foldReplicated(t, b, "batch", fx, n)
 	// The sink settled every split: the pending markers' purges follow.
 	rt.Eventually(t, "every pending marker purged", func() bool {
 		mu.Lock()
@@ -179,21 +165,9 @@ func TestRefusedBatchesWrittenOneAtATimeIntegration(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, watch.Flush())
 
-	mem := new(sinktest.Memory)
-	a := startTable(t, b.URL, "refused", tableConfig{sinks: memSinks(mem, nil), edit: func(c *config.Aggregator) {
-		c.NATS.Replicas = 3
-	}})
-	a.waitOwns(a.parts)
 	const n = 8
-	runs := rt.Gen(t, n, fx)
-	b.Publish(t, rt.Interleave(runs)...)
-	rt.Eventually(t, "every run closed", func() bool { _, c := a.closes.count(); return c == n })
+	_, runs := foldReplicated(t, b, "refused", fx, n)
 	for _, r := range runs {
-		got := a.closes.of(r.Origin.RunID)
-		require.Len(t, got, 1, "run %s: one split", r.Origin.RunID)
-		js, err := split.JSON(got[0])
-		require.NoError(t, err)
-		require.Equal(t, string(rt.ReplayJSON(t, r.Wires, rt.FoldOptions(t))), string(js), "run %s", r.Origin.RunID)
 		st := b.State(t, r.Origin.RunID, rt.FoldOptions(t))
 		require.True(t, st.Closed, "run %s: its closed state stored", r.Origin.RunID)
 	}
@@ -206,4 +180,27 @@ func TestRefusedBatchesWrittenOneAtATimeIntegration(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Positive(t, apart, "the refused batches' writes sent one at a time")
+}
+
+// foldReplicated starts a table of group whose state bucket is replicated
+// (3 replicas on b's cluster) and whose splits go to a sink, publishes n
+// runs made of fx interleaved, and checks that each was closed once with
+// its replay's split. It returns the table and the runs.
+func foldReplicated(t *testing.T, b *rt.Broker, group string, fx rt.Fixture, n int) (*table, []rt.Run) {
+	t.Helper()
+	a := startTable(t, b.URL, group, tableConfig{sinks: memSinks(new(sinktest.Memory), nil), edit: func(c *config.Aggregator) {
+		c.NATS.Replicas = 3
+	}})
+	a.waitOwns(a.parts)
+	runs := rt.Gen(t, n, fx)
+	b.Publish(t, rt.Interleave(runs)...)
+	rt.Eventually(t, "every run closed", func() bool { _, c := a.closes.count(); return c == n })
+	for _, r := range runs {
+		got := a.closes.of(r.Origin.RunID)
+		require.Len(t, got, 1, "run %s: one split", r.Origin.RunID)
+		js, err := split.JSON(got[0])
+		require.NoError(t, err)
+		require.Equal(t, string(rt.ReplayJSON(t, r.Wires, rt.FoldOptions(t))), string(js), "run %s", r.Origin.RunID)
+	}
+	return a, runs
 }
