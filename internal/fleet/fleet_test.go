@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -603,4 +604,80 @@ func runMember(t *testing.T, js jetstream.JetStream, cfg Config, set Settings, h
 	go func() { defer close(done); m.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return m
+}
+
+// A lease whose validity ran out while its renewal's answer is late (a
+// loaded machine, a connection being replaced) is in doubt, not lost: the
+// key never left it, so nobody else could take the partition. Here the
+// server stores the renewal but its answers are held back past the
+// validity's end; once they come, the lease is valid again at the
+// renewal's revision, and a wait for it (what the run table does with the
+// message in hand) returns true. Before, the renewal of a lease whose
+// validity had ended lost it at once, and its partition's work was
+// handed back (its messages delivered again).
+func TestLeaseInDoubtKeptIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	proxy := natstest.StartProxy(t, s.Addr().String())
+	js, kv := memberBucket(t, proxy.URL())
+	// Valid for half its time to live: the renewal sent once that ran out
+	// reaches the server long before the key would expire.
+	const ttl, margin = 20 * time.Second, 10 * time.Second
+	l, err := acquire(context.Background(), js, kv, testBucket, "g", "a", 6, ttl, margin)
+	require.NoError(t, err)
+	rev := l.Revision()
+
+	proxy.HoldServer()
+	eventually(t, "the lease's validity to run out", 2*ttl, func() bool { return !l.Valid() })
+	require.True(t, l.InDoubt(), "in doubt, not lost")
+	awaited := make(chan bool, 1)
+	go func() { awaited <- l.Await(context.Background()) }()
+	renewed := make(chan error, 1)
+	go func() { renewed <- l.renew(context.Background()) }()
+	// The renewal reaches the server (only its answers are held): the key
+	// moves on, still this lease's.
+	eventually(t, "the renewal stored", ttl, func() bool {
+		e, err := f.kv.Get(context.Background(), l.key)
+		return err == nil && e.Revision() > rev && bytes.Equal(e.Value(), l.value)
+	})
+	proxy.ReleaseServer()
+	require.NoError(t, <-renewed, "a late answer keeps the lease")
+	require.True(t, l.Valid())
+	require.False(t, l.InDoubt())
+	require.Greater(t, l.Revision(), rev)
+	require.True(t, <-awaited, "what waited for the lease goes on")
+	require.NoError(t, l.release(context.Background()))
+}
+
+// A lease in doubt whose key another member took (it expired on the
+// server) is lost at its next renewal, and a wait for it returns false; one
+// whose renewals are never answered is given up a time to live after its
+// validity ran out.
+func TestLeaseInDoubtLostIntegration(t *testing.T) {
+	const ttl, margin = 2 * time.Second, 500 * time.Millisecond
+	f, a := leaseOn(t, "a", 7, ttl, margin)
+	ctx := context.Background()
+	eventually(t, "a in doubt", 2*ttl, a.InDoubt)
+	awaited := make(chan bool, 1)
+	go func() { awaited <- a.Await(ctx) }()
+	var err error
+	eventually(t, "b takes the partition", 10*ttl, func() bool {
+		_, err = acquire(ctx, f.js, f.kv, testBucket, "g", "b", 7, ttl, margin)
+		return err == nil
+	})
+	require.ErrorIs(t, a.renew(ctx), ErrLost)
+	require.False(t, <-awaited)
+	require.Contains(t, a.Why(), "another member")
+
+	proxy := natstest.StartProxy(t, f.url[len("nats://"):])
+	js, kv := memberBucket(t, proxy.URL())
+	c, err := acquire(ctx, js, kv, testBucket, "g", "c", 8, ttl, margin)
+	require.NoError(t, err)
+	proxy.HoldServer()
+	eventually(t, "c given up", 10*ttl, func() bool { return errors.Is(c.renew(ctx), ErrLost) })
+	require.Contains(t, c.Why(), "in doubt")
+	proxy.ReleaseServer()
 }

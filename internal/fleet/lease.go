@@ -60,6 +60,19 @@ func (f Fence) Opt() jetstream.PublishOpt {
 // or hands a split to the sinks; a member paused for longer than the time
 // to live finds its lease invalid when it runs again, and the server
 // refuses its writes.
+//
+// A lease whose validity ran out without a renewal refused is in doubt,
+// not lost: its renewal may have been stored and its answer be late (a
+// loaded machine, a connection being replaced), and nobody else can hold
+// the key while it is at the revision this lease wrote. It is not Valid
+// (nothing is pulled, folded or handed to the sinks meanwhile), but it is
+// renewed on, conditional on its revision as always: a renewal that goes
+// through makes it valid again (the key never left this lease, so nobody
+// else held the partition in between), one refused because another member
+// holds the key or it expired loses it. Fenced writes made in doubt are
+// sent too (the server checks the fence: they go through only while the
+// key is still this lease's). A lease in doubt for a whole time to live
+// with no renewal answered is lost.
 type Lease struct {
 	// Partition is the partition held.
 	Partition int
@@ -83,6 +96,9 @@ type Lease struct {
 	shown atomic.Uint64
 
 	deadline atomic.Int64 // mono() until which the lease is valid
+	// renewed is closed, and replaced, by every renewal that goes
+	// through (Await).
+	renewed  atomic.Pointer[chan struct{}]
 	lost     chan struct{}
 	lostOnce sync.Once
 	why      atomic.Pointer[string]
@@ -108,6 +124,49 @@ func (l *Lease) Valid() bool {
 	return mono() < time.Duration(l.deadline.Load())
 }
 
+// InDoubt says the lease's validity ran out without a renewal refused: it
+// is neither valid nor lost (see Lease).
+func (l *Lease) InDoubt() bool {
+	select {
+	case <-l.lost:
+		return false
+	default:
+	}
+	return mono() >= time.Duration(l.deadline.Load())
+}
+
+// Await waits while the lease is in doubt: true once it is valid (at once
+// when it is), false once it is lost, ctx ended, or the doubt's own bound
+// passed (the lease is lost then).
+func (l *Lease) Await(ctx context.Context) bool {
+	for {
+		renewed := *l.renewed.Load()
+		if l.Valid() {
+			return true
+		}
+		left := l.givenUp() - mono()
+		if left <= 0 {
+			return false
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-l.lost:
+			t.Stop()
+			return false
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-renewed:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// givenUp is when a lease in doubt is given up: a time to live past its
+// validity's end with no renewal answered.
+func (l *Lease) givenUp() time.Duration { return time.Duration(l.deadline.Load()) + l.ttl }
+
 // Lost is closed once the lease is lost (see ErrLost).
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
@@ -127,15 +186,18 @@ func (l *Lease) lose(why string) {
 }
 
 // Fenced runs write with the lease's fence, taking turns with the
-// renewals. It returns ErrLost (and loses the lease) when the lease is not
-// valid, or when the server refused the write for its fence and the lease
-// key is no longer this member's.
+// renewals. It returns ErrLost (and loses the lease) when the lease is
+// lost, or when the server refused the write for its fence and the lease
+// key is no longer this member's. A lease in doubt sends the write: the
+// server takes it only while the key is still at this lease's revision,
+// i.e. while nobody else can hold the partition.
 func (l *Lease) Fenced(ctx context.Context, write func(ctx context.Context, f Fence) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.Valid() {
-		l.lose("its time to live ran out before a write")
+	select {
+	case <-l.lost:
 		return fmt.Errorf("partition %d: %w", l.Partition, ErrLost)
+	default:
 	}
 	err := l.send(ctx, func(rev uint64) error {
 		return write(ctx, Fence{Subject: l.subject, Rev: rev})
@@ -221,10 +283,12 @@ func (l *Lease) recheck(ctx context.Context) keyState {
 }
 
 // renew writes the lease key again, conditional on its revision, with a
-// new time to live. It may take until the lease's validity ends (counted
-// once l.mu is held: a fenced write may have held it): an answer that
-// comes before keeps the lease however slow the broker is, one that comes
-// after is of no use. A lease whose validity ended is lost (ErrLost).
+// new time to live. It waits for the answer until the lease's validity
+// ends (counted once l.mu is held: a fenced write may have held it), and
+// at least half the time to live: an answer that comes after the
+// validity ended still tells whether the key stayed this lease's (the
+// lease was in doubt meanwhile). A lease in doubt for a time to live is
+// lost (ErrLost).
 func (l *Lease) renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -233,12 +297,13 @@ func (l *Lease) renew(ctx context.Context) error {
 		return ErrLost
 	default:
 	}
-	left := time.Duration(l.deadline.Load()) - mono()
-	if left <= 0 {
-		l.lose("its time to live ran out before a renewal")
+	now := mono()
+	if now >= l.givenUp() {
+		l.lose("in doubt for a time to live: no renewal answered")
 		return ErrLost
 	}
-	ctx, cancel := context.WithTimeout(ctx, left)
+	wait := min(max(time.Duration(l.deadline.Load())-now, l.ttl/2), l.givenUp()-now)
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var (
 		sent time.Duration
@@ -262,6 +327,8 @@ func (l *Lease) renew(ctx context.Context) error {
 	l.rev = rev
 	l.shown.Store(rev)
 	l.deadline.Store(int64(sent + l.ttl - l.margin))
+	next := make(chan struct{})
+	close(*l.renewed.Swap(&next))
 	return nil
 }
 
@@ -331,6 +398,8 @@ func acquire(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue,
 		ttl: ttl, margin: margin, rev: rev, lost: make(chan struct{})}
 	l.shown.Store(rev)
 	l.deadline.Store(int64(sent + ttl - margin))
+	renewed := make(chan struct{})
+	l.renewed.Store(&renewed)
 	return l, nil
 }
 

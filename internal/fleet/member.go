@@ -649,14 +649,18 @@ func (m *Member) hold(l *Lease) *heldLease {
 // (counted from the last one's sending: a slow answer does not push the
 // next renewal later; sooner after a failed renewal) until ctx ends or
 // the lease is lost; a lost lease is handed to Handler.Lost. A renewal
-// may take until the lease's validity ends (see Lease.renew), not just
-// until the next one is due: on a busy machine or broker an answer can
-// take longer than that, and every renewal given up that
-// early would lose a lease that still had most of its time to live.
+// may take until the lease's validity ends and past it (see Lease.renew),
+// not just until the next one is due: on a busy machine or broker an
+// answer can take longer than that, and every renewal given up that
+// early would lose a lease that still had most of its time to live. A
+// lease whose validity ran out unanswered is in doubt and renewed on; it
+// is lost only when a renewal is refused (the key expired or another
+// member holds it) or after a time to live in doubt.
 func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 	l := hl.l
 	every := m.cfg.LeaseTTL / leaseRenewals
 	next := every
+	doubted := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -666,10 +670,9 @@ func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 			return
 		case <-time.After(next):
 		}
-		if !l.Valid() {
-			l.lose("not renewed within its time to live")
-			continue
-		}
+		// A lease whose validity ran out is in doubt, renewed on:
+		// renew tells whether it is still this member's, and gives it
+		// up a time to live later.
 		sent := mono()
 		// A renewal under way is not cut short by a release: the
 		// server may have stored it, and the lease's revision must be
@@ -679,12 +682,20 @@ func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 		switch {
 		case err == nil:
 			next = max(every-(mono()-sent), 0)
+			if doubted {
+				doubted = false
+				m.log.Info().Int("partition", l.Partition).Uint64("lease_revision", l.Revision()).Msg("fleet: lease in doubt renewed: the partition stayed this member's, its work is kept")
+			}
 		case errors.Is(err, ErrLost):
 		default:
 			if ctx.Err() == nil {
 				m.log.Debug().Err(err).Int("partition", l.Partition).Msg("fleet: lease not renewed; retrying")
 			}
 			next = min(every, 500*time.Millisecond)
+		}
+		if !doubted && l.InDoubt() {
+			doubted = true
+			m.log.Warn().Err(err).Int("partition", l.Partition).Msg("fleet: lease in doubt: its time to live ran out with its renewal unanswered; nothing is folded or written to the sinks until a renewal says whose the partition is (it is lost a time to live later)")
 		}
 	}
 }

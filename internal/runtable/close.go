@@ -502,7 +502,7 @@ func (t *Table) Reload(ctx context.Context, sink, runID string) (split.Report, b
 	t.mu.RLock()
 	l, pt := t.leases[p], t.byPart[p]
 	t.mu.RUnlock()
-	if l == nil || !l.Valid() {
+	if !held(ctx, l) {
 		return split.Report{}, false, nil
 	}
 	if pt != nil && pt.lease == l {

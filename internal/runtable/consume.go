@@ -202,7 +202,7 @@ func (pt *part) consume(c *partConsumer) {
 			defer mu.Unlock()
 			c.last.Store(time.Now().UnixNano())
 			c.msgs.Add(1)
-			if stopped || !pt.lease.Valid() {
+			if stopped || !held(ctx, pt.lease) {
 				_ = jm.Nak()
 				pt.fl.done(fl)
 				return

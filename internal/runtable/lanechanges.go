@@ -378,7 +378,7 @@ func (lp *lanePoster) post(ctx context.Context, pt *part, k LaneKey) (string, er
 		issues = append(issues, iss)
 	}
 	slices.Sort(issues)
-	keep := func() bool { return lp.t.part(pt.p) == pt && pt.lease.Valid() }
+	keep := func() bool { return lp.t.part(pt.p) == pt && held(ctx, pt.lease) }
 	outcome := "nothing"
 	if len(issues) > 0 {
 		outcome = "unchanged"

@@ -326,10 +326,11 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg, fl *flight) error {
 // dead letter on the partition's subjects), dead-lettered (a kind of
 // event it does not know, one it cannot decode, one whose subject does
 // not match what it says, whose run id is too long or of another
-// partition), or left unacknowledged with err (the lease is not valid).
+// partition), or left unacknowledged with err (the lease is lost; one in
+// doubt is waited for).
 func (pt *part) decode(ctx context.Context, msg bus.Msg) (d events.Decoded, lf *llamalog.LineFilter, ok bool, err error) {
 	t := pt.t
-	if !pt.lease.Valid() {
+	if !held(ctx, pt.lease) {
 		return d, nil, false, errNotOwned
 	}
 	if !bus.Folded(msg.Subject()) {

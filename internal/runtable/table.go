@@ -224,12 +224,20 @@ func (t *Table) part(p int) *part {
 
 // Owns says whether this aggregator owns runID's partition and its lease is
 // valid: the sinks' guard (a split of a partition that moved is the next
-// owner's to send).
+// owner's to send). A lease in doubt is waited for (see held).
 func (t *Table) Owns(runID string) bool {
 	t.mu.RLock()
 	l := t.leases[partitionOf(runID, t.cfg.Partitions)]
 	t.mu.RUnlock()
-	return l != nil && l.Valid()
+	return held(context.Background(), l)
+}
+
+// held says whether l is valid. A lease in doubt (its validity ran out
+// while its renewal's answer is late) is waited for, until it is valid
+// again, lost, or ctx ends: its partition's work is kept, not handed back,
+// and nothing is written to the sinks meanwhile.
+func held(ctx context.Context, l *fleet.Lease) bool {
+	return l != nil && (l.Valid() || l.Await(ctx))
 }
 
 // Acquired loads partition p's open runs (l is its lease) and starts
