@@ -470,8 +470,8 @@ func (m *Member) tick(ctx context.Context) bool {
 	}
 	for p, hl := range m.held {
 		holders[p] = m.id
-		if !hl.l.Valid() {
-			holders[p] = ""
+		if !hl.l.Valid() && !hl.l.InDoubt() {
+			holders[p] = "" // lost (a lease in doubt is still this member's: not taken again)
 		}
 	}
 	// A partition free for as long as a lease lives is anyone's to take
