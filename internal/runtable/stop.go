@@ -26,6 +26,7 @@ import (
 // or goes meanwhile.
 func (t *Table) StopPulling() {
 	t.stopping.Store(true)
+	t.stop()
 	var wg sync.WaitGroup
 	for _, pt := range t.parts() {
 		wg.Go(pt.stopConsumers)

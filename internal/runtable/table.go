@@ -139,8 +139,12 @@ type Table struct {
 	legacy atomic.Bool
 	// lanePost keeps the lanes' changes comments (nil: none).
 	lanePost *lanePoster
-	// stopping is set once the table stops pulling (stop.go).
+	// stopping is set once the table stops pulling (stop.go), and
+	// stopped is done then: a sink waiting for a lease in doubt (Owns)
+	// stops waiting.
 	stopping atomic.Bool
+	stopped  context.Context
+	stop     context.CancelFunc
 	// drainMu guards settlers: the goroutines recording the sinks'
 	// deliveries of the partitions a stop drained, until each is handed
 	// over. It is taken before Table.mu.
@@ -169,6 +173,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	}
 	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{},
 		flow: newFlow(cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending), mem: memory{budget: cfg.RunMemory}}
+	t.stopped, t.stop = context.WithCancel(context.Background())
 	t.st.atomic.Store(atomicAllowed(ctx, js))
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
 		t.parser = llamalog.MustParser()
@@ -203,6 +208,9 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 // handed every partition over), and waits for the split events still being
 // published. Idempotent.
 func (t *Table) Close() {
+	if t.stop != nil {
+		t.stop()
+	}
 	t.pubs.Wait()
 	if t.stopWatch != nil {
 		t.stopWatch()
@@ -224,12 +232,13 @@ func (t *Table) part(p int) *part {
 
 // Owns says whether this aggregator owns runID's partition and its lease is
 // valid: the sinks' guard (a split of a partition that moved is the next
-// owner's to send). A lease in doubt is waited for (see held).
+// owner's to send). A lease in doubt is waited for (see held), until the
+// table stops pulling.
 func (t *Table) Owns(runID string) bool {
 	t.mu.RLock()
 	l := t.leases[partitionOf(runID, t.cfg.Partitions)]
 	t.mu.RUnlock()
-	return held(context.Background(), l)
+	return held(t.stopped, l)
 }
 
 // held says whether l is valid. A lease in doubt (its validity ran out
