@@ -129,6 +129,7 @@ func TestLeaseInDoubtKeepsItsWorkIntegration(t *testing.T) {
 	splits, _ := r.closes.count()
 	require.Equal(t, len(runs), splits, "every run written once")
 	require.False(t, strings.Contains(logs.String(), "partition lease lost"), "a lease lost")
-	t.Logf("%d leases were in doubt, all kept", strings.Count(logs.String(), "lease in doubt renewed"))
+	t.Logf("%d leases were in doubt, all kept; %d events folded before, %.0f redelivered", strings.Count(logs.String(), "lease in doubt renewed"),
+		events, counter(t, r.m, "gttsplit_events_redelivered_total"))
 	require.Zero(t, counter(t, r.m, "gttsplit_events_redelivered_total"), "no event delivered twice")
 }
