@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -158,9 +159,16 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 			return done, err
 		}
 		done += n
+		if f := committed.Load(); f != nil {
+			(*f)(b.ops[done-1].key)
+		}
 	}
 	return done, nil
 }
+
+// committed, when set (by tests), is told the last key of each write or
+// atomic batch commit went through, before the next is sent.
+var committed atomic.Pointer[func(key string)]
 
 // sendAtomic publishes ops as one atomic batch: every message but the
 // last is sent without waiting, the last commits the batch and carries the

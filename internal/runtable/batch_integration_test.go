@@ -1,6 +1,7 @@
 package runtable_test
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/internal/runtable"
@@ -136,6 +138,57 @@ func TestCompleteRunClosedWithoutCheckpointIntegration(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Empty(t, opens, "no open state written for a run complete before its checkpoint")
+}
+
+// A lease lost in the middle of a close's writes, after its closed state
+// went through (the key deleted then, as one that expired while a loaded
+// machine delayed its renewal): a complete run closed before any
+// checkpoint has no open key, so the partition's next owner (this table,
+// taking the partition again) finds it closed and takes its events again
+// for duplicates. Its split is reported once, by the table that wrote the
+// closed state. The old code counted the close as not written ("closed
+// again later") and nobody ever reported the run. Serial: the hook is the
+// package's.
+func TestLeaseLostAfterClosedStateReportedOnceIntegration(t *testing.T) {
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	const group = "lostclose"
+	a := startTable(t, b.URL, group, tableConfig{idle: time.Hour,
+		consumer: runtable.ConsumerConfig{AckWait: 4 * time.Minute, CheckpointInterval: time.Minute}})
+	a.waitOwns(a.parts)
+	kv, err := b.JS.KeyValue(rt.Ctx(t), runtable.Bucket)
+	require.NoError(t, err)
+	lease := fmt.Sprintf("lease.%s.%d", group, bus.PartitionOf(fx.Origin.RunID, a.parts))
+	var once sync.Once
+	deleted := make(chan struct{})
+	t.Cleanup(runtable.OnCommitted(func(key string) {
+		if key == runtable.StateKey(fx.Origin.RunID) {
+			once.Do(func() {
+				if err := kv.Delete(rt.Ctx(t), lease); err != nil {
+					t.Errorf("the lease not deleted: %v", err)
+				}
+				close(deleted)
+			})
+		}
+	}))
+	b.Publish(t, fx.Wires...)
+	select {
+	case <-deleted:
+	case <-time.After(rt.WaitFor):
+		t.Fatal("the run's closed state was not written")
+	}
+	rt.Eventually(t, "the run reported", func() bool { n, _ := a.closes.count(); return n >= 1 })
+	b.WaitAcked(t, group)
+	a.stop()
+	splits, runs := a.closes.count()
+	require.Equal(t, 1, runs)
+	require.Equal(t, 1, splits, "reported once")
+	got, err := split.JSON(a.closes.of(fx.Origin.RunID)[0])
+	require.NoError(t, err)
+	require.Equal(t, string(fx.Want), string(got))
+	st := b.State(t, fx.Origin.RunID, rt.FoldOptions(t))
+	require.True(t, st.Closed)
 }
 
 // A batch the servers refuse as a whole (here: more writes than they take

@@ -200,14 +200,22 @@ func (pt *part) closeCopy(r *liveRun, id string, now time.Time) *closing {
 // its closed state under the run's closed key, its pending marker (a new
 // split, and sinks to settle it), its summary, and the purge of its open
 // key. Each close gets its outcome in err: a close is written once all
-// its writes are; one after a write that failed is not (the lease lost:
-// the next owner closes it).
+// its writes are; one after a write that failed is not (the next owner
+// closes it, or this table again). When the write failed because the
+// lease was lost, a close is written as soon as the next owner cannot
+// close it again: its closed state went through and it has no open key
+// (a complete run closed before any checkpoint): the next owner finds the
+// run closed and takes its events again for duplicates, so this table
+// reports it (once its pending marker is in, the next owner sends the
+// split again too).
 func (pt *part) writeCloses(ctx context.Context, cs []*closing) {
 	t := pt.t
 	var b writeBatch
-	last := make([]int, len(cs)) // cs[i]'s last write in b
+	last := make([]int, len(cs))    // cs[i]'s last write in b
+	durable := make([]int, len(cs)) // the write of b after which nobody closes cs[i] again
 	for i, c := range cs {
 		b.put(stateKey(c.id), c.b)
+		durable[i] = b.len()
 		if c.changed && t.cfg.Sinks != nil {
 			b.put(pendKey(pt.p, c.id), []byte(c.id))
 		}
@@ -219,10 +227,13 @@ func (pt *part) writeCloses(ctx context.Context, cs []*closing) {
 			b.purge(openKey(pt.p, c.id))
 		}
 		last[i] = b.len()
+		if c.r.stored {
+			durable[i] = last[i] // the next owner folds it again from its open key
+		}
 	}
 	done, err := t.st.commit(ctx, pt.lease, &b)
 	for i, c := range cs {
-		if last[i] > done {
+		if last[i] > done && (durable[i] > done || !errors.Is(err, fleet.ErrLost)) {
 			c.err = err
 			continue
 		}

@@ -93,3 +93,11 @@ func OnCompactRead(f func(id string)) (undo func()) {
 	compactRead.Store(&f)
 	return func() { compactRead.Store(nil) }
 }
+
+// OnCommitted has f told the last key of each write (or atomic batch) a
+// commit got through, before it sends the next, until the returned func
+// is called.
+func OnCommitted(f func(key string)) (undo func()) {
+	committed.Store(&f)
+	return func() { committed.Store(nil) }
+}
