@@ -101,3 +101,12 @@ func OnCommitted(f func(key string)) (undo func()) {
 	committed.Store(&f)
 	return func() { committed.Store(nil) }
 }
+
+// IndexOpen is what the run index holds of the open runs: how many it
+// lists, what their summaries are charged, how many it does not list,
+// and the bound of the listed summaries (bytes).
+func (t *Table) IndexOpen() (listed, bytes, unlisted, capBytes int64) {
+	ix := t.index
+	unlisted, capBytes = ix.Unlisted()
+	return ix.runs[0].Load(), ix.bytes[0].Load(), unlisted, capBytes
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -29,18 +30,29 @@ func summaryKey(runID string) string { return indexPrefix + stateKey(runID) }
 // Index is the in-memory copy of the summary keys, sorted by run id, and
 // the last closed split of every lane (see lanes.go).
 //
-// It holds a summary for every run in the bucket, so it grows with the
-// runs that exist (open or closed, any partition's); what it takes is
-// kept small: a summary's hosts, lanes and states are shared strings (up
-// to maxNames of them), and a summary key is kept only when the run id
-// cannot be read back from it. What the open runs' summaries take counts
-// against the runs' memory bound (footprint, memory.go); the closed runs'
-// are kept for store.retention and counted apart.
+// It holds a summary for every closed run in the bucket, and for the open
+// runs (any partition's) up to openCap bytes of them: an open run past
+// that is not listed, only counted (unlisted: a hash of its summary key,
+// until its summary says it closed or is deleted), so a flood of open
+// runs costs the index a few bytes a run past the cap, not a summary.
+// What it takes is kept small: a summary's hosts, lanes and states are
+// shared strings (up to maxNames of them), and a summary key is kept only
+// when the run id cannot be read back from it. What the open runs'
+// summaries and the unlisted entries take counts against the runs'
+// memory bound (footprint, memory.go); the closed runs' are kept for
+// store.retention and counted apart.
 type Index struct {
 	mu   sync.RWMutex
 	m    map[string]RunSummary
 	ids  []string          // sorted
 	keys map[string]string // summary key -> run id, of the keys summaryID cannot read
+	// openCap bounds what the open runs' summaries take, in bytes (0: no
+	// bound; Table sets it to indexShare of Config.RunMemory).
+	openCap int64
+	// unlisted are the open runs not listed for openCap, by the hash of
+	// their summary key (seed).
+	unlisted map[uint64]struct{}
+	seed     maphash.Seed
 	// names are the hosts', lanes' and states' strings the summaries
 	// share (there are as many as hosts and lanes, not runs).
 	names map[string]string
@@ -48,6 +60,7 @@ type Index struct {
 	// closed runs ([1]) the index holds, and what they are taken to cost
 	// (summaryCost).
 	runs, bytes [2]atomic.Int64
+	unlistedN   atomic.Int64 // len(unlisted)
 	lanes
 	// members are every lane's closed runs with figures, its controls
 	// too (lanechanges.go).
@@ -60,7 +73,25 @@ type Index struct {
 
 func newIndex() *Index {
 	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}, names: map[string]string{}, lanes: newLanes(),
-		members: newLaneMembers(), ready: make(chan struct{})}
+		members: newLaneMembers(), ready: make(chan struct{}), unlisted: map[uint64]struct{}{}, seed: maphash.MakeSeed()}
+}
+
+const (
+	// indexShare is the share of the runs' memory bound (Config.RunMemory)
+	// the run index's summaries of open runs may take.
+	indexShare = 8 // 1/8
+	// unlistedCost is what an open run not listed takes in the index (a
+	// hash in a set, with the set's slack; measured by
+	// TestBesideRunsCostCharged).
+	unlistedCost = 40
+)
+
+// Unlisted is how many open runs the index does not list (past openCap),
+// and the bound in bytes their summaries would pass (0: no bound).
+func (ix *Index) Unlisted() (runs int64, capBytes int64) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return int64(len(ix.unlisted)), ix.openCap
 }
 
 const (
@@ -82,11 +113,16 @@ func summaryCost(s *RunSummary) int64 {
 	return c
 }
 
-// footprint is how many open runs (closed: closed runs) the index holds
-// and what their summaries are taken to cost, in bytes.
+// footprint is how many open runs (closed: closed runs) the index holds,
+// listed or not, and what they are taken to cost, in bytes.
 func (ix *Index) footprint(closed bool) (runs int64, bytes int64) {
 	k := kindOf(closed)
-	return ix.runs[k].Load(), ix.bytes[k].Load()
+	runs, bytes = ix.runs[k].Load(), ix.bytes[k].Load()
+	if !closed {
+		u := ix.unlistedN.Load()
+		runs, bytes = runs+u, bytes+u*unlistedCost
+	}
+	return runs, bytes
 }
 
 func kindOf(closed bool) int {
@@ -175,9 +211,58 @@ func (ix *Index) stop() {
 	}
 }
 
+// unlist keeps the open run of summary key key (not listed) counted only,
+// when its summary s would pass openCap. ix.mu is held.
+func (ix *Index) unlist(key string, s *RunSummary) bool {
+	if ix.openCap <= 0 || s.State == "closed" {
+		return false
+	}
+	if _, listed := ix.m[s.ID]; listed || ix.bytes[0].Load()+summaryCost(s) <= ix.openCap {
+		return false
+	}
+	h := maphash.String(ix.seed, key)
+	if _, ok := ix.unlisted[h]; !ok {
+		ix.unlisted[h] = struct{}{}
+		ix.unlistedN.Add(1)
+	}
+	return true
+}
+
+// isUnlisted says run id is an open run the index does not list.
+func (ix *Index) isUnlisted(id string) bool {
+	if ix.unlistedN.Load() == 0 {
+		return false
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if len(ix.unlisted) == 0 {
+		return false
+	}
+	_, ok := ix.unlisted[maphash.String(ix.seed, summaryKey(id))]
+	return ok
+}
+
+// relist drops key from the unlisted runs, if it is one. ix.mu is held.
+func (ix *Index) relist(key string) bool {
+	if len(ix.unlisted) == 0 {
+		return false
+	}
+	h := maphash.String(ix.seed, key)
+	if _, ok := ix.unlisted[h]; !ok {
+		return false
+	}
+	delete(ix.unlisted, h)
+	ix.unlistedN.Add(-1)
+	return true
+}
+
 func (ix *Index) put(key string, s RunSummary) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if ix.unlist(key, &s) {
+		return
+	}
+	ix.relist(key)
 	s.Host, s.Lane, s.State = ix.name(s.Host), ix.name(s.Lane), ix.name(s.State)
 	old, had := ix.m[s.ID]
 	if !had {
@@ -208,6 +293,9 @@ func (ix *Index) get(id string) (RunSummary, bool) {
 func (ix *Index) del(key string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if ix.relist(key) {
+		return
+	}
 	id, ok := ix.keys[key]
 	if ok {
 		delete(ix.keys, key)

@@ -182,6 +182,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 		t.parser = llamalog.MustParser()
 	}
 	t.index = newIndex()
+	t.index.openCap = cfg.RunMemory / indexShare
 	if err := t.index.start(ctx, kv, log); err != nil {
 		return nil, err
 	}
@@ -483,6 +484,18 @@ type RunSummary struct {
 	Split *split.Figures `json:"split,omitempty"`
 }
 
+// Unlisted says how many open runs List leaves out, and why ("" when
+// none): past its share of the runs' memory bound the run index counts
+// open runs without keeping their summaries (index.go).
+func (t *Table) Unlisted() (int64, string) {
+	n, capBytes := t.index.Unlisted()
+	if n == 0 {
+		return 0, ""
+	}
+	return n, fmt.Sprintf("%d open runs not listed: the run index keeps open runs' summaries in at most %d KiB (1/%d of the runs' memory bound, from memory_limit_mib), and more runs are open; their states are in the state bucket (/runs/{id} reads one), and each is listed once it closes",
+		n, capBytes>>10, indexShare)
+}
+
 // List returns every run (the index, with the open runs of the
 // partitions owned as they are in memory), sorted by id.
 func (t *Table) List(ctx context.Context) ([]RunSummary, error) {
@@ -517,9 +530,10 @@ func (t *Table) ListPage(after string, limit int) (out []RunSummary, more bool) 
 			out[i].State, out[i].LastEvent = lr.State, lr.LastEvent
 		}
 	}
-	// Runs in memory whose summary is not written (or not seen) yet.
+	// Runs in memory whose summary is not written (or not seen) yet; not
+	// those the index counts as not listed.
 	for id, lr := range live {
-		if id > after && !seen[id] && (!more || len(out) == 0 || id < out[len(out)-1].ID) {
+		if id > after && !seen[id] && !t.index.isUnlisted(id) && (!more || len(out) == 0 || id < out[len(out)-1].ID) {
 			out = append(out, lr)
 		}
 	}

@@ -61,6 +61,13 @@ type Source interface {
 	Report(ctx context.Context, id string) (split.Report, bool, error)
 }
 
+// Unlister is a Source that may leave runs out of Summaries (to keep its
+// memory bounded): Unlisted says how many, and why in a sentence ("" when
+// none). The list says so above its pager.
+type Unlister interface {
+	Unlisted() (int64, string)
+}
+
 // Options configure the pages.
 type Options struct {
 	// Token is required on a listener that is not loopback ("" refuses
@@ -117,6 +124,9 @@ type listing struct {
 	pos   map[string]int // run id → index in sums
 	hosts []string
 	lanes []string
+	// unlisted runs the source left out, and why (Unlister).
+	unlisted    int64
+	unlistedWhy string
 }
 
 // Row is one run of the list.
@@ -206,6 +216,9 @@ func (h *Handler) listing(ctx context.Context) (*listing, error) {
 		return sums[i].ID > sums[j].ID
 	})
 	l := &listing{at: h.opt.Now(), sums: sums, pos: make(map[string]int, len(sums))}
+	if u, ok := h.src.(Unlister); ok {
+		l.unlisted, l.unlistedWhy = u.Unlisted()
+	}
 	hosts, lanes := map[string]bool{}, map[string]bool{}
 	for i, s := range sums {
 		l.pos[s.ID] = i
@@ -297,10 +310,13 @@ type listPage struct {
 	Filter Filter
 	Rows   []Row
 	All    int // runs in all
-	Hosts  []string
-	Lanes  []string
-	Flags  []string
-	Limit  int
+	// Unlisted runs the source left out, and why (Unlister).
+	Unlisted    int64
+	UnlistedWhy string
+	Hosts       []string
+	Lanes       []string
+	Flags       []string
+	Limit       int
 	// LimitQuery is ?limit= as given ("" for the default).
 	LimitQuery string
 	// After is this page's cursor (the run before its first, "" for the
@@ -356,8 +372,8 @@ func (h *Handler) listData(ctx context.Context, q url.Values) (listPage, error) 
 		return listPage{}, err
 	}
 	f := filterOf(q)
-	p := listPage{Title: "gttsplit: runs", Filter: f, All: len(l.sums), Hosts: l.hosts, Lanes: l.lanes, Flags: flagNames,
-		Limit: limit, LimitQuery: q.Get("limit"), After: q.Get("after")}
+	p := listPage{Title: "gttsplit: runs", Filter: f, All: len(l.sums), Unlisted: l.unlisted, UnlistedWhy: l.unlistedWhy,
+		Hosts: l.hosts, Lanes: l.lanes, Flags: flagNames, Limit: limit, LimitQuery: q.Get("limit"), After: q.Get("after")}
 	start := 0
 	if p.After != "" {
 		if i, ok := l.pos[p.After]; ok {

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -450,4 +451,36 @@ func TestOpenRunPageSaysNotSeenYet(t *testing.T) {
 	require.NotContains(t, page, "it failed")
 	require.Contains(t, page, "no host-weight trace line seen yet (the run is still open)")
 	require.Contains(t, page, "no model buffer line seen yet (the run is still open)")
+}
+
+// unlistingSource leaves open runs out of its summaries (to bound its
+// memory) and says so, as the aggregator's run index does.
+type unlistingSource struct {
+	*memSource
+	n   atomic.Int64
+	why string
+}
+
+func (u *unlistingSource) Unlisted() (int64, string) {
+	if n := u.n.Load(); n > 0 {
+		return n, u.why
+	}
+	return 0, ""
+}
+
+// TestListSaysWhatItDoesNotList: a source that leaves runs out says how
+// many and why, and the list says it plainly above its pager, on every
+// page (the live updates replace the same part); once none is left out,
+// nothing is said.
+func TestListSaysWhatItDoesNotList(t *testing.T) {
+	src := &unlistingSource{memSource: manyRuns(t, 150), why: "1234 open runs not listed: the run index keeps open runs' summaries in at most 16 KiB"}
+	src.n.Store(1234)
+	srv, _ := serve(t, src, Options{Loopback: true, Poll: 10 * time.Millisecond})
+	for _, q := range []string{"/", "/?after=run-00100", "/?host=host1"} {
+		page := get(t, srv.URL+q, http.StatusOK)
+		require.Contains(t, page, `<p class="unlisted" id="unlisted">1234 open runs not listed: the run index keeps open runs&#39; summaries in at most 16 KiB.</p>`, q)
+	}
+	src.n.Store(0)
+	require.Eventually(t, func() bool { return !strings.Contains(get(t, srv.URL+"/", http.StatusOK), `id="unlisted"`) },
+		time.Minute, 10*time.Millisecond, "a list that leaves nothing out says nothing")
 }

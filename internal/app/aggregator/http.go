@@ -95,6 +95,10 @@ func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, e endpoints, log zer
 		if more && len(list) > 0 {
 			w.Header().Set("X-Next-After", list[len(list)-1].ID)
 		}
+		if n, why := svc.Unlisted(); n > 0 {
+			w.Header().Set("X-Unlisted-Runs", strconv.FormatInt(n, 10))
+			w.Header().Set("X-Unlisted-Why", why)
+		}
 		if list == nil {
 			list = []runtable.RunSummary{}
 		}

@@ -1,14 +1,20 @@
 package aggregator
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/runtable"
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
 // TestHTTPTokenOffLoopbackIntegration: on a non-loopback listener every
@@ -79,4 +85,49 @@ func TestHTTPTokenOffLoopbackIntegration(t *testing.T) {
 		require.Equal(t, http.StatusOK, status(t, addr, "/metrics", ""))
 		require.Equal(t, http.StatusUnauthorized, status(t, addr, "/runs", ""))
 	})
+}
+
+// TestRunsSayWhatTheyDoNotListIntegration: with more runs open than the
+// run index may list in its share of the memory limit (memory_limit_mib 2:
+// 128 KiB of summaries, ~330 runs; 800 open), /runs answers the runs it
+// lists and says in X-Unlisted-Runs how many open runs it does not (listed
+// + not listed = open), and in X-Unlisted-Why why; the live page says the
+// same above its pager.
+func TestRunsSayWhatTheyDoNotListIntegration(t *testing.T) {
+	skipShort(t)
+	const open = 800
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+	cfg := testConfig(t, b.url)
+	cfg.HTTP.Listen, cfg.MemoryLimitMiB = "127.0.0.1:0", 2
+	s := startServe(t, cfg, ServeOptions{})
+	var wires []events.Wire
+	for i := range open {
+		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf("unlisted-%04d", i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
+		require.NoError(t, err)
+		wires = append(wires, w)
+	}
+	b.publish(t, wires...)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
+
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitFor}
+	var listed int
+	var unlisted int64
+	var why string
+	eventually(t, "/runs lists or counts every open run", func() bool {
+		resp, err := c.Get("http://" + s.http + "/runs?limit=10000")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var list []runtable.RunSummary
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+		listed, why = len(list), resp.Header.Get("X-Unlisted-Why")
+		unlisted, _ = strconv.ParseInt(resp.Header.Get("X-Unlisted-Runs"), 10, 64)
+		return listed+int(unlisted) == open && unlisted > 0
+	})
+	t.Logf("/runs: %d listed, %d not listed: %s", listed, unlisted, why)
+	require.Less(t, listed, open/2)
+	require.Contains(t, why, fmt.Sprintf("%d open runs not listed", unlisted))
+	require.Contains(t, why, "memory_limit_mib")
+	require.Contains(t, httpGet(t, s.http, "/", http.StatusOK), `id="unlisted">`+fmt.Sprintf("%d open runs not listed", unlisted))
 }

@@ -27,6 +27,9 @@ func (s webSource) Summaries(ctx context.Context) ([]web.Summary, error) {
 	return out, nil
 }
 
+// Unlisted says how many open runs the run index does not list, and why.
+func (s webSource) Unlisted() (int64, string) { return s.svc.Unlisted() }
+
 func (s webSource) Report(ctx context.Context, id string) (split.Report, bool, error) {
 	return s.svc.Snapshot(ctx, id)
 }
