@@ -112,13 +112,35 @@ func BenchmarkServeFlood(b *testing.B) {
 		b.ReportMetric(rss/(1<<20), "RSS-MiB")
 		b.ReportMetric(shed, "runs-shed")
 		b.ReportMetric(beside/(1<<20), "open-runs-beside-MiB")
+		unlisted := unlistedRuns(addr)
+		b.ReportMetric(unlisted, "runs-unlisted")
 		b.ReportMetric(redelivered, "redelivered")
 		b.ReportMetric(took.Seconds(), "s-to-fold")
 		b.ReportMetric(float64(n), "runs")
-		b.Logf("FLOOD %d runs: peak RSS %.0f MiB, RSS %.0f MiB, %v shed, runs in memory %.0f MiB + %.0f MiB what every open run costs beside, %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
-			n, peak/(1<<20), rss/(1<<20), shed, held/(1<<20), beside/(1<<20), redelivered, published.Round(time.Second), took.Round(time.Second),
+		b.Logf("FLOOD %d runs: peak RSS %.0f MiB, RSS %.0f MiB, %v shed, %v not listed on /runs, runs in memory %.0f MiB + %.0f MiB what every open run costs beside, %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
+			n, peak/(1<<20), rss/(1<<20), shed, unlisted, held/(1<<20), beside/(1<<20), redelivered, published.Round(time.Second), took.Round(time.Second),
 			strings.TrimSpace(ready), load0, loadAvg())
 	}
+}
+
+// unlistedRuns is how many open runs the aggregator at addr says /runs
+// does not list (X-Unlisted-Runs; -1 when it cannot be read).
+func unlistedRuns(addr string) float64 {
+	c := &http.Client{Timeout: time.Minute}
+	resp, err := c.Get("http://" + addr + "/runs?limit=1")
+	if err != nil {
+		return -1
+	}
+	_ = resp.Body.Close()
+	v := resp.Header.Get("X-Unlisted-Runs")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // loadAvg is the machine's load averages (/proc/loadavg's first three).
