@@ -116,7 +116,7 @@ func NewMetrics() *Metrics {
 	m.runMemory = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_run_memory_bytes",
 		Help: "What the runs held in memory are taken to cost (twice their encoded state, and what the table keeps beside each); with gttsplit_run_index_memory_bytes against the runs' memory bound (from memory_limit_mib)."})
 	m.runIndexMemory = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_run_index_memory_bytes",
-		Help: "What every open run costs this process wherever its state is: its summary in the run index, its cold entry when shed, and with the embedded broker the broker's index of its keys; counted against the runs' memory bound with gttsplit_run_memory_bytes."})
+		Help: "What every open run costs this process wherever its state is: its summary in the run index (or its count there, past the index's share), its cold entry when shed, and with the embedded broker the broker's index of its keys; counted against the runs' memory bound with gttsplit_run_memory_bytes."})
 	m.memWaits = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_run_memory_waits_total",
 		Help: "Events for a run not in memory that waited for their partition's checkpoint (and its shedding) because the runs' memory bound was passed."})
 	m.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_fleet_members",
