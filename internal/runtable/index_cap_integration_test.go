@@ -3,8 +3,6 @@ package runtable_test
 import (
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,25 +41,10 @@ func TestIndexListsOpenRunsWithinItsShareIntegration(t *testing.T) {
 	}
 
 	// What the listed open runs' summaries are charged, sampled all along.
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			if _, bytes, _, _ := r.tbl.IndexOpen(); bytes > peak.Load() {
-				peak.Store(bytes)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	stopSampling := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	t.Cleanup(stopSampling)
+	stopSampling := samplePeak(t, func() (int64, int64) {
+		_, bytes, _, _ := r.tbl.IndexOpen()
+		return bytes, 0
+	})
 
 	b.Publish(t, wires...)
 	waitMoving(t, "the flood acknowledged", func() (uint64, bool) { return acked(b, group) })
@@ -70,11 +53,11 @@ func TestIndexListsOpenRunsWithinItsShareIntegration(t *testing.T) {
 		listed, _, unlisted, _ := r.tbl.IndexOpen()
 		return uint64(listed + unlisted), listed+unlisted == flood
 	})
-	stopSampling()
+	peak, _ := stopSampling()
 	listed, _, unlisted, capBytes := r.tbl.IndexOpen()
-	t.Logf("open runs: %d listed (summaries peaked at %d KiB of a %d KiB share), %d not listed", listed, peak.Load()>>10, capBytes>>10, unlisted)
+	t.Logf("open runs: %d listed (summaries peaked at %d KiB of a %d KiB share), %d not listed", listed, peak>>10, capBytes>>10, unlisted)
 	require.Equal(t, int64(budget/8), capBytes)
-	require.LessOrEqual(t, peak.Load(), capBytes, "the open runs' summaries passed their share")
+	require.LessOrEqual(t, peak, capBytes, "the open runs' summaries passed their share")
 	require.Positive(t, unlisted)
 	require.Less(t, listed*runtable.SummaryCost(runtable.RunSummary{ID: "capped-0000", Host: fx.Origin.Host, Lane: fx.Origin.Lane}), capBytes+1)
 

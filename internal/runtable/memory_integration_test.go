@@ -89,35 +89,7 @@ func TestFloodShedsRunsToTheBucketIntegration(t *testing.T) {
 	// The memory the table counts against the bound (its runs in memory
 	// and what every open run costs wherever it is: its summary in the
 	// run index, its cold entry), sampled all along.
-	var peak, peakBeside atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			used, beside := sampled.Load().RunMemoryCharged()
-			if used > peak.Load() {
-				peak.Store(used)
-				peakBeside.Store(beside)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	stopSampling := func() int64 {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-		return peak.Load()
-	}
-	t.Cleanup(func() { stopSampling() })
+	stopSampling := samplePeak(t, func() (int64, int64) { return sampled.Load().RunMemoryCharged() })
 
 	for _, g := range shed {
 		b.Publish(t, g.Wires[0])
@@ -213,11 +185,41 @@ func TestFloodShedsRunsToTheBucketIntegration(t *testing.T) {
 	}
 	enc, err := runtable.MarshalState(full.Get(fx.Origin.RunID))
 	require.NoError(t, err)
-	top := stopSampling()
+	top, peakBeside := stopSampling()
 	slack := int64(r.parts)*runtable.NewRunCost + int64(len(shed)+len(others))*runtable.RunCost(len(enc))
 	t.Logf("run memory: peak %d KiB (%d KiB of it the open runs' summaries and cold entries) of a %d KiB bound (slack %d KiB); %v runs shed, %v events waited for room",
-		top>>10, peakBeside.Load()>>10, budget>>10, slack>>10, counter(t, r.m, "gttsplit_runs_shed_total"), counter(t, r.m, "gttsplit_run_memory_waits_total"))
+		top>>10, peakBeside>>10, budget>>10, slack>>10, counter(t, r.m, "gttsplit_runs_shed_total"), counter(t, r.m, "gttsplit_run_memory_waits_total"))
 	require.LessOrEqual(t, top, int64(budget)+slack)
+}
+
+// samplePeak samples f every millisecond until the returned func is
+// called (at the latest when the test ends); that returns the largest
+// first value f gave, and the second value f gave with it.
+func samplePeak(t testing.TB, f func() (int64, int64)) func() (peak, with int64) {
+	var top, aux atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if v, w := f(); v > top.Load() {
+				top.Store(v)
+				aux.Store(w)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	end := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(end)
+	return func() (int64, int64) {
+		end()
+		return top.Load(), aux.Load()
+	}
 }
 
 // waitMoving polls cond until it says done; it fails once the progress it
