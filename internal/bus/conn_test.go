@@ -109,10 +109,9 @@ func TestConnectNeedsURL(t *testing.T) {
 // one error that names the URL and the cause, for each URL given.
 func TestConnectFailFastUnreachable(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := natstest.FreePorts(1) // nothing listens there
 	require.NoError(t, err)
-	refused := "nats://" + ln.Addr().String()
-	require.NoError(t, ln.Close()) // nothing listens there any more
+	refused := fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
 	cfg := bus.DefaultConfig()
 	cfg.URL, cfg.ConnectTimeout = refused+",nats://user:pw@no-such-host.invalid:4222", 2*time.Second
 	nc, err := bus.Connect(context.Background(), cfg, bus.DialOptions{Required: true}, testLogger(t))

@@ -167,14 +167,9 @@ func StartClusterWith(t testing.TB, n int, edit func(*server.Options)) *Cluster 
 	t.Helper()
 	name := fmt.Sprintf("gttsplit-test-%d", time.Now().UnixNano())
 	// Reserve the route ports first so every server can name every other.
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		_ = ln.Close()
+	ports, err := FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var routes []string
 	for _, p := range ports {

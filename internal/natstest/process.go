@@ -1,9 +1,10 @@
 package natstest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,11 +78,35 @@ type ProcCluster struct {
 // StartProcCluster starts an n-node cluster of nats-server processes
 // (free ports, stores under t.TempDir()), with extra appended to every
 // node's configuration, and waits until JetStream answers through every
-// node. The processes are killed when the test ends.
+// node. The processes are killed when the test ends. When a node finds
+// one of its chosen ports taken, the whole cluster starts again on other
+// ports.
 func StartProcCluster(t testing.TB, n int, extra string) *ProcCluster {
 	t.Helper()
 	bin := ServerBinary(t)
-	ports := freePorts(t, 2*n)
+	const attempts = 3
+	for i := 1; ; i++ {
+		c := newProcCluster(t, bin, n, extra)
+		err := c.waitReady(n)
+		if err == nil {
+			return c
+		}
+		for _, nd := range c.Nodes {
+			nd.kill()
+		}
+		if !errors.Is(err, errPortTaken) || i == attempts {
+			t.Fatal(err)
+		}
+		t.Logf("natstest: starting the cluster again on other ports: %v", err)
+	}
+}
+
+func newProcCluster(t testing.TB, bin string, n int, extra string) *ProcCluster {
+	t.Helper()
+	ports, err := FreePorts(2 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var routes []string
 	for i := 0; i < n; i++ {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
@@ -115,26 +140,7 @@ cluster {
 		nd.start(t)
 		t.Cleanup(nd.kill)
 	}
-	c.waitReady(t, n)
 	return c
-}
-
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var out []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		_ = ln.Close()
-	}
-	return out
 }
 
 func (nd *Node) start(t testing.TB) {
@@ -259,39 +265,67 @@ func (c *ProcCluster) CPU() time.Duration {
 }
 
 // waitReady waits until every node accepts clients and creates and
-// deletes an R-n stream through it.
-func (c *ProcCluster) waitReady(t testing.TB, n int) {
-	t.Helper()
+// deletes an R-n stream through it. A node that exited because a port
+// was taken is errPortTaken.
+func (c *ProcCluster) waitReady(n int) error {
 	deadline := time.Now().Add(clusterReadyTimeout * 2)
 	for i, nd := range c.Nodes {
 		for {
-			err := func() error {
-				nc, err := nats.Connect(nd.URL(), nats.Timeout(time.Second))
-				if err != nil {
-					return err
-				}
-				defer nc.Close()
-				js, err := jetstream.New(nc)
-				if err != nil {
-					return err
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				defer cancel()
-				name := fmt.Sprintf("NATSTEST_WARMUP_%d", i)
-				if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"natstest.warmup." + name},
-					Storage: jetstream.MemoryStorage, Replicas: n}); err != nil {
-					return err
-				}
-				return js.DeleteStream(ctx, name)
-			}()
+			err := nd.warmUp(i, n)
 			if err == nil {
 				break
 			}
+			if nd.exited() {
+				b, _ := os.ReadFile(filepath.Join(nd.Dir, "server.log"))
+				if bytes.Contains(b, []byte("address already in use")) {
+					return fmt.Errorf("node %s: %w\n%s", nd.Name, errPortTaken, b)
+				}
+				return fmt.Errorf("natstest: node %s exited: %v\n%s", nd.Name, err, b)
+			}
 			if time.Now().After(deadline) {
 				b, _ := os.ReadFile(filepath.Join(nd.Dir, "server.log"))
-				t.Fatalf("natstest: node %s not ready: %v\n%s", nd.Name, err, b)
+				return fmt.Errorf("natstest: node %s not ready: %v\n%s", nd.Name, err, b)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+	return nil
+}
+
+// warmUp connects to the node and creates and deletes an R-n stream
+// through it.
+func (nd *Node) warmUp(i, n int) error {
+	nc, err := nats.Connect(nd.URL(), nats.Timeout(time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	name := fmt.Sprintf("NATSTEST_WARMUP_%d", i)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"natstest.warmup." + name},
+		Storage: jetstream.MemoryStorage, Replicas: n}); err != nil {
+		return err
+	}
+	return js.DeleteStream(ctx, name)
+}
+
+// exited tells whether the node's process has ended.
+func (nd *Node) exited() bool {
+	nd.mu.Lock()
+	done := nd.done
+	nd.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
 	}
 }

@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/natstest"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
@@ -42,10 +42,9 @@ func BenchmarkServeFlood(b *testing.B) {
 	fx := loadFixture(b, fixture4B)
 	group := config.DefaultAggregator().Consumer.Fleet.Group
 	for i := 0; i < b.N; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ports, err := natstest.FreePorts(1)
 		require.NoError(b, err)
-		port := ln.Addr().(*net.TCPAddr).Port
-		require.NoError(b, ln.Close())
+		port := ports[0]
 		logDir := b.TempDir()
 		// No nats.url: serve starts its embedded broker.
 		c := startServeChild(b, bin, "", logDir, "serve",
