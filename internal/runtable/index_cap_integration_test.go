@@ -18,8 +18,8 @@ import (
 // the runs' memory bound (1/8 of 1 MiB here: ~330 summaries; 1,500 runs
 // open, of every partition): the open runs' summaries stay within that
 // share all along (sampled; the old index kept every one, ~570 KiB), the
-// runs past it are counted, not listed, and List and Unlisted say so
-// (listed + not listed = open). Once they close (the idle timeout), every
+// runs past it are counted, not listed, and List, Unlisted and
+// gttsplit_runs_unlisted say so (listed + not listed = open). Once they close (the idle timeout), every
 // run is listed again and nothing is said to be left out.
 func TestIndexListsOpenRunsWithinItsShareIntegration(t *testing.T) {
 	skipShort(t)
@@ -68,6 +68,7 @@ func TestIndexListsOpenRunsWithinItsShareIntegration(t *testing.T) {
 	require.Equal(t, flood, len(list)+int(n), "listed and not listed are the open runs")
 	require.Contains(t, why, fmt.Sprintf("%d open runs not listed", n))
 	require.Contains(t, why, "memory_limit_mib")
+	require.Equal(t, float64(n), counter(t, r.m, "gttsplit_runs_unlisted"))
 	for _, s := range list {
 		require.NotEqual(t, "closed", s.State, s.ID)
 	}
@@ -92,5 +93,6 @@ func TestIndexListsOpenRunsWithinItsShareIntegration(t *testing.T) {
 	})
 	_, why = r.tbl.Unlisted()
 	require.Empty(t, why)
+	require.Zero(t, counter(t, r.m, "gttsplit_runs_unlisted"))
 	require.False(t, strings.Contains(why, "not listed"))
 }
