@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 )
 
@@ -58,6 +59,16 @@ func TestServeLeasesLostWriteEachSplitOnceIntegration(t *testing.T) {
 			}
 		}
 	}()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, g := range runs {
+			if k := len(s.closes.of(g.Origin.RunID)); k != 1 {
+				t.Logf("run %s (partition %d): %d splits", g.Origin.RunID, bus.PartitionOf(g.Origin.RunID, cfg.Consumer.Stream.Partitions), k)
+			}
+		}
+	})
 	b.publish(t, interleave(runs)...)
 	closed := func() float64 { _, c := s.closes.count(); return float64(c) }
 	whileProgress(t, fmt.Sprintf("%d runs closed", n), func() bool { return closed() >= n }, closed)
