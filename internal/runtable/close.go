@@ -214,11 +214,16 @@ func (pt *part) writeCloses(ctx context.Context, cs []*closing) {
 	last := make([]int, len(cs))    // cs[i]'s last write in b
 	durable := make([]int, len(cs)) // the write of b after which nobody closes cs[i] again
 	for i, c := range cs {
-		b.put(stateKey(c.id), c.b)
-		durable[i] = b.len()
+		// The pending marker goes first: a closed state the next owner
+		// finds always has its marker, so the next owner sends the split
+		// again when this table's sinks refuse it (the lease lost); a
+		// marker whose closed state did not go through is purged by the
+		// next owner's load (its run is still open there).
 		if c.changed && t.cfg.Sinks != nil {
 			b.put(pendKey(pt.p, c.id), []byte(c.id))
 		}
+		b.put(stateKey(c.id), c.b)
+		durable[i] = b.len()
 		f := split.FiguresOf(c.rep)
 		if sb := summaryBytes(c.st, "closed", c.now, false, &f); sb != nil {
 			b.put(summaryKey(c.id), sb)
