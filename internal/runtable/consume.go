@@ -28,15 +28,26 @@ import (
 const (
 	// ownerGroup is the priority group of every partition consumer.
 	ownerGroup = "owner"
-	// pinnedTTL: the server moves a pin after this long without a pull.
-	pinnedTTL = 5 * time.Second
-	// pullExpiry is the expiry of a pull request (well within pinnedTTL;
-	// a pull the server lost, its consumer's leader dead, is sent again
-	// after it). Not longer, with the server's heartbeats to end a lost
-	// one sooner: under load the client missed them while messages were
+	// pinnedTTL: the server moves a pin after this long without a pull
+	// (longer than the longest pull; a partition's next owner unpins it
+	// at once).
+	pinnedTTL = 20 * time.Second
+	// pullExpiry is the expiry of a pull request while the partition
+	// receives events, idlePullExpiry once idlePulls pulls in a row
+	// brought none (within pinnedTTL). No server heartbeats end a lost
+	// pull sooner: under load the client missed them while messages were
 	// on their way, and a pull ended that way loses what the server sent
-	// it until the ack wait.
-	pullExpiry = 4 * time.Second
+	// it until the ack wait. A pull is not lost to a new leader of its
+	// consumer (the servers of a cluster keep the consumer's pull
+	// requests, and the new leader ends each with a 409 the client pulls
+	// again after) nor to the client's reconnection (the table cuts its
+	// pulls when its connection reconnected: Table.watch); what is left
+	// to the expiry is a pull whose leader died before its followers
+	// knew of it: an idle partition then pulls again at most
+	// idlePullExpiry later.
+	pullExpiry     = 4 * time.Second
+	idlePullExpiry = 15 * time.Second
+	idlePulls      = 2
 	// pullBatch bounds the messages buffered per partition (flow.go
 	// sizes each pull, up to it).
 	pullBatch = 64
@@ -80,6 +91,25 @@ type partConsumer struct {
 	failing atomic.Bool
 	// pulled holds the messages of the current pull not handled yet.
 	pulled pulled
+	// cut ends the current pull (nil between pulls); guarded by cutMu.
+	cutMu sync.Mutex
+	cut   context.CancelFunc
+}
+
+// setCut records how to end the current pull (nil: none).
+func (c *partConsumer) setCut(cancel context.CancelFunc) {
+	c.cutMu.Lock()
+	defer c.cutMu.Unlock()
+	c.cut = cancel
+}
+
+// cutPull ends the current pull: the loop pulls again at once.
+func (c *partConsumer) cutPull() {
+	c.cutMu.Lock()
+	defer c.cutMu.Unlock()
+	if c.cut != nil {
+		c.cut()
+	}
 }
 
 // startConsumers creates the partition's consumers and starts consuming.
@@ -233,8 +263,15 @@ func (pt *part) consume(c *partConsumer) {
 		// responders: the consumer has no leader, its node died and the
 		// others elect one) is sent again after repullAfter, until a
 		// leader takes it.
+		empty := 0 // pulls in a row that brought nothing
 		for ctx.Err() == nil {
-			fctx, cancel := pullContext(ctx)
+			expiry := pullExpiry
+			if empty >= idlePulls {
+				expiry = idlePullExpiry
+			}
+			fctx, cancel := pullContext(ctx, expiry)
+			c.setCut(cancel)
+			before := c.msgs.Load()
 			batch, err := c.cons.Fetch(t.flow.pullSize(), jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
 			if err == nil {
 				c.pulled.start()
@@ -259,10 +296,16 @@ func (pt *part) consume(c *partConsumer) {
 					c.failing.Store(true)
 				}
 				if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-					err = nil // nothing to pull, or stopped
+					err = nil // nothing to pull, cut, or stopped
 				}
 			}
+			c.setCut(nil)
 			cancel()
+			if err == nil && c.msgs.Load() == before {
+				empty++
+			} else {
+				empty = 0
+			}
 			if err != nil && ctx.Err() == nil {
 				c.failing.Store(true) // the next watch asks the broker
 				pause := 200 * time.Millisecond
@@ -288,9 +331,9 @@ func (pt *part) consume(c *partConsumer) {
 const pullGrace = time.Second
 
 // pullCtx is a pull's context. Its deadline is the one nats.go derives the
-// pull's expiry at the server from (nine tenths of the time left:
-// pullExpiry); it is done pullGrace after that expiry, or when the consumer
-// stops. A pull the client ends by its own deadline drops what the server
+// pull's expiry at the server from (nine tenths of the time left: the
+// expiry asked); it is done pullGrace after that expiry, when the consumer
+// stops, or when the pull is cut. A pull the client ends by its own deadline drops what the server
 // sent it near the expiry and is still on its way (delivered again only
 // after the ack wait); on a loaded machine that way takes longer than
 // nats.go's own tenth.
@@ -301,10 +344,10 @@ type pullCtx struct {
 
 func (c pullCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
-func pullContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func pullContext(ctx context.Context, expiry time.Duration) (context.Context, context.CancelFunc) {
 	now := time.Now()
-	inner, cancel := context.WithDeadline(ctx, now.Add(pullExpiry+pullGrace))
-	return pullCtx{Context: inner, deadline: now.Add(pullExpiry * 10 / 9)}, cancel
+	inner, cancel := context.WithDeadline(ctx, now.Add(expiry+pullGrace))
+	return pullCtx{Context: inner, deadline: now.Add(expiry * 10 / 9)}, cancel
 }
 
 // stopConsumers stops consuming the partition; the message being handled,
@@ -419,11 +462,23 @@ func (t *Table) watch(ctx context.Context) {
 	tk := time.NewTicker(watchEvery)
 	defer tk.Stop()
 	var ws watchState
+	nc := t.js.Conn()
+	reconnects := nc.Stats().Reconnects
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tk.C:
+		}
+		if r := nc.Stats().Reconnects; r != reconnects {
+			// The pulls sent on the connection before it reconnected
+			// may be lost with the server it left: pulled again.
+			reconnects = r
+			for _, pt := range t.parts() {
+				for _, c := range pt.cons {
+					c.cutPull()
+				}
+			}
 		}
 		t.watchOnce(ctx, &ws)
 	}

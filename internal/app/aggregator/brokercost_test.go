@@ -255,12 +255,12 @@ func subjectKinds(t *testing.T, url string, d time.Duration) string {
 // idleNeed is the messages a second an idle fleet of members needs to
 // send for its leases' time to live (consumer.lease_ttl, default 15 s):
 // every lease renewed every lease_ttl/4, every member key every
-// lease_ttl/3, a pull a partition
-// every 4 s, a consumer's info every 30 s (sooner only for a partition
-// that received or whose pull failed), the events stream's info every
-// 30 s.
+// lease_ttl/3, a pull a partition every 15 s (an idle partition's pull
+// expiry: 4 s while it receives), a consumer's info every 30 s (sooner
+// only for a partition that received or whose pull failed), the events
+// stream's info every 30 s.
 func idleNeed(members, parts int) float64 {
-	const ttl, pull, every = 15.0, 4.0, 30.0
+	const ttl, pull, every = 15.0, 15.0, 30.0
 	return float64(parts)/(ttl/4) + float64(members)/(ttl/3) + float64(parts)/pull + float64(parts)/every + float64(members)/every
 }
 
