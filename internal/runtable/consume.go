@@ -29,12 +29,14 @@ const (
 	// ownerGroup is the priority group of every partition consumer.
 	ownerGroup = "owner"
 	// pinnedTTL: the server moves a pin after this long without a pull
-	// (longer than the longest pull; a partition's next owner unpins it
-	// at once).
-	pinnedTTL = 20 * time.Second
+	// (a member that lost its lease and pulled once more may hold it
+	// until then). An idle partition's pull outlasts it: when the pin
+	// moved meanwhile, the next event ends the pull with a 423, and the
+	// partition pulls again at once (unpinned, it is pinned again).
+	pinnedTTL = 5 * time.Second
 	// pullExpiry is the expiry of a pull request while the partition
 	// receives events, idlePullExpiry once idlePulls pulls in a row
-	// brought none (within pinnedTTL). No server heartbeats end a lost
+	// brought none. No server heartbeats end a lost
 	// pull sooner: under load the client missed them while messages were
 	// on their way, and a pull ended that way loses what the server sent
 	// it until the ack wait. A pull is not lost to a new leader of its
@@ -305,6 +307,9 @@ func (pt *part) consume(c *partConsumer) {
 				empty++
 			} else {
 				empty = 0
+			}
+			if errors.Is(err, jetstream.ErrPinIDMismatch) {
+				continue // the pin moved during a long pull: again, unpinned
 			}
 			if err != nil && ctx.Err() == nil {
 				c.failing.Store(true) // the next watch asks the broker
