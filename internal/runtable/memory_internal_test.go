@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,15 +15,27 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
-// heapGrowth is what fill leaves on the heap, in bytes, after a collection.
-func heapGrowth(fill func()) int64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fill()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
+// heapGrowth is what build's result takes on the heap, in bytes: the
+// heap after a collection with it alive against the heap after one
+// before it was built. Other goroutines of the test process (a server
+// or table of an earlier test still shutting down) free or allocate
+// meanwhile, more so on a loaded machine, so build runs three times and
+// the median is taken; the last result is returned with it.
+func heapGrowth[T any](build func() T) (int64, T) {
+	var took [3]int64
+	var v T
+	for i := range took {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		v = build()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(v)
+		took[i] = int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	}
+	slices.Sort(took[:])
+	return took[1], v
 }
 
 // What the runs cost wherever their state is counts against the runs'
@@ -50,13 +63,14 @@ func TestBesideRunsCostCharged(t *testing.T) {
 		return b
 	}
 	for _, closed := range []bool{false, true} {
-		ix := newIndex()
-		took := heapGrowth(func() {
+		took, ix := heapGrowth(func() *Index {
+			ix := newIndex()
 			for i := range n {
 				var s RunSummary
 				require.NoError(t, json.Unmarshal(summary(i, closed), &s))
 				ix.put(summaryKey(s.ID), s)
 			}
+			return ix
 		})
 		runs, charged := ix.footprint(closed)
 		require.Equal(t, int64(n), runs)
@@ -68,14 +82,15 @@ func TestBesideRunsCostCharged(t *testing.T) {
 
 	// Past the index's share, an open run is counted, not listed: a hash
 	// in a set.
-	ix := newIndex()
-	ix.openCap = 1
-	took := heapGrowth(func() {
+	took, ix := heapGrowth(func() *Index {
+		ix := newIndex()
+		ix.openCap = 1
 		for i := range n {
 			var s RunSummary
 			require.NoError(t, json.Unmarshal(summary(i, false), &s))
 			ix.put(summaryKey(s.ID), s)
 		}
+		return ix
 	})
 	runs, charged := ix.footprint(false)
 	unlisted, _ := ix.Unlisted()
@@ -87,12 +102,14 @@ func TestBesideRunsCostCharged(t *testing.T) {
 	require.LessOrEqual(t, charged, 2*took, "the runs not listed are charged more than twice what they take")
 	runtime.KeepAlive(ix)
 
-	tb := &Table{}
-	pt := &part{t: tb, cold: map[string]int64{}}
-	took = heapGrowth(func() {
+	var tb *Table
+	took, pt := heapGrowth(func() *part {
+		tb = &Table{}
+		pt := &part{t: tb, cold: map[string]int64{}}
 		for i := range n {
 			pt.addCold(fmt.Sprintf("flood-%06d-0", i), at.Add(time.Duration(i)))
 		}
+		return pt
 	})
 	charged = tb.mem.coldBytes.Load()
 	t.Logf("cold entries: %d bytes a run taken, %d charged", took/int64(n), charged/int64(n))
