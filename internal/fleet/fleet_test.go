@@ -569,13 +569,7 @@ func TestLostWhileLoadingWaitsForAcquiredIntegration(t *testing.T) {
 // late the last answer came. Before, each renewal was given up after
 // LeaseTTL/5 and every lease was lost once its validity ran out.
 func TestSlowAnswersKeepTheLeasesIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a nats-server")
-	}
-	s := natstest.Start(t)
-	f := newTestFleet(t, s.ClientURL())
-	proxy := natstest.StartProxy(t, s.Addr().String())
-	js, kv := memberBucket(t, proxy.URL())
+	f, proxy, js, kv := behindProxy(t)
 	const ttl, latency = 10 * time.Second, 2500 * time.Millisecond
 	m := runMember(t, js, Config{Group: "g", LeaseTTL: ttl},
 		Settings{Partitions: 2, Bucket: testBucket, KV: kv, Heartbeat: time.Second}, handler{f})
@@ -591,6 +585,22 @@ func TestSlowAnswersKeepTheLeasesIntegration(t *testing.T) {
 		require.Equal(t, 2, f.shares()[m.id], "a lease lost to slow answers: %v", events)
 	}
 	proxy.SetLatency(0)
+}
+
+// behindProxy starts a nats-server with a test fleet on it and a proxy in
+// front of it, and opens the members' bucket through the proxy: what the
+// member or lease under test sends and hears goes through the proxy, the
+// test fleet sees the server directly.
+func behindProxy(t *testing.T) (*testFleet, *natstest.Proxy, jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	proxy := natstest.StartProxy(t, s.Addr().String())
+	js, kv := memberBucket(t, proxy.URL())
+	return f, proxy, js, kv
 }
 
 // runMember joins a member of cfg and set to js's bucket with Handler h,
@@ -616,13 +626,7 @@ func runMember(t *testing.T, js jetstream.JetStream, cfg Config, set Settings, h
 // validity had ended lost it at once, and its partition's work was
 // handed back (its messages delivered again).
 func TestLeaseInDoubtKeptIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a nats-server")
-	}
-	s := natstest.Start(t)
-	f := newTestFleet(t, s.ClientURL())
-	proxy := natstest.StartProxy(t, s.Addr().String())
-	js, kv := memberBucket(t, proxy.URL())
+	f, proxy, js, kv := behindProxy(t)
 	// Valid for half its time to live: the renewal sent once that ran out
 	// reaches the server long before the key would expire.
 	const ttl, margin = 20 * time.Second, 10 * time.Second

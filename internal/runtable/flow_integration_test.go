@@ -17,6 +17,17 @@ import (
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
 )
 
+// behindProxy loads fixture4B and starts a broker with a proxy in front of
+// it: the table under test talks to the broker through the proxy, the test
+// publishes and reads the broker directly.
+func behindProxy(t *testing.T) (rt.Fixture, *rt.Broker, *natstest.Proxy) {
+	t.Helper()
+	skipShort(t)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	srv := natstest.Start(t)
+	return fx, rt.BrokerAt(t, srv), natstest.StartProxy(t, srv.Addr().String())
+}
+
 // A broker slow to answer (every byte it sends reaches the table 300 ms
 // late, as a loaded machine or a busy cluster makes it): each state write
 // of a checkpoint waits for its answer, so the checkpoint that writes the
@@ -29,12 +40,7 @@ import (
 // between checkpoints, and a pull's 64 messages waited in a buffer: 301 of
 // 325 events were delivered again.)
 func TestSlowBrokerRedeliversNothingIntegration(t *testing.T) {
-	skipShort(t)
-	opts := rt.FoldOptions(t)
-	fx := rt.Load(t, fixture4B, opts)
-	srv := natstest.Start(t)
-	b := rt.BrokerAt(t, srv)
-	proxy := natstest.StartProxy(t, srv.Addr().String())
+	fx, b, proxy := behindProxy(t)
 	const group = "slow"
 	// Leases that outlive renewals waiting behind slow writes.
 	r := startTable(t, proxy.URL(), group, tableConfig{idle: time.Hour,
@@ -81,12 +87,7 @@ func TestSlowBrokerRedeliversNothingIntegration(t *testing.T) {
 // partition's folded events were handed back and delivered again once the
 // key expired and the member took the partition anew.)
 func TestLeaseInDoubtKeepsItsWorkIntegration(t *testing.T) {
-	skipShort(t)
-	opts := rt.FoldOptions(t)
-	fx := rt.Load(t, fixture4B, opts)
-	srv := natstest.Start(t)
-	b := rt.BrokerAt(t, srv)
-	proxy := natstest.StartProxy(t, srv.Addr().String())
+	fx, b, proxy := behindProxy(t)
 	const group, ttl = "doubt", 20 * time.Second
 	var logs logBuf
 	log := zerolog.New(io.MultiWriter(&logs, zerolog.NewTestWriter(t))).Level(zerolog.InfoLevel)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
 	"github.com/gttsplit/gttsplit/pkg/events"
@@ -24,14 +23,8 @@ import (
 func TestIndexListsOpenRunsWithinItsShareIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
-	opts := rt.FoldOptions(t)
-	fx := rt.Load(t, fixture4B, opts)
-	b := rt.StartBroker(t)
-	const group, idle, flood = "capped", time.Hour, 1500
-	const budget = 1 << 20 // half of memory_limit_mib 2
-	clk := newFakeClock()
-	r := startTable(t, b.URL, group, tableConfig{idle: idle, now: clk.now, edit: func(c *config.Aggregator) { c.MemoryLimitMiB = 2 }})
-	r.waitOwns(r.parts)
+	const group, flood = "capped", 1500
+	_, fx, b, clk, _, r := startBounded(t, group)
 
 	var wires []events.Wire
 	for i := range flood {
@@ -56,7 +49,7 @@ func TestIndexListsOpenRunsWithinItsShareIntegration(t *testing.T) {
 	peak, _ := stopSampling()
 	listed, _, unlisted, capBytes := r.tbl.IndexOpen()
 	t.Logf("open runs: %d listed (summaries peaked at %d KiB of a %d KiB share), %d not listed", listed, peak>>10, capBytes>>10, unlisted)
-	require.Equal(t, int64(budget/8), capBytes)
+	require.Equal(t, int64(boundBudget/8), capBytes)
 	require.LessOrEqual(t, peak, capBytes, "the open runs' summaries passed their share")
 	require.Positive(t, unlisted)
 	require.Less(t, listed*runtable.SummaryCost(runtable.RunSummary{ID: "capped-0000", Host: fx.Origin.Host, Lane: fx.Origin.Lane}), capBytes+1)
@@ -74,7 +67,7 @@ func TestIndexListsOpenRunsWithinItsShareIntegration(t *testing.T) {
 	}
 
 	// Closed, every run is listed.
-	clk.advance(idle + time.Minute)
+	clk.advance(boundIdle + time.Minute)
 	waitMoving(t, "every run closed", func() (uint64, bool) {
 		n, _ := r.closes.count()
 		return uint64(n), n == flood

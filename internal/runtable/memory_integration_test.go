@@ -18,6 +18,30 @@ import (
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
+const (
+	// boundBudget is the runs' memory bound of a table startBounded
+	// starts: half of its memory_limit_mib 2.
+	boundBudget = 1 << 20
+	// boundIdle is its idle timeout, on a clock the test moves.
+	boundIdle = time.Hour
+)
+
+// startBounded starts, on a broker of its own, a table of group whose
+// runs' memory bound is boundBudget and idle timeout boundIdle on the
+// clock clk, and waits until it holds every partition. It returns the fold
+// options, the 4B run's fixture and tc, which starts the table again.
+func startBounded(t *testing.T, group string) (opts split.Options, fx rt.Fixture, b *rt.Broker, clk *fakeClock, tc tableConfig, r *table) {
+	t.Helper()
+	opts = rt.FoldOptions(t)
+	fx = rt.Load(t, fixture4B, opts)
+	b = rt.StartBroker(t)
+	clk = newFakeClock()
+	tc = tableConfig{idle: boundIdle, now: clk.now, edit: func(c *config.Aggregator) { c.MemoryLimitMiB = 2 }}
+	r = startTable(t, b.URL, group, tc)
+	r.waitOwns(r.parts)
+	return opts, fx, b, clk, tc, r
+}
+
 // A flood of open runs into one partition passes the runs' memory bound
 // (half of memory_limit_mib: 1 MiB here): the runs the table holds in
 // memory and what every open run costs wherever it is (its summary in the
@@ -36,15 +60,8 @@ import (
 func TestFloodShedsRunsToTheBucketIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
-	opts := rt.FoldOptions(t)
-	fx := rt.Load(t, fixture4B, opts)
-	b := rt.StartBroker(t)
-	const group, idle, flood = "flood", time.Hour, 1000
-	const budget = 1 << 20 // half of memory_limit_mib 2
-	clk := newFakeClock()
-	tc := tableConfig{idle: idle, now: clk.now, edit: func(c *config.Aggregator) { c.MemoryLimitMiB = 2 }}
-	r := startTable(t, b.URL, group, tc)
-	r.waitOwns(r.parts)
+	const group, flood = "flood", 1000
+	opts, fx, b, clk, tc, r := startBounded(t, group)
 	var sampled atomic.Pointer[runtable.Table]
 	sampled.Store(r.tbl)
 
@@ -151,7 +168,7 @@ func TestFloodShedsRunsToTheBucketIntegration(t *testing.T) {
 	b.WaitAcked(t, group)
 
 	// The idle timeout reads the flood back and closes it.
-	clk.advance(idle + time.Minute)
+	clk.advance(boundIdle + time.Minute)
 	closedAt := clk.now()
 	waitMoving(t, "every flood run closed", func() (uint64, bool) {
 		n, _ := r.closes.count()
@@ -188,8 +205,8 @@ func TestFloodShedsRunsToTheBucketIntegration(t *testing.T) {
 	top, peakBeside := stopSampling()
 	slack := int64(r.parts)*runtable.NewRunCost + int64(len(shed)+len(others))*runtable.RunCost(len(enc))
 	t.Logf("run memory: peak %d KiB (%d KiB of it the open runs' summaries and cold entries) of a %d KiB bound (slack %d KiB); %v runs shed, %v events waited for room",
-		top>>10, peakBeside>>10, budget>>10, slack>>10, counter(t, r.m, "gttsplit_runs_shed_total"), counter(t, r.m, "gttsplit_run_memory_waits_total"))
-	require.LessOrEqual(t, top, int64(budget)+slack)
+		top>>10, peakBeside>>10, boundBudget>>10, slack>>10, counter(t, r.m, "gttsplit_runs_shed_total"), counter(t, r.m, "gttsplit_run_memory_waits_total"))
+	require.LessOrEqual(t, top, int64(boundBudget)+slack)
 }
 
 // samplePeak samples f every millisecond until the returned func is

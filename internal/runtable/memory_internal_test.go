@@ -62,16 +62,20 @@ func TestBesideRunsCostCharged(t *testing.T) {
 		require.NoError(t, err)
 		return b
 	}
+	// An index of n summaries, decoded as the index's watch decodes
+	// them; the open runs' summaries listed up to openCap bytes (0: all).
+	index := func(closed bool, openCap int64) *Index {
+		ix := newIndex()
+		ix.openCap = openCap
+		for i := range n {
+			var s RunSummary
+			require.NoError(t, json.Unmarshal(summary(i, closed), &s))
+			ix.put(summaryKey(s.ID), s)
+		}
+		return ix
+	}
 	for _, closed := range []bool{false, true} {
-		took, ix := heapGrowth(func() *Index {
-			ix := newIndex()
-			for i := range n {
-				var s RunSummary
-				require.NoError(t, json.Unmarshal(summary(i, closed), &s))
-				ix.put(summaryKey(s.ID), s)
-			}
-			return ix
-		})
+		took, ix := heapGrowth(func() *Index { return index(closed, 0) })
 		runs, charged := ix.footprint(closed)
 		require.Equal(t, int64(n), runs)
 		t.Logf("run index, closed %v: %d bytes a run taken, %d charged", closed, took/int64(n), charged/int64(n))
@@ -82,16 +86,7 @@ func TestBesideRunsCostCharged(t *testing.T) {
 
 	// Past the index's share, an open run is counted, not listed: a hash
 	// in a set.
-	took, ix := heapGrowth(func() *Index {
-		ix := newIndex()
-		ix.openCap = 1
-		for i := range n {
-			var s RunSummary
-			require.NoError(t, json.Unmarshal(summary(i, false), &s))
-			ix.put(summaryKey(s.ID), s)
-		}
-		return ix
-	})
+	took, ix := heapGrowth(func() *Index { return index(false, 1) })
 	runs, charged := ix.footprint(false)
 	unlisted, _ := ix.Unlisted()
 	require.Equal(t, int64(n), runs)
