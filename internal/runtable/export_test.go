@@ -1,9 +1,11 @@
 package runtable
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 
+	"github.com/gttsplit/gttsplit/internal/regress"
 	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
@@ -110,3 +112,16 @@ func (t *Table) IndexOpen() (listed, bytes, unlisted, capBytes int64) {
 	unlisted, capBytes = ix.Unlisted()
 	return ix.runs[0].Load(), ix.bytes[0].Load(), unlisted, capBytes
 }
+
+// IndexClosed is what the run index holds of the closed runs: how many
+// summaries it holds, how many stubs (evicted), what both are charged,
+// and their bound (bytes).
+func (t *Table) IndexClosed() (held, stubs, bytes, capBytes int64) {
+	ix := t.index
+	_, bytes = ix.footprint(true)
+	stubs, capBytes = ix.Evicted()
+	return ix.runs[1].Load(), stubs, bytes, capBytes
+}
+
+// LaneRuns are lane k's runs the lane changes are made of (evict.go).
+func (t *Table) LaneRuns(ctx context.Context, k LaneKey) []regress.Run { return t.laneRuns(ctx, k) }

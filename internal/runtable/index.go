@@ -30,7 +30,8 @@ func summaryKey(runID string) string { return indexPrefix + stateKey(runID) }
 // Index is the in-memory copy of the summary keys, sorted by run id, and
 // the last closed split of every lane (see lanes.go).
 //
-// It holds a summary for every closed run in the bucket, and for the open
+// It holds a summary for every closed run in the bucket (up to closedCap
+// bytes of them: past it, a stub of the older ones, see evict.go), and for the open
 // runs (any partition's) up to openCap bytes of them: an open run past
 // that is not listed, only counted (unlisted: a hash of its summary key,
 // until its summary says it closed or is deleted), so a flood of open
@@ -61,6 +62,20 @@ type Index struct {
 	// (summaryCost).
 	runs, bytes [2]atomic.Int64
 	unlistedN   atomic.Int64 // len(unlisted)
+	// closedCap bounds what the closed runs' summaries and stubs take, in
+	// bytes (0: no bound; Table sets it to indexShare of
+	// Config.RunMemory); past it the oldest are evicted to stubs
+	// (evict.go). closedQ are the held closed runs, the first held
+	// first (with ids no longer held, skipped).
+	closedCap int64
+	closedQ   []string
+	stubs     map[string]closedStub
+	groups    []stubGroup
+	groupIDs  map[LaneKey]uint32
+	// freeGroups are groups' places left by their last stub.
+	freeGroups []uint32
+	stubsN     atomic.Int64 // len(stubs)
+	stubBytes  atomic.Int64 // what the stubs are charged (stubCost)
 	lanes
 	// members are every lane's closed runs with figures, its controls
 	// too (lanechanges.go).
@@ -73,7 +88,8 @@ type Index struct {
 
 func newIndex() *Index {
 	return &Index{m: map[string]RunSummary{}, keys: map[string]string{}, names: map[string]string{}, lanes: newLanes(),
-		members: newLaneMembers(), ready: make(chan struct{}), unlisted: map[uint64]struct{}{}, seed: maphash.MakeSeed()}
+		members: newLaneMembers(), ready: make(chan struct{}), unlisted: map[uint64]struct{}{}, seed: maphash.MakeSeed(),
+		stubs: map[string]closedStub{}, groupIDs: map[LaneKey]uint32{}}
 }
 
 const (
@@ -114,13 +130,16 @@ func summaryCost(s *RunSummary) int64 {
 }
 
 // footprint is how many open runs (closed: closed runs) the index holds,
-// listed or not, and what they are taken to cost, in bytes.
+// listed or not (closed: held or evicted to a stub), and what they are
+// taken to cost, in bytes.
 func (ix *Index) footprint(closed bool) (runs int64, bytes int64) {
 	k := kindOf(closed)
 	runs, bytes = ix.runs[k].Load(), ix.bytes[k].Load()
 	if !closed {
 		u := ix.unlistedN.Load()
 		runs, bytes = runs+u, bytes+u*unlistedCost
+	} else {
+		runs, bytes = runs+ix.stubsN.Load(), bytes+ix.stubBytes.Load()
 	}
 	return runs, bytes
 }
@@ -259,6 +278,16 @@ func (ix *Index) relist(key string) bool {
 func (ix *Index) put(key string, s RunSummary) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if st, ok := ix.stubs[s.ID]; ok {
+		if s.State == "closed" {
+			// An evicted run written again (compacted): its stub says so.
+			st.compact, st.at, st.last = s.Compact, unixNano(s.ClosedAt), unixNano(s.LastEvent)
+			ix.stubs[s.ID] = st
+			return
+		}
+		ix.unstub(s.ID) // opened again by a late event
+		ix.dropID(s.ID)
+	}
 	if ix.unlist(key, &s) {
 		return
 	}
@@ -273,6 +302,10 @@ func (ix *Index) put(key string, s RunSummary) {
 	} else {
 		ix.count(&old, -1)
 	}
+	hold := s.State == "closed" && (!had || old.State != "closed")
+	if hold {
+		ix.evictClosed(summaryCost(&s)) // room first: the count stays within closedCap
+	}
 	ix.count(&s, 1)
 	ix.m[s.ID] = s
 	if id, ok := summaryID(key); !ok || id != s.ID {
@@ -280,6 +313,16 @@ func (ix *Index) put(key string, s RunSummary) {
 	}
 	ix.relane(ix.m, s.ID, old, had)
 	ix.members.refile(s.ID, &s)
+	if hold {
+		ix.holdClosed(s.ID)
+	}
+}
+
+// dropID takes id out of the sorted ids. ix.mu is held.
+func (ix *Index) dropID(id string) {
+	if i := sort.SearchStrings(ix.ids, id); i < len(ix.ids) && ix.ids[i] == id {
+		ix.ids = append(ix.ids[:i], ix.ids[i+1:]...)
+	}
 }
 
 // get returns a run's summary.
@@ -302,6 +345,10 @@ func (ix *Index) del(key string) {
 	} else if id, ok = summaryID(key); !ok {
 		return
 	}
+	if _, ok := ix.unstub(id); ok {
+		ix.dropID(id)
+		return
+	}
 	old, had := ix.m[id]
 	if !had {
 		return
@@ -310,9 +357,7 @@ func (ix *Index) del(key string) {
 	ix.count(&old, -1)
 	ix.relane(ix.m, id, old, true)
 	ix.members.refile(id, nil)
-	if i := sort.SearchStrings(ix.ids, id); i < len(ix.ids) && ix.ids[i] == id {
-		ix.ids = append(ix.ids[:i], ix.ids[i+1:]...)
-	}
+	ix.dropID(id)
 }
 
 // page returns up to limit summaries with ids after after, sorted, and
@@ -327,7 +372,11 @@ func (ix *Index) page(after string, limit int) ([]RunSummary, bool) {
 	end := min(len(ix.ids), i+limit)
 	out := make([]RunSummary, 0, end-i)
 	for _, id := range ix.ids[i:end] {
-		out = append(out, ix.m[id])
+		if s, ok := ix.m[id]; ok {
+			out = append(out, s)
+		} else if st, ok := ix.stubs[id]; ok {
+			out = append(out, ix.stubSummary(id, st))
+		}
 	}
 	return out, end < len(ix.ids)
 }
@@ -340,6 +389,12 @@ func (ix *Index) expired(p, n int, cutoff time.Time) []string {
 	var out []string
 	for id, s := range ix.m {
 		if s.State == "closed" && !s.ClosedAt.IsZero() && s.ClosedAt.Before(cutoff) && partitionOf(id, n) == p {
+			out = append(out, id)
+		}
+	}
+	c := unixNano(cutoff)
+	for id, st := range ix.stubs {
+		if st.at != 0 && st.at < c && partitionOf(id, n) == p {
 			out = append(out, id)
 		}
 	}
@@ -356,6 +411,11 @@ func (ix *Index) closedFull(p, n int) []RunSummary {
 	for id, s := range ix.m {
 		if s.State == "closed" && !s.Compact && partitionOf(id, n) == p {
 			out = append(out, s)
+		}
+	}
+	for id, st := range ix.stubs {
+		if !st.compact && partitionOf(id, n) == p {
+			out = append(out, RunSummary{ID: id, State: "closed", ClosedAt: fromUnixNano(st.at)})
 		}
 	}
 	return out

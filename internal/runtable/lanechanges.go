@@ -153,25 +153,34 @@ func (lm *laneMembers) tell(k LaneKey) {
 	}
 }
 
-// laneRuns returns lane k's closed runs with figures, its controls too.
-func (ix *Index) laneRuns(k LaneKey) []regress.Run {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	var out []regress.Run
-	for id := range ix.members.byLane[k] {
-		s := ix.m[id]
-		out = append(out, regress.Run{ID: s.ID, Host: s.Host, Lane: s.Lane, F: *s.Split})
+// unfile takes run id out of its lane without telling the hook (its
+// summary was evicted: the lane's runs did not change). Index.mu is held.
+func (lm *laneMembers) unfile(id string) {
+	was, had := lm.runLane[id]
+	if !had {
+		return
 	}
-	return out
+	delete(lm.runLane, id)
+	if rs := lm.byLane[was]; rs != nil {
+		delete(rs, id)
+		if len(rs) == 0 {
+			delete(lm.byLane, was)
+		}
+	}
 }
 
-// laneKeys returns the lanes with closed runs.
+// laneKeys returns the lanes with closed runs (held or evicted).
 func (ix *Index) laneKeys() []LaneKey {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	out := make([]LaneKey, 0, len(ix.members.byLane))
 	for k := range ix.members.byLane {
 		out = append(out, k)
+	}
+	for k, g := range ix.groupIDs {
+		if _, ok := ix.members.byLane[k]; !ok && len(ix.groups[g].evicted) > 0 {
+			out = append(out, k)
+		}
 	}
 	return out
 }
@@ -372,7 +381,7 @@ func (lp *lanePoster) post(ctx context.Context, pt *part, k LaneKey) (string, er
 			rec.Issues = map[string]*laneIssue{}
 		}
 	}
-	comments := lp.comments(k, rec)
+	comments := lp.comments(lp.t.laneRuns(ctx, k), k, rec)
 	issues := make([]string, 0, len(comments))
 	for iss := range comments {
 		issues = append(issues, iss)
@@ -419,9 +428,9 @@ func (lp *lanePoster) post(ctx context.Context, pt *part, k LaneKey) (string, er
 // runs that left the store, each on the issue its later run names (else
 // the default issue); an issue the record has a comment on keeps it,
 // even when no change is left for it.
-func (lp *lanePoster) comments(k LaneKey, rec laneRecord) map[string]*regress.LaneComment {
+func (lp *lanePoster) comments(runs []regress.Run, k LaneKey, rec laneRecord) map[string]*regress.LaneComment {
 	var lane, ctl regress.Lane
-	for _, l := range regress.NewChanges(lp.t.index.laneRuns(k), regress.Filter{}, lp.cfg.Thresholds).Lanes {
+	for _, l := range regress.NewChanges(runs, regress.Filter{}, lp.cfg.Thresholds).Lanes {
 		if l.Control {
 			ctl = l
 		} else {

@@ -28,8 +28,10 @@ import (
 //     in the same process (the embedded server's index of the run's keys
 //     in the state bucket). That part grows with the open runs that
 //     exist, not with those in memory, so the more runs are open the
-//     fewer the table holds in memory. (The closed runs' summaries, kept
-//     for store.retention, are not in the bound.)
+//     fewer the table holds in memory;
+//   - the closed runs' summaries in the run index, kept for
+//     store.retention: at most their share of the bound (indexShare),
+//     past which the older are evicted to stubs (evict.go).
 //
 // The count is a model; the heap is measured too: while the heap live
 // after the last collection passes heapShare of the Go runtime's soft
@@ -84,10 +86,12 @@ type memory struct {
 
 // besideRuns is what the open runs cost this process wherever their state
 // is: their summaries in the run index, the cold entries, and the
-// broker's share (Config.BrokerRunCost an open run in the index).
+// broker's share (Config.BrokerRunCost an open run in the index); and
+// what the closed runs' summaries and stubs take in the index.
 func (t *Table) besideRuns() int64 {
 	n, b := t.index.footprint(false)
-	return b + t.mem.coldBytes.Load() + n*t.cfg.BrokerRunCost
+	_, closed := t.index.footprint(true)
+	return b + closed + t.mem.coldBytes.Load() + n*t.cfg.BrokerRunCost
 }
 
 // memUsed is what counts against the bound: the runs in memory and

@@ -43,6 +43,7 @@ type Metrics struct {
 	// runIndexMemory is besideRuns (memory.go).
 	runIndexMemory prometheus.Gauge
 	unlisted       prometheus.GaugeFunc
+	evicted        prometheus.GaugeFunc
 	memWaits       prometheus.Counter
 	// The fleet: members seen, every partition's owner as this member
 	// sees it, partitions without one, partitions whose events stopped.
@@ -117,12 +118,20 @@ func NewMetrics() *Metrics {
 	m.runMemory = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_run_memory_bytes",
 		Help: "What the runs held in memory are taken to cost (twice their encoded state, and what the table keeps beside each); with gttsplit_run_index_memory_bytes against the runs' memory bound (from memory_limit_mib)."})
 	m.runIndexMemory = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_run_index_memory_bytes",
-		Help: "What every open run costs this process wherever its state is: its summary in the run index (or its count there, past the index's share), its cold entry when shed, and with the embedded broker the broker's index of its keys; counted against the runs' memory bound with gttsplit_run_memory_bytes."})
+		Help: "What every open run costs this process wherever its state is: its summary in the run index (or its count there, past the index's share), its cold entry when shed, and with the embedded broker the broker's index of its keys; and the closed runs' summaries and stubs in the run index; counted against the runs' memory bound with gttsplit_run_memory_bytes."})
 	m.unlisted = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gttsplit_runs_unlisted",
 		Help: "Open runs (any partition's) the run index counts but does not list on /runs and the live page: their summaries would pass the index's share of the runs' memory bound (an eighth); each is listed once it closes."},
 		func() float64 {
 			if ix := m.lanes.ix.Load(); ix != nil {
 				return float64(ix.unlistedN.Load())
+			}
+			return 0
+		})
+	m.evicted = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gttsplit_runs_closed_evicted",
+		Help: "Closed runs whose summaries the run index does not hold in memory, only a stub (id, times, host, lane and model): past the index's share of the runs' memory bound (an eighth) for closed runs; /runs, the lane changes and the trend page read their summaries from the state bucket."},
+		func() float64 {
+			if ix := m.lanes.ix.Load(); ix != nil {
+				return float64(ix.stubsN.Load())
 			}
 			return 0
 		})
@@ -149,7 +158,7 @@ func NewMetrics() *Metrics {
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
-		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.memWaits, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
+		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		m.streamBytes, m.storeUsed, m.laneChecks, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -180,6 +180,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	}
 	t.index = newIndex()
 	t.index.openCap = cfg.RunMemory / indexShare
+	t.index.closedCap = cfg.RunMemory / indexShare
 	if err := t.index.start(ctx, kv, log); err != nil {
 		return nil, err
 	}

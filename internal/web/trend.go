@@ -24,8 +24,10 @@ import (
 // one build to the next) are marked on the chart between their two builds
 // and listed under it, with the commits to bisect and links to both runs
 // and their comparison. Without a lane it lists the lanes. It reads the figures the run index keeps of
-// each closed run; a run an earlier version summarised without them is
-// read from the store (at most scanBudget of them a request).
+// each closed run; a run whose figures the source does not hold in memory
+// is read from the store (FigureSource: its summary, at most
+// figuresBudget a request), a run an earlier version summarised without
+// them from its report (at most scanBudget of them a request).
 
 // trendRows are the rows a trend draws (split.Row.Trend): the peak and
 // the rows it splits into (the final is in the table).
@@ -371,26 +373,42 @@ func figureCell(row split.Row, f split.Figures) string {
 }
 
 // trendRuns returns the closed runs keep selects with their figures: from
-// their summaries, else (a summary an earlier version wrote) from their
-// report, at most scanBudget reads; unread counts the rest.
+// their summaries; else from the source's Figures (a FigureSource: the
+// summary in the store, at most figuresBudget reads); else (a summary an
+// earlier version wrote) from their report, at most scanBudget reads;
+// unread counts the rest.
 func (h *Handler) trendRuns(ctx context.Context, l *listing, keep func(Summary) bool) (runs []regress.Run, unread int) {
-	budget := scanBudget(0)
+	budget, figBudget := scanBudget(0), figuresBudget
+	fs, _ := h.src.(FigureSource)
 	for _, s := range l.sums {
 		switch {
 		case s.State != "closed" || !keep(s):
+			continue
 		case s.Split != nil:
 			runs = append(runs, regress.Run{ID: s.ID, Host: s.Host, Lane: s.Lane, F: *s.Split})
-		case budget == 0:
-			unread++
-		default:
-			budget--
-			if rep, ok, err := h.src.Report(ctx, s.ID); err == nil && ok {
-				runs = append(runs, regress.RunOf(regress.Input{Report: rep}))
+			continue
+		case fs != nil && figBudget > 0:
+			figBudget--
+			if f, ok, err := fs.Figures(ctx, s.ID); err == nil && ok {
+				runs = append(runs, regress.Run{ID: s.ID, Host: s.Host, Lane: s.Lane, F: f})
+				continue
 			}
+		}
+		if budget == 0 {
+			unread++
+			continue
+		}
+		budget--
+		if rep, ok, err := h.src.Report(ctx, s.ID); err == nil && ok {
+			runs = append(runs, regress.RunOf(regress.Input{Report: rep}))
 		}
 	}
 	return runs, unread
 }
+
+// figuresBudget bounds the figures a trend reads from the source's store
+// a request (FigureSource: a run's small summary each).
+const figuresBudget = 4000
 
 // trendLanes lists the lanes whose closed runs' summaries have figures
 // (controls left out), by host, lane and model.

@@ -68,6 +68,13 @@ type Unlister interface {
 	Unlisted() (int64, string)
 }
 
+// FigureSource is a Source that can read a closed run's figures without
+// its report (the aggregator reads the run's summary from the store when
+// its run index no longer holds it): the trend page reads those first.
+type FigureSource interface {
+	Figures(ctx context.Context, id string) (split.Figures, bool, error)
+}
+
 // Options configure the pages.
 type Options struct {
 	// Token is required on a listener that is not loopback ("" refuses

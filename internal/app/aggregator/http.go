@@ -91,13 +91,21 @@ func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, e endpoints, log zer
 			}
 			limit = n
 		}
-		list, more := svc.ListPage(r.URL.Query().Get("after"), limit)
+		list, more, err := svc.ReadPage(r.Context(), r.URL.Query().Get("after"), limit)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if more && len(list) > 0 {
 			w.Header().Set("X-Next-After", list[len(list)-1].ID)
 		}
 		if n, why := svc.Unlisted(); n > 0 {
 			w.Header().Set("X-Unlisted-Runs", strconv.FormatInt(n, 10))
 			w.Header().Set("X-Unlisted-Why", why)
+		}
+		if n, why := svc.Evicted(); n > 0 {
+			w.Header().Set("X-Evicted-Runs", strconv.FormatInt(n, 10))
+			w.Header().Set("X-Evicted-Why", why)
 		}
 		if list == nil {
 			list = []runtable.RunSummary{}

@@ -30,6 +30,16 @@ func (s webSource) Summaries(ctx context.Context) ([]web.Summary, error) {
 // Unlisted says how many open runs the run index does not list, and why.
 func (s webSource) Unlisted() (int64, string) { return s.svc.Unlisted() }
 
+// Figures reads a closed run's figures from its summary in the state
+// bucket (the run index evicted those of older closed runs).
+func (s webSource) Figures(ctx context.Context, id string) (split.Figures, bool, error) {
+	sum, ok, err := s.svc.Summary(ctx, id)
+	if err != nil || !ok || sum.Split == nil {
+		return split.Figures{}, false, err
+	}
+	return *sum.Split, true, nil
+}
+
 func (s webSource) Report(ctx context.Context, id string) (split.Report, bool, error) {
 	return s.svc.Snapshot(ctx, id)
 }
