@@ -27,15 +27,17 @@ import (
 // (over the newest laneWindow runs of a lane: Table.laneRuns) and the
 // trend page (Table.Figures). The last split of each lane stays held
 // (the lane gauges read it). The stubs are charged stubCost and counted
-// in the same share: past the point where the stubs alone fill it (~14
-// MiB at memory_limit_mib 224: ~110,000 stubs) every closed summary but
+// in the same share: past the point where the stubs alone fill it (14
+// MiB at memory_limit_mib 224: ~80,000 stubs) every closed summary but
 // the lanes' last is evicted, and each closed run still costs its stub.
+// Go's maps keep the size they grew to: the index makes its maps of held
+// summaries anew once they hold less than half of it (shrink).
 
 const (
 	// stubBase is what a closed run's stub takes beside its id (its map
 	// slot, its place in the sorted ids and its group's list, with their
-	// slack; measured by TestBesideRunsCostCharged).
-	stubBase = 112
+	// slack; measured by TestBesideRunsCostCharged: ~135 B).
+	stubBase = 160
 	// laneWindow bounds the evicted runs of a lane the lane changes read
 	// back from the bucket (its newest): with the runs held, the changes
 	// are those of the lane's newest laneWindow runs at least; the
@@ -136,6 +138,30 @@ func (ix *Index) evictClosed(extra int64) {
 		}
 		ix.evict(id, s)
 	}
+	ix.shrink()
+}
+
+// shrink makes the maps of held summaries anew once they hold less than
+// half of what they grew to: Go's maps keep their size, so the slots of
+// the summaries evicted would stay taken. ix.mu is held.
+func (ix *Index) shrink() {
+	n := len(ix.m)
+	if n > ix.mPeak {
+		ix.mPeak = n
+	}
+	if ix.mPeak < 2*n+1024 {
+		return
+	}
+	ix.mPeak = n
+	ix.m = resized(ix.m)
+	ix.lanes.runLane = resized(ix.lanes.runLane)
+	for _, lr := range ix.lanes.byLane {
+		lr.runs = resized(lr.runs)
+	}
+	ix.members.runLane = resized(ix.members.runLane)
+	for k, rs := range ix.members.byLane {
+		ix.members.byLane[k] = resized(rs)
+	}
 }
 
 // evict replaces closed run id's summary s by a stub. ix.mu is held.
@@ -189,6 +215,15 @@ func (ix *Index) unstub(id string) (closedStub, bool) {
 		g.stale = 0
 	}
 	return st, true
+}
+
+// resized is a copy of m in a map of its size (maps.Clone keeps m's).
+func resized[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 // stubSummary is the summary a stub keeps (no figures). ix.mu is held.

@@ -76,6 +76,7 @@ type Index struct {
 	freeGroups []uint32
 	stubsN     atomic.Int64 // len(stubs)
 	stubBytes  atomic.Int64 // what the stubs are charged (stubCost)
+	mPeak      int          // the most summaries m held since it was made (shrink)
 	lanes
 	// members are every lane's closed runs with figures, its controls
 	// too (lanechanges.go).

@@ -112,6 +112,29 @@ func TestBesideRunsCostCharged(t *testing.T) {
 	require.LessOrEqual(t, charged, 2*took, "the cold entries are charged more than twice what they take")
 	runtime.KeepAlive(pt)
 
+	// Past the closed runs' share, a closed run is a stub (evict.go).
+	sums := make([]RunSummary, n)
+	for i := range n {
+		sums[i] = closedSummary(t, i, 64, at)
+	}
+	took, ix = heapGrowth(func() *Index {
+		ix := newIndex()
+		ix.closedCap = 1
+		for _, s := range sums {
+			ix.put(summaryKey(s.ID), s)
+		}
+		return ix
+	})
+	stubs, _ := ix.Evicted()
+	require.Equal(t, int64(n-64-1), stubs, "all but the lanes' last splits evicted")
+	charged = ix.stubBytes.Load()
+	took -= (n - stubs) * 1500 // the summaries held, at most
+	t.Logf("closed runs evicted to stubs: %d bytes a run taken (beside their ids), %d charged", took/stubs, charged/stubs)
+	require.GreaterOrEqual(t, charged, took, "the stubs are charged less than they take")
+	require.LessOrEqual(t, charged, 2*took, "the stubs are charged more than twice what they take")
+	runtime.KeepAlive(ix)
+	runtime.KeepAlive(sums)
+
 	// Dropped, they are charged nothing.
 	pt.mu.Lock()
 	pt.forgetCold()
