@@ -1,6 +1,8 @@
 package web
 
 import (
+	"context"
+	"errors"
 	"html"
 	"net/http"
 	"net/url"
@@ -183,4 +185,47 @@ func TestTrendMarksLaneChanges(t *testing.T) {
 	page = get(t, srv.URL+"/trend?"+q.Encode(), http.StatusOK)
 	require.NotContains(t, page, `<g class="lane-change">`)
 	require.Contains(t, page, `<p id="no-changes">`)
+}
+
+// evictedSource holds no figures in its summaries (its run index evicted
+// them) and reads them from its store (FigureSource) without the runs'
+// reports.
+type evictedSource struct {
+	*memSource
+	figures int // Figures calls
+}
+
+func (e *evictedSource) Figures(_ context.Context, id string) (split.Figures, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.figures++
+	r, ok := e.runs[id]
+	if !ok {
+		return split.Figures{}, false, nil
+	}
+	return split.FiguresOf(r), true, nil
+}
+
+func (e *evictedSource) Report(context.Context, string) (split.Report, bool, error) {
+	return split.Report{}, false, errors.New("not read: the trend reads figures")
+}
+
+// A lane whose runs' figures the source does not hold in memory: the
+// trend reads them from the source's store (a small summary each), not
+// the runs' reports, and shows every run with its changes.
+func TestTrendReadsEvictedFigures(t *testing.T) {
+	src := &evictedSource{memSource: &memSource{}}
+	on := replay(t, "testdata/runs/4b/events.jsonl")
+	src.add(atBuild(on, "strix01-20261110T100000-4b", "b9900 (5e6f70819)", "2026-11-10T10:00:00Z", 0))
+	src.add(on)
+	src.add(atBuild(on, "strix01-20261105T100000-4b", "b9800 (1a2b3c4d5)", "2026-11-05T10:00:00Z", 0))
+	srv, _ := serve(t, src, Options{Loopback: true})
+	q := url.Values{"host": {"strix01"}, "lane": {"gpu0"}, "model": {"Qwen3.5-4B-Q4_K_M.gguf"}}
+	page := html.UnescapeString(get(t, srv.URL+"/trend?"+q.Encode(), http.StatusOK))
+	require.Contains(t, page, "3 closed runs")
+	require.Contains(t, page, "<title>packed 795.8 MiB (new ▲) · b9866 (40f58efe1)")
+	require.Contains(t, page, `<g class="trend-dot marked">`)
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	require.Equal(t, 3, src.figures)
 }
