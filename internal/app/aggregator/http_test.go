@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"testing"
 
@@ -130,4 +131,60 @@ func TestRunsSayWhatTheyDoNotListIntegration(t *testing.T) {
 	require.Contains(t, why, fmt.Sprintf("%d open runs not listed", unlisted))
 	require.Contains(t, why, "memory_limit_mib")
 	require.Contains(t, httpGet(t, s.http, "/", http.StatusOK), `id="unlisted">`+fmt.Sprintf("%d open runs not listed", unlisted))
+}
+
+// More closed runs than the run index holds the summaries of (memory_limit_mib
+// 2: 128 KiB, ~90 summaries with their figures): /runs still lists every
+// run with its figures (the evicted ones' summaries read from the state
+// bucket) and says in X-Evicted-Runs how many summaries it does not hold
+// in memory, in X-Evicted-Why why; the trend page shows every run of the
+// lane, evicted or not.
+func TestRunsListEvictedClosedRunsIntegration(t *testing.T) {
+	skipShort(t)
+	const closed = 240
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+	cfg := testConfig(t, b.url)
+	cfg.HTTP.Listen, cfg.MemoryLimitMiB = "127.0.0.1:0", 2
+	s := startServe(t, cfg, ServeOptions{})
+	var wires []events.Wire
+	for i := range closed {
+		for _, ev := range fx.Decoded {
+			w, err := rt.Rewrite(ev, events.Origin{RunID: fmt.Sprintf("evicted-%04d", i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
+			require.NoError(t, err)
+			wires = append(wires, w)
+		}
+	}
+	b.publish(t, wires...)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
+
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitFor}
+	var list []runtable.RunSummary
+	var evicted int64
+	var why string
+	eventually(t, "/runs lists every run closed, some evicted", func() bool {
+		resp, err := c.Get("http://" + s.http + "/runs?limit=10000")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		list = nil
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+		why = resp.Header.Get("X-Evicted-Why")
+		evicted, _ = strconv.ParseInt(resp.Header.Get("X-Evicted-Runs"), 10, 64)
+		n := 0
+		for _, r := range list {
+			if r.State == "closed" {
+				n++
+			}
+		}
+		return n == closed && evicted > 0
+	})
+	t.Logf("/runs: %d closed runs listed, %d of their summaries not held in memory: %s", len(list), evicted, why)
+	require.Contains(t, why, fmt.Sprintf("%d closed runs' summaries not held in memory", evicted))
+	require.Contains(t, why, "memory_limit_mib")
+	for _, r := range list {
+		require.NotNil(t, r.Split, "run %s listed without its figures", r.ID)
+	}
+	q := url.Values{"host": {list[0].Host}, "lane": {list[0].Lane}, "model": {list[0].Split.Model}}
+	require.Contains(t, httpGet(t, s.http, "/trend?"+q.Encode(), http.StatusOK), fmt.Sprintf("%d closed runs", closed))
 }
