@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
 	"github.com/gttsplit/gttsplit/pkg/events"
@@ -49,7 +48,7 @@ func TestClosedRunsEvictedWithinTheirShareIntegration(t *testing.T) {
 		_, _, bytes, _ := r.tbl.IndexClosed()
 		return bytes, 0
 	})
-	clk.advance(idle + time.Minute)
+	clk.advance(boundIdle + time.Minute)
 	waitMoving(t, "every run closed", func() (uint64, bool) {
 		n, _ := r.closes.count()
 		return uint64(n), n == flood
@@ -61,7 +60,7 @@ func TestClosedRunsEvictedWithinTheirShareIntegration(t *testing.T) {
 	peak, _ := stopSampling()
 	held, stubs, _, capBytes := r.tbl.IndexClosed()
 	t.Logf("closed runs: %d summaries held, %d evicted to stubs; charged at most %d KiB of a %d KiB share", held, stubs, peak>>10, capBytes>>10)
-	require.Equal(t, int64(budget/8), capBytes)
+	require.Equal(t, int64(boundBudget/8), capBytes)
 	require.LessOrEqual(t, peak, capBytes, "the closed runs' summaries passed their share")
 	require.Positive(t, stubs)
 	n, why := r.tbl.Evicted()
