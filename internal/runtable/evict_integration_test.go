@@ -24,14 +24,8 @@ import (
 func TestClosedRunsEvictedWithinTheirShareIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
-	opts := rt.FoldOptions(t)
-	fx := rt.Load(t, fixture4B, opts)
-	b := rt.StartBroker(t)
-	const group, idle, flood = "evicting", time.Hour, 240 // a lane's window holds them all
-	const budget = 1 << 20                                // half of memory_limit_mib 2
-	clk := newFakeClock()
-	r := startTable(t, b.URL, group, tableConfig{idle: idle, now: clk.now, edit: func(c *config.Aggregator) { c.MemoryLimitMiB = 2 }})
-	r.waitOwns(r.parts)
+	const group, flood = "evicting", 240 // a lane's window holds them all
+	_, fx, b, clk, _, r := startBounded(t, group)
 
 	var wires []events.Wire
 	for i := range flood {
