@@ -98,21 +98,7 @@ func TestHTTPTokenOffLoopbackIntegration(t *testing.T) {
 func TestRunsSayWhatTheyDoNotListIntegration(t *testing.T) {
 	skipShort(t)
 	const open = 800
-	fx := loadFixture(t, fixture4B)
-	b := startBroker(t)
-	cfg := testConfig(t, b.url)
-	cfg.HTTP.Listen, cfg.MemoryLimitMiB = "127.0.0.1:0", 2
-	s := startServe(t, cfg, ServeOptions{})
-	var wires []events.Wire
-	for i := range open {
-		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf("unlisted-%04d", i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
-		require.NoError(t, err)
-		wires = append(wires, w)
-	}
-	b.publish(t, wires...)
-	b.waitAcked(t, cfg.Consumer.Fleet.Group)
-
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitFor}
+	s, c := serveStarts(t, "unlisted", open, 0)
 	var listed int
 	var unlisted int64
 	var why string
@@ -143,22 +129,8 @@ func TestRunsSayWhatTheyDoNotListIntegration(t *testing.T) {
 func TestRunsListEvictedClosedRunsIntegration(t *testing.T) {
 	skipShort(t)
 	const closed = 240
-	fx := loadFixture(t, fixture4B)
-	b := startBroker(t)
-	cfg := testConfig(t, b.url)
 	// Runs of a start each, closed by the idle timeout.
-	cfg.HTTP.Listen, cfg.MemoryLimitMiB, cfg.IdleTimeout = "127.0.0.1:0", 2, time.Second
-	s := startServe(t, cfg, ServeOptions{})
-	var wires []events.Wire
-	for i := range closed {
-		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf("evicted-%04d", i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
-		require.NoError(t, err)
-		wires = append(wires, w)
-	}
-	b.publish(t, wires...)
-	b.waitAcked(t, cfg.Consumer.Fleet.Group)
-
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitFor}
+	s, c := serveStarts(t, "evicted", closed, time.Second)
 	var list []runtable.RunSummary
 	var evicted int64
 	var why string
@@ -187,4 +159,29 @@ func TestRunsListEvictedClosedRunsIntegration(t *testing.T) {
 	}
 	q := url.Values{"host": {list[0].Host}, "lane": {list[0].Lane}, "model": {list[0].Split.Model}}
 	require.Contains(t, httpGet(t, s.http, "/trend?"+q.Encode(), http.StatusOK), fmt.Sprintf("%d closed runs", closed))
+}
+
+// serveStarts starts serve with memory_limit_mib 2 (a runs' bound of 1
+// MiB) and the idle timeout idle (0: the default), publishes n runs of the 4B run's start
+// each (run ids prefix-NNNN), waits until every event is acknowledged, and
+// returns the server and a client for its HTTP listener.
+func serveStarts(t *testing.T, prefix string, n int, idle time.Duration) (*served, *http.Client) {
+	t.Helper()
+	fx := loadFixture(t, fixture4B)
+	b := startBroker(t)
+	cfg := testConfig(t, b.url)
+	cfg.HTTP.Listen, cfg.MemoryLimitMiB = "127.0.0.1:0", 2
+	if idle > 0 {
+		cfg.IdleTimeout = idle
+	}
+	s := startServe(t, cfg, ServeOptions{})
+	var wires []events.Wire
+	for i := range n {
+		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf("%s-%04d", prefix, i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
+		require.NoError(t, err)
+		wires = append(wires, w)
+	}
+	b.publish(t, wires...)
+	b.waitAcked(t, cfg.Consumer.Fleet.Group)
+	return s, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitFor}
 }
