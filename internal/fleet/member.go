@@ -23,9 +23,11 @@ import (
 const MembersBucket = "GTTSPLIT_MEMBERS"
 
 // How often the keys are renewed: a member key every LeaseTTL/renewals
-// (Config.renewEvery), a lease every LeaseTTL/leaseRenewals (it waits
-// behind the partition's fenced writes, which a loaded broker answers
-// slowly: three renewals can fail before it is lost); a member is taken for live
+// (Config.renewEvery), a lease every LeaseTTL/leaseRenewals: two renewals
+// are sent within its validity (LeaseTTL less the margin), and one whose
+// answer comes late (it waits behind the partition's fenced writes, which
+// a loaded broker answers slowly) leaves the lease in doubt, not lost
+// (Lease); a member is taken for live
 // for Config.memberTTL after its member key or one of its leases was last
 // renewed; the margin a lease holder takes off its validity is a fifth of
 // LeaseTTL (Member.margin). Nothing else is sent to the broker while
@@ -34,7 +36,7 @@ const MembersBucket = "GTTSPLIT_MEMBERS"
 // to see itself and the leases.
 const (
 	renewals      = 3
-	leaseRenewals = 4
+	leaseRenewals = 3
 	memberBeats   = 5
 	// staleBeats is the least a partition stays free before any member
 	// takes it and Ready reports it unowned (it waits a lease's time to

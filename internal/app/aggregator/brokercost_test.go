@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,23 +255,29 @@ func subjectKinds(t *testing.T, url string, d time.Duration) string {
 
 // idleNeed is the messages a second an idle fleet of members needs to
 // send for its leases' time to live (consumer.lease_ttl, default 15 s):
-// every lease renewed every lease_ttl/4, every member key every
-// lease_ttl/3, a pull a partition every 15 s (an idle partition's pull
-// expiry: 4 s while it receives), a consumer's info every 30 s (sooner
-// only for a partition that received or whose pull failed), the events
-// stream's info every 30 s.
+// every lease renewed every lease_ttl/3 (leaseWrites), every member key
+// every lease_ttl/3, a pull a partition every 15 s (an idle partition's
+// pull expiry: 4 s while it receives), a consumer's info every 30 s
+// (sooner only for a partition that received or whose pull failed), the
+// events stream's info every 30 s.
 func idleNeed(members, parts int) float64 {
 	const ttl, pull, every = 15.0, 15.0, 30.0
-	return float64(parts)/(ttl/4) + float64(members)/(ttl/3) + float64(parts)/pull + float64(parts)/every + float64(members)/every
+	return leaseWrites(parts) + float64(members)/(ttl/3) + float64(parts)/pull + float64(parts)/every + float64(members)/every
 }
+
+// leaseWrites is the lease renewals a second parts leases need: each
+// twice within its validity (lease_ttl less a fifth), every lease_ttl/3.
+func leaseWrites(parts int) float64 { return float64(parts) / (15.0 / 3) }
 
 // Three aggregators with nothing to fold send the broker only what their
 // leases' time to live needs (idleNeed): nothing every second. The test
 // counts the messages their connections send (the servers' connz
-// in_msgs) over an idle window and holds them to that rate (a count: a
-// loaded machine sends fewer, not more), and logs the broker's CPU
-// (FIGURE idle) with the aggregators idle and once they stopped (the same
-// streams, buckets and consumers: the servers' own background).
+// in_msgs) and the lease writes (a subscriber on the lease keys'
+// subjects) over an idle window and holds them to that rate (counts: a
+// loaded machine sends fewer, not more; a renewal sent again after a
+// failure is within the margin), and logs the broker's CPU (FIGURE idle)
+// with the aggregators idle and once they stopped (the same streams,
+// buckets and consumers: the servers' own background).
 //
 //	go test ./internal/app/aggregator -run TestFleetIdleTrafficIntegration -v
 func TestFleetIdleTrafficIntegration(t *testing.T) {
@@ -285,10 +292,19 @@ func TestFleetIdleTrafficIntegration(t *testing.T) {
 	// Past the start (partitions taken, consumers created, first infos).
 	time.Sleep(10 * time.Second)
 	kinds := subjectKinds(t, f.c.URLs(), 10*time.Second)
+	nc, err := nats.Connect(f.c.URLs())
+	require.NoError(t, err)
+	defer nc.Close()
+	var leases atomic.Int64
+	_, err = nc.Subscribe("$KV."+runtable.Bucket+".lease.>", func(*nats.Msg) { leases.Add(1) })
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
 	window := 30 * time.Second
-	m0, c0, t0 := clientMsgs(t, mons, "gttsplit-aggregator"), f.c.CPU(), time.Now()
+	m0, l0, c0, t0 := clientMsgs(t, mons, "gttsplit-aggregator"), leases.Load(), f.c.CPU(), time.Now()
+	prof := f.profile(window)
 	time.Sleep(window)
-	msgs, cpuIdle, d := clientMsgs(t, mons, "gttsplit-aggregator")-m0, f.c.CPU()-c0, time.Since(t0)
+	prof()
+	msgs, writes, cpuIdle, d := clientMsgs(t, mons, "gttsplit-aggregator")-m0, leases.Load()-l0, f.c.CPU()-c0, time.Since(t0)
 	loadIdle := loadavg()
 	f.stopAggs(f.aggs...)
 	time.Sleep(5 * time.Second)
@@ -296,11 +312,12 @@ func TestFleetIdleTrafficIntegration(t *testing.T) {
 	time.Sleep(window)
 	cpuBg, dBg := f.c.CPU()-c0, time.Since(t0)
 	perSec := func(c, d time.Duration) float64 { return float64(c.Microseconds()) / 1000 / d.Seconds() }
-	rate := float64(msgs) / d.Seconds()
-	need := idleNeed(3, bus.DefaultPartitions)
-	t.Logf("FIGURE idle: 3 aggregators, nothing to fold, %.0f s: they sent %.1f messages a second (their leases need %.1f); "+
+	rate, writeRate := float64(msgs)/d.Seconds(), float64(writes)/d.Seconds()
+	need, writeNeed := idleNeed(3, bus.DefaultPartitions), leaseWrites(bus.DefaultPartitions)
+	t.Logf("FIGURE idle: 3 aggregators, nothing to fold, %.0f s: they sent %.1f messages a second (their leases need %.1f), %.2f lease writes a second (%.2f needed); "+
 		"broker CPU %.1f ms/s with them, %.1f ms/s once they stopped (the same streams, buckets and consumers): their traffic %.1f ms/s [load %s / %s]; by subject: %s",
-		d.Seconds(), rate, need, perSec(cpuIdle, d), perSec(cpuBg, dBg), perSec(cpuIdle, d)-perSec(cpuBg, dBg), loadIdle, loadavg(), kinds)
+		d.Seconds(), rate, need, writeRate, writeNeed, perSec(cpuIdle, d), perSec(cpuBg, dBg), perSec(cpuIdle, d)-perSec(cpuBg, dBg), loadIdle, loadavg(), kinds)
+	require.LessOrEqual(t, writeRate, 1.2*writeNeed, "leases renewed more often than their time to live needs")
 	require.LessOrEqual(t, rate, 1.25*need, "idle control traffic beyond what the leases need")
 }
 
@@ -372,7 +389,7 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 
 	s0 := f.bucketSeq()
 	c0, t0 = cpu(), time.Now()
-	stopProf := f.profile()
+	stopProf := f.profile(8 * time.Second)
 	f.startAggs(3)
 	f.aggs = f.aggs[3:] // the folding ones (agg3-agg5)
 	done := f.waitAll(10 * time.Minute)

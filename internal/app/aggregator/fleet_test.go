@@ -340,7 +340,7 @@ func TestFleetBacklogIntegration(t *testing.T) {
 	}
 	cpuNATS0 := f.c.CPU()
 	t0 := time.Now()
-	stopProf := f.profile()
+	stopProf := f.profile(8 * time.Second)
 	f.startAggs(3)
 	done := f.waitAll(10 * time.Minute)
 	stopProf()
@@ -457,9 +457,9 @@ func TestFleetPausedAggregatorIntegration(t *testing.T) {
 }
 
 // profile, with GTTSPLIT_FLEET_PROFILE=<dir>, takes a CPU profile of every
-// node (nats-server's own profiling port) until the returned function is
-// called, into <dir>/<node>.pprof.
-func (f *fleetRig) profile() func() {
+// node (nats-server's own profiling port) for d, into <dir>/<node>.pprof;
+// the returned function waits for them.
+func (f *fleetRig) profile(d time.Duration) func() {
 	dir := os.Getenv("GTTSPLIT_FLEET_PROFILE")
 	if dir == "" {
 		return func() {}
@@ -482,7 +482,7 @@ func (f *fleetRig) profile() func() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := http.Get("http://127.0.0.1:" + port + "/debug/pprof/profile?seconds=8")
+			resp, err := http.Get("http://127.0.0.1:" + port + "/debug/pprof/profile?seconds=" + strconv.Itoa(int(d.Seconds())))
 			if err != nil {
 				f.t.Log(err)
 				return
