@@ -88,7 +88,8 @@ type Lease struct {
 
 	// mu is held by a renewal or a fenced write, one at a time: rev
 	// changes only under it. (Lock order: no other lock of this package
-	// is taken under mu.)
+	// is taken under mu, but another lease's mu with TryLock, by
+	// renewBatch.)
 	mu  sync.Mutex
 	rev uint64
 	// shown is rev for Revision, which does not wait for a write in
@@ -324,12 +325,113 @@ func (l *Lease) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	l.renewedAt(rev, sent)
+	return nil
+}
+
+// renewedAt takes a renewal sent at sent and stored at revision rev.
+// l.mu is held.
+func (l *Lease) renewedAt(rev uint64, sent time.Duration) {
 	l.rev = rev
 	l.shown.Store(rev)
 	l.deadline.Store(int64(sent + l.ttl - l.margin))
 	next := make(chan struct{})
 	close(*l.renewed.Swap(&next))
-	return nil
+}
+
+// lastSent is mono() when the lease's last successful renewal (or its
+// creation) was sent.
+func (l *Lease) lastSent() time.Duration {
+	return time.Duration(l.deadline.Load()) - (l.ttl - l.margin)
+}
+
+// renewBatch renews l together with those of others it can take at once
+// (their lock free: a fenced write or a renewal of theirs under way is
+// left to them) and that are valid, in one atomic batch of the bucket:
+// the server stores every renewal of it or none, in one replication
+// round, each conditional on its lease's revision as a renewal alone is.
+// The batch's renewals are stored one after the other, the last at the
+// commit's sequence, which gives each lease its revision. It reports
+// false, having sent nothing, when l is not valid (in doubt: renew tells
+// whether it is still this member's) or no other lease joined; an error
+// when the batch went unanswered or was refused (one lease's revision
+// moved on, the bucket takes no batches, ...): none of them is renewed
+// then, and renew, lease by lease, tells why (a batch stored whose answer
+// was lost moved every key on: renew finds its own value at a later
+// revision).
+func (l *Lease) renewBatch(ctx context.Context, others []*Lease) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.Valid() {
+		return false, nil
+	}
+	ls := []*Lease{l}
+	for _, o := range others {
+		if !o.mu.TryLock() {
+			continue
+		}
+		if !o.Valid() {
+			o.mu.Unlock()
+			continue
+		}
+		defer o.mu.Unlock()
+		ls = append(ls, o)
+	}
+	if len(ls) == 1 {
+		return false, nil
+	}
+	now := mono()
+	ctx, cancel := context.WithTimeout(ctx, max(time.Duration(l.deadline.Load())-now, l.ttl/2))
+	defer cancel()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	nc := l.js.Conn()
+	sent := mono()
+	var pa *jetstream.PubAck
+	for i, o := range ls {
+		m := nats.NewMsg(o.subject)
+		m.Data = o.value
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(o.rev, 10))
+		m.Header.Set(jetstream.MsgTTLHeader, o.ttl.String())
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		if i < len(ls)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return true, err
+			}
+			continue
+		}
+		m.Header.Set(hdrBatchCommit, "1")
+		var err error
+		if pa, err = l.js.PublishMsg(ctx, m); err != nil {
+			return true, err
+		}
+	}
+	for i, o := range ls {
+		o.renewedAt(pa.Sequence-uint64(len(ls)-1-i), sent)
+	}
+	return true, nil
+}
+
+// Headers of an atomic batch publish (nats-server 2.12+).
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+)
+
+// batchesAllowed says whether the bucket's stream takes atomic batches
+// and is replicated (a single server has no replication round to save).
+func batchesAllowed(ctx context.Context, js jetstream.JetStream, bucket string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return false
+	}
+	c := st.CachedInfo().Config
+	return c.AllowAtomicPublish && c.Replicas > 1
 }
 
 // release gives the lease back at once: the key is purged, conditional on

@@ -100,6 +100,13 @@ type Member struct {
 	// partitions.
 	freezing atomic.Bool
 
+	// batch says the leases are renewed in atomic batches (the bucket
+	// takes them and is replicated: batchesAllowed); renewMu is held
+	// while one is made and sent, so that the renewals due together go
+	// in one.
+	batch   atomic.Bool
+	renewMu sync.Mutex
+
 	renewErr atomic.Pointer[error]
 	faults   map[string]time.Duration // condition -> mono() since it holds
 	ready    atomic.Bool
@@ -188,6 +195,7 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, set Settings,
 		free: make([]time.Duration, set.Partitions), faults: map[string]time.Duration{}, rewatch: make(chan struct{}, 1),
 		probe: make(chan struct{}, 1)}
 	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
+	m.batch.Store(batchesAllowed(ctx, js, set.Bucket))
 	starting := "starting"
 	m.why.Store(&starting)
 	m.renewMember(ctx)
@@ -675,15 +683,18 @@ func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 		// A lease whose validity ran out is in doubt, renewed on:
 		// renew tells whether it is still this member's, and gives it
 		// up a time to live later.
-		sent := mono()
+		if since := mono() - l.lastSent(); since < every && l.Valid() {
+			next = every - since // renewed meanwhile in another lease's batch
+			continue
+		}
 		// A renewal under way is not cut short by a release: the
 		// server may have stored it, and the lease's revision must be
 		// the key's when the release deletes it (Lease.renew bounds it
 		// by the lease's validity).
-		err := l.renew(context.WithoutCancel(ctx))
+		err := m.renewLease(context.WithoutCancel(ctx), l, every)
 		switch {
 		case err == nil:
-			next = max(every-(mono()-sent), 0)
+			next = max(every-(mono()-l.lastSent()), 0)
 			if doubted {
 				doubted = false
 				m.log.Info().Int("partition", l.Partition).Uint64("lease_revision", l.Revision()).Msg("fleet: lease in doubt renewed: the partition stayed this member's, its work is kept")
@@ -701,6 +712,59 @@ func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 		}
 	}
 }
+
+// renewLease renews l. When the leases are renewed in batches, every
+// other lease of this member renewed at least half a renewal interval ago
+// goes with it (Lease.renewBatch): a member's leases come due together
+// after a round or two, and its renewals are one write a renewal
+// interval instead of one a lease. A lease a batch renewed meanwhile is
+// not renewed again; a batch refused or unanswered leaves l to be renewed
+// alone (which tells why), the others to their own turn.
+func (m *Member) renewLease(ctx context.Context, l *Lease, every time.Duration) error {
+	if !m.batch.Load() {
+		return l.renew(ctx)
+	}
+	m.renewMu.Lock()
+	if mono()-l.lastSent() < every/2 && l.Valid() {
+		m.renewMu.Unlock()
+		return nil // in the batch just sent
+	}
+	now := mono()
+	var others []*Lease
+	m.mu.Lock()
+	for _, hl := range m.held {
+		if hl.l != l && !hl.releasing && now-hl.l.lastSent() >= every/2 {
+			others = append(others, hl.l)
+		}
+	}
+	m.mu.Unlock()
+	batched, err := l.renewBatch(ctx, others)
+	m.renewMu.Unlock()
+	if !batched {
+		return l.renew(ctx)
+	}
+	if err != nil {
+		if batchesRefused(err) {
+			m.batch.Store(false)
+			m.log.Info().Err(err).Msg("fleet: the bucket takes no atomic batches: each lease is renewed on its own")
+		} else {
+			m.log.Debug().Err(err).Int("partition", l.Partition).Msg("fleet: batch of renewals not taken; renewing the lease on its own")
+		}
+		return l.renew(ctx)
+	}
+	return nil
+}
+
+// batchesRefused says the server refused an atomic batch because the
+// bucket's stream takes none (any more: its configuration was changed).
+func batchesRefused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrAtomicPublishDisabled
+}
+
+// jsErrAtomicPublishDisabled is nats-server's error code of an atomic
+// batch sent to a stream that does not allow them.
+const jsErrAtomicPublishDisabled jetstream.ErrorCode = 10174
 
 // lost tells the Handler, and forgets the lease; while the Handler is
 // still loading the partition, take tells it once Acquired returned.

@@ -1,0 +1,106 @@
+package fleet
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/natstest"
+)
+
+// A member of a 3-node cluster whose bucket takes atomic batches renews
+// its leases together: after a round or two every renewal interval is one
+// write for all of them (one batch, one replication round), not one a
+// lease; the leases stay valid and nothing moves. The test counts, on the
+// leases' subjects, the renewals and the writes they came in (a batch, or
+// a renewal alone) over several renewal intervals, and how many intervals
+// passed by the leases' own count (their renewals): counts, not time.
+func TestLeasesRenewedInOneBatchIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	c := natstest.StartCluster(t, 3)
+	f := newTestFleet(t, c.URLs())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := f.js.Stream(ctx, "KV_"+testBucket)
+	require.NoError(t, err)
+	sc := st.CachedInfo().Config
+	sc.AllowAtomicPublish = true
+	_, err = f.js.UpdateStream(ctx, sc)
+	require.NoError(t, err)
+
+	nc, err := nats.Connect(c.URLs())
+	require.NoError(t, err)
+	defer nc.Close()
+	var mu sync.Mutex
+	renewals, writes := map[string]int{}, 0
+	batches := map[string]bool{}
+	_, err = nc.Subscribe("$KV."+testBucket+".lease.>", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		renewals[m.Subject]++
+		switch id := m.Header.Get(hdrBatchID); {
+		case id == "":
+			writes++
+		case !batches[id]:
+			batches[id] = true
+			writes++
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	cfg := Config{LeaseTTL: 6 * time.Second}
+	r := f.join(cfg)
+	eventually(t, "every partition held", time.Minute, func() bool { return f.shares()[r.m.ID()] == 16 })
+	// Two rounds to come due together, then a few counted.
+	rounds := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		least := -1
+		for _, n := range renewals {
+			if least < 0 || n < least {
+				least = n
+			}
+		}
+		if len(renewals) < 16 {
+			return 0
+		}
+		return least
+	}
+	eventually(t, "two renewals of every lease", 5*time.Minute, func() bool { return rounds() >= 3 })
+	mu.Lock()
+	w0, r0 := writes, total(renewals)
+	mu.Unlock()
+	from := rounds()
+	const counted = 4
+	eventually(t, "four more renewals of every lease", 5*time.Minute, func() bool { return rounds() >= from+counted })
+	mu.Lock()
+	w, n := writes-w0, total(renewals)-r0
+	mu.Unlock()
+	t.Logf("%d renewals of 16 leases in %d writes over %d renewal intervals", n, w, counted)
+	// Each interval one batch (and, under load, a lease whose turn came
+	// while another's batch was in flight renewed alone now and then).
+	require.LessOrEqual(t, w, 2*(counted+1), "the leases' renewals are not written together")
+	require.LessOrEqual(t, n, 16*(counted+2), "leases renewed more often than their time to live needs")
+	require.Equal(t, 16, f.shares()[r.m.ID()], "a lease moved (%v)", f.events)
+	for p := range 16 {
+		f.mu.Lock()
+		_, held := f.owners[p][r.m.ID()]
+		f.mu.Unlock()
+		require.True(t, held, "partition %d", p)
+	}
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
