@@ -6,9 +6,10 @@
 //
 // Every aggregator of a group (consumer.durable) is a Member: it renews a
 // key of its own in the GTTSPLIT_MEMBERS bucket every third of
-// consumer.lease_ttl (its leases too), and watches the others'
-// keys and leases. A member is live while its renewals (of either) keep
-// coming. Nothing else reaches the broker while no partition moves.
+// consumer.lease_ttl (its leases too, all in one atomic batch where the
+// bucket takes them), and watches the others' keys and leases. A member
+// is live while its renewals (of either) keep coming. Nothing else
+// reaches the broker while no partition moves.
 //
 // # Leases
 //

@@ -27,13 +27,14 @@ const MembersBucket = "GTTSPLIT_MEMBERS"
 // are sent within its validity (LeaseTTL less the margin), and one whose
 // answer comes late (it waits behind the partition's fenced writes, which
 // a loaded broker answers slowly) leaves the lease in doubt, not lost
-// (Lease); a member is taken for live
+// (Lease); a member's leases are renewed together, in one atomic batch,
+// where the bucket takes them (renewLease). A member is taken for live
 // for Config.memberTTL after its member key or one of its leases was last
 // renewed; the margin a lease holder takes off its validity is a fifth of
 // LeaseTTL (Member.margin). Nothing else is sent to the broker while
 // nothing moves: an idle fleet's control traffic is these renewals (and
-// what watches them). memberBeats bounds, in heartbeats, how long Join waits
-// to see itself and the leases.
+// what watches them). memberBeats bounds, in heartbeats, how long Join
+// waits to see itself and the leases.
 const (
 	renewals      = 3
 	leaseRenewals = 3
@@ -656,8 +657,9 @@ func (m *Member) hold(l *Lease) *heldLease {
 }
 
 // keepLease sends a renewal of hl's lease every LeaseTTL/leaseRenewals
-// (counted from the last one's sending: a slow answer does not push the
-// next renewal later; sooner after a failed renewal) until ctx ends or
+// (counted from the last one's sending, its own or a batch's that took
+// it along: a slow answer does not push the next renewal later; sooner
+// after a failed renewal) until ctx ends or
 // the lease is lost; a lost lease is handed to Handler.Lost. A renewal
 // may take until the lease's validity ends and past it (see Lease.renew),
 // not just until the next one is due: on a busy machine or broker an
