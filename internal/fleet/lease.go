@@ -346,13 +346,15 @@ func (l *Lease) lastSent() time.Duration {
 }
 
 // renewBatch renews l together with those of others it can take at once
-// (their lock free: a fenced write or a renewal of theirs under way is
-// left to them) and that are valid, in one atomic batch of the bucket:
-// the server stores every renewal of it or none, in one replication
-// round, each conditional on its lease's revision as a renewal alone is.
-// The batch's renewals are stored one after the other, the last at the
-// commit's sequence, which gives each lease its revision. It reports
-// false, having sent nothing, when l is not valid (in doubt: renew tells
+// and that are valid, in one atomic batch of the bucket: the server
+// stores every renewal of it or none, in one replication round, each
+// conditional on its lease's revision as a renewal alone is. A lease
+// whose lock is taken (a fenced write or a renewal of its own under way)
+// is left out; so is l, the batch not sent: a caller holding
+// Member.renewMu must not wait for one partition's write. The batch's
+// renewals are stored one after the other, the last at the commit's
+// sequence, which gives each lease its revision. It reports false,
+// having sent nothing, when l is busy or not valid (in doubt: renew tells
 // whether it is still this member's) or no other lease joined; an error
 // when the batch went unanswered or was refused (one lease's revision
 // moved on, the bucket takes no batches, ...): none of them is renewed
@@ -360,7 +362,9 @@ func (l *Lease) lastSent() time.Duration {
 // was lost moved every key on: renew finds its own value at a later
 // revision).
 func (l *Lease) renewBatch(ctx context.Context, others []*Lease) (bool, error) {
-	l.mu.Lock()
+	if !l.mu.TryLock() {
+		return false, nil
+	}
 	defer l.mu.Unlock()
 	if !l.Valid() {
 		return false, nil
