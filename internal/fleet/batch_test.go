@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -20,14 +21,15 @@ import (
 // a renewal alone) over several renewal intervals, and how many intervals
 // passed by the leases' own count (their renewals): counts, not time.
 // A partition whose write holds its lease past its turn is left out of
-// the batches and holds back none of the others.
+// the batches and holds back none of the others; a batch refused for
+// one lease (another member's key now) costs the others nothing.
 func TestLeasesRenewedInOneBatchIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
 	c := natstest.StartCluster(t, 3)
 	f := newTestFleet(t, c.URLs())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	st, err := f.js.Stream(ctx, "KV_"+testBucket)
 	require.NoError(t, err)
@@ -140,6 +142,44 @@ func TestLeasesRenewedInOneBatchIntegration(t *testing.T) {
 		_, held := f.owners[p][r.m.ID()]
 		f.mu.Unlock()
 		require.True(t, held, "partition %d", p)
+	}
+
+	// A batch the server refuses for one lease (its key is someone
+	// else's now: the revision it is conditional on moved) stores none
+	// of its renewals; the lease is lost, the others are renewed on
+	// (alone, then in batches without it) and none of them is lost.
+	r.m.mu.Lock()
+	taken := r.m.held[1].l
+	r.m.mu.Unlock()
+	putRev, err := f.kv.Put(ctx, taken.Key(), []byte("another member#0"))
+	require.NoError(t, err)
+	eventually(t, "partition 1 lost", 5*time.Minute, func() bool {
+		select {
+		case <-taken.Lost():
+			return true
+		default:
+			return false
+		}
+	})
+	// Stored renewals of the others: their revisions past the put's.
+	eventually(t, "partitions 2-15 renewed after partition 1 was taken", 5*time.Minute, func() bool {
+		r.m.mu.Lock()
+		defer r.m.mu.Unlock()
+		for p := 2; p < 16; p++ {
+			if hl := r.m.held[p]; hl == nil || hl.l.Revision() <= putRev {
+				return false
+			}
+		}
+		return true
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for p := 2; p < 16; p++ {
+		_, held := f.owners[p][r.m.ID()]
+		require.True(t, held, "partition %d (%v)", p, f.events)
+		for _, e := range f.events {
+			require.NotEqual(t, fmt.Sprintf("%s -%d (lost)", r.m.ID(), p), e, "partition %d lost (%v)", p, f.events)
+		}
 	}
 }
 

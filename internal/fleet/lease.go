@@ -86,10 +86,10 @@ type Lease struct {
 	ttl     time.Duration
 	margin  time.Duration
 
-	// mu is held by a renewal or a fenced write, one at a time: rev
-	// changes only under it. (Lock order: no other lock of this package
-	// is taken under mu, but another lease's mu with TryLock, by
-	// renewBatch.)
+	// mu is held by a renewal (alone or in a batch) or a fenced write,
+	// one at a time: rev changes only under it. (Lock order: no other
+	// lock of this package is taken under mu, but another lease's mu
+	// with TryLock, by lockBatch.)
 	mu  sync.Mutex
 	rev uint64
 	// shown is rev for Revision, which does not wait for a write in
@@ -291,12 +291,23 @@ func (l *Lease) recheck(ctx context.Context) keyState {
 // lease was in doubt meanwhile). A lease in doubt for a time to live is
 // lost (ErrLost).
 func (l *Lease) renew(ctx context.Context) error {
+	return l.renewSince(ctx, -1)
+}
+
+// renewSince is renew, but does nothing when the lease's last successful
+// renewal, once its lock is held, is no longer the one sent at last (a
+// batch of its member's renewals took it along while this waited for the
+// lock) and it is valid. last < 0 renews in any case.
+func (l *Lease) renewSince(ctx context.Context, last time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	select {
 	case <-l.lost:
 		return ErrLost
 	default:
+	}
+	if last >= 0 && l.lastSent() != last && l.Valid() {
+		return nil
 	}
 	now := mono()
 	if now >= l.givenUp() {
@@ -345,31 +356,29 @@ func (l *Lease) lastSent() time.Duration {
 	return time.Duration(l.deadline.Load()) - (l.ttl - l.margin)
 }
 
-// renewBatch renews l together with those of others it can take at once
-// and that are valid, in one atomic batch of the bucket: the server
-// stores every renewal of it or none, in one replication round, each
-// conditional on its lease's revision as a renewal alone is. A lease
-// whose lock is taken (a fenced write or a renewal of its own under way)
-// is left out; so is l, the batch not sent: a caller holding
-// Member.renewMu must not wait for one partition's write. The batch's
-// renewals are stored one after the other, the last at the commit's
-// sequence, which gives each lease its revision. It reports false,
-// having sent nothing, when l is busy or not valid (in doubt: renew tells
-// whether it is still this member's) or no other lease joined; an error
-// when the batch went unanswered or was refused (one lease's revision
-// moved on, the bucket takes no batches, ...): none of them is renewed
-// then, and renew, lease by lease, tells why (a batch stored whose answer
-// was lost moved every key on: renew finds its own value at a later
-// revision).
-func (l *Lease) renewBatch(ctx context.Context, others []*Lease) (bool, error) {
+// renewBatch is a batch of renewals whose leases' locks are held
+// (lockBatch) until it is sent (send).
+type renewBatch struct {
+	ls []*Lease // the lease whose turn it is first
+}
+
+// lockBatch takes l's lock and those of the others it can take at once
+// and that are valid, for one atomic batch of renewals: a lease whose
+// lock is taken (a fenced write, a renewal of its own, another batch
+// under way) is left out. It returns nil, holding no lock, when l's lock
+// is taken, l was renewed since last (a batch under way ended
+// meanwhile), l is not valid (in doubt: renew tells whether it is still
+// this member's) or no other lease joined. It does not wait: a caller
+// holding Member.renewMu must not wait for one partition's write.
+func (l *Lease) lockBatch(last time.Duration, others []*Lease) *renewBatch {
 	if !l.mu.TryLock() {
-		return false, nil
+		return nil
 	}
-	defer l.mu.Unlock()
-	if !l.Valid() {
-		return false, nil
+	if !l.Valid() || l.lastSent() != last {
+		l.mu.Unlock()
+		return nil
 	}
-	ls := []*Lease{l}
+	b := &renewBatch{ls: []*Lease{l}}
 	for _, o := range others {
 		if !o.mu.TryLock() {
 			continue
@@ -378,44 +387,66 @@ func (l *Lease) renewBatch(ctx context.Context, others []*Lease) (bool, error) {
 			o.mu.Unlock()
 			continue
 		}
-		defer o.mu.Unlock()
-		ls = append(ls, o)
+		b.ls = append(b.ls, o)
 	}
-	if len(ls) == 1 {
-		return false, nil
+	if len(b.ls) == 1 {
+		l.mu.Unlock()
+		return nil
 	}
-	now := mono()
-	ctx, cancel := context.WithTimeout(ctx, max(time.Duration(l.deadline.Load())-now, l.ttl/2))
+	return b
+}
+
+// send renews the batch's leases in one atomic batch of the bucket (a
+// JetStream atomic batch publish, nats-server 2.12 or newer): the server
+// stores every renewal of it or none, in one replication round, each
+// conditional on its lease's revision as a renewal alone is. The batch's
+// renewals are stored one after the other, the last at the commit's
+// sequence, which gives each lease its revision. It waits for the answer
+// until the first lease's validity ends, and at least half the time to
+// live (as renew does), then gives back the leases' locks. An error
+// means none of them is renewed: the batch went unanswered or was
+// refused (one lease's revision moved on, the bucket takes no batches,
+// ...); renew, lease by lease, tells why (a batch stored whose answer
+// was lost moved every key on: renew finds its own value at a later
+// revision).
+func (b *renewBatch) send(ctx context.Context) error {
+	defer func() {
+		for _, o := range b.ls {
+			o.mu.Unlock()
+		}
+	}()
+	l := b.ls[0]
+	ctx, cancel := context.WithTimeout(ctx, max(time.Duration(l.deadline.Load())-mono(), l.ttl/2))
 	defer cancel()
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
+	var rb [8]byte
+	_, _ = rand.Read(rb[:])
+	id := hex.EncodeToString(rb[:])
 	nc := l.js.Conn()
 	sent := mono()
 	var pa *jetstream.PubAck
-	for i, o := range ls {
+	for i, o := range b.ls {
 		m := nats.NewMsg(o.subject)
 		m.Data = o.value
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(o.rev, 10))
 		m.Header.Set(jetstream.MsgTTLHeader, o.ttl.String())
 		m.Header.Set(hdrBatchID, id)
 		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
-		if i < len(ls)-1 {
+		if i < len(b.ls)-1 {
 			if err := nc.PublishMsg(m); err != nil {
-				return true, err
+				return err
 			}
 			continue
 		}
 		m.Header.Set(hdrBatchCommit, "1")
 		var err error
 		if pa, err = l.js.PublishMsg(ctx, m); err != nil {
-			return true, err
+			return err
 		}
 	}
-	for i, o := range ls {
-		o.renewedAt(pa.Sequence-uint64(len(ls)-1-i), sent)
+	for i, o := range b.ls {
+		o.renewedAt(pa.Sequence-uint64(len(b.ls)-1-i), sent)
 	}
-	return true, nil
+	return nil
 }
 
 // Headers of an atomic batch publish (nats-server 2.12+).

@@ -717,21 +717,25 @@ func (m *Member) keepLease(ctx context.Context, hl *heldLease) {
 
 // renewLease renews l. When the leases are renewed in batches, every
 // other lease of this member renewed at least half a renewal interval ago
-// goes with it (Lease.renewBatch): a member's leases come due together
-// after a round or two, and its renewals are one write a renewal
-// interval instead of one a lease. A lease a batch renewed meanwhile is
-// not renewed again; a batch refused or unanswered leaves l to be renewed
-// alone (which tells why), the others to their own turn.
+// goes with it (Lease.lockBatch, renewBatch.send): a member's leases come
+// due together after a round or two, and its renewals are one write a
+// renewal interval instead of one a lease. renewMu is held only while a
+// batch is chosen and its leases' locks taken, not while it waits for the
+// broker: a lease left out (its partition writing) is renewed alone
+// without waiting for the others' answer. A lease whose lock a batch under
+// way holds waits for it and is not renewed again (Lease.renewSince); a
+// batch refused or unanswered leaves l to be renewed alone (which tells
+// why), the others to their own turn.
 func (m *Member) renewLease(ctx context.Context, l *Lease, every time.Duration) error {
 	if !m.batch.Load() {
 		return l.renew(ctx)
 	}
 	m.renewMu.Lock()
-	if mono()-l.lastSent() < every/2 && l.Valid() {
+	last, now := l.lastSent(), mono()
+	if now-last < every/2 && l.Valid() {
 		m.renewMu.Unlock()
 		return nil // in the batch just sent
 	}
-	now := mono()
 	var others []*Lease
 	m.mu.Lock()
 	for _, hl := range m.held {
@@ -740,21 +744,22 @@ func (m *Member) renewLease(ctx context.Context, l *Lease, every time.Duration) 
 		}
 	}
 	m.mu.Unlock()
-	batched, err := l.renewBatch(ctx, others)
+	b := l.lockBatch(last, others)
 	m.renewMu.Unlock()
-	if !batched {
-		return l.renew(ctx)
+	if b == nil {
+		return l.renewSince(ctx, last)
 	}
-	if err != nil {
-		if batchesRefused(err) {
-			m.batch.Store(false)
-			m.log.Info().Err(err).Msg("fleet: the bucket takes no atomic batches: each lease is renewed on its own")
-		} else {
-			m.log.Debug().Err(err).Int("partition", l.Partition).Msg("fleet: batch of renewals not taken; renewing the lease on its own")
-		}
-		return l.renew(ctx)
+	err := b.send(ctx)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if batchesRefused(err) {
+		m.batch.Store(false)
+		m.log.Info().Err(err).Msg("fleet: the bucket takes no atomic batches: each lease is renewed on its own")
+	} else {
+		m.log.Debug().Err(err).Int("partition", l.Partition).Msg("fleet: batch of renewals not taken; renewing the lease on its own")
+	}
+	return l.renew(ctx)
 }
 
 // batchesRefused says the server refused an atomic batch because the
