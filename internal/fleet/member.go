@@ -103,8 +103,8 @@ type Member struct {
 
 	// batch says the leases are renewed in atomic batches (the bucket
 	// takes them and is replicated: batchesAllowed); renewMu is held
-	// while one is made and sent, so that the renewals due together go
-	// in one.
+	// while one is chosen and its leases' locks taken (not while it is
+	// sent), so that the renewals due together go in one.
 	batch   atomic.Bool
 	renewMu sync.Mutex
 
