@@ -87,6 +87,10 @@ func (t *Table) IsShed(id string) bool {
 // RunCost one whose state was encoded in so many bytes.
 const NewRunCost = newRunCost
 
+// IndexShare is the share (1/IndexShare) of the runs' memory bound the
+// run index's open summaries, and its closed ones, may each take.
+const IndexShare = indexShare
+
 var RunCost = runCost
 
 // OnCompactRead has f told each run a compaction read and is about to
