@@ -18,6 +18,10 @@ import (
 //   - HoldServer keeps only what the server sends (its acks among them)
 //     from reaching the clients, while their bytes still get through:
 //     acks that do not come.
+//   - Cut closes every connection open now, dropping what waits in the
+//     proxy for it (a frozen connection's bytes never arrive): the
+//     network between a client that gave a connection up and its server
+//     was down until then. Connections made later are forwarded.
 //   - SetLatency delays every byte the server sends by a fixed time,
 //     without limiting the throughput: a broker that is healthy but slow
 //     to answer, as one under load is.
@@ -81,6 +85,16 @@ func (p *Proxy) ReleaseServer() {
 	defer p.mu.Unlock()
 	p.held = false
 	p.thawed.Broadcast()
+}
+
+// Cut closes the connections open now; what waits for them is dropped.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
 }
 
 // SetLatency makes every byte the server sends from now on reach its

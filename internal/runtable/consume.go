@@ -43,7 +43,7 @@ const (
 	// consumer (the servers of a cluster keep the consumer's pull
 	// requests, and the new leader ends each with a 409 the client pulls
 	// again after) nor to the client's reconnection (the table cuts its
-	// pulls when its connection reconnected: Table.watch); what is left
+	// pulls when its connection reconnected: Table.rejoin); what is left
 	// to the expiry is a pull whose leader died before its followers
 	// knew of it: an idle partition then pulls again at most
 	// idlePullExpiry later.
@@ -279,7 +279,7 @@ func (pt *part) consume(c *partConsumer) {
 				c.pulled.start()
 				go func() {
 					for jm := range batch.Messages() {
-						c.pulled.push(jm, pt.fl.add(jm, time.Now()))
+						c.pulled.push(jm, pt.fl.add(jm, jm.Reply(), time.Now()))
 					}
 					c.pulled.end()
 				}()
@@ -467,23 +467,11 @@ func (t *Table) watch(ctx context.Context) {
 	tk := time.NewTicker(watchEvery)
 	defer tk.Stop()
 	var ws watchState
-	nc := t.js.Conn()
-	reconnects := nc.Stats().Reconnects
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tk.C:
-		}
-		if r := nc.Stats().Reconnects; r != reconnects {
-			// The pulls sent on the connection before it reconnected
-			// may be lost with the server it left: pulled again.
-			reconnects = r
-			for _, pt := range t.parts() {
-				for _, c := range pt.cons {
-					c.cutPull()
-				}
-			}
 		}
 		t.watchOnce(ctx, &ws)
 	}

@@ -2,10 +2,12 @@ package runtable
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -28,6 +30,20 @@ import (
 //     long time, as they do on a loaded machine, does not hold the
 //     progress acknowledgements back, and a message's ack wait is counted
 //     from when it came, not from when it was folded;
+//   - when the table's connection was replaced (the client found it stale:
+//     pings unanswered; or the server went away), the progress
+//     acknowledgements sent on the old one since it stopped answering
+//     are lost, and the broker may already count some of those messages'
+//     ack wait as run out (they wait on its redelivery queue for the next
+//     pull). The table then restarts the ack wait of every message in its
+//     ledgers at once (Table.rejoin), with a negative acknowledgement
+//     delayed by the whole ack wait: for a message still waiting it is a
+//     progress acknowledgement, and one on the redelivery queue it takes
+//     off it (a progress acknowledgement does not). Only then are the
+//     partitions' pulls cut and sent again on the new connection: what
+//     the old pulls had brought and the table held is not delivered
+//     again; what the broker sent on them and never arrived is, once, after
+//     the ack wait (the client cannot name it);
 //   - a partition pulls once the messages of its last pull were handled,
 //     and asks for no more than the handler is measured to handle in a
 //     quarter of the ack wait (pullSize, from a moving average of the
@@ -159,6 +175,8 @@ type flight struct {
 	ack acker
 	at  time.Time
 	i   int // its index in ledger.fs; -1 once settled
+	// reply is the message's acknowledgement subject (Table.rejoin).
+	reply string
 	// kept is set by the handler when it leaves the message waiting
 	// for a checkpoint (read by the handler's goroutine only).
 	kept bool
@@ -171,11 +189,11 @@ type ledger struct {
 	fs []*flight
 }
 
-// add enters a message that came at at.
-func (l *ledger) add(a acker, at time.Time) *flight {
+// add enters a message that came at at, acknowledged on subject reply.
+func (l *ledger) add(a acker, reply string, at time.Time) *flight {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := &flight{ack: a, at: at, i: len(l.fs)}
+	f := &flight{ack: a, at: at, i: len(l.fs), reply: reply}
 	l.fs = append(l.fs, f)
 	return f
 }
@@ -242,5 +260,84 @@ func (t *Table) progress(ctx context.Context) {
 		for _, pt := range t.parts() {
 			t.m.progress.Add(float64(pt.fl.progress(time.Now(), after)))
 		}
+	}
+}
+
+// keep restarts the ack wait of every message in the ledger at now by
+// publishing body (a delayed negative acknowledgement: Table.rejoin) on
+// its acknowledgement subject; it returns how many. The messages are
+// published once the lock is let go.
+func (l *ledger) keep(nc *nats.Conn, body []byte, now time.Time) int {
+	var replies []string
+	l.mu.Lock()
+	for _, f := range l.fs {
+		if f.reply != "" {
+			f.at = now
+			replies = append(replies, f.reply)
+		}
+	}
+	l.mu.Unlock()
+	for _, r := range replies {
+		_ = nc.Publish(r, body)
+	}
+	return len(replies)
+}
+
+// rejoinBody is the acknowledgement that restarts a message's ack wait of
+// ackWait whether or not the broker counts it as run out: a negative
+// acknowledgement delayed by the whole ack wait (the broker takes the
+// message off its redelivery queue and starts its wait again, as of now).
+// A message's client-side acknowledgement state is not touched (it is
+// published on the subject directly), so it is acknowledged as usual.
+func rejoinBody(ackWait time.Duration) []byte {
+	return fmt.Appendf(nil, "-NAK {\"delay\": %d}", ackWait.Nanoseconds())
+}
+
+// rejoin is what the table does once its connection was replaced: every
+// message in flight (pulled, in hand, folded and waiting for a
+// checkpoint) gets its ack wait restarted (ledger.keep), the broker is
+// given the time of a round trip to take those in, then every partition's
+// pull is cut and sent again on the new connection. It returns how many
+// messages were kept.
+func (t *Table) rejoin() int {
+	nc := t.js.Conn()
+	body := rejoinBody(t.flow.ackWait)
+	n := 0
+	for _, pt := range t.parts() {
+		n += pt.fl.keep(nc, body, time.Now())
+	}
+	t.m.progress.Add(float64(n))
+	// The pulls after the acknowledgements: a pull the broker took first
+	// would be served what waits on the redelivery queue.
+	_ = nc.FlushTimeout(max(t.flow.ackWait/4, time.Second))
+	for _, pt := range t.parts() {
+		for _, c := range pt.cons {
+			c.cutPull()
+		}
+	}
+	return n
+}
+
+// rejoins calls rejoin every time the table's connection was replaced,
+// until ctx ends.
+func (t *Table) rejoins(ctx context.Context) {
+	nc := t.js.Conn()
+	ch := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(ch)
+	seen := nc.Stats().Reconnects
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+		r := nc.Stats().Reconnects
+		if r == seen {
+			continue
+		}
+		seen = r
+		n := t.rejoin()
+		t.log.Info().Int("in_flight", n).Str("server", nc.ConnectedUrlRedacted()).
+			Msg("connection replaced: the ack wait of every message in flight restarted, pulls sent again")
 	}
 }

@@ -24,8 +24,8 @@ func TestProgressAckedOnlyNearTheAckWait(t *testing.T) {
 	msgs := fetched(t, ackWait, 2)
 	var l ledger
 	now := time.Now()
-	young := l.add(msgs[0], now.Add(-ackWait*35/100))
-	old := l.add(msgs[1], now.Add(-ackWait*45/100))
+	young := l.add(msgs[0], msgs[0].Reply(), now.Add(-ackWait*35/100))
+	old := l.add(msgs[1], msgs[1].Reply(), now.Add(-ackWait*45/100))
 
 	f := newFlow(ackWait, 64)
 	require.Equal(t, 1, l.progress(now, f.progressAfter()), "progress acknowledged only for the message that waited 45 %% of the ack wait")
@@ -53,7 +53,7 @@ func TestProgressAckedWhileThePartitionIsBusy(t *testing.T) {
 	pt := &part{t: tb}
 	tb.byPart[0] = pt
 	came := time.Now().Add(-900 * time.Millisecond) // pulled, then in the handler's hand
-	fl := pt.fl.add(msgs[0], came)
+	fl := pt.fl.add(msgs[0], msgs[0].Reply(), came)
 	pt.fl.folded(fl, msgs[0])
 	pt.mu.Lock() // folding, or a checkpoint taking the runs' states
 	defer pt.mu.Unlock()

@@ -194,9 +194,10 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); t.watch(wctx) }()
 	go func() { defer wg.Done(); t.progress(wctx) }()
+	go func() { defer wg.Done(); t.rejoins(wctx) }()
 	go func() { defer wg.Done(); t.janitor(wctx, cfg.Store.Retention) }()
 	if t.lanePost != nil {
 		wg.Add(1)
