@@ -271,6 +271,7 @@ func (pt *part) consume(c *partConsumer) {
 			if empty >= idlePulls {
 				expiry = idlePullExpiry
 			}
+			t.awaitConn(ctx)
 			fctx, cancel := pullContext(ctx, expiry)
 			c.setCut(cancel)
 			before := c.msgs.Load()

@@ -297,9 +297,10 @@ func rejoinBody(ackWait time.Duration) []byte {
 // message in flight (pulled, in hand, folded and waiting for a
 // checkpoint) gets its ack wait restarted (ledger.keep), the broker is
 // given the time of a round trip to take those in, then every partition's
-// pull is cut and sent again on the new connection. It returns how many
-// messages were kept.
-func (t *Table) rejoin() int {
+// pull is cut and sent again on the new connection (awaitConn holds the
+// partitions' pulls until then). It returns how many messages were kept;
+// reconnects is the connection's reconnection count it handles.
+func (t *Table) rejoin(reconnects uint64) int {
 	nc := t.js.Conn()
 	body := rejoinBody(t.flow.ackWait)
 	n := 0
@@ -310,6 +311,7 @@ func (t *Table) rejoin() int {
 	// The pulls after the acknowledgements: a pull the broker took first
 	// would be served what waits on the redelivery queue.
 	_ = nc.FlushTimeout(max(t.flow.ackWait/4, time.Second))
+	t.rejoined.Store(reconnects)
 	for _, pt := range t.parts() {
 		for _, c := range pt.cons {
 			c.cutPull()
@@ -319,25 +321,41 @@ func (t *Table) rejoin() int {
 }
 
 // rejoins calls rejoin every time the table's connection was replaced,
-// until ctx ends.
+// until ctx ends: told by the connection, or seen at a look every
+// progressEvery (a change told before the listener was in place).
 func (t *Table) rejoins(ctx context.Context) {
 	nc := t.js.Conn()
 	ch := nc.StatusChanged(nats.CONNECTED)
 	defer nc.RemoveStatusListener(ch)
-	seen := nc.Stats().Reconnects
+	tk := time.NewTicker(t.flow.progressEvery())
+	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ch:
+		case <-tk.C:
 		}
 		r := nc.Stats().Reconnects
-		if r == seen {
+		if r == t.rejoined.Load() || !nc.IsConnected() {
 			continue
 		}
-		seen = r
-		n := t.rejoin()
+		n := t.rejoin(r)
 		t.log.Info().Int("in_flight", n).Str("server", nc.ConnectedUrlRedacted()).
 			Msg("connection replaced: the ack wait of every message in flight restarted, pulls sent again")
+	}
+}
+
+// awaitConn returns once the table's connection is up and rejoin handled
+// its last reconnection (or ctx ended): a pull sent meanwhile would wait
+// in the client's buffer and reach the broker before rejoin's
+// acknowledgements.
+func (t *Table) awaitConn(ctx context.Context) {
+	nc := t.js.Conn()
+	for ctx.Err() == nil && (!nc.IsConnected() || nc.Stats().Reconnects != t.rejoined.Load()) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

@@ -122,9 +122,14 @@ type Table struct {
 
 	closed atomic.Int64
 	flow   *flow
-	mem    memory         // the runs' memory (memory.go)
-	pubs   sync.WaitGroup // split events being published, re-sends
-	dlq    deadLetters
+	// rejoined is the connection's reconnection count rejoin last
+	// handled: a partition pulls only while it is the connection's (a pull
+	// sent before rejoin's acknowledgements would be served what waits on
+	// the redelivery queue).
+	rejoined atomic.Uint64
+	mem      memory         // the runs' memory (memory.go)
+	pubs     sync.WaitGroup // split events being published, re-sends
+	dlq      deadLetters
 	// origins says each event refused for its origin once per sender.
 	origins originWarnings
 	// roomW is the store watch's memory (room.go; the watch goroutine's).
@@ -194,6 +199,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
+	t.rejoined.Store(t.js.Conn().Stats().Reconnects)
 	wg.Add(4)
 	go func() { defer wg.Done(); t.watch(wctx) }()
 	go func() { defer wg.Done(); t.progress(wctx) }()
