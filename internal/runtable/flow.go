@@ -265,22 +265,25 @@ func (t *Table) progress(ctx context.Context) {
 
 // keep restarts the ack wait of every message in the ledger at now by
 // publishing body (a delayed negative acknowledgement: Table.rejoin) on
-// its acknowledgement subject; it returns how many. The messages are
-// published once the lock is let go.
-func (l *ledger) keep(nc *nats.Conn, body []byte, now time.Time) int {
-	var replies []string
+// its acknowledgement subject, asking for the broker's answer on reply;
+// it returns how many. The messages are published once the lock is let go.
+func (l *ledger) keep(nc *nats.Conn, body []byte, reply string, now time.Time) int {
+	var subjects []string
 	l.mu.Lock()
 	for _, f := range l.fs {
 		if f.reply != "" {
 			f.at = now
-			replies = append(replies, f.reply)
+			subjects = append(subjects, f.reply)
 		}
 	}
 	l.mu.Unlock()
-	for _, r := range replies {
-		_ = nc.Publish(r, body)
+	n := 0
+	for _, s := range subjects {
+		if nc.PublishRequest(s, reply, body) == nil {
+			n++
+		}
 	}
-	return len(replies)
+	return n
 }
 
 // rejoinBody is the acknowledgement that restarts a message's ack wait of
@@ -295,29 +298,58 @@ func rejoinBody(ackWait time.Duration) []byte {
 
 // rejoin is what the table does once its connection was replaced: every
 // message in flight (pulled, in hand, folded and waiting for a
-// checkpoint) gets its ack wait restarted (ledger.keep), the broker is
-// given the time of a round trip to take those in, then every partition's
-// pull is cut and sent again on the new connection (awaitConn holds the
-// partitions' pulls until then). It returns how many messages were kept;
+// checkpoint) gets its ack wait restarted (ledger.keep), and once the
+// broker answered each of those (it takes a consumer's acknowledgements
+// and its pulls in different places: a pull sent before the answers could
+// be served what waits on the redelivery queue) or a quarter of the ack
+// wait passed, every partition's pull is cut and sent again on the new
+// connection (awaitConn holds the partitions' pulls until then). It
+// returns how many messages were kept and how many the broker answered;
 // reconnects is the connection's reconnection count it handles.
-func (t *Table) rejoin(reconnects uint64) int {
+func (t *Table) rejoin(reconnects uint64) (kept, answered int) {
 	nc := t.js.Conn()
 	body := rejoinBody(t.flow.ackWait)
-	n := 0
-	for _, pt := range t.parts() {
-		n += pt.fl.keep(nc, body, time.Now())
+	inbox := nc.NewRespInbox()
+	var got atomic.Int64
+	more := make(chan struct{}, 1)
+	sub, err := nc.Subscribe(inbox, func(*nats.Msg) {
+		got.Add(1)
+		select {
+		case more <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		inbox = "" // kept unanswered: a round trip is the wait
 	}
-	t.m.progress.Add(float64(n))
-	// The pulls after the acknowledgements: a pull the broker took first
-	// would be served what waits on the redelivery queue.
-	_ = nc.FlushTimeout(max(t.flow.ackWait/4, time.Second))
+	for _, pt := range t.parts() {
+		kept += pt.fl.keep(nc, body, inbox, time.Now())
+	}
+	t.m.progress.Add(float64(kept))
+	bound := max(t.flow.ackWait/4, time.Second)
+	if err != nil {
+		_ = nc.FlushTimeout(bound)
+	} else {
+		wait := time.NewTimer(bound)
+	answers:
+		for got.Load() < int64(kept) {
+			select {
+			case <-more:
+			case <-wait.C:
+				break answers
+			}
+		}
+		wait.Stop()
+		_ = sub.Unsubscribe()
+	}
+	answered = int(got.Load())
 	t.rejoined.Store(reconnects)
 	for _, pt := range t.parts() {
 		for _, c := range pt.cons {
 			c.cutPull()
 		}
 	}
-	return n
+	return kept, answered
 }
 
 // rejoins calls rejoin every time the table's connection was replaced,
@@ -340,8 +372,8 @@ func (t *Table) rejoins(ctx context.Context) {
 		if r == t.rejoined.Load() || !nc.IsConnected() {
 			continue
 		}
-		n := t.rejoin(r)
-		t.log.Info().Int("in_flight", n).Str("server", nc.ConnectedUrlRedacted()).
+		kept, answered := t.rejoin(r)
+		t.log.Info().Int("in_flight", kept).Int("answered", answered).Str("server", nc.ConnectedUrlRedacted()).
 			Msg("connection replaced: the ack wait of every message in flight restarted, pulls sent again")
 	}
 }
