@@ -155,7 +155,6 @@ func TestLeaseInDoubtKeepsItsWorkIntegration(t *testing.T) {
 // until the connection was found stale. Restarting them with progress
 // acknowledgements alone leaves those on the redelivery queue.)
 func TestStaleConnectionKeepsWhatItHeldIntegration(t *testing.T) {
-	skipShort(t)
 	const ackWait = 5 * time.Second
 	for _, tc := range []struct {
 		name string
@@ -169,11 +168,7 @@ func TestStaleConnectionKeepsWhatItHeldIntegration(t *testing.T) {
 }
 
 func staleConnection(t *testing.T, ackWait, down time.Duration) {
-	opts := rt.FoldOptions(t)
-	fx := rt.Load(t, fixture4B, opts)
-	srv := natstest.Start(t)
-	b := rt.BrokerAt(t, srv)
-	proxy := natstest.StartProxy(t, srv.Addr().String())
+	fx, b, proxy := behindProxy(t)
 	const group = "stale"
 	var logs logBuf
 	log := zerolog.New(io.MultiWriter(&logs, zerolog.NewTestWriter(t))).Level(zerolog.InfoLevel)
