@@ -339,7 +339,11 @@ func (pt *part) consume(c *partConsumer) {
 // wait; one that reaches the client later than the ack wait after it was
 // sent is delivered again anyway. The wait costs nothing while the server
 // ends its pulls (the client stops at the 408, however late it reads
-// it): only a pull lost with its server waits it out.
+// it): only a pull lost with its server waits it out. nats.go ends a pull
+// itself once nothing came for its expiry and a second (a timer it
+// restarts at every message): the grace holds for a pull whose messages
+// kept coming, as a backlog's do; one that brought nothing for that long
+// is ended a second past its expiry whatever the grace.
 func (f *flow) pullGrace() time.Duration { return max(f.ackWait/2, minPullGrace) }
 
 const minPullGrace = time.Second

@@ -305,8 +305,9 @@ func rejoinBody(ackWait time.Duration) []byte {
 // wait passed, every partition's pull is cut and sent again on the new
 // connection (awaitConn holds the partitions' pulls until then). It
 // returns how many messages were kept and how many the broker answered;
-// reconnects is the connection's reconnection count it handles.
-func (t *Table) rejoin(reconnects uint64) (kept, answered int) {
+// reconnects is the connection's reconnection count it handles. A table
+// that stops (ctx) waits for no answer.
+func (t *Table) rejoin(ctx context.Context, reconnects uint64) (kept, answered int) {
 	nc := t.js.Conn()
 	body := rejoinBody(t.flow.ackWait)
 	inbox := nc.NewRespInbox()
@@ -336,6 +337,8 @@ func (t *Table) rejoin(reconnects uint64) (kept, answered int) {
 			select {
 			case <-more:
 			case <-wait.C:
+				break answers
+			case <-ctx.Done():
 				break answers
 			}
 		}
@@ -372,7 +375,7 @@ func (t *Table) rejoins(ctx context.Context) {
 		if r == t.rejoined.Load() || !nc.IsConnected() {
 			continue
 		}
-		kept, answered := t.rejoin(r)
+		kept, answered := t.rejoin(ctx, r)
 		t.log.Info().Int("in_flight", kept).Int("answered", answered).Str("server", nc.ConnectedUrlRedacted()).
 			Msg("connection replaced: the ack wait of every message in flight restarted, pulls sent again")
 	}
