@@ -40,10 +40,11 @@ func (pt *part) take(id string, r *liveRun) snapshot {
 	return snapshot{r: r, id: id, b: b, folds: r.folds, first: !r.stored, err: err}
 }
 
-// checkpoint writes the partition's changed runs and acknowledges what
-// the writes made durable; then (unless final: a release) it closes the
-// runs that are due.
-func (pt *part) checkpoint(ctx context.Context, final bool) {
+// checkpoint writes the partition's changed runs that are due (every one
+// with all: a release, a stop, a kick for room or for max_ack_pending, a
+// failing bucket) and acknowledges what the writes made durable; then
+// (unless final: a release) it closes the runs that are due.
+func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 	pt.ckptMu.Lock()
 	defer pt.ckptMu.Unlock()
 	defer func() {
@@ -54,21 +55,33 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	}()
 	t := pt.t
 	taken := t.cfg.Now()
+	all = all || final || pt.failing
 	pt.mu.Lock()
+	var waiting map[*liveRun]time.Time
+	hold := pt.holdFor()
+	if !all && hold > 0 {
+		waiting = pt.waiting()
+	}
+	now := time.Now()
 	var dirty []string
 	for id, r := range pt.runs {
-		if r.dirty {
-			dirty = append(dirty, id)
+		if !r.dirty {
+			continue
 		}
+		if at, ok := waiting[r]; ok && now.Sub(at) < hold {
+			continue // none of its messages nears the ack wait yet
+		}
+		dirty = append(dirty, id)
 	}
 	pt.mu.Unlock()
 	t.m.checkpoints.Inc()
+	t0 := time.Now()
 
 	var werr error
 	wrote := 0
-	for len(dirty) > 0 && werr == nil {
-		chunk := dirty[:min(len(dirty), checkpointChunk)]
-		dirty = dirty[len(chunk):]
+	for todo := dirty; len(todo) > 0 && werr == nil; {
+		chunk := todo[:min(len(todo), checkpointChunk)]
+		todo = todo[len(chunk):]
 		pt.mu.Lock()
 		snaps := make([]snapshot, 0, len(chunk))
 		for _, id := range chunk {
@@ -91,6 +104,9 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 	}
 	if errors.Is(werr, fleet.ErrLost) {
 		return // fleet tells the table: the partition is dropped
+	}
+	if len(dirty) > 0 {
+		pt.wrote(time.Since(t0))
 	}
 	pt.settleAcks(final)
 	if !final {
@@ -119,6 +135,87 @@ func (pt *part) checkpoint(ctx context.Context, final bool) {
 		pt.closeDue(ctx)
 		pt.settle(ctx)
 	}
+}
+
+// A changed run is written when one of its messages would otherwise need
+// a progress acknowledgement, not at every checkpoint: a busy partition's
+// runs (a backlog's interleaved runs, every one changed between two
+// checkpoints) were each written again every checkpoint_interval, and a
+// run that completes moments later is written once more, closed. Here a
+// checkpoint writes a changed run only once the oldest of its messages
+// waiting for the write would near the ack wait before the next
+// checkpoint (holdFor); the loop checks every tick whether one of the
+// partition's messages got there meanwhile (writeDue). A write's
+// acknowledgements still come before the first progress acknowledgement
+// is due (flow.progressAfter): the margin is the partition's measured
+// checkpoint time, twice, and two ticks.
+
+// holdFor is how long a changed run's messages may wait for its write
+// (zero or less: no wait, every changed run is written at every
+// checkpoint). pt.mu is held.
+func (pt *part) holdFor() time.Duration {
+	return pt.writeBy() - pt.t.cfg.Consumer.CheckpointInterval
+}
+
+// writeBy is when, after a message came (or its progress was last
+// acknowledged), its run's write must start for its acknowledgement to
+// come before its progress acknowledgement would.
+func (pt *part) writeBy() time.Duration {
+	return pt.t.flow.progressAfter() - 2*time.Duration(pt.writeTook.Load()) - 2*tickEvery
+}
+
+// waiting returns, for each run with folded messages its last write does
+// not hold, when the ack wait of the oldest of them last started. pt.mu
+// is held.
+func (pt *part) waiting() map[*liveRun]time.Time {
+	w := make(map[*liveRun]time.Time)
+	pt.fl.mu.Lock()
+	defer pt.fl.mu.Unlock()
+	for _, pm := range pt.pending {
+		if pm.gen <= pm.run.written {
+			continue
+		}
+		var at time.Time // not in the ledger: at once
+		if pm.fl != nil {
+			at = pm.fl.at
+		}
+		if old, ok := w[pm.run]; !ok || at.Before(old) {
+			w[pm.run] = at
+		}
+	}
+	return w
+}
+
+// writeDue says whether a message waiting for its run's write reached
+// writeBy: the loop then checkpoints before the interval. Only the
+// oldest messages are looked at (pending is in the order they were
+// folded).
+func (pt *part) writeDue(now time.Time) bool {
+	if pt.holdFor() <= 0 {
+		return false // the interval's checkpoints write every changed run
+	}
+	by := pt.writeBy()
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.fl.mu.Lock()
+	defer pt.fl.mu.Unlock()
+	for i, pm := range pt.pending {
+		if i == writeDueLook {
+			return false
+		}
+		if pm.gen <= pm.run.written {
+			continue // written, not acknowledged yet
+		}
+		return pm.fl == nil || now.Sub(pm.fl.at) >= by
+	}
+	return false
+}
+
+// wrote records how long a checkpoint that wrote took (a moving
+// average). pt.ckptMu is held.
+func (pt *part) wrote(d time.Duration) {
+	old := pt.writeTook.Load()
+	pt.writeTook.Store(old + (int64(d)-old)/4)
 }
 
 // write stores the runs' states under their open keys (and a run's

@@ -65,6 +65,9 @@ type part struct {
 	// fl is the partition's messages in flight (flow.go), under its own
 	// lock (a leaf: taken under mu, ckptMu and the handler's lock).
 	fl ledger
+	// writeTook is how long the partition's checkpoints that wrote took
+	// (a moving average, nanoseconds; checkpoint.go: holdFor).
+	writeTook atomic.Int64
 }
 
 // liveRun is a run of the partition in memory.
@@ -561,15 +564,20 @@ func (pt *part) loop(ctx context.Context) {
 			kicked = true
 		}
 		wait := pt.t.cfg.Consumer.CheckpointInterval
+		due := false
 		if pt.backoff > 0 {
 			wait = pt.backoff // a failing bucket is not asked again at once
 			kicked = false
+		} else {
+			due = pt.writeDue(time.Now())
 		}
 		// A checkpoint under way is not cut short by the stop: its
 		// writes would fail, and the release writes again what it holds.
 		wctx := context.WithoutCancel(ctx)
-		if kicked || time.Since(last) >= wait {
-			pt.checkpoint(wctx, false)
+		if kicked || due || time.Since(last) >= wait {
+			// A kick (half of max_ack_pending waits, or room in
+			// memory) writes every changed run.
+			pt.checkpoint(wctx, false, kicked)
 			last = time.Now()
 			continue
 		}

@@ -28,6 +28,9 @@ const (
 	// checkpointChunk bounds the run states a checkpoint holds encoded at
 	// once.
 	checkpointChunk = 256
+	// writeDueLook bounds the messages waiting for a write the loop
+	// looks at every tick (the oldest).
+	writeDueLook = 64
 	// releaseSettle bounds how long a partition's release waits for the
 	// sinks to settle the splits of its runs written just before.
 	releaseSettle = time.Second
@@ -308,7 +311,7 @@ func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
 		// settled is recorded, the rest is the next owner's.
 		pt.settle(ctx)
 	} else {
-		pt.checkpoint(ctx, true)
+		pt.checkpoint(ctx, true, true)
 		if t.lanePost != nil {
 			t.lanePost.settle(pt.p, time.Now().Add(releaseSettle))
 		}
