@@ -57,22 +57,7 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 	taken := t.cfg.Now()
 	all = all || final || pt.failing
 	pt.mu.Lock()
-	var waiting map[*liveRun]time.Time
-	hold := pt.holdFor()
-	if !all && hold > 0 {
-		waiting = pt.waiting()
-	}
-	now := time.Now()
-	var dirty []string
-	for id, r := range pt.runs {
-		if !r.dirty {
-			continue
-		}
-		if at, ok := waiting[r]; ok && now.Sub(at) < hold {
-			continue // none of its messages nears the ack wait yet
-		}
-		dirty = append(dirty, id)
-	}
+	dirty := pt.toWrite(all, time.Now())
 	pt.mu.Unlock()
 	t.m.checkpoints.Inc()
 	t0 := time.Now()
@@ -140,26 +125,49 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 // A changed run is written when one of its messages would otherwise need
 // a progress acknowledgement, not at every checkpoint: a busy partition's
 // runs (a backlog's interleaved runs, every one changed between two
-// checkpoints) were each written again every checkpoint_interval, and a
-// run that completes moments later is written once more, closed. Here a
-// checkpoint writes a changed run only once the oldest of its messages
-// waiting for the write would near the ack wait before the next
-// checkpoint (holdFor); the loop checks every tick whether one of the
-// partition's messages got there meanwhile (writeDue). A write's
-// acknowledgements still come before the first progress acknowledgement
-// is due (flow.progressAfter): the margin is the partition's measured
-// checkpoint time, twice, and two ticks.
+// checkpoints) were each written again every checkpoint_interval. Here a
+// partition writes once one of its messages waiting for its run's write
+// waited writeBy (the loop looks every tick: writeDue), and then every
+// changed run one of whose messages waited half of that (so that the
+// writes go together, and a busy run is written about every writeBy); its
+// other changed runs wait. writeBy leaves, before the message's first
+// progress acknowledgement is due (flow.progressAfter), the partition's
+// measured checkpoint time, twice (a loaded machine's checkpoints take
+// longer than their average), and two ticks. The checkpoints of the interval
+// write only the changed runs none of whose messages waits (a run read
+// back changed) and those due.
 
-// holdFor is how long a changed run's messages may wait for its write
-// (zero or less: no wait, every changed run is written at every
-// checkpoint). pt.mu is held.
-func (pt *part) holdFor() time.Duration {
-	return pt.writeBy() - pt.t.cfg.Consumer.CheckpointInterval
+// toWrite returns the changed runs a checkpoint writes (every one with
+// all). pt.mu is held.
+func (pt *part) toWrite(all bool, now time.Time) []string {
+	by := pt.writeBy()
+	if by <= tickEvery {
+		all = true // no time to wait: the ack wait is that short
+	}
+	var waiting map[*liveRun]time.Time
+	var oldest time.Duration
+	if !all {
+		waiting = pt.waiting()
+		for _, at := range waiting {
+			oldest = max(oldest, now.Sub(at))
+		}
+	}
+	var out []string
+	for id, r := range pt.runs {
+		if !r.dirty {
+			continue
+		}
+		if at, ok := waiting[r]; ok && (oldest < by || now.Sub(at) < by/2) {
+			continue // none of its messages nears the ack wait yet
+		}
+		out = append(out, id)
+	}
+	return out
 }
 
-// writeBy is when, after a message came (or its progress was last
-// acknowledged), its run's write must start for its acknowledgement to
-// come before its progress acknowledgement would.
+// writeBy is how long, after a message came (or its progress was last
+// acknowledged), its run's write may wait to start for its
+// acknowledgement to come before its progress acknowledgement would.
 func (pt *part) writeBy() time.Duration {
 	return pt.t.flow.progressAfter() - 2*time.Duration(pt.writeTook.Load()) - 2*tickEvery
 }
@@ -186,15 +194,15 @@ func (pt *part) waiting() map[*liveRun]time.Time {
 	return w
 }
 
-// writeDue says whether a message waiting for its run's write reached
+// writeDue says whether a message waiting for its run's write waited
 // writeBy: the loop then checkpoints before the interval. Only the
 // oldest messages are looked at (pending is in the order they were
 // folded).
 func (pt *part) writeDue(now time.Time) bool {
-	if pt.holdFor() <= 0 {
-		return false // the interval's checkpoints write every changed run
-	}
 	by := pt.writeBy()
+	if by <= tickEvery {
+		return false // every checkpoint of the interval writes every changed run
+	}
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	pt.fl.mu.Lock()
