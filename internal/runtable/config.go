@@ -17,14 +17,15 @@ type ConsumerConfig struct {
 	// AckWait and MaxAckPending are the partition consumers'.
 	AckWait       time.Duration `mapstructure:"ack_wait" desc:"time after which an unacknowledged message is redelivered"`
 	MaxAckPending int           `mapstructure:"max_ack_pending" desc:"maximum messages of a partition delivered and not yet acknowledged; a checkpoint starts once half of them wait"`
-	// CheckpointInterval is how often a partition checkpoints: it writes
-	// the changed runs one of whose messages would otherwise near the
-	// ack wait before the next checkpoint (checkpoint.go: holdFor) and
-	// acknowledges their messages; a checkpoint also starts early when
-	// one gets there between two, and writes every changed run when
-	// half of MaxAckPending messages wait. A complete run does not wait
-	// for it: the partition's loop closes it as it is (closeDue).
-	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often a partition checkpoints: a changed run's state is written to the state bucket, and its messages acknowledged, at the first checkpoint after which one of its messages would otherwise wait past 40 % of ack_wait (less twice the partition's measured checkpoint time); every changed run once half of max_ack_pending messages wait; a complete run is closed, and its messages acknowledged, without waiting for it; at most half of ack_wait"`
+	// CheckpointInterval is how often a partition checkpoints the
+	// changed runs none of whose messages waits (runs read back
+	// changed), sheds and retries a failing bucket; a changed run whose
+	// messages wait is written when one of the partition's nears its
+	// first progress acknowledgement (checkpoint.go: toWrite), every
+	// changed run when half of MaxAckPending messages wait. A complete
+	// run does not wait for either: the partition's loop closes it as it
+	// is (closeDue).
+	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often a partition checkpoints the changed runs none of whose messages waits, and retries a failing state bucket; a changed run's state is written, and its messages acknowledged, once a message of its partition waiting for such a write nears 40 % of ack_wait (with every changed run one of whose messages waited half as long), every changed run once half of max_ack_pending messages wait; a complete run is closed, and its messages acknowledged, without waiting; at most half of ack_wait"`
 	// Lanes restricts the partition consumers to these lanes,
 	// comma-separated (see LaneList); empty is every lane.
 	Lanes string `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`
