@@ -64,6 +64,7 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 
 	var werr error
 	wrote := 0
+	var held []*flight // the messages the writes hold (flow.go: writing)
 	for todo := dirty; len(todo) > 0 && werr == nil; {
 		chunk := todo[:min(len(todo), checkpointChunk)]
 		todo = todo[len(chunk):]
@@ -74,12 +75,17 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 				snaps = append(snaps, pt.take(id, r))
 			}
 		}
+		n0 := len(held)
+		held = pt.heldBy(snaps, held)
 		pt.mu.Unlock()
+		pt.fl.setWriting(held[n0:], true)
 		var n int
 		n, werr = pt.write(ctx, snaps)
 		wrote += n
 		if werr != nil {
-			// These runs stay changed.
+			// These runs stay changed, their messages wait for the
+			// next write (their progress acknowledged meanwhile).
+			pt.fl.setWriting(held, false)
 			pt.mu.Lock()
 			for _, s := range snaps[n:] {
 				s.r.dirty = true
@@ -130,12 +136,22 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 // waited writeBy (the loop looks every tick: writeDue), and then every
 // changed run one of whose messages waited half of that (so that the
 // writes go together, and a busy run is written about every writeBy); its
-// other changed runs wait. writeBy leaves, before the message's first
-// progress acknowledgement is due (flow.progressAfter), the partition's
-// measured checkpoint time, twice (a loaded machine's checkpoints take
-// longer than their average), and two ticks. The checkpoints of the interval
-// write only the changed runs none of whose messages waits (a run read
-// back changed) and those due.
+// other changed runs wait. The checkpoints of the interval write only the
+// changed runs none of whose messages waits (a run read back changed) and
+// those due.
+//
+// A message a write under way holds is left without a progress
+// acknowledgement until it waited flow.writeGrace (the latest it would
+// get one otherwise): its acknowledgement comes with the write. So a
+// write must start before the message's first progress acknowledgement
+// is due (flow.progressAfter) and end before writeGrace; writeBy leaves,
+// before the earlier of the two, the partition's measured checkpoint
+// time, twice (a loaded machine's checkpoints take longer than their
+// average), against writeGrace, and two ticks. Before, a write had to end
+// before progressAfter: on a loaded machine, whose checkpoints take a
+// second or more, that margin left little to wait for, and a write that
+// took longer than its average cost every message it held a progress
+// acknowledgement.
 
 // toWrite returns the changed runs a checkpoint writes (every one with
 // all). pt.mu is held.
@@ -169,7 +185,25 @@ func (pt *part) toWrite(all bool, now time.Time) []string {
 // acknowledged), its run's write may wait to start for its
 // acknowledgement to come before its progress acknowledgement would.
 func (pt *part) writeBy() time.Duration {
-	return pt.t.flow.progressAfter() - 2*time.Duration(pt.writeTook.Load()) - 2*tickEvery
+	f := pt.t.flow
+	return min(f.progressAfter(), f.writeGrace()-2*time.Duration(pt.writeTook.Load())) - 2*tickEvery
+}
+
+// heldBy appends to fs the ledger entries of the folded messages that
+// snaps' states hold. pt.mu is held.
+func (pt *part) heldBy(snaps []snapshot, fs []*flight) []*flight {
+	folds := make(map[*liveRun]uint64, len(snaps))
+	for _, sn := range snaps {
+		if sn.err == nil {
+			folds[sn.r] = sn.folds
+		}
+	}
+	for _, pm := range pt.pending {
+		if f, ok := folds[pm.run]; ok && pm.fl != nil && pm.gen <= f {
+			fs = append(fs, pm.fl)
+		}
+	}
+	return fs
 }
 
 // waiting returns, for each run with folded messages its last write does

@@ -99,6 +99,12 @@ func (f *flow) pullSize() int {
 func (f *flow) progressAfter() time.Duration { return f.ackWait * 2 / 5 }
 func (f *flow) progressEvery() time.Duration { return max(f.ackWait/10, 10*time.Millisecond) }
 
+// writeGrace is how long a message waits before its progress is
+// acknowledged while a write of its run's state that holds it is under
+// way (its acknowledgement comes with the write): the latest a message
+// gets one otherwise, progressAfter and a look of the goroutine.
+func (f *flow) writeGrace() time.Duration { return f.progressAfter() + f.progressEvery() }
+
 // pulled is a pull's messages not handed to the handler yet, in order.
 type pulled struct {
 	mu    sync.Mutex
@@ -180,6 +186,11 @@ type flight struct {
 	// kept is set by the handler when it leaves the message waiting
 	// for a checkpoint (read by the handler's goroutine only).
 	kept bool
+	// writing is set (under the ledger's lock) while a checkpoint writes
+	// a state of the message's run that holds it: the write's
+	// acknowledgement is on its way, so its progress is acknowledged
+	// only once it waited writeGrace.
+	writing bool
 }
 
 // ledger is a partition's messages in flight: delivered and not settled.
@@ -224,14 +235,26 @@ func (l *ledger) done(f *flight) {
 	f.i = -1
 }
 
+// setWriting marks fs as held by a write under way (on) or not.
+func (l *ledger) setWriting(fs []*flight, on bool) {
+	if len(fs) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range fs {
+		f.writing = on
+	}
+}
+
 // progress acknowledges the progress of the messages that waited longer
-// than after; it returns how many. The acknowledgements are sent once the
-// lock is let go.
-func (l *ledger) progress(now time.Time, after time.Duration) int {
+// than after (grace for those a write under way holds); it returns how
+// many. The acknowledgements are sent once the lock is let go.
+func (l *ledger) progress(now time.Time, after, grace time.Duration) int {
 	var due []acker
 	l.mu.Lock()
 	for _, f := range l.fs {
-		if now.Sub(f.at) > after {
+		if w := now.Sub(f.at); w > after && (!f.writing || w > grace) {
 			f.at = now
 			due = append(due, f.ack)
 		}
@@ -256,9 +279,9 @@ func (t *Table) progress(ctx context.Context) {
 			return
 		case <-tk.C:
 		}
-		after := t.flow.progressAfter()
+		after, grace := t.flow.progressAfter(), t.flow.writeGrace()
 		for _, pt := range t.parts() {
-			t.m.progress.Add(float64(pt.fl.progress(time.Now(), after)))
+			t.m.progress.Add(float64(pt.fl.progress(time.Now(), after, grace)))
 		}
 	}
 }

@@ -28,15 +28,40 @@ func TestProgressAckedOnlyNearTheAckWait(t *testing.T) {
 	old := l.add(msgs[1], msgs[1].Reply(), now.Add(-ackWait*45/100))
 
 	f := newFlow(ackWait, 64)
-	require.Equal(t, 1, l.progress(now, f.progressAfter()), "progress acknowledged only for the message that waited 45 %% of the ack wait")
+	require.Equal(t, 1, l.progress(now, f.progressAfter(), f.writeGrace()), "progress acknowledged only for the message that waited 45 %% of the ack wait")
 	require.Equal(t, now.Add(-ackWait*35/100), young.at, "the young message was left alone")
 	require.Equal(t, now, old.at)
-	require.Zero(t, l.progress(now, f.progressAfter()), "not again until it waited 40 %% of the ack wait again")
+	require.Zero(t, l.progress(now, f.progressAfter(), f.writeGrace()), "not again until it waited 40 %% of the ack wait again")
 	l.done(old)
 	l.done(old)
 	require.Equal(t, 1, l.len())
 	l.done(young)
 	require.Zero(t, l.len())
+}
+
+// A message a write under way holds (its acknowledgement comes with the
+// write) gets no progress acknowledgement until it waited writeGrace, the
+// latest it would get one otherwise; then it does, the write still under
+// way. Before, it got one at 40 % of the ack wait like any other: a
+// checkpoint that ended after that cost every message it held one.
+func TestProgressAckedForAWriteOnlyPastItsGrace(t *testing.T) {
+	const ackWait = time.Hour
+	msgs := fetched(t, ackWait, 2)
+	var l ledger
+	now := time.Now()
+	f := newFlow(ackWait, 64)
+	require.Greater(t, f.writeGrace(), f.progressAfter())
+	writing := l.add(msgs[0], msgs[0].Reply(), now.Add(-ackWait*45/100))
+	other := l.add(msgs[1], msgs[1].Reply(), now.Add(-ackWait*45/100))
+	l.setWriting([]*flight{writing}, true)
+	require.Equal(t, 1, l.progress(now, f.progressAfter(), f.writeGrace()), "only the message no write holds")
+	require.Equal(t, now, other.at)
+	require.Equal(t, now.Add(-ackWait*45/100), writing.at, "the written message was left alone")
+	late := now.Add(f.writeGrace() - ackWait*45/100 + time.Millisecond)
+	require.Equal(t, 1, l.progress(late, f.progressAfter(), f.writeGrace()), "past its grace it gets one")
+	require.Equal(t, late, writing.at)
+	l.setWriting([]*flight{writing}, false)
+	require.Zero(t, l.progress(late, f.progressAfter(), f.writeGrace()))
 }
 
 // A message's progress is acknowledged while its partition's lock is held
