@@ -387,7 +387,8 @@ func (pt *part) recovered() {
 // another's.
 func (pt *part) storeCond() string { return "store." + strconv.Itoa(pt.p) }
 
-// checkpointAge is the time since the runs in memory were last all written.
+// checkpointAge is the time since the partition last checkpointed without
+// a failure (every run state then due written).
 func (pt *part) checkpointAge() time.Duration {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()

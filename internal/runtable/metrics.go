@@ -98,7 +98,7 @@ func NewMetrics() *Metrics {
 	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_partitions_owned",
 		Help: "Partitions whose runs this aggregator folds (whose lease it holds)."})
 	m.ckptAge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_checkpoint_age_seconds",
-		Help: "Time since the run states of the partitions owned were last all written to the state bucket."})
+		Help: "Time since the partitions owned last checkpointed without a failure (wrote to the state bucket every run state then due)."})
 	m.splitPubErr = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_split_publish_errors_total",
 		Help: "Failed attempts to publish a split event (each is retried)."})
 	m.compacted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_compacted_total",

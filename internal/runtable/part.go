@@ -39,7 +39,7 @@ type part struct {
 	coldSince time.Time
 	pending   []pendingMsg
 	compactQ  []compactDue
-	// ckpt is when the runs in memory were last all written.
+	// ckpt is when the partition last checkpointed without a failure.
 	ckpt time.Time
 	// ckptDone is closed when the checkpoint under way (or the next)
 	// ended, and replaced (memory.go: waitRoom).
