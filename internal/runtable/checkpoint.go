@@ -78,7 +78,9 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 		n0 := len(held)
 		held = pt.heldBy(snaps, held)
 		pt.mu.Unlock()
-		pt.fl.setWriting(held[n0:], true)
+		if oldest := pt.fl.setWriting(held[n0:], true); n0 == 0 && !all && oldest > 0 {
+			pt.late(oldest)
+		}
 		var n int
 		n, werr = pt.write(ctx, snaps)
 		wrote += n
@@ -147,7 +149,9 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 // is due (flow.progressAfter) and end before writeGrace; writeBy leaves,
 // before the earlier of the two, the partition's measured checkpoint
 // time, twice (a loaded machine's checkpoints take longer than their
-// average), against writeGrace, and two ticks. Before, a write had to end
+// average), against writeGrace, and twice how late its writes measured
+// to start (the loop's look, a checkpoint under way, the partition's
+// lock), and two ticks, against both. Before, a write had to end
 // before progressAfter: on a loaded machine, whose checkpoints take a
 // second or more, that margin left little to wait for, and a write that
 // took longer than its average cost every message it held a progress
@@ -186,7 +190,16 @@ func (pt *part) toWrite(all bool, now time.Time) []string {
 // acknowledgement to come before its progress acknowledgement would.
 func (pt *part) writeBy() time.Duration {
 	f := pt.t.flow
-	return min(f.progressAfter(), f.writeGrace()-2*time.Duration(pt.writeTook.Load())) - 2*tickEvery
+	late := 2*time.Duration(pt.writeLate.Load()) + 2*tickEvery
+	return min(f.progressAfter(), f.writeGrace()-2*time.Duration(pt.writeTook.Load())) - late
+}
+
+// late records how long the oldest message a checkpoint's write holds
+// waited (oldest) past writeBy (a moving average). pt.ckptMu is held.
+func (pt *part) late(oldest time.Duration) {
+	d := max(oldest-pt.writeBy(), 0)
+	old := pt.writeLate.Load()
+	pt.writeLate.Store(old + (int64(d)-old)/4)
 }
 
 // heldBy appends to fs the ledger entries of the folded messages that

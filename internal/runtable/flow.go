@@ -235,16 +235,21 @@ func (l *ledger) done(f *flight) {
 	f.i = -1
 }
 
-// setWriting marks fs as held by a write under way (on) or not.
-func (l *ledger) setWriting(fs []*flight, on bool) {
+// setWriting marks fs as held by a write under way (on) or not; it
+// returns how long the oldest of them has waited.
+func (l *ledger) setWriting(fs []*flight, on bool) time.Duration {
 	if len(fs) == 0 {
-		return
+		return 0
 	}
+	now := time.Now()
+	var oldest time.Duration
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, f := range fs {
 		f.writing = on
+		oldest = max(oldest, now.Sub(f.at))
 	}
+	return oldest
 }
 
 // progress acknowledges the progress of the messages that waited longer

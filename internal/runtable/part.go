@@ -68,6 +68,10 @@ type part struct {
 	// writeTook is how long the partition's checkpoints that wrote took
 	// (a moving average, nanoseconds; checkpoint.go: holdFor).
 	writeTook atomic.Int64
+	// writeLate is how much later than writeBy the partition's writes
+	// held their oldest message (a moving average, nanoseconds: the
+	// loop's look, a checkpoint under way, the lock; checkpoint.go).
+	writeLate atomic.Int64
 }
 
 // liveRun is a run of the partition in memory.
