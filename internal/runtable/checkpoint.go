@@ -56,8 +56,12 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 	t := pt.t
 	taken := t.cfg.Now()
 	all = all || final || pt.failing
+	// A selective checkpoint (not every changed run) measures how late
+	// its writes start (late); one that writes every changed run does
+	// not: its messages waited for the interval, not for writeBy.
+	selective := !all && pt.writeBy() > tickEvery
 	pt.mu.Lock()
-	dirty := pt.toWrite(all, time.Now())
+	dirty := pt.toWrite(!selective, time.Now())
 	pt.mu.Unlock()
 	t.m.checkpoints.Inc()
 	t0 := time.Now()
@@ -78,7 +82,7 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 		n0 := len(held)
 		held = pt.heldBy(snaps, held)
 		pt.mu.Unlock()
-		if oldest := pt.fl.setWriting(held[n0:], true); n0 == 0 && !all && oldest > 0 {
+		if oldest := pt.fl.setWriting(held[n0:], true); n0 == 0 && selective && oldest > 0 {
 			pt.late(oldest)
 		}
 		var n int
@@ -161,9 +165,6 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 // all). pt.mu is held.
 func (pt *part) toWrite(all bool, now time.Time) []string {
 	by := pt.writeBy()
-	if by <= tickEvery {
-		all = true // no time to wait: the ack wait is that short
-	}
 	var waiting map[*liveRun]time.Time
 	var oldest time.Duration
 	if !all {
@@ -194,10 +195,15 @@ func (pt *part) writeBy() time.Duration {
 	return min(f.progressAfter(), f.writeGrace()-2*time.Duration(pt.writeTook.Load())) - late
 }
 
-// late records how long the oldest message a checkpoint's write holds
-// waited (oldest) past writeBy (a moving average). pt.ckptMu is held.
+// late records how long the oldest message a selective checkpoint's
+// write holds waited (oldest) past writeBy (a moving average), at most
+// maxLate: lateness alone never makes writeBy so short that every
+// checkpoint writes every changed run (such a checkpoint measures
+// nothing, so the average would never come down again; and a measure
+// against a writeBy the average itself shortened would feed on itself).
+// pt.ckptMu is held.
 func (pt *part) late(oldest time.Duration) {
-	d := max(oldest-pt.writeBy(), 0)
+	d := min(max(oldest-pt.writeBy(), 0), pt.t.flow.maxLate())
 	old := pt.writeLate.Load()
 	pt.writeLate.Store(old + (int64(d)-old)/4)
 }

@@ -105,6 +105,11 @@ func (f *flow) progressEvery() time.Duration { return max(f.ackWait/10, 10*time.
 // gets one otherwise, progressAfter and a look of the goroutine.
 func (f *flow) writeGrace() time.Duration { return f.progressAfter() + f.progressEvery() }
 
+// maxLate bounds how late a partition's writes are taken to start
+// (checkpoint.go: late): twice it takes at most a quarter off
+// progressAfter.
+func (f *flow) maxLate() time.Duration { return f.progressAfter() / 8 }
+
 // pulled is a pull's messages not handed to the handler yet, in order.
 type pulled struct {
 	mu    sync.Mutex

@@ -139,3 +139,27 @@ func (l *ledger) len() int {
 	defer l.mu.Unlock()
 	return len(l.fs)
 }
+
+// How late a partition's writes start is bounded: writes measured late
+// again and again (a machine stalled for seconds, a checkpoint held behind
+// a slow close) leave writeBy at least half of progressAfter, so the
+// partition keeps writing a changed run only when its messages need it.
+// Before, a lateness measured past what writeBy left fed on itself (the
+// shorter writeBy, the later a write looked) until it overflowed.
+func TestWriteLatenessBounded(t *testing.T) {
+	const ackWait = 10 * time.Second
+	tb := &Table{flow: newFlow(ackWait, 64)}
+	pt := &part{t: tb}
+	by := pt.writeBy()
+	require.Greater(t, by, tickEvery)
+	for range 1000 {
+		pt.late(time.Hour)
+	}
+	require.LessOrEqual(t, time.Duration(pt.writeLate.Load()), tb.flow.maxLate())
+	require.GreaterOrEqual(t, pt.writeBy(), tb.flow.progressAfter()/2, "writeBy after writes measured an hour late")
+	for range 100 {
+		pt.late(pt.writeBy())
+	}
+	require.Less(t, time.Duration(pt.writeLate.Load()), time.Millisecond, "on time again: the lateness comes down")
+	require.InDelta(t, float64(by), float64(pt.writeBy()), float64(2*time.Millisecond))
+}
