@@ -31,6 +31,9 @@ import (
 // delivered again (redelivered), and the time the flood took to fold.
 // GTTSPLIT_BENCH_BIN runs a given aggregator binary instead of building
 // this tree's (to compare two versions on one machine).
+// GTTSPLIT_BENCH_CLOSED=1 makes it a flood of closed runs: idle timeout
+// 2 s, done once every run closed; it reports the closed runs whose
+// summaries the run index does not hold in memory (closed-evicted).
 //
 //	GTTSPLIT_BENCH_RUNS=100000 go test ./internal/app/aggregator -run '^$' -bench ServeFlood -benchtime 1x -timeout 60m
 func BenchmarkServeFlood(b *testing.B) {
@@ -41,6 +44,11 @@ func BenchmarkServeFlood(b *testing.B) {
 	}
 	fx := loadFixture(b, fixture4B)
 	group := config.DefaultAggregator().Consumer.Fleet.Group
+	closed := os.Getenv("GTTSPLIT_BENCH_CLOSED") == "1"
+	idle := "GTTSPLIT_IDLE_TIMEOUT=24h"
+	if closed {
+		idle = "GTTSPLIT_IDLE_TIMEOUT=2s"
+	}
 	for i := 0; i < b.N; i++ {
 		ports, err := natstest.FreePorts(1)
 		require.NoError(b, err)
@@ -49,7 +57,7 @@ func BenchmarkServeFlood(b *testing.B) {
 		// No nats.url: serve starts its embedded broker.
 		c := startServeChild(b, bin, "", logDir, "serve",
 			[]string{"--log-level", "info", "--embedded-listen", fmt.Sprintf("127.0.0.1:%d", port)},
-			"GTTSPLIT_LOG_FORMAT=json", "GTTSPLIT_IDLE_TIMEOUT=24h")
+			"GTTSPLIT_LOG_FORMAT=json", idle)
 		addr := childHTTP(b, filepath.Join(logDir, "serve.stderr"))
 		eventually(b, "the child ready", func() bool {
 			code, _ := tryGet(addr, "/readyz")
@@ -82,7 +90,12 @@ func BenchmarkServeFlood(b *testing.B) {
 		for {
 			_, page = tryGet(addr, "/metrics")
 			open, _ := strconv.ParseFloat(metricValue(page, "gttsplit_runs_open"), 64)
-			if open >= float64(n) && br.Idle(b, group) {
+			done := open >= float64(n)
+			if closed {
+				open = metricSum(page, "gttsplit_runs_completed_total")
+				done = open >= float64(n)
+			}
+			if done && br.Idle(b, group) {
 				break
 			}
 			ci, _ := br.ConsumerInfo(group)
@@ -113,13 +126,32 @@ func BenchmarkServeFlood(b *testing.B) {
 		b.ReportMetric(beside/(1<<20), "open-runs-beside-MiB")
 		unlisted := unlistedRuns(addr)
 		b.ReportMetric(unlisted, "runs-unlisted")
+		evicted, _ := strconv.ParseFloat(metricValue(page, "gttsplit_runs_closed_evicted"), 64)
+		b.ReportMetric(evicted, "closed-evicted")
 		b.ReportMetric(redelivered, "redelivered")
 		b.ReportMetric(took.Seconds(), "s-to-fold")
 		b.ReportMetric(float64(n), "runs")
-		b.Logf("FLOOD %d runs: peak RSS %.0f MiB, RSS %.0f MiB, %v shed, %v not listed on /runs, runs in memory %.0f MiB + %.0f MiB what every open run costs beside, %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
-			n, peak/(1<<20), rss/(1<<20), shed, unlisted, held/(1<<20), beside/(1<<20), redelivered, published.Round(time.Second), took.Round(time.Second),
+		b.Logf("FLOOD %d runs (closed %v): peak RSS %.0f MiB, RSS %.0f MiB, %v shed, %v not listed on /runs, %v closed evicted, runs in memory %.0f MiB + %.0f MiB what every open run costs beside, %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
+			n, closed, peak/(1<<20), rss/(1<<20), shed, unlisted, evicted, held/(1<<20), beside/(1<<20), redelivered, published.Round(time.Second), took.Round(time.Second),
 			strings.TrimSpace(ready), load0, loadAvg())
 	}
+}
+
+// metricSum is the sum of every series of the metric name on page.
+func metricSum(page, name string) float64 {
+	sum := 0.0
+	for _, l := range strings.Split(page, "\n") {
+		rest, ok := strings.CutPrefix(l, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+		if len(f) > 0 {
+			v, _ := strconv.ParseFloat(f[0], 64)
+			sum += v
+		}
+	}
+	return sum
 }
 
 // unlistedRuns is how many open runs the aggregator at addr says /runs
