@@ -85,8 +85,9 @@ func TestClosedSummariesHeldWithinTheirShare(t *testing.T) {
 }
 
 // Evicted, a run is a stub until it is written again or deleted: compacted
-// (its stub says so), opened again by a late event (held again), deleted
-// (gone, its group with it); a lane's last split is never evicted.
+// (its stub says so), closed again or opened again by a late event (held
+// again), deleted (gone, its group with it); a lane's last split is never
+// evicted.
 func TestClosedStubsFollowTheirKeys(t *testing.T) {
 	at := time.Date(2026, 12, 4, 1, 0, 0, 0, time.UTC)
 	ix := newIndex()
@@ -114,11 +115,27 @@ func TestClosedStubsFollowTheirKeys(t *testing.T) {
 		}
 	}
 
+	// Closed again after a late event, its open summary between not seen
+	// (the watch gives a key's newest value): held with its new figures,
+	// its lane's newest split now.
+	s = closedSummary(t, 2, 2, at)
+	s.ClosedAt = at.Add(time.Hour)
+	build := "b6900 (d4e5f6a)"
+	s.Split.Build = build
+	ix.put(summaryKey(s.ID), s)
+	require.False(t, ix.isEvicted(s.ID), "a run closed again stays a stub of its former close")
+	got, ok := ix.get(s.ID)
+	require.True(t, ok)
+	require.Equal(t, build, got.Split.Build)
+	ls, _ = ix.LaneSplits(0)
+	require.ElementsMatch(t, []string{"flood-000002-0", "flood-000007-0"}, []string{ls[0].RunID, ls[1].RunID})
+	require.Equal(t, 8, ix.Len())
+
 	s = closedSummary(t, 1, 2, at)
 	s.State, s.ClosedAt, s.Split = "open", time.Time{}, nil
 	ix.put(summaryKey(s.ID), s)
 	require.False(t, ix.isEvicted(s.ID))
-	got, ok := ix.get(s.ID)
+	got, ok = ix.get(s.ID)
 	require.True(t, ok)
 	require.Equal(t, "open", got.State)
 	require.Equal(t, 8, ix.Len())

@@ -280,13 +280,17 @@ func (ix *Index) put(key string, s RunSummary) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if st, ok := ix.stubs[s.ID]; ok {
-		if s.State == "closed" {
-			// An evicted run written again (compacted): its stub says so.
-			st.compact, st.at, st.last = s.Compact, unixNano(s.ClosedAt), unixNano(s.LastEvent)
+		if s.State == "closed" && unixNano(s.ClosedAt) == st.at && (s.Split != nil) == st.figures {
+			// The same close written again (compacted): its stub says so.
+			st.compact, st.last = s.Compact, unixNano(s.LastEvent)
 			ix.stubs[s.ID] = st
 			return
 		}
-		ix.unstub(s.ID) // opened again by a late event
+		// Opened again by a late event, or closed again (its open
+		// summary between not seen: the watch gives a key's newest
+		// value): held again, its new figures with it (the newest split
+		// of its lane, it may be).
+		ix.unstub(s.ID)
 		ix.dropID(s.ID)
 	}
 	if ix.unlist(key, &s) {
