@@ -393,7 +393,7 @@ func (t *Table) memChanged() {
 	t.m.runIndexMemory.Set(float64(beside))
 	t.m.runsShed.Set(float64(cold))
 	if cold > 0 {
-		t.health.set("shedding", fmt.Sprintf("shedding: %d open runs kept in the state bucket, not in memory (the runs' memory bound, %d MiB, is reached; %d MiB of it what every open run costs wherever its state is: its summary, its cold entry); each is read back when its next event comes",
+		t.health.set("shedding", fmt.Sprintf("shedding: %d open runs kept in the state bucket, not in memory (the runs' memory bound, %d MiB, is reached; %d MiB of it what every open run costs wherever its state is, its summary and cold entry, and the closed runs' summaries and stubs); each is read back when its next event comes",
 			cold, t.mem.budget>>20, beside>>20))
 	} else {
 		t.health.clear("shedding")
