@@ -1,0 +1,5 @@
+//go:build !race
+
+package runtable
+
+const raceEnabled = false
