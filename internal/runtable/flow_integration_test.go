@@ -40,6 +40,23 @@ func behindProxy(t *testing.T) (rt.Fixture, *rt.Broker, *natstest.Proxy) {
 // list whose progress was acknowledged, that list was only looked at
 // between checkpoints, and a pull's 64 messages waited in a buffer: 301 of
 // 325 events were delivered again.)
+// foldAllBut publishes 8 runs of fx but the last last events of each,
+// waits until table r folded every event published and returns the runs
+// and how many events that was.
+func foldAllBut(t *testing.T, b *rt.Broker, r *table, fx rt.Fixture, last int) ([]rt.Run, int) {
+	t.Helper()
+	runs := rt.Gen(t, 8, fx)
+	events := 0
+	for _, g := range runs {
+		b.Publish(t, g.Wires[:len(g.Wires)-last]...)
+		events += len(g.Wires) - last
+	}
+	rt.Eventually(t, fmt.Sprintf("every event but the runs' last %d folded", last), func() bool {
+		return counter(t, r.m, "gttsplit_events_folded_total") == float64(events)
+	})
+	return runs, events
+}
+
 func TestSlowBrokerRedeliversNothingIntegration(t *testing.T) {
 	fx, b, proxy := behindProxy(t)
 	const group = "slow"
@@ -100,15 +117,7 @@ func TestLeaseInDoubtKeepsItsWorkIntegration(t *testing.T) {
 		// the connection: this test holds the answers only.
 		edit: func(c *config.Aggregator) { c.NATS.PingInterval = time.Hour }}, log, ttl)
 	r.waitOwns(r.parts)
-	runs := rt.Gen(t, 8, fx)
-	events := 0
-	for _, g := range runs {
-		b.Publish(t, g.Wires[:len(g.Wires)-1]...)
-		events += len(g.Wires) - 1
-	}
-	rt.Eventually(t, "every event but the runs' last folded", func() bool {
-		return counter(t, r.m, "gttsplit_events_folded_total") == float64(events)
-	})
+	runs, events := foldAllBut(t, b, r, fx, 1)
 
 	proxy.HoldServer()
 	rt.Eventually(t, "a lease's validity to run out", func() bool {
@@ -181,15 +190,7 @@ func staleConnection(t *testing.T, ackWait, down time.Duration) {
 		consumer: runtable.ConsumerConfig{AckWait: ackWait, CheckpointInterval: time.Minute},
 		edit:     func(c *config.Aggregator) { c.NATS.PingInterval = ackWait / 5 }}, log)
 	r.waitOwns(r.parts)
-	runs := rt.Gen(t, 8, fx)
-	held := 0
-	for _, g := range runs {
-		b.Publish(t, g.Wires[:len(g.Wires)-2]...)
-		held += len(g.Wires) - 2
-	}
-	rt.Eventually(t, "every event but the runs' last two folded", func() bool {
-		return counter(t, r.m, "gttsplit_events_folded_total") == float64(held)
-	})
+	runs, held := foldAllBut(t, b, r, fx, 2)
 	red0 := counter(t, r.m, "gttsplit_events_redelivered_total")
 
 	proxy.Freeze()
