@@ -120,6 +120,7 @@
 //	stream.go                StreamConfig and EnsureStream: the events stream's settings
 //	partition.go             the stream's partitions: subjects, filters, EnsurePartitioned, the legacy stream
 //	api.go                   Retry and Transient: JetStream requests on a busy or failing-over cluster
+//	atomic.go                PublishAtomic: one JetStream atomic batch (all stored or none); whether a stream takes them
 //	msg.go                   Msg, AckRef, Metadata: a delivered message; Export
 //	publisher.go             Publisher: the front door (Publish, Flush, Stats, Close)
 //	publisher_pump.go        the pump: the publisher's goroutine, the events in flight, the direct path, drops

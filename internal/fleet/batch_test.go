@@ -48,7 +48,7 @@ func TestLeasesRenewedInOneBatchIntegration(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		renewals[m.Subject]++
-		switch id := m.Header.Get(hdrBatchID); {
+		switch id := m.Header.Get("Nats-Batch-Id"); {
 		case id == "":
 			writes++
 		case !batches[id]:

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
 )
 
 // ErrLost is the error of a fenced write, a renewal or a release whose
@@ -418,55 +420,23 @@ func (b *renewBatch) send(ctx context.Context) error {
 	l := b.ls[0]
 	ctx, cancel := context.WithTimeout(ctx, max(time.Duration(l.deadline.Load())-mono(), l.ttl/2))
 	defer cancel()
-	var rb [8]byte
-	_, _ = rand.Read(rb[:])
-	id := hex.EncodeToString(rb[:])
-	nc := l.js.Conn()
-	sent := mono()
-	var pa *jetstream.PubAck
+	msgs := make([]*nats.Msg, len(b.ls))
 	for i, o := range b.ls {
 		m := nats.NewMsg(o.subject)
 		m.Data = o.value
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(o.rev, 10))
 		m.Header.Set(jetstream.MsgTTLHeader, o.ttl.String())
-		m.Header.Set(hdrBatchID, id)
-		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
-		if i < len(b.ls)-1 {
-			if err := nc.PublishMsg(m); err != nil {
-				return err
-			}
-			continue
-		}
-		m.Header.Set(hdrBatchCommit, "1")
-		var err error
-		if pa, err = l.js.PublishMsg(ctx, m); err != nil {
-			return err
-		}
+		msgs[i] = m
+	}
+	sent := mono()
+	pa, err := bus.PublishAtomic(ctx, l.js, msgs)
+	if err != nil {
+		return err
 	}
 	for i, o := range b.ls {
 		o.renewedAt(pa.Sequence-uint64(len(b.ls)-1-i), sent)
 	}
 	return nil
-}
-
-// Headers of an atomic batch publish (nats-server 2.12+).
-const (
-	hdrBatchID     = "Nats-Batch-Id"
-	hdrBatchSeq    = "Nats-Batch-Sequence"
-	hdrBatchCommit = "Nats-Batch-Commit"
-)
-
-// batchesAllowed says whether the bucket's stream takes atomic batches
-// and is replicated (a single server has no replication round to save).
-func batchesAllowed(ctx context.Context, js jetstream.JetStream, bucket string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return false
-	}
-	c := st.CachedInfo().Config
-	return c.AllowAtomicPublish && c.Replicas > 1
 }
 
 // release gives the lease back at once: the key is purged, conditional on

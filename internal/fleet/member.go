@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/gttsplit/gttsplit/internal/bus"
 )
 
 // MembersBucket is the key-value bucket where the aggregators of every
@@ -196,7 +198,7 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, set Settings,
 		free: make([]time.Duration, set.Partitions), faults: map[string]time.Duration{}, rewatch: make(chan struct{}, 1),
 		probe: make(chan struct{}, 1)}
 	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
-	m.batch.Store(batchesAllowed(ctx, js, set.Bucket))
+	m.batch.Store(bus.AtomicAllowed(ctx, js, "KV_"+set.Bucket))
 	starting := "starting"
 	m.why.Store(&starting)
 	m.renewMember(ctx)
@@ -753,7 +755,7 @@ func (m *Member) renewLease(ctx context.Context, l *Lease, every time.Duration) 
 	if err == nil {
 		return nil
 	}
-	if batchesRefused(err) {
+	if bus.AtomicDisabled(err) {
 		m.batch.Store(false)
 		m.log.Info().Err(err).Msg("fleet: the bucket takes no atomic batches: each lease is renewed on its own")
 	} else {
@@ -761,17 +763,6 @@ func (m *Member) renewLease(ctx context.Context, l *Lease, every time.Duration) 
 	}
 	return l.renew(ctx)
 }
-
-// batchesRefused says the server refused an atomic batch because the
-// bucket's stream takes none (any more: its configuration was changed).
-func batchesRefused(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrAtomicPublishDisabled
-}
-
-// jsErrAtomicPublishDisabled is nats-server's error code of an atomic
-// batch sent to a stream that does not allow them.
-const jsErrAtomicPublishDisabled jetstream.ErrorCode = 10174
 
 // lost tells the Handler, and forgets the lease; while the Handler is
 // still loading the partition, take tells it once Acquired returned.

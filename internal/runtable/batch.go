@@ -2,9 +2,6 @@ package runtable
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"strconv"
 	"sync/atomic"
 
@@ -24,7 +21,7 @@ import (
 // maxBatchOps writes (or maxBatchBytes) as one atomic publish: one round
 // trip, one replication round, all of them or none, each write carrying
 // the lease's fence. A single server, or one without atomic batches, gets
-// the writes one at a time, in order (see atomicAllowed).
+// the writes one at a time, in order (see bus.AtomicAllowed).
 
 const (
 	// maxBatchOps bounds the writes of one atomic batch (the server takes
@@ -33,13 +30,6 @@ const (
 	// maxBatchBytes bounds the bytes of one atomic batch: a batch holds
 	// the lease's lock (renewals wait) while it is sent.
 	maxBatchBytes = 4 << 20
-)
-
-// Headers of the atomic batch publish (nats-server 2.12+).
-const (
-	hdrBatchID     = "Nats-Batch-Id"
-	hdrBatchSeq    = "Nats-Batch-Sequence"
-	hdrBatchCommit = "Nats-Batch-Commit"
 )
 
 // writeOp is one write of a batch: a value, or a purge of the key.
@@ -133,7 +123,7 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 			return s.sendAtomic(ctx, chunk, f)
 		})
 		if err != nil {
-			if len(chunk) > 1 && atomicDisabled(err) {
+			if len(chunk) > 1 && bus.AtomicDisabled(err) {
 				s.room.used.Add(-int64(size))
 				// The bucket no longer takes atomic batches (its stream
 				// was changed, or a server without them leads it): one
@@ -141,7 +131,7 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 				s.atomic.Store(false)
 				continue
 			}
-			if len(chunk) > 1 && batchRefused(err) {
+			if len(chunk) > 1 && bus.AtomicRefused(err) {
 				// Not taken (too many batches open on the stream at
 				// once, more writes than the server takes in one, or
 				// its leader changed while it was sent): nothing of
@@ -170,78 +160,12 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 // atomic batch commit went through, before the next is sent.
 var committed atomic.Pointer[func(key string)]
 
-// sendAtomic publishes ops as one atomic batch: every message but the
-// last is sent without waiting, the last commits the batch and carries the
-// server's answer for them all.
+// sendAtomic publishes ops as one atomic batch (bus.PublishAtomic).
 func (s *store) sendAtomic(ctx context.Context, ops []writeOp, f fleet.Fence) error {
-	var rb [16]byte
-	_, _ = rand.Read(rb[:])
-	id := hex.EncodeToString(rb[:])
-	nc := s.js.Conn()
+	msgs := make([]*nats.Msg, len(ops))
 	for i, op := range ops {
-		m := s.msg(op, f)
-		m.Header.Set(hdrBatchID, id)
-		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
-		if i < len(ops)-1 {
-			if err := nc.PublishMsg(m); err != nil {
-				return err
-			}
-			continue
-		}
-		m.Header.Set(hdrBatchCommit, "1")
-		_, err := s.js.PublishMsg(ctx, m)
-		return err
+		msgs[i] = s.msg(op, f)
 	}
-	return nil
-}
-
-// atomicDisabled says the server refused an atomic batch because the
-// bucket's stream does not allow them (any more). Other refusals of a
-// batch (incomplete: its leader changed while it was sent; too many in
-// flight) fail the commit, which is made again later.
-func atomicDisabled(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrAtomicPublishDisabled
-}
-
-// batchRefused says the server did not take an atomic batch as a whole
-// (nothing of it is written) for a reason of the batch itself: too many
-// open at once on the stream or the server (a refusal of the first
-// message, which carries no reply, shows as an incomplete batch at the
-// commit), more messages than it takes in one, or a batch cut by a change
-// of the stream's leader.
-func batchRefused(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	switch apiErr.ErrorCode {
-	case jsErrAtomicPublishIncomplete, jsErrAtomicPublishTooLarge, jsErrAtomicPublishTooManyInflight:
-		return true
-	}
-	return false
-}
-
-// nats-server's error codes of atomic batches.
-const (
-	jsErrAtomicPublishDisabled        jetstream.ErrorCode = 10174 // JSAtomicPublishDisabledErr
-	jsErrAtomicPublishIncomplete      jetstream.ErrorCode = 10176 // JSAtomicPublishIncompleteBatchErr
-	jsErrAtomicPublishTooLarge        jetstream.ErrorCode = 10199 // JSAtomicPublishTooLargeBatchErrF
-	jsErrAtomicPublishTooManyInflight jetstream.ErrorCode = 10210 // JSAtomicPublishTooManyInflight
-)
-
-// atomicAllowed reports whether the table writes the bucket in atomic
-// batches: its stream takes them and is replicated. On a single server a
-// write costs no replication round, and the server stages a batch of a
-// file-backed stream in a store of its own on disk (measured: as much CPU
-// a write as one at a time, and slower).
-func atomicAllowed(ctx context.Context, js jetstream.JetStream) bool {
-	ctx, cancel := context.WithTimeout(ctx, bus.APITimeout)
-	defer cancel()
-	st, err := js.Stream(ctx, "KV_"+Bucket)
-	if err != nil {
-		return false
-	}
-	c := st.CachedInfo().Config
-	return c.AllowAtomicPublish && c.Replicas > 1
+	_, err := bus.PublishAtomic(ctx, s.js, msgs)
+	return err
 }
