@@ -316,7 +316,7 @@ func TestFleetIdleTrafficIntegration(t *testing.T) {
 	require.NoError(t, nc.Flush())
 	window := 30 * time.Second
 	m0, l0, b0, c0, t0 := clientMsgs(t, mons, "gttsplit-aggregator"), leases.Load(), batches.Load(), f.c.CPU(), time.Now()
-	prof := f.profile(window)
+	prof := f.profile("idle")
 	time.Sleep(window)
 	prof()
 	msgs, renewals, writes, cpuIdle, d := clientMsgs(t, mons, "gttsplit-aggregator")-m0, leases.Load()-l0, batches.Load()-b0, f.c.CPU()-c0, time.Since(t0)
@@ -401,18 +401,20 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	load["plainall"] = loadavg()
 
 	c0 = cpu()
+	stopProf := f.profile("filtered")
 	filtT := f.filteredConsume("filtered1", bus.DefaultPartitions, nEvents)
 	filt := cpu() - c0
+	stopProf()
 	load["filtered"] = loadavg()
 
 	s0 := f.bucketSeq()
 	c0, t0 = cpu(), time.Now()
-	stopProf := f.profile(8 * time.Second)
+	stopProf = f.profile("fold")
 	f.startAggs(3)
 	f.aggs = f.aggs[3:] // the folding ones (agg3-agg5)
 	done := f.waitAll(10 * time.Minute)
-	stopProf()
 	fold, foldT := cpu()-c0, done.Sub(t0)
+	stopProf()
 	load["fold"] = loadavg()
 	bucketWrites := f.bucketSeq() - s0
 	redelivered := f.metric("gttsplit_events_redelivered_total", f.aggs...)
@@ -423,13 +425,17 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	// their last checkpoints are behind them.
 	time.Sleep(5 * time.Second)
 	c0 = cpu()
+	stopProf = f.profile("idle")
 	time.Sleep(idleFor)
 	idle := cpu() - c0
+	stopProf()
 	load["idle"] = loadavg()
 
 	c0 = cpu()
+	stopProf = f.profile("plain2")
 	plain2T := f.plainConsume("plain2", nEvents)
 	plain2 := cpu() - c0
+	stopProf()
 	load["plain2"] = loadavg()
 
 	f.stopAggs(f.aggs...)

@@ -340,13 +340,13 @@ func TestFleetBacklogIntegration(t *testing.T) {
 	}
 	cpuNATS0 := f.c.CPU()
 	t0 := time.Now()
-	stopProf := f.profile(8 * time.Second)
+	stopProf := f.profile("backlog")
 	f.startAggs(3)
 	done := f.waitAll(10 * time.Minute)
-	stopProf()
 	// The aggregators' whole lives (their start-up included) against the
 	// broker's time from just before they started.
 	cpuNATS, cpuAgg := f.c.CPU()-cpuNATS0, aggCPU(f.aggs...)
+	stopProf()
 	redelivered := f.metric("gttsplit_events_redelivered_total", f.aggs...)
 	folded := f.metric("gttsplit_events_folded_total", f.aggs...)
 	writes := f.metric("gttsplit_state_writes_total", f.aggs...)
@@ -456,14 +456,18 @@ func TestFleetPausedAggregatorIntegration(t *testing.T) {
 		n, paused.name, lost, strings.Count(string(b), "partition lease lost"))
 }
 
-// profile, with GTTSPLIT_FLEET_PROFILE=<dir>, takes a CPU profile of every
-// node (nats-server's own profiling port) for d, into <dir>/<node>.pprof;
-// the returned function waits for them.
-func (f *fleetRig) profile(d time.Duration) func() {
+// profile, with GTTSPLIT_FLEET_PROFILE=<dir>, takes CPU profiles of every
+// node (nats-server's own profiling port) one second after another until
+// the returned function is called (it waits for the last), into
+// <dir>/<label>-<node>-<i>.pprof: a phase's profile is the merge of its
+// files (go tool pprof takes several), covering the phase to within a
+// second whatever it lasts.
+func (f *fleetRig) profile(label string) func() {
 	dir := os.Getenv("GTTSPLIT_FLEET_PROFILE")
 	if dir == "" {
 		return func() {}
 	}
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, nd := range f.c.Nodes {
 		b, _ := os.ReadFile(filepath.Join(nd.Dir, "server.log"))
@@ -482,18 +486,25 @@ func (f *fleetRig) profile(d time.Duration) func() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := http.Get("http://127.0.0.1:" + port + "/debug/pprof/profile?seconds=" + strconv.Itoa(int(d.Seconds())))
-			if err != nil {
-				f.t.Log(err)
-				return
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := http.Get("http://127.0.0.1:" + port + "/debug/pprof/profile?seconds=1")
+				if err != nil {
+					f.t.Log(err)
+					return
+				}
+				out, _ := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%s-%03d.pprof", label, nd.Name, i)))
+				_, _ = io.Copy(out, resp.Body)
+				out.Close()
+				resp.Body.Close()
 			}
-			defer resp.Body.Close()
-			out, _ := os.Create(filepath.Join(dir, nd.Name+".pprof"))
-			defer out.Close()
-			_, _ = io.Copy(out, resp.Body)
 		}()
 	}
-	return wg.Wait
+	return func() { close(stop); wg.Wait() }
 }
 
 // logLevelFleet is the aggregators' log level: info, or
