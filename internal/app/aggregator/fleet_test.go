@@ -461,7 +461,8 @@ func TestFleetPausedAggregatorIntegration(t *testing.T) {
 // the returned function is called (it waits for the last), into
 // <dir>/<label>-<node>-<i>.pprof: a phase's profile is the merge of its
 // files (go tool pprof takes several), covering the phase to within a
-// second whatever it lasts.
+// second whatever it lasts. Profiling adds its own cost to the servers'
+// CPU: a figure meant for comparison is measured without it.
 func (f *fleetRig) profile(label string) func() {
 	dir := os.Getenv("GTTSPLIT_FLEET_PROFILE")
 	if dir == "" {
