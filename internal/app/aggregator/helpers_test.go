@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/natstest"
@@ -29,7 +28,7 @@ import (
 )
 
 // TestMain checks that no goroutine outlives the tests.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 // The recorded runs every test folds (shared fixtures, testdata/runs).
 var (
