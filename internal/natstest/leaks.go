@@ -22,11 +22,16 @@ const batchCleanup = 10*time.Second + 5*time.Second
 // goleak.VerifyTestMain does, that no goroutine outlives them; but it
 // gives the goroutines up to batchCleanup to end first (goleak's own
 // retries last well under a second). A goroutine still running after
-// that is reported as leaked, as before.
-func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+// that is reported as leaked, as before. The cleanup funcs run after the
+// tests, before the check (what the package's tests share: a binary
+// built once).
+func VerifyTestMain(m *testing.M, cleanup ...func()) {
 	code := m.Run()
+	for _, f := range cleanup {
+		f()
+	}
 	if code == 0 {
-		if err := waitNoLeaks(batchCleanup, opts...); err != nil {
+		if err := waitNoLeaks(batchCleanup); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
 			code = 1
 		}
@@ -36,10 +41,10 @@ func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 
 // waitNoLeaks polls goleak.Find until it finds nothing or d has passed,
 // and says on stderr when the goroutines took more than a second to end.
-func waitNoLeaks(d time.Duration, opts ...goleak.Option) error {
+func waitNoLeaks(d time.Duration) error {
 	start := time.Now()
 	for {
-		err := goleak.Find(opts...)
+		err := goleak.Find()
 		if err == nil {
 			if waited := time.Since(start); waited > time.Second {
 				fmt.Fprintf(os.Stderr, "natstest: goroutines left by the tests ended %.1f s after them\n", waited.Seconds())

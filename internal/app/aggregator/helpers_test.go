@@ -28,7 +28,7 @@ import (
 )
 
 // TestMain checks that no goroutine outlives the tests.
-func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m, removeAggregatorBin) }
 
 // The recorded runs every test folds (shared fixtures, testdata/runs).
 var (

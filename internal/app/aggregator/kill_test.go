@@ -1,9 +1,11 @@
 package aggregator
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,18 +15,42 @@ import (
 	"github.com/gttsplit/gttsplit/internal/config"
 )
 
-// buildAggregator builds cmd/aggregator into a temp dir.
+// aggregatorBin is cmd/aggregator built once for the package's tests
+// (each build took 20-30 s of a loaded machine): in dir, removed when the
+// tests end (TestMain).
+var aggregatorBin struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// buildAggregator builds cmd/aggregator, once for all the package's
+// tests, and returns its path.
 func buildAggregator(t testing.TB) string {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go toolchain to build cmd/aggregator")
 	}
-	bin := filepath.Join(t.TempDir(), "aggregator")
-	cmd := exec.Command(gobin, "build", "-o", bin, "github.com/gttsplit/gttsplit/cmd/aggregator")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/aggregator:\n%s", out)
-	return bin
+	b := &aggregatorBin
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "aggregator-bin-"); b.err != nil {
+			return
+		}
+		b.path = filepath.Join(b.dir, "aggregator")
+		if out, err := exec.Command(gobin, "build", "-o", b.path, "github.com/gttsplit/gttsplit/cmd/aggregator").CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/aggregator: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, b.err)
+	return b.path
+}
+
+// removeAggregatorBin removes what buildAggregator built.
+func removeAggregatorBin() {
+	if aggregatorBin.dir != "" {
+		_ = os.RemoveAll(aggregatorBin.dir)
+	}
 }
 
 // child is one `aggregator serve` process.
