@@ -91,7 +91,7 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 		if werr != nil {
 			// These runs stay changed, their messages wait for the
 			// next write (their progress acknowledged meanwhile).
-			pt.fl.setWriting(held, false)
+			pt.fl.writeFailed(held)
 			pt.mu.Lock()
 			for _, s := range snaps[n:] {
 				s.r.dirty = true
@@ -342,7 +342,7 @@ func (pt *part) settleAcks(final bool) {
 			pt.fl.done(pm.fl)
 		case final:
 			_ = pm.ack.Nak()
-			pt.fl.done(pm.fl)
+			pt.handBack(pm.fl, "release")
 		default:
 			keep = append(keep, pm) // its progress is acknowledged meanwhile (Table.progress)
 		}

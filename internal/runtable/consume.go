@@ -234,9 +234,13 @@ func (pt *part) consume(c *partConsumer) {
 			defer mu.Unlock()
 			c.last.Store(time.Now().UnixNano())
 			c.msgs.Add(1)
+			pt.fl.take(fl)
+			if md, err := jm.Metadata(); err == nil && md.NumDelivered > 1 {
+				pt.redelivered(md.Sequence.Stream, md.NumDelivered, fl)
+			}
 			if stopped || !held(ctx, pt.lease) {
 				_ = jm.Nak()
-				pt.fl.done(fl)
+				pt.handBack(fl, "not held")
 				return
 			}
 			m, err := bus.WrapMsg(jm, t.js.Conn())
@@ -253,9 +257,12 @@ func (pt *part) consume(c *partConsumer) {
 					t.log.Debug().Err(err).Int("partition", pt.p).Str("subject", jm.Subject()).Msg("event not folded; redelivered in a second")
 				}
 				_ = jm.NakWithDelay(time.Second)
+				if !fl.kept {
+					pt.handBack(fl, "not folded")
+				}
 			}
 			if !fl.kept {
-				pt.fl.done(fl) // settled, or handed back
+				pt.fl.done(fl) // settled
 			}
 		}
 		// One pull at a time, sized to what the handler takes a quarter
@@ -280,14 +287,18 @@ func (pt *part) consume(c *partConsumer) {
 				c.pulled.start()
 				go func() {
 					for jm := range batch.Messages() {
-						c.pulled.push(jm, pt.fl.add(jm, jm.Reply(), time.Now()))
+						var seq uint64
+						if md, err := jm.Metadata(); err == nil {
+							seq = md.Sequence.Stream
+						}
+						c.pulled.push(jm, pt.fl.addSeq(jm, jm.Reply(), seq, time.Now()))
 					}
 					c.pulled.end()
 				}()
 				for jm, fl := c.pulled.pop(); jm != nil; jm, fl = c.pulled.pop() {
 					if ctx.Err() != nil {
 						_ = jm.Nak() // stopped: at once to the next owner
-						pt.fl.done(fl)
+						pt.handBack(fl, "stop")
 						continue
 					}
 					handle(jm, fl)

@@ -196,6 +196,16 @@ type flight struct {
 	// acknowledgement is on its way, so its progress is acknowledged
 	// only once it waited writeGrace.
 	writing bool
+	// What a redelivery of the message is traced to (redeliver.go),
+	// guarded by the ledger's lock: its stream sequence, when it came,
+	// the longest it waited between two starts of its ack wait as this
+	// client saw it, the writes holding it that failed, and whether the
+	// handler took it.
+	seq     uint64
+	came    time.Time
+	longest time.Duration
+	fails   int
+	inHand  bool
 }
 
 // ledger is a partition's messages in flight: delivered and not settled.
@@ -203,13 +213,17 @@ type ledger struct {
 	// mu is a leaf lock: nothing is taken, nothing sent while it is held.
 	mu sync.Mutex
 	fs []*flight
+	// settled is the messages settled last, for tracing a redelivery
+	// (redeliver.go).
+	settled settledRing
 }
 
-// add enters a message that came at at, acknowledged on subject reply.
-func (l *ledger) add(a acker, reply string, at time.Time) *flight {
+// addSeq enters a message of stream sequence seq that came at at,
+// acknowledged on subject reply.
+func (l *ledger) addSeq(a acker, reply string, seq uint64, at time.Time) *flight {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := &flight{ack: a, at: at, i: len(l.fs), reply: reply}
+	f := &flight{ack: a, at: at, i: len(l.fs), reply: reply, seq: seq, came: at}
 	l.fs = append(l.fs, f)
 	return f
 }
@@ -222,8 +236,16 @@ func (l *ledger) folded(f *flight, a acker) {
 	f.ack = a
 }
 
-// done takes a settled message out (again: nothing).
-func (l *ledger) done(f *flight) {
+// done takes a message acknowledged (or terminated) out (again: nothing).
+func (l *ledger) done(f *flight) { l.doneAs(f, settledAcked) }
+
+// handBack takes a message negatively acknowledged out: handed back to
+// the stream, delivered again (to this member or its partition's next
+// owner).
+func (l *ledger) handBack(f *flight) { l.doneAs(f, settledHandedBack) }
+
+// doneAs takes a settled message out (again: nothing), how it was settled.
+func (l *ledger) doneAs(f *flight, how settledHow) {
 	if f == nil {
 		return
 	}
@@ -232,6 +254,7 @@ func (l *ledger) done(f *flight) {
 	if f.i < 0 {
 		return
 	}
+	l.settled.add(f, how, time.Now())
 	last := len(l.fs) - 1
 	l.fs[f.i] = l.fs[last]
 	l.fs[f.i].i = f.i
@@ -257,6 +280,16 @@ func (l *ledger) setWriting(fs []*flight, on bool) time.Duration {
 	return oldest
 }
 
+// writeFailed marks fs as no longer held by a write, which failed.
+func (l *ledger) writeFailed(fs []*flight) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range fs {
+		f.writing = false
+		f.fails++
+	}
+}
+
 // progress acknowledges the progress of the messages that waited longer
 // than after (grace for those a write under way holds); it returns how
 // many. The acknowledgements are sent once the lock is let go.
@@ -265,6 +298,7 @@ func (l *ledger) progress(now time.Time, after, grace time.Duration) int {
 	l.mu.Lock()
 	for _, f := range l.fs {
 		if w := now.Sub(f.at); w > after && (!f.writing || w > grace) {
+			f.longest = max(f.longest, w)
 			f.at = now
 			due = append(due, f.ack)
 		}

@@ -17,25 +17,28 @@ type Metrics struct {
 	Registry    *prometheus.Registry
 	folded      prometheus.Counter
 	redelivered prometheus.Counter
-	duplicates  prometheus.Counter
-	dead        *prometheus.CounterVec
-	runsOpen    prometheus.Gauge
-	completed   *prometheus.CounterVec
-	sinkErrors  *prometheus.CounterVec
-	sinkWrites  *prometheus.CounterVec
-	sinkDefer   *prometheus.CounterVec
-	sinkRequeue *prometheus.CounterVec
-	foldSeconds prometheus.Histogram
-	persistErrs prometheus.Counter
-	lag         prometheus.Gauge
-	owned       prometheus.Gauge
-	ckptAge     prometheus.Gauge
-	splitPubErr prometheus.Counter
-	compacted   prometheus.Counter
-	checkpoints prometheus.Counter
-	stateWrites prometheus.Counter
-	progress    prometheus.Counter
-	repulls     prometheus.Counter
+	// redeliveredBy is the redeliveries by what they were traced to
+	// (redeliver.go).
+	redeliveredBy *prometheus.CounterVec
+	duplicates    prometheus.Counter
+	dead          *prometheus.CounterVec
+	runsOpen      prometheus.Gauge
+	completed     *prometheus.CounterVec
+	sinkErrors    *prometheus.CounterVec
+	sinkWrites    *prometheus.CounterVec
+	sinkDefer     *prometheus.CounterVec
+	sinkRequeue   *prometheus.CounterVec
+	foldSeconds   prometheus.Histogram
+	persistErrs   prometheus.Counter
+	lag           prometheus.Gauge
+	owned         prometheus.Gauge
+	ckptAge       prometheus.Gauge
+	splitPubErr   prometheus.Counter
+	compacted     prometheus.Counter
+	checkpoints   prometheus.Counter
+	stateWrites   prometheus.Counter
+	progress      prometheus.Counter
+	repulls       prometheus.Counter
 	// The runs' memory (memory.go).
 	shed      prometheus.Counter
 	runsShed  prometheus.Gauge
@@ -73,6 +76,8 @@ func NewMetrics() *Metrics {
 		Help: "Events folded into a run's split."})
 	m.redelivered = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_redelivered_total",
 		Help: "Events delivered again by JetStream; the fold ignores what they repeat."})
+	m.redeliveredBy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_events_redelivered_causes_total",
+		Help: "Messages of the partitions delivered again by JetStream, by what their earlier delivery was traced to on this aggregator: held_pulled, held_in_hand, held_folded, held_writing, held_failed_write (the ack wait ran out while this aggregator held it: in a pull, in the handler's hand, folded and waiting for its run's write, held by a write under way, after a write holding it failed), acked (acknowledged here: the acknowledgement came after the ack wait), handed_back (handed back here: a release, a stop, a fold that failed), unseen (another aggregator's delivery, or a pull that ended before it arrived)."}, []string{"cause"})
 	m.duplicates = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_duplicate_total",
 		Help: "Events that brought nothing new (every line and sample already folded) and were ignored."})
 	m.dead = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_events_dead_lettered_total",
@@ -156,7 +161,7 @@ func NewMetrics() *Metrics {
 	m.laneChecks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_lane_comment_checks_total",
 		Help: "Lanes whose changes comment this aggregator looked at (it owns the lane's partition: a run of the lane closed, or the partition was acquired), by outcome: posted (a comment created or edited), unchanged (as posted before), nothing (no change beyond the thresholds, no comment), failed (retried with the sinks' backoff; refused for good: at the lane's next change)."}, []string{"outcome"})
 	m.lanes = newLaneGauges()
-	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
+	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.redeliveredBy, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
 		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		m.streamBytes, m.storeUsed, m.laneChecks, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

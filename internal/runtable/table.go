@@ -344,7 +344,7 @@ func (t *Table) Lost(l *fleet.Lease) {
 	pt.mu.Unlock()
 	for _, pm := range pending {
 		_ = pm.ack.Nak() // at once to the next owner, not after the ack wait
-		pt.fl.done(pm.fl)
+		pt.handBack(pm.fl, "lost")
 	}
 	pt.forget()
 }

@@ -351,7 +351,9 @@ func TestFleetBacklogIntegration(t *testing.T) {
 	folded := f.metric("gttsplit_events_folded_total", f.aggs...)
 	writes := f.metric("gttsplit_state_writes_total", f.aggs...)
 	progress := f.metric("gttsplit_events_progress_acks_total", f.aggs...)
+	causes := f.redeliveryCauses()
 	f.stopAggs(f.aggs...)
+	f.keepLogs("backlog")
 	f.checkOnce()
 
 	ctx := testCtx(t)
@@ -376,6 +378,7 @@ func TestFleetBacklogIntegration(t *testing.T) {
 		n, nEvents, float64(f.pubBytes)/1e6, done.Sub(t0).Seconds(), redelivered, nEvents, 100*redelivered/float64(nEvents),
 		names, float64(eventBytes)/1e6, storage, info.State.Msgs, cpuNATS.Seconds(), cpuAgg.Seconds(),
 		cpuNATS.Seconds()/cpuAgg.Seconds(), folded, writes/float64(n), progress)
+	t.Logf("FIGURE backlog redeliveries by cause: %s; load %s", causes, loadavg())
 	require.LessOrEqual(t, redelivered, float64(nEvents)/100, "at most 1 % redelivered")
 	require.LessOrEqual(t, storage, 1.3, "every event stored once")
 	require.NotContains(t, names, bus.LegacyStream(bus.DefaultStream))
@@ -454,6 +457,54 @@ func TestFleetPausedAggregatorIntegration(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(f.logDir, paused.name+".stderr"))
 	t.Logf("FIGURE pause: %d runs, %s paused 20 s: every run written once; it owned %.0f partitions after it resumed; its log says lost %d times",
 		n, paused.name, lost, strings.Count(string(b), "partition lease lost"))
+}
+
+// redeliveryCauses says, for each live aggregator, its redeliveries by
+// the cause it traced them to (gttsplit_events_redelivered_causes_total).
+func (f *fleetRig) redeliveryCauses() string {
+	var out []string
+	for _, a := range f.aggs {
+		_, page := tryGet(a.http, "/metrics")
+		var cs []string
+		for _, l := range strings.Split(page, "\n") {
+			if rest, ok := strings.CutPrefix(l, `gttsplit_events_redelivered_causes_total{cause="`); ok {
+				cause, v, _ := strings.Cut(rest, `"} `)
+				cs = append(cs, cause+" "+v)
+			}
+		}
+		out = append(out, a.name+": "+strings.Join(cs, ", "))
+	}
+	return strings.Join(out, "; ")
+}
+
+// keepLogs, with GTTSPLIT_FLEET_KEEP=<dir>, copies the aggregators' logs
+// and the nodes' to <dir>/<test> (the aggregators' at debug level with
+// GTTSPLIT_FLEET_LOG_LEVEL=debug trace each redelivery and hand-back).
+func (f *fleetRig) keepLogs(test string) {
+	d := os.Getenv("GTTSPLIT_FLEET_KEEP")
+	if d == "" {
+		return
+	}
+	d = filepath.Join(d, test)
+	_ = os.MkdirAll(d, 0o755)
+	logs, _ := filepath.Glob(filepath.Join(f.logDir, "*.std*"))
+	for _, nd := range f.c.Nodes {
+		logs = append(logs, filepath.Join(nd.Dir, "server.log"))
+	}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			f.t.Logf("keep %s: %v", l, err)
+			continue
+		}
+		name := filepath.Base(l)
+		if name == "server.log" {
+			name = filepath.Base(filepath.Dir(l)) + ".log"
+		}
+		if err := os.WriteFile(filepath.Join(d, name), b, 0o644); err != nil {
+			f.t.Logf("keep %s: %v", l, err)
+		}
+	}
 }
 
 // profile, with GTTSPLIT_FLEET_PROFILE=<dir>, takes CPU profiles of every
