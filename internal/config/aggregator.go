@@ -96,6 +96,8 @@ type HTTP struct {
 	Token conf.Secret `mapstructure:"token" desc:"token every path but /healthz and /readyz asks for when http.listen is not a loopback address (the page, /events, /runs, /runs/{id}, /partitions, /metrics; open the page once with ?token=, or send Authorization: Bearer); empty refuses them there; set it through the environment"`
 	// MetricsPublic leaves /metrics open on a non-loopback listener.
 	MetricsPublic bool `mapstructure:"metrics_public" desc:"serve /metrics without http.token on a non-loopback address (counters only, no run data), for a scraper that cannot send a bearer token"`
+	// Pprof serves the Go runtime's profiles at /debug/pprof/.
+	Pprof bool `mapstructure:"pprof" desc:"serve the Go runtime's profiles (heap, goroutines, CPU) at /debug/pprof/, on a loopback address to anyone, elsewhere only with http.token (metrics_public does not open them); off by default"`
 }
 
 // Validate reports the problems of the http.* keys.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -107,4 +108,17 @@ func Serve(ln net.Listener, h http.Handler, log zerolog.Logger) *http.Server {
 		}
 	}()
 	return srv
+}
+
+// MountProfiles serves the Go runtime's profiles (net/http/pprof: heap,
+// allocs, goroutine, profile, trace, ...) under /debug/pprof/ on mux,
+// behind g: open on a loopback address, the token's elsewhere. They say
+// much about the process (its command line, its memory), so they are
+// served only where http.pprof turns them on.
+func MountProfiles(mux *http.ServeMux, g Guard) {
+	mux.Handle("GET /debug/pprof/", g.Wrap(http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/cmdline", g.Wrap(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("GET /debug/pprof/profile", g.Wrap(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/symbol", g.Wrap(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("GET /debug/pprof/trace", g.Wrap(http.HandlerFunc(pprof.Trace)))
 }

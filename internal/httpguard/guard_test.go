@@ -39,3 +39,32 @@ func TestBearerScheme(t *testing.T) {
 		}
 	}
 }
+
+// TestMountProfiles: the profiles are served behind the guard: to anyone
+// on loopback, beyond it only with the token, refused with none set.
+func TestMountProfiles(t *testing.T) {
+	for _, tc := range []struct {
+		g    Guard
+		auth string
+		want int
+	}{
+		{Guard{Loopback: true}, "", http.StatusOK},
+		{Guard{Token: "s3cret"}, "", http.StatusUnauthorized},
+		{Guard{Token: "s3cret"}, "Bearer s3cret", http.StatusOK},
+		{Guard{}, "Bearer s3cret", http.StatusForbidden},
+	} {
+		mux := http.NewServeMux()
+		MountProfiles(mux, tc.g)
+		for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/cmdline"} {
+			req := httptest.NewRequest(http.MethodGet, p, nil)
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, req)
+			if rec.Code != tc.want {
+				t.Errorf("%+v %s %q: %d, want %d", tc.g, p, tc.auth, rec.Code, tc.want)
+			}
+		}
+	}
+}

@@ -56,7 +56,8 @@ type partitionsView struct {
 }
 
 // startHTTP serves /healthz, /readyz, /metrics, /partitions, /runs,
-// /runs/{id} and the live page on ln (cfg.Listen's, loop when loopback). On a loopback address every
+// /runs/{id}, the live page and with cfg.Pprof /debug/pprof/ on ln
+// (cfg.Listen's, loop when loopback). On a loopback address every
 // path is open; on any other, every path but /healthz and /readyz needs
 // cfg.Token (see httpguard.Guard), and /metrics too unless cfg.MetricsPublic.
 func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, e endpoints, log zerolog.Logger) (*http.Server, string) {
@@ -124,9 +125,14 @@ func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, e endpoints, log zer
 		}
 	})))
 	stopWeb := mountWeb(mux, svc, web.Options{Token: token, Loopback: loop, Thresholds: e.changes}, log)
+	paths := "http: / (the live page) /healthz /readyz /metrics /partitions /runs /runs/{id}"
+	if cfg.Pprof {
+		httpguard.MountProfiles(mux, guard)
+		paths += " /debug/pprof/"
+	}
 	srv := httpguard.Serve(ln, mux, log)
 	srv.RegisterOnShutdown(stopWeb)
-	log.Info().Str("listen", ln.Addr().String()).Msg("http: / (the live page) /healthz /readyz /metrics /partitions /runs /runs/{id}")
+	log.Info().Str("listen", ln.Addr().String()).Msg(paths)
 	switch {
 	case loop:
 	case token == "" && cfg.MetricsPublic:

@@ -23,7 +23,8 @@ import (
 // path but /healthz and /readyz needs http.token: the page, its live
 // streams, /runs, /runs/{id} (full splits with command lines) and
 // /metrics (unless http.metrics_public). Before, /runs, /runs/{id} and
-// /metrics answered anyone.
+// /metrics answered anyone. The profiles (http.pprof) are off unless
+// asked for, and need the token there too.
 func TestHTTPTokenOffLoopbackIntegration(t *testing.T) {
 	skipShort(t)
 	fx := loadFixture(t, fixture4B)
@@ -72,6 +73,7 @@ func TestHTTPTokenOffLoopbackIntegration(t *testing.T) {
 			require.Equal(t, http.StatusOK, status(t, addr, p, "s3cret"), "%s with the token", p)
 		}
 		require.Equal(t, http.StatusSeeOther, status(t, addr, "/runs?token=s3cret", ""), "?token= sets the cookie and drops itself")
+		require.Equal(t, http.StatusNotFound, status(t, addr, "/debug/pprof/heap", "s3cret"), "no profiles unless http.pprof")
 	})
 	t.Run("no token", func(t *testing.T) {
 		addr := serveOn(t, func(*config.Aggregator) {})
@@ -86,6 +88,19 @@ func TestHTTPTokenOffLoopbackIntegration(t *testing.T) {
 		addr := serveOn(t, func(c *config.Aggregator) { c.HTTP.Token, c.HTTP.MetricsPublic = "s3cret", true })
 		require.Equal(t, http.StatusOK, status(t, addr, "/metrics", ""))
 		require.Equal(t, http.StatusUnauthorized, status(t, addr, "/runs", ""))
+	})
+	// http.pprof serves the profiles behind the token, metrics_public or
+	// not; on loopback to anyone.
+	t.Run("profiles", func(t *testing.T) {
+		addr := serveOn(t, func(c *config.Aggregator) { c.HTTP.Token, c.HTTP.MetricsPublic, c.HTTP.Pprof = "s3cret", true, true })
+		for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine", "/debug/pprof/cmdline"} {
+			require.Equal(t, http.StatusUnauthorized, status(t, addr, p, ""), "%s without the token", p)
+			require.Equal(t, http.StatusOK, status(t, addr, p, "s3cret"), "%s with the token", p)
+		}
+		cfg := testConfig(t, b.url)
+		cfg.HTTP.Listen, cfg.HTTP.Pprof = "127.0.0.1:0", true
+		s := startServe(t, cfg, ServeOptions{})
+		require.Equal(t, http.StatusOK, status(t, s.http, "/debug/pprof/heap", ""), "open on loopback")
 	})
 }
 

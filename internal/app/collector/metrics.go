@@ -65,9 +65,10 @@ func registry(p *pipeline, spool bus.SpoolConfig) *prometheus.Registry {
 	return reg
 }
 
-// startHTTP serves /healthz and /metrics on ln (cfg.Listen's, loop when
-// loopback). On a loopback address /metrics is open; on any other it needs
-// cfg.Token, unless cfg.MetricsPublic.
+// startHTTP serves /healthz, /metrics and with cfg.Pprof /debug/pprof/ on
+// ln (cfg.Listen's, loop when loopback). On a loopback address /metrics is
+// open; on any other it needs cfg.Token, unless cfg.MetricsPublic (the
+// profiles need it whatever that says).
 func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, reg *prometheus.Registry, log zerolog.Logger) *http.Server {
 	token := cfg.Token.Reveal()
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -77,8 +78,13 @@ func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, reg *prometheus.Regi
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.Handle("GET /metrics", metrics)
+	paths := "http: /healthz /metrics"
+	if cfg.Pprof {
+		httpguard.MountProfiles(mux, httpguard.Guard{Token: token, Loopback: loop})
+		paths += " /debug/pprof/"
+	}
 	srv := httpguard.Serve(ln, mux, log)
-	log.Info().Str("listen", ln.Addr().String()).Msg("http: /healthz /metrics")
+	log.Info().Str("listen", ln.Addr().String()).Msg(paths)
 	if !loop && token == "" && !cfg.MetricsPublic {
 		log.Warn().Str("listen", ln.Addr().String()).Msg("http: on a non-loopback address without http.token (GTTSPLIT_HTTP_TOKEN) or http.metrics_public, /metrics is refused; only /healthz is served")
 	}
