@@ -2,10 +2,12 @@ package sinks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gttsplit/gttsplit/pkg/split"
@@ -33,6 +35,13 @@ type FanoutConfig struct {
 	// when MaxDeferred is reached too, the oldest queued report is dropped
 	// with ErrQueueFull. Default 1024.
 	MaxPending int
+	// MaxPendingBytes caps, with Reload, what the reports held in memory
+	// by every sink's queue take together, counted by their JSON size (0:
+	// no cap but MaxPending). A report that would pass it is deferred
+	// like one past MaxPending: only its run id is kept, and it is
+	// reloaded and written in its turn, so none is lost. Without Reload
+	// there is nowhere to defer to, and only MaxPending holds.
+	MaxPendingBytes int64
 	// Reload, if set, lets a full queue defer reports instead of dropping
 	// them: a deferred report keeps its place in the sink's queue (order
 	// of arrival) but only its run id is held, and when its turn comes the
@@ -85,8 +94,11 @@ type Fanout struct {
 	// mu guards closing against Write's enqueue. Lock order: mu, then a
 	// worker's mu (Write holds mu for reading while it enqueues and tells
 	// the Observer); mu must not be taken while a worker's mu is held.
-	mu        sync.RWMutex
-	closing   bool
+	mu      sync.RWMutex
+	closing bool
+	// heldBytes is what the reports held in the sinks' queues take
+	// (item.size summed; FanoutConfig.MaxPendingBytes).
+	heldBytes atomic.Int64
 	closeDone chan struct{}
 	// deadline is Close's context's deadline (zero: none), set before the
 	// workers drain: a wait the remote end asks for that ends after it is
@@ -108,7 +120,7 @@ func NewFanout(set Settings, cfg FanoutConfig, targets ...Target) (*Fanout, erro
 		cfg.MaxDeferred = 64 * cfg.MaxPending
 	}
 	if cfg.Reload == nil {
-		cfg.MaxDeferred = 0
+		cfg.MaxDeferred, cfg.MaxPendingBytes = 0, 0
 	}
 	if cfg.AttemptTimeout <= 0 {
 		cfg.AttemptTimeout = 2 * time.Minute
@@ -184,10 +196,33 @@ func (f *Fanout) Write(ctx context.Context, r split.Report) error {
 	if f.closing {
 		return ErrClosed
 	}
+	size := f.sizeOf(r)
 	for _, w := range f.ws {
-		w.enqueue(r)
+		w.enqueue(r, size)
 	}
 	return nil
+}
+
+// sizeOf is what r is counted against MaxPendingBytes: its JSON size (0
+// when there is no such cap).
+func (f *Fanout) sizeOf(r split.Report) int64 {
+	if f.cfg.MaxPendingBytes <= 0 {
+		return 0
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0
+	}
+	return int64(len(b))
+}
+
+// HeldBytes is what the reports held in the sinks' queues take, counted
+// as FanoutConfig.MaxPendingBytes counts them (0 without that cap).
+func (f *Fanout) HeldBytes() int64 {
+	if f == nil {
+		return 0
+	}
+	return f.heldBytes.Load()
 }
 
 // Flush waits until every queued report (deferred ones included) has been
@@ -314,6 +349,11 @@ func (f *Fanout) Close(ctx context.Context) error {
 	for _, w := range f.ws {
 		w.mu.Lock()
 		left := w.queue
+		for _, it := range left {
+			if it.held {
+				f.heldBytes.Add(-it.size)
+			}
+		}
 		w.queue, w.queued = nil, nil
 		w.held, w.deferred = 0, 0
 		why := undeliveredError{last: w.lastErr}
@@ -347,7 +387,10 @@ type item struct {
 	// its run id is kept) and is reloaded when its turn comes.
 	held bool
 	// loaded: a deferred report reloaded for the attempt in progress.
-	loaded   bool
+	loaded bool
+	// size is what the held report is counted (Fanout.heldBytes) while
+	// the item is queued.
+	size     int64
 	run      string
 	version  uint64
 	attempts int
@@ -418,7 +461,7 @@ func (w *worker) observe(e Event) {
 // of a new run that finds MaxPending reports held is deferred (with
 // Reload); when the queue is full (MaxPending, plus MaxDeferred with
 // Reload), its oldest report is dropped.
-func (w *worker) enqueue(r split.Report) {
+func (w *worker) enqueue(r split.Report, size int64) {
 	cfg := &w.f.cfg
 	var dropped *item
 	drops := 0
@@ -432,10 +475,13 @@ func (w *worker) enqueue(r split.Report) {
 		switch {
 		case it.held:
 			it.r = r
-		case w.held < cfg.MaxPending:
-			it.r, it.held = r, true
+			w.f.heldBytes.Add(size - it.size)
+			it.size = size
+		case w.room(size):
+			it.r, it.held, it.size = r, true, size
 			w.held++
 			w.deferred--
+			w.f.heldBytes.Add(size)
 		}
 		// Otherwise it stays deferred: Reload gives the run's latest report.
 	} else {
@@ -450,9 +496,10 @@ func (w *worker) enqueue(r split.Report) {
 			}
 		}
 		it := &item{run: run, version: w.seq}
-		if w.held < cfg.MaxPending {
-			it.r, it.held = r, true
+		if w.room(size) {
+			it.r, it.held, it.size = r, true, size
 			w.held++
+			w.f.heldBytes.Add(size)
 		} else {
 			deferred, streak = true, w.deferred == 0
 			w.deferred++
@@ -489,11 +536,19 @@ func (w *worker) enqueue(r split.Report) {
 	}
 }
 
+// room says a report of size bytes may be held in the queue: MaxPending
+// reports are not held yet, nor MaxPendingBytes. w.mu is held.
+func (w *worker) room(size int64) bool {
+	cfg := &w.f.cfg
+	return w.held < cfg.MaxPending && (cfg.MaxPendingBytes <= 0 || w.f.heldBytes.Load()+size <= cfg.MaxPendingBytes)
+}
+
 // unqueue accounts for it leaving the queue. w.mu is held.
 func (w *worker) unqueue(it *item) {
 	delete(w.queued, it.run)
 	if it.held {
 		w.held--
+		w.f.heldBytes.Add(-it.size)
 	} else {
 		w.deferred--
 	}
@@ -533,10 +588,15 @@ func (w *worker) next(n int) []*item {
 
 // settle ends an item taken by next: it is requeued at the back when
 // requeue is set and no newer report of its run arrived meanwhile. A
-// reloaded report keeps its body if MaxPending allows, else it is deferred
+// reloaded report keeps its body if MaxPending and MaxPendingBytes allow,
+// else it is deferred
 // again. last says it is the last item of what next returned.
 func (w *worker) settle(it *item, requeue, last bool) {
 	redeferred := false
+	var size int64
+	if requeue && it.loaded {
+		size = w.f.sizeOf(it.r)
+	}
 	w.mu.Lock()
 	if last {
 		w.busy = false
@@ -544,14 +604,15 @@ func (w *worker) settle(it *item, requeue, last bool) {
 	current := w.latest[it.run] == it.version
 	switch {
 	case requeue && current:
-		if it.loaded && w.held < w.f.cfg.MaxPending {
-			it.held = true
+		if it.loaded && w.room(size) {
+			it.held, it.size = true, size
 		}
 		if it.held {
 			w.held++
+			w.f.heldBytes.Add(it.size)
 		} else {
 			redeferred = it.loaded
-			it.r = split.Report{} // reloaded again in its turn
+			it.r, it.size = split.Report{}, 0 // reloaded again in its turn
 			w.deferred++
 		}
 		w.queue = append(w.queue, it)

@@ -2,6 +2,7 @@ package sinks_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -759,3 +760,56 @@ func TestFanoutLogsRoundDelays(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestFanoutHeldBytesBounded: with MaxPendingBytes, two blocked sinks hold
+// together no more of their reports in memory than that (counted by their
+// JSON size), far fewer than MaxPending; the others are deferred (only
+// their run ids kept) and every report still reaches both sinks once, in
+// order, none dropped.
+func TestFanoutHeldBytesBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := newStore()
+	size, err := json.Marshal(st.put(sinktest.Report("run-size")))
+	require.NoError(t, err)
+	limit := int64(10 * len(size)) // ten reports of the two sinks' together
+	var ms []*sinktest.Memory
+	var targets []sinks.Target
+	block := make(chan struct{})
+	for _, name := range []string{"a", "b"} {
+		m := &sinktest.Memory{}
+		m.Block(block)
+		ms = append(ms, m)
+		targets = append(targets, sinks.Target{Name: name, Sink: m})
+	}
+	ev := newEvents()
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1024, MaxPendingBytes: limit, Reload: st.reload, Observer: ev}, targets...)
+
+	const n = 100 // the events' channel takes what they are observed
+	var want []string
+	for i := range n {
+		r := st.put(sinktest.Report(fmt.Sprintf("run-%03d", i)))
+		want = append(want, r.Run.ID)
+		require.NoError(t, f.Write(ctx, r))
+		held := 0
+		for name, p := range f.Pending() {
+			held += p - f.Deferred()[name]
+		}
+		// Each sink may have one report in flight besides what it holds.
+		require.LessOrEqual(t, held, 10+2, "reports held in memory after %d written", i+1)
+		require.LessOrEqual(t, f.HeldBytes(), limit)
+	}
+	close(block)
+	require.NoError(t, f.Flush(ctx))
+	for _, m := range ms {
+		var got []string
+		for _, r := range m.Reports() {
+			got = append(got, r.Run.ID)
+		}
+		require.Equal(t, want, got, "every report written once, in the order given")
+	}
+	out := drainEvents(ev)
+	require.Empty(t, out[sinks.OutcomeDropped])
+	require.Greater(t, len(out[sinks.OutcomeDeferred]), n, "most reports deferred")
+	require.Zero(t, f.HeldBytes())
+}
