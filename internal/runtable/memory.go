@@ -31,7 +31,10 @@ import (
 //     fewer the table holds in memory;
 //   - the closed runs' summaries in the run index, kept for
 //     store.retention: at most their share of the bound (indexShare),
-//     past which the older are evicted to stubs (evict.go).
+//     past which the older are evicted to stubs (evict.go); the stubs;
+//     and Config.BrokerClosedRunCost a closed run for a broker in the
+//     same process (its closed key, kept for store.retention). Neither
+//     can be shed: past the bound they leave the open runs less room.
 //
 // The count is a model; the heap is measured too: while the heap live
 // after the last collection passes heapShare of the Go runtime's soft
@@ -87,11 +90,12 @@ type memory struct {
 // besideRuns is what the open runs cost this process wherever their state
 // is: their summaries in the run index, the cold entries, and the
 // broker's share (Config.BrokerRunCost an open run in the index); and
-// what the closed runs' summaries and stubs take in the index.
+// what the closed runs' summaries and stubs take in the index, with the
+// broker's share of them (Config.BrokerClosedRunCost a closed run).
 func (t *Table) besideRuns() int64 {
 	n, b := t.index.footprint(false)
-	_, closed := t.index.footprint(true)
-	return b + closed + t.mem.coldBytes.Load() + n*t.cfg.BrokerRunCost
+	nc, closed := t.index.footprint(true)
+	return b + closed + t.mem.coldBytes.Load() + n*t.cfg.BrokerRunCost + nc*t.cfg.BrokerClosedRunCost
 }
 
 // memUsed is what counts against the bound: the runs in memory and

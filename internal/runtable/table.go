@@ -82,6 +82,10 @@ type Config struct {
 	// server) takes in memory for each run in the state bucket, in bytes
 	// (0: the broker is elsewhere); it counts against RunMemory.
 	BrokerRunCost int64
+	// BrokerClosedRunCost is what that broker takes for each closed run
+	// kept in the state bucket (store.retention), in bytes (0: the broker
+	// is elsewhere); it counts against RunMemory too.
+	BrokerClosedRunCost int64
 
 	Sinks *sinks.Fanout // nil: no sink
 	// Deliveries, when set, is Sinks' observer: closed runs stay

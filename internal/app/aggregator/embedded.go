@@ -31,11 +31,12 @@ var ErrStoreInUse = dirlock.ErrLocked
 // StartEmbedded starts the in-process NATS server with JetStream on listen
 // (host:port; port 0 picks a free one) with its store in store, holding at
 // most maxStore bytes (0: the server's default, 75 % of the disk's free
-// space). It first
+// space), its buffers bounded for a process of memLimitMiB MiB
+// (embeddedOptions; 0: the server's defaults). It first
 // takes an exclusive lock on the store (released when the server shuts
 // down) and checks that the address is free, so a second aggregator on the
 // same store or port fails at once, saying which.
-func StartEmbedded(listen, store string, maxStore int64, auth EmbeddedAuth, log zerolog.Logger) (*server.Server, error) {
+func StartEmbedded(listen, store string, maxStore int64, memLimitMiB int, auth EmbeddedAuth, log zerolog.Logger) (*server.Server, error) {
 	if auth.Token == "" && auth.User == "" && !conf.IsLoopbackListen(listen) {
 		return nil, fmt.Errorf("embedded.listen %q is not a loopback address: the embedded NATS server needs nats.token or nats.user and nats.password there", listen)
 	}
@@ -68,22 +69,12 @@ func StartEmbedded(listen, store string, maxStore int64, auth EmbeddedAuth, log 
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts := &server.Options{
-		ServerName: "gttsplit-embedded",
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   store,
-		MaxPayload: embeddedMaxPayload,
-		// 0 leaves the server's default.
-		JetStreamMaxStore: maxStore,
-		NoSigs:            true,
-		NoLog:             true,
-		// The configured client credentials are the server's too.
-		Authorization: auth.Token,
-		Username:      auth.User,
-		Password:      auth.Password,
-	}
+	opts := embeddedOptions(memLimitMiB)
+	opts.Host, opts.Port, opts.StoreDir = host, port, store
+	// 0 leaves the server's default.
+	opts.JetStreamMaxStore = maxStore
+	// The configured client credentials are the server's too.
+	opts.Authorization, opts.Username, opts.Password = auth.Token, auth.User, auth.Password
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		lock.Release()
@@ -111,6 +102,36 @@ func StartEmbedded(listen, store string, maxStore int64, auth EmbeddedAuth, log 
 	log.Info().Str("url", ns.ClientURL()).Str("store", store).Bool("auth", auth.Token != "" || auth.User != "").
 		Msg("embedded NATS server with JetStream ready; point collectors at it with " + how)
 	return ns, nil
+}
+
+// embeddedShare is the share of memory_limit_mib each of the embedded
+// server's bounded buffers may take (a stream's ingest queue, the memory
+// streams together).
+const embeddedShare = 16
+
+// embeddedOptions are the embedded server's options for a process of
+// memLimitMiB MiB (0: the server's defaults for its buffers): each
+// stream's queue of messages received but not stored yet holds at most a
+// sixteenth of it, and at least one largest message (the server's
+// default is 128 MiB a stream; a publish
+// past it is answered 429, which publishers retry: a collector spools the
+// event, the run table's checkpoint writes again), and the memory streams
+// (the members bucket) a sixteenth together (the default is 75 % of the
+// machine's memory).
+func embeddedOptions(memLimitMiB int) *server.Options {
+	o := &server.Options{
+		ServerName: "gttsplit-embedded",
+		JetStream:  true,
+		MaxPayload: embeddedMaxPayload,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	if memLimitMiB > 0 {
+		share := max(int64(memLimitMiB)<<20/embeddedShare, embeddedMaxPayload)
+		o.StreamMaxBufferedSize = share
+		o.JetStreamMaxMemory = share
+	}
+	return o
 }
 
 // serverRoom reports the embedded server's JetStream store against what it
@@ -170,7 +191,7 @@ func openBroker(ctx context.Context, cfg config.Aggregator, log zerolog.Logger) 
 	n := cfg.NATS
 	if n.URL == "" {
 		auth := EmbeddedAuth{Token: n.Token.Reveal(), User: n.User, Password: n.Password.Reveal()}
-		ns, err := StartEmbedded(cfg.Embedded.Listen, cfg.Embedded.Store, cfg.Embedded.MaxStore, auth, log)
+		ns, err := StartEmbedded(cfg.Embedded.Listen, cfg.Embedded.Store, cfg.Embedded.MaxStore, cfg.MemoryLimitMiB, auth, log)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,16 +20,16 @@ func TestStartEmbeddedStoreLocked(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	store := filepath.Join(t.TempDir(), "store")
-	ns, err := StartEmbedded("127.0.0.1:0", store, 0, EmbeddedAuth{}, testLogger(t))
+	ns, err := StartEmbedded("127.0.0.1:0", store, 0, 0, EmbeddedAuth{}, testLogger(t))
 	require.NoError(t, err)
-	_, err = StartEmbedded("127.0.0.1:0", store, 0, EmbeddedAuth{}, testLogger(t))
+	_, err = StartEmbedded("127.0.0.1:0", store, 0, 0, EmbeddedAuth{}, testLogger(t))
 	require.ErrorIs(t, err, ErrStoreInUse)
 	require.ErrorContains(t, err, store)
 	require.ErrorContains(t, err, "pid")
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	eventually(t, "the store's lock released", func() bool {
-		ns2, err := StartEmbedded("127.0.0.1:0", store, 0, EmbeddedAuth{}, testLogger(t))
+		ns2, err := StartEmbedded("127.0.0.1:0", store, 0, 0, EmbeddedAuth{}, testLogger(t))
 		if err != nil {
 			return false
 		}
@@ -45,7 +47,7 @@ func TestStartEmbeddedPortBusy(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	store := filepath.Join(t.TempDir(), "store")
-	_, err = StartEmbedded(ln.Addr().String(), store, 0, EmbeddedAuth{}, testLogger(t))
+	_, err = StartEmbedded(ln.Addr().String(), store, 0, 0, EmbeddedAuth{}, testLogger(t))
 	require.ErrorIs(t, err, syscall.EADDRINUSE)
 	require.ErrorContains(t, err, ln.Addr().String())
 	require.NotErrorIs(t, err, ErrStoreInUse)
@@ -53,7 +55,7 @@ func TestStartEmbeddedPortBusy(t *testing.T) {
 	if testing.Short() {
 		return
 	}
-	ns, err := StartEmbedded("127.0.0.1:0", store, 0, EmbeddedAuth{}, testLogger(t))
+	ns, err := StartEmbedded("127.0.0.1:0", store, 0, 0, EmbeddedAuth{}, testLogger(t))
 	require.NoError(t, err, "the failed start released the store")
 	ns.Shutdown()
 	ns.WaitForShutdown()
@@ -64,7 +66,7 @@ func TestStartEmbeddedPortBusy(t *testing.T) {
 func TestStartEmbeddedAuth(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
-	_, err := StartEmbedded("0.0.0.0:0", filepath.Join(t.TempDir(), "s0"), 0, EmbeddedAuth{}, testLogger(t))
+	_, err := StartEmbedded("0.0.0.0:0", filepath.Join(t.TempDir(), "s0"), 0, 0, EmbeddedAuth{}, testLogger(t))
 	require.ErrorContains(t, err, "not a loopback address")
 
 	for name, auth := range map[string]EmbeddedAuth{
@@ -72,7 +74,7 @@ func TestStartEmbeddedAuth(t *testing.T) {
 		"user":  {User: "agg", Password: "emb-pw-2"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ns, err := StartEmbedded("127.0.0.1:0", filepath.Join(t.TempDir(), "s"), 0, auth, testLogger(t))
+			ns, err := StartEmbedded("127.0.0.1:0", filepath.Join(t.TempDir(), "s"), 0, 0, auth, testLogger(t))
 			require.NoError(t, err)
 			defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 			_, err = nats.Connect(ns.ClientURL(), nats.NoReconnect())
@@ -97,4 +99,36 @@ func TestServeEmbeddedTokenIntegration(t *testing.T) {
 	cfg.NATS.Token = "emb-tok-3"
 	s := startServe(t, cfg, ServeOptions{})
 	require.NoError(t, s.stop(t))
+}
+
+// TestStartEmbeddedBuffersBounded: the embedded server's buffers are
+// bounded from memory_limit_mib (224: a sixteenth, 14 MiB): its streams'
+// ingest queues (the server's default is 128 MiB a stream) and its memory
+// streams, which the server holds to it: a memory stream asking for more
+// is refused. Without a limit the server keeps its defaults.
+func TestStartEmbeddedBuffersBounded(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	const share = 224 << 20 / 16
+	o := embeddedOptions(224)
+	require.EqualValues(t, share, o.StreamMaxBufferedSize)
+	require.EqualValues(t, share, o.JetStreamMaxMemory)
+	require.Zero(t, embeddedOptions(0).StreamMaxBufferedSize, "no limit: the server's default")
+	require.Zero(t, embeddedOptions(0).JetStreamMaxMemory)
+
+	ns, err := StartEmbedded("127.0.0.1:0", filepath.Join(t.TempDir(), "s"), 0, 224, EmbeddedAuth{}, testLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	require.EqualValues(t, share, ns.JetStreamConfig().MaxMemory, "the server took the bound")
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "BIG", Subjects: []string{"big"}, Storage: jetstream.MemoryStorage, MaxBytes: 2 * share})
+	require.Error(t, err, "a memory stream over the bound is refused")
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "SMALL", Subjects: []string{"small"}, Storage: jetstream.MemoryStorage, MaxBytes: share / 2})
+	require.NoError(t, err)
 }

@@ -19,10 +19,20 @@ import (
 //   - the runs: runMemory, half of M, bounds the open runs held in memory
 //     and what every run costs wherever its state is (its run index
 //     summary, its cold entry, with the embedded server the server's
-//     index of its keys: embeddedRunCost);
-//   - the rest of the process: the embedded server's buffers (up to
-//     ~50 MiB of block caches while a flood is written), the connections,
-//     events in flight, the sinks' queues, and the collector's headroom.
+//     index of its keys: embeddedRunCost an open run,
+//     embeddedClosedRunCost a closed run kept for store.retention);
+//   - the sinks' queues: sinkMemory, a sixteenth of M, bounds the splits
+//     they hold while behind (by their JSON size); past it a split is
+//     deferred, its run id kept and the split read back from the state
+//     bucket in its turn, none lost;
+//   - the embedded server's buffers: its streams' ingest queues are
+//     bounded to a sixteenth of M each and its memory streams to a
+//     sixteenth of M (embeddedOptions); its file store's block caches
+//     (a state bucket's block, 4 MiB, is read whole for one key) are not
+//     bounded by any option the server has: they come and go with the
+//     reads, and the garbage collector frees them;
+//   - the rest of the process: the connections, events in flight, and
+//     the collector's headroom.
 
 // nonGoFallback is taken for nonGoMemory where /proc is not there.
 const nonGoFallback = 32 << 20
@@ -42,6 +52,19 @@ const collectorLag = 1.0 / 8
 // (measured: 23 MB for 50,000 open runs with a summary each, 460 bytes a
 // run; docs/capacity.md).
 const embeddedRunCost = 512
+
+// embeddedClosedRunCost is what the embedded server takes in memory for a
+// closed run kept in the state bucket: its closed key's entry in the
+// store's subject index (measured: ~680 bytes a run for 30,000 closed
+// runs, docs/capacity.md).
+const embeddedClosedRunCost = 680
+
+// sinkShare is the share of M the sinks' queues may hold (sinkMemory).
+const sinkShare = 16
+
+// sinkMemory is what the sinks' queues may hold in memory, in bytes, for a
+// limit of limitMiB MiB (0: no bound but sinks.max_pending).
+func sinkMemory(limitMiB int) int64 { return int64(limitMiB) << 20 / sinkShare }
 
 // nonGoMemory is what of this process's resident set the Go runtime does
 // not manage: its resident pages mapped from files (the program, the C

@@ -181,6 +181,7 @@ func (n *Node) openSinks(context.Context) (err error) {
 	}
 	set := sinks.Settings{Logger: n.log, Stdout: n.opt.Stdout, Lookup: lookup}
 	fc := fanoutConfig(n.cfg.Sinks, obs, reload, keep)
+	fc.MaxPendingBytes = sinkMemory(n.cfg.MemoryLimitMiB)
 	if n.opt.Sinks != nil {
 		n.fan, err = n.opt.Sinks(set, fc)
 	} else {
@@ -240,7 +241,7 @@ func (n *Node) openTable(ctx context.Context) (err error) {
 		OnClose: n.opt.OnClose, Now: n.opt.Now, Metrics: n.m, LaneChanges: n.lanes}
 	if n.b.ns != nil {
 		tc.StoreRoom = serverRoom(n.b.ns, cfg.Embedded.Store)
-		tc.BrokerRunCost = embeddedRunCost
+		tc.BrokerRunCost, tc.BrokerClosedRunCost = embeddedRunCost, embeddedClosedRunCost
 	}
 	if out := n.opt.Stdout; out != nil {
 		tc.Print = func(r split.Report) { _ = WriteReport(out, cfg.Format, r) }
