@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
@@ -16,13 +17,27 @@ import (
 // runs close than its queue holds (sinks.max_pending 2) gets every run's
 // split once it can write again, while the aggregator keeps running: the
 // splits past the queue are deferred (run ids only) and read back from the
-// state bucket in their turn, not dropped until a restart.
+// state bucket in their turn, not dropped until a restart. The same with
+// a queue of 1024 splits in a memory limit of 1 MiB: the sinks' queues may
+// hold 64 KiB of splits (a sixteenth), two of these, and defer the others
+// the same way.
 func TestServeSinkBacklogLosesNothingIntegration(t *testing.T) {
 	skipShort(t)
+	t.Run("max pending", func(t *testing.T) {
+		sinkBacklog(t, func(cfg *config.Aggregator) { cfg.Sinks.MaxPending = 2 })
+	})
+	t.Run("memory limit", func(t *testing.T) {
+		sinkBacklog(t, func(cfg *config.Aggregator) { cfg.Sinks.MaxPending, cfg.MemoryLimitMiB = 1024, 1 })
+	})
+}
+
+// sinkBacklog runs TestServeSinkBacklogLosesNothingIntegration with the
+// configuration set.
+func sinkBacklog(t *testing.T, set func(*config.Aggregator)) {
 	fx := loadFixture(t, fixture4B)
 	b := startBroker(t)
 	cfg := testConfig(t, b.url)
-	cfg.Sinks.MaxPending = 2
+	set(&cfg)
 	cfg.Sinks.Retry.Max = 20 * time.Millisecond
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	const n = 30
