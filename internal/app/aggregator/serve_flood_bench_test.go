@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,6 +37,9 @@ import (
 // every run closed and every event acknowledged; it reports the closed
 // runs whose summaries the run index does not hold in memory
 // (closed-evicted), and RSS-MiB is then what the closed runs leave behind.
+// GTTSPLIT_BENCH_HEAPPROFILE=<dir> turns on the child's /debug/pprof/
+// (http.pprof) and keeps in <dir>/peak-heap.pprof its heap profile taken
+// when its peak RSS last grew by 8 MiB or more (near the peak).
 //
 //	GTTSPLIT_BENCH_RUNS=100000 go test ./internal/app/aggregator -run '^$' -bench ServeFlood -benchtime 1x -timeout 60m
 func BenchmarkServeFlood(b *testing.B) {
@@ -51,6 +55,11 @@ func BenchmarkServeFlood(b *testing.B) {
 	if closed {
 		idle = "GTTSPLIT_IDLE_TIMEOUT=2s"
 	}
+	profDir := os.Getenv("GTTSPLIT_BENCH_HEAPPROFILE")
+	env := []string{"GTTSPLIT_LOG_FORMAT=json", idle}
+	if profDir != "" {
+		env = append(env, "GTTSPLIT_HTTP_PPROF=true")
+	}
 	for i := 0; i < b.N; i++ {
 		ports, err := natstest.FreePorts(1)
 		require.NoError(b, err)
@@ -58,8 +67,7 @@ func BenchmarkServeFlood(b *testing.B) {
 		logDir := b.TempDir()
 		// No nats.url: serve starts its embedded broker.
 		c := startServeChild(b, bin, "", logDir, "serve",
-			[]string{"--log-level", "info", "--embedded-listen", fmt.Sprintf("127.0.0.1:%d", port)},
-			"GTTSPLIT_LOG_FORMAT=json", idle)
+			[]string{"--log-level", "info", "--embedded-listen", fmt.Sprintf("127.0.0.1:%d", port)}, env...)
 		addr := childHTTP(b, filepath.Join(logDir, "serve.stderr"))
 		eventually(b, "the child ready", func() bool {
 			code, _ := tryGet(addr, "/readyz")
@@ -89,7 +97,12 @@ func BenchmarkServeFlood(b *testing.B) {
 		// said first.
 		var page string
 		last, since := "", time.Now()
+		profiled := 0.0
 		for {
+			if hwm := procStatus(b, pid, "VmHWM"); profDir != "" && hwm >= profiled+8<<20 {
+				profiled = hwm
+				heapProfile(b, addr, filepath.Join(profDir, "peak-heap.pprof"))
+			}
 			_, page = tryGet(addr, "/metrics")
 			what := "gttsplit_runs_open"
 			if closed {
@@ -135,6 +148,25 @@ func BenchmarkServeFlood(b *testing.B) {
 		b.Logf("FLOOD %d runs (closed %v): peak RSS %.0f MiB, RSS %.0f MiB, %v shed, %v not listed on /runs, %v closed evicted, runs in memory %.0f MiB + %.0f MiB beside them (every open run's summary, cold entry and broker keys; the closed runs' summaries and stubs), %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
 			n, closed, peak/(1<<20), rss/(1<<20), shed, unlisted, evicted, held/(1<<20), beside/(1<<20), redelivered, published.Round(time.Second), took.Round(time.Second),
 			strings.TrimSpace(ready), load0, loadAvg())
+	}
+}
+
+// heapProfile saves the heap profile of the aggregator at addr (its
+// /debug/pprof/heap) to file; a failure is logged, not fatal.
+func heapProfile(b *testing.B, addr, file string) {
+	c := &http.Client{Timeout: time.Minute}
+	resp, err := c.Get("http://" + addr + "/debug/pprof/heap")
+	if err != nil {
+		b.Logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		err = os.WriteFile(file, body, 0o644)
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Logf("heap profile: %v (HTTP %d)", err, resp.StatusCode)
 	}
 }
 
