@@ -39,7 +39,7 @@ type Aggregator struct {
 	// ShutdownTimeout bounds draining, folding and writing the sinks at
 	// shutdown.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" desc:"deadline for draining, folding and writing the sinks at shutdown"`
-	MemoryLimitMiB  int           `mapstructure:"memory_limit_mib" desc:"memory limit of serve in MiB, its resident set with the embedded broker: the Go runtime gets it as its soft limit less what the runtime does not manage (GOMEMLIMIT, when set, wins), so near it the garbage collector runs more often instead of letting the heap grow to twice what is live; the open runs take at most half of it, counting what each costs wherever its state is (with the embedded broker each closed run kept too), those beyond wait in the state bucket (shedding); the sinks' queues hold at most a sixteenth of splits (by their JSON size), the rest deferred; the embedded broker's ingest queues and memory streams a sixteenth each; 0 means none"`
+	MemoryLimitMiB  int           `mapstructure:"memory_limit_mib" desc:"memory limit of serve in MiB, its resident set with the embedded broker: the Go runtime gets it as its soft limit less what the runtime does not manage (GOMEMLIMIT, when set, wins), so near it the garbage collector runs more often instead of letting the heap grow to twice what is live; the open runs take at most half of it, counting what each costs wherever its state is (with the embedded broker each closed run kept too), those beyond wait in the state bucket (shedding); the sinks' queues hold at most a sixteenth of splits (by their JSON size), the rest deferred; the embedded broker's memory streams a sixteenth; 0 means none"`
 }
 
 // Consumer is the consumer.* keys: the aggregators' group and how it

@@ -104,20 +104,18 @@ func StartEmbedded(listen, store string, maxStore int64, memLimitMiB int, auth E
 	return ns, nil
 }
 
-// embeddedShare is the share of memory_limit_mib each of the embedded
-// server's bounded buffers may take (a stream's ingest queue, the memory
-// streams together).
+// embeddedShare is the share of memory_limit_mib the embedded server's
+// memory streams may take together.
 const embeddedShare = 16
 
 // embeddedOptions are the embedded server's options for a process of
-// memLimitMiB MiB (0: the server's defaults for its buffers): each
-// stream's queue of messages received but not stored yet holds at most a
-// sixteenth of it, and at least one largest message (the server's
-// default is 128 MiB a stream; a publish
-// past it is answered 429, which publishers retry: a collector spools the
-// event, the run table's checkpoint writes again), and the memory streams
-// (the members bucket) a sixteenth together (the default is 75 % of the
-// machine's memory).
+// memLimitMiB MiB (0: the server's defaults for its buffers): the memory
+// streams (the members bucket) hold at most a sixteenth of it together,
+// and at least one largest message (the default is 75 % of the machine's
+// memory). The streams' queues of messages received but not stored yet
+// keep the server's bound (128 MiB a stream, StreamMaxBufferedSize): past
+// a smaller one every publish, the run table's state writes included,
+// would be answered 429 under a burst, a failure mode not tested.
 func embeddedOptions(memLimitMiB int) *server.Options {
 	o := &server.Options{
 		ServerName: "gttsplit-embedded",
@@ -127,9 +125,7 @@ func embeddedOptions(memLimitMiB int) *server.Options {
 		NoLog:      true,
 	}
 	if memLimitMiB > 0 {
-		share := max(int64(memLimitMiB)<<20/embeddedShare, embeddedMaxPayload)
-		o.StreamMaxBufferedSize = share
-		o.JetStreamMaxMemory = share
+		o.JetStreamMaxMemory = max(int64(memLimitMiB)<<20/embeddedShare, embeddedMaxPayload)
 	}
 	return o
 }

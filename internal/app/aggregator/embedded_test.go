@@ -101,20 +101,16 @@ func TestServeEmbeddedTokenIntegration(t *testing.T) {
 	require.NoError(t, s.stop(t))
 }
 
-// TestStartEmbeddedBuffersBounded: the embedded server's buffers are
-// bounded from memory_limit_mib (224: a sixteenth, 14 MiB): its streams'
-// ingest queues (the server's default is 128 MiB a stream) and its memory
-// streams, which the server holds to it: a memory stream asking for more
-// is refused. Without a limit the server keeps its defaults.
+// TestStartEmbeddedBuffersBounded: the embedded server's memory streams
+// are bounded from memory_limit_mib (224: a sixteenth, 14 MiB), which the
+// server holds to: a memory stream asking for more is refused. Without a
+// limit the server keeps its default.
 func TestStartEmbeddedBuffersBounded(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	const share = 224 << 20 / 16
-	o := embeddedOptions(224)
-	require.EqualValues(t, share, o.StreamMaxBufferedSize)
-	require.EqualValues(t, share, o.JetStreamMaxMemory)
-	require.Zero(t, embeddedOptions(0).StreamMaxBufferedSize, "no limit: the server's default")
-	require.Zero(t, embeddedOptions(0).JetStreamMaxMemory)
+	require.EqualValues(t, share, embeddedOptions(224).JetStreamMaxMemory)
+	require.Zero(t, embeddedOptions(0).JetStreamMaxMemory, "no limit: the server's default")
 
 	ns, err := StartEmbedded("127.0.0.1:0", filepath.Join(t.TempDir(), "s"), 0, 224, EmbeddedAuth{}, testLogger(t))
 	require.NoError(t, err)

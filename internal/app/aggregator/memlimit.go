@@ -25,8 +25,7 @@ import (
 //     they hold while behind (by their JSON size); past it a split is
 //     deferred, its run id kept and the split read back from the state
 //     bucket in its turn, none lost;
-//   - the embedded server's buffers: its streams' ingest queues are
-//     bounded to a sixteenth of M each and its memory streams to a
+//   - the embedded server's buffers: its memory streams are bounded to a
 //     sixteenth of M (embeddedOptions); its file store's block caches
 //     (a state bucket's block, 4 MiB, is read whole for one key) are not
 //     bounded by any option the server has: they come and go with the
