@@ -326,9 +326,11 @@ func (b *Broker) Idle(t testing.TB, group string) bool {
 }
 
 // ConsumerInfo sums the infos of group's partition consumers
-// (Delivered.Stream then counts deliveries).
+// (Delivered.Stream then counts deliveries). It asks the broker once a
+// partition and twice more: on a loaded machine each answer may take
+// seconds, so the whole is bounded by WaitFor/2, not by one answer's time.
 func (b *Broker) ConsumerInfo(group string) (*jetstream.ConsumerInfo, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), WaitFor/2)
 	defer cancel()
 	n, err := bus.StreamPartitions(ctx, b.JS, bus.DefaultStream)
 	if err != nil {
@@ -358,9 +360,28 @@ func (b *Broker) ConsumerInfo(group string) (*jetstream.ConsumerInfo, error) {
 }
 
 // WaitAcked waits until group's consumers acknowledged every message.
+// When they did not, it says what the broker last answered: messages
+// pending or delivered and unacknowledged (and redelivered), or the error
+// that kept the question from being answered.
 func (b *Broker) WaitAcked(t testing.TB, group string) {
 	t.Helper()
-	Eventually(t, "consumers of "+group+" to acknowledge every message", func() bool { return b.Idle(t, group) })
+	last := "no answer yet"
+	deadline := time.Now().Add(WaitFor)
+	for {
+		ci, err := b.ConsumerInfo(group)
+		switch {
+		case err != nil:
+			last = "error: " + err.Error()
+		case ci.NumPending == 0 && ci.NumAckPending == 0:
+			return
+		default:
+			last = fmt.Sprintf("%d pending, %d delivered and unacknowledged, %d redelivered", ci.NumPending, ci.NumAckPending, ci.NumRedelivered)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for consumers of %s to acknowledge every message (last answer: %s)", group, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // StreamMsgs returns the messages of the events stream on subjects
