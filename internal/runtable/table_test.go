@@ -2,6 +2,7 @@ package runtable_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -200,11 +201,37 @@ func (r *table) owned() int {
 // table once its leases ran out) and has loaded each: the member holds a
 // lease while the table still loads its partition's runs (a partition
 // counts in gttsplit_partitions_owned once its load is done).
+//
+// The wait ends with a failure only when the table took no partition
+// more for crashLease+rt.WaitFor: on a loaded machine (a replicated
+// bucket's writes, each partition's consumer made or looked up) taking
+// every partition may take longer than that, one after another. The
+// failure says which partitions the table did not take and who it saw
+// holding them.
 func (r *table) waitOwns(n int) {
 	r.t.Helper()
-	takeover(r.t, "the table to own its partitions", func() bool {
-		return r.owned() == n && counter(r.t, r.m, "gttsplit_partitions_owned") == float64(n)
-	})
+	best, deadline := -1, time.Now()
+	for {
+		owned, gauge := r.owned(), int(counter(r.t, r.m, "gttsplit_partitions_owned"))
+		if owned == n && gauge == n {
+			return
+		}
+		if owned+gauge > best {
+			best, deadline = owned+gauge, time.Now().Add(crashLease+rt.WaitFor)
+		}
+		if time.Now().After(deadline) {
+			view, members := r.member.View()
+			var missing []string
+			for _, v := range view {
+				if !v.Mine {
+					missing = append(missing, fmt.Sprintf("%d (owner %q)", v.Partition, v.Owner))
+				}
+			}
+			r.t.Fatalf("timed out waiting for the table to own its partitions: %d of %d held, %d counted owned, none more for %v; not held: %v; live members: %v",
+				owned, n, gauge, crashLease+rt.WaitFor, missing, members)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // stop is the graceful stop: the sinks close, the member hands every
