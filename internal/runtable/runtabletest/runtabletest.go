@@ -326,9 +326,10 @@ func (b *Broker) Idle(t testing.TB, group string) bool {
 }
 
 // ConsumerInfo sums the infos of group's partition consumers
-// (Delivered.Stream then counts deliveries). It asks the broker once a
-// partition and twice more: on a loaded machine each answer may take
-// seconds, so the whole is bounded by WaitFor/2, not by one answer's time.
+// (Delivered.Stream then counts deliveries). It asks the broker twice a
+// partition (the consumer, its info) and twice more: on a loaded machine
+// each answer may take seconds, so the whole is bounded by WaitFor/2, not
+// by one answer's time.
 func (b *Broker) ConsumerInfo(group string) (*jetstream.ConsumerInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), WaitFor/2)
 	defer cancel()
