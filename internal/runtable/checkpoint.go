@@ -319,6 +319,7 @@ func (pt *part) write(ctx context.Context, snaps []snapshot) (int, error) {
 		t.m.stateWrites.Inc()
 		sn.r.written = max(sn.r.written, sn.folds)
 		sn.r.stored = true
+		sn.r.unsure = false // its open key is there again
 		if sn.r.size = len(sn.b); pt.runs[sn.id] == sn.r {
 			pt.account(sn.r)
 		}

@@ -279,6 +279,7 @@ func (pt *part) closed1(c *closing) bool {
 	close(r.closing)
 	r.closing = nil
 	if c.err != nil {
+		r.unsure = true // its write may have gone through: not shed until one does
 		if !errors.Is(c.err, fleet.ErrLost) {
 			t.m.persistErrs.Inc()
 			t.log.Debug().Err(c.err).Str("run_id", id).Msg("closed state not written; the run is closed again later")

@@ -199,7 +199,9 @@ func (pt *part) shed() int {
 	}
 	var cs []cand
 	for id, r := range pt.runs {
-		if r.dirty || r.folds != r.written || r.closing != nil || !r.stored || r.st.Closed || r.st.Finished {
+		// A run whose close failed may have no open key any more
+		// (unsure): read back, it would be taken for closed.
+		if r.dirty || r.folds != r.written || r.closing != nil || r.unsure || !r.stored || r.st.Closed || r.st.Finished {
 			continue
 		}
 		cs = append(cs, cand{id, r.st.LastEvent})

@@ -88,6 +88,13 @@ type liveRun struct {
 	// closing is set while the run's closed state is written: its events
 	// wait for it (see handle).
 	closing chan struct{}
+	// unsure: a close of the run failed, and its write may have gone
+	// through all the same (a timeout: the broker stored it, its answer
+	// came too late), its open key purged. Such a run is not shed: read
+	// back, it would have no open key and be taken for closed, its split
+	// never delivered. Its next close, or a write of its open state,
+	// settles it.
+	unsure bool
 	// finished is when the run-finished event was folded (the close
 	// latency's start).
 	finished time.Time
