@@ -36,7 +36,8 @@ type FanoutConfig struct {
 	// with ErrQueueFull. Default 1024.
 	MaxPending int
 	// MaxPendingBytes caps, with Reload, what the reports held in memory
-	// by every sink's queue take together, counted by their JSON size (0:
+	// by every sink's queue take together, those an attempt has taken
+	// included until it ends, counted by their JSON size (0:
 	// no cap but MaxPending). A report that would pass it is deferred
 	// like one past MaxPending: only its run id is kept, and it is
 	// reloaded and written in its turn, so none is lost. Without Reload
@@ -490,7 +491,7 @@ func (w *worker) enqueue(r split.Report, size int64) {
 			w.queue = w.queue[1:]
 			w.drops++
 			drops = w.drops
-			w.unqueue(dropped)
+			w.unqueue(dropped, false)
 			if w.latest[dropped.run] == dropped.version {
 				delete(w.latest, dropped.run)
 			}
@@ -543,12 +544,16 @@ func (w *worker) room(size int64) bool {
 	return w.held < cfg.MaxPending && (cfg.MaxPendingBytes <= 0 || w.f.heldBytes.Load()+size <= cfg.MaxPendingBytes)
 }
 
-// unqueue accounts for it leaving the queue. w.mu is held.
-func (w *worker) unqueue(it *item) {
+// unqueue accounts for it leaving the queue: dropped, or taken for an
+// attempt (taken), whose report stays in memory, counted in heldBytes,
+// until settle. w.mu is held.
+func (w *worker) unqueue(it *item, taken bool) {
 	delete(w.queued, it.run)
 	if it.held {
 		w.held--
-		w.f.heldBytes.Add(-it.size)
+		if !taken {
+			w.f.heldBytes.Add(-it.size)
+		}
 	} else {
 		w.deferred--
 	}
@@ -569,7 +574,7 @@ func (w *worker) next(n int) []*item {
 			its := append([]*item(nil), w.queue[:k]...)
 			w.queue = w.queue[k:]
 			for _, it := range its {
-				w.unqueue(it)
+				w.unqueue(it, true)
 			}
 			w.busy = true
 			return its
@@ -600,6 +605,11 @@ func (w *worker) settle(it *item, requeue, last bool) {
 	w.mu.Lock()
 	if last {
 		w.busy = false
+	}
+	if it.held {
+		// Its report, in memory since next took it, leaves it now; held
+		// again below if it is requeued.
+		w.f.heldBytes.Add(-it.size)
 	}
 	current := w.latest[it.run] == it.version
 	switch {

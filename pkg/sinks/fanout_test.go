@@ -813,3 +813,81 @@ func TestFanoutHeldBytesBounded(t *testing.T) {
 	require.Greater(t, len(out[sinks.OutcomeDeferred]), n, "most reports deferred")
 	require.Zero(t, f.HeldBytes())
 }
+
+// gatedBatch is a BatchWriter that says when an attempt has its reports
+// (entered) and writes them once gate is closed.
+type gatedBatch struct {
+	sinktest.Memory
+	entered chan int
+	gate    chan struct{}
+}
+
+func (g *gatedBatch) WriteBatch(ctx context.Context, rs []split.Report, keep func(split.Report) bool) ([]bool, error) {
+	select {
+	case g.entered <- len(rs):
+	default:
+	}
+	<-g.gate
+	kept := sinks.Kept(rs, keep)
+	for i, r := range rs {
+		if kept[i] {
+			if err := g.Write(ctx, r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return kept, nil
+}
+
+// TestFanoutHeldBytesCountInFlight: the reports an attempt has taken from
+// the queue are still in memory until it ends, so MaxPendingBytes counts
+// them: with a batch of reports in flight, the queue holds only what is
+// left of the limit, and the rest is deferred. (Before, taking a batch
+// freed its bytes: a sink that took its whole queue at each attempt made
+// room for as much again, and a memory bound of ten reports held 5 in
+// flight and 10 queued.) Every report is still written once, in order, and
+// the count comes back to zero.
+func TestFanoutHeldBytesCountInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := newStore()
+	size, err := json.Marshal(st.put(sinktest.Report("run-999"))) // as long as the others
+	require.NoError(t, err)
+	limit := int64(10 * len(size)) // ten reports
+	g := &gatedBatch{entered: make(chan int, 1), gate: make(chan struct{})}
+	ev := newEvents()
+	f := newFanout(t, newClock(false), sinks.FanoutConfig{MaxPending: 1024, MaxPendingBytes: limit, Batch: 256, Reload: st.reload, Observer: ev},
+		sinks.Target{Name: "batch", Sink: g})
+	var once sync.Once
+	release := func() { once.Do(func() { close(g.gate) }) }
+	t.Cleanup(release) // before the fanout's Close, should the test fail
+
+	var want []string
+	write := func(i int) {
+		r := st.put(sinktest.Report(fmt.Sprintf("run-%03d", i)))
+		want = append(want, r.Run.ID)
+		require.NoError(t, f.Write(ctx, r))
+	}
+	// The first report, alone in the queue: the attempt takes it.
+	write(0)
+	require.Equal(t, 1, <-g.entered, "the first attempt's batch")
+	const n = 40
+	for i := 1; i < n; i++ {
+		write(i)
+		require.LessOrEqual(t, f.HeldBytes(), limit, "after %d written", i+1)
+	}
+	// In memory: the one in flight and what the queue holds, ten in all.
+	queuedHeld := f.Pending()["batch"] - 1 - f.Deferred()["batch"]
+	require.Equal(t, 9, queuedHeld, "reports held in the queue beside the one in flight")
+	require.Equal(t, limit, f.HeldBytes())
+
+	release()
+	require.NoError(t, f.Flush(ctx))
+	var got []string
+	for _, r := range g.Reports() {
+		got = append(got, r.Run.ID)
+	}
+	require.Equal(t, want, got, "every report written once, in the order given")
+	require.Empty(t, drainEvents(ev)[sinks.OutcomeDropped])
+	require.Zero(t, f.HeldBytes())
+}
