@@ -235,8 +235,8 @@ func (pt *part) consume(c *partConsumer) {
 			c.last.Store(time.Now().UnixNano())
 			c.msgs.Add(1)
 			pt.fl.take(fl)
-			if md, err := jm.Metadata(); err == nil && md.NumDelivered > 1 {
-				pt.redelivered(md.Sequence.Stream, md.NumDelivered, fl)
+			if fl.delivered > 1 {
+				pt.redelivered(fl.seq, fl.delivered, fl)
 			}
 			if stopped || !held(ctx, pt.lease) {
 				_ = jm.Nak()
@@ -287,11 +287,11 @@ func (pt *part) consume(c *partConsumer) {
 				c.pulled.start()
 				go func() {
 					for jm := range batch.Messages() {
-						var seq uint64
+						var seq, delivered uint64
 						if md, err := jm.Metadata(); err == nil {
-							seq = md.Sequence.Stream
+							seq, delivered = md.Sequence.Stream, md.NumDelivered
 						}
-						c.pulled.push(jm, pt.fl.addSeq(jm, jm.Reply(), seq, time.Now()))
+						c.pulled.push(jm, pt.fl.addSeq(jm, jm.Reply(), seq, delivered, time.Now()))
 					}
 					c.pulled.end()
 				}()

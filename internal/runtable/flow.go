@@ -196,6 +196,9 @@ type flight struct {
 	// acknowledgement is on its way, so its progress is acknowledged
 	// only once it waited writeGrace.
 	writing bool
+	// delivered is how many times JetStream delivered the message, this
+	// delivery included (set once, when it came).
+	delivered uint64
 	// What a redelivery of the message is traced to (redeliver.go),
 	// guarded by the ledger's lock: its stream sequence, when it came,
 	// the longest it waited between two starts of its ack wait as this
@@ -218,12 +221,12 @@ type ledger struct {
 	settled settledRing
 }
 
-// addSeq enters a message of stream sequence seq that came at at,
-// acknowledged on subject reply.
-func (l *ledger) addSeq(a acker, reply string, seq uint64, at time.Time) *flight {
+// addSeq enters a message of stream sequence seq, delivered for the
+// delivered-th time, that came at at, acknowledged on subject reply.
+func (l *ledger) addSeq(a acker, reply string, seq, delivered uint64, at time.Time) *flight {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := &flight{ack: a, at: at, i: len(l.fs), reply: reply, seq: seq, came: at}
+	f := &flight{ack: a, at: at, i: len(l.fs), reply: reply, seq: seq, delivered: delivered, came: at}
 	l.fs = append(l.fs, f)
 	return f
 }

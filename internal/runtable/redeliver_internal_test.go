@@ -15,7 +15,7 @@ func TestRedeliveryTracedToItsEarlierDelivery(t *testing.T) {
 	msgs := fetched(t, time.Hour, 1)
 	var l ledger
 	now := time.Now()
-	add := func(seq uint64) *flight { return l.addSeq(msgs[0], msgs[0].Reply(), seq, now.Add(-time.Second)) }
+	add := func(seq uint64) *flight { return l.addSeq(msgs[0], msgs[0].Reply(), seq, 1, now.Add(-time.Second)) }
 	cause := func(seq uint64) string { return l.trace(seq, add(seq), now).cause }
 
 	add(1)
@@ -50,5 +50,5 @@ func TestRedeliveryTracedToItsEarlierDelivery(t *testing.T) {
 // add enters a message that came at at, acknowledged on subject reply
 // (its stream sequence not known).
 func (l *ledger) add(a acker, reply string, at time.Time) *flight {
-	return l.addSeq(a, reply, 0, at)
+	return l.addSeq(a, reply, 0, 1, at)
 }
