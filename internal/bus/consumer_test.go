@@ -151,6 +151,30 @@ func TestExportIntegration(t *testing.T) {
 	require.Zero(t, n)
 }
 
+// TestExportLeavesNoConsumerIntegration: each export deletes the consumer
+// it read with. The broker counts ordered consumers against the stream's
+// consumer limit (here 20) and nats.go asks it to keep each 5 minutes
+// after its last pull: without the delete, the 21st export in a row (a
+// status poll, a test waiting for an event) was refused.
+func TestExportLeavesNoConsumerIntegration(t *testing.T) {
+	skipShort(t)
+	opts := natstest.Options(t.TempDir(), -1)
+	opts.JetStreamLimits.DefaultMaxConsumers = 20
+	s, err := natstest.NewServerWithOptions(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { natstest.Shutdown(s) })
+	js := jsFor(t, s)
+	p, err := bus.NewPublisher(connect(t, s.ClientURL()), pubConfig(t), testLogger(t))
+	require.NoError(t, err)
+	evs := runEvents(t, "run-poll", 4)
+	publishAll(t, p, evs, newAcks())
+	require.NoError(t, p.Close(testCtx(t)))
+	waitMsgs(t, js, uint64(len(evs)))
+	for i := 0; i < 60; i++ {
+		require.Len(t, exportAll(t, js, bus.Range{}).ids, len(evs), "export %d", i+1)
+	}
+}
+
 // TestEnsureStreamIntegration creates the stream.
 func TestEnsureStreamIntegration(t *testing.T) {
 	skipShort(t)

@@ -177,10 +177,11 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 		start := r.Start
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
 	}
-	cons, err := s.OrderedConsumer(ctx, cfg)
+	cons, drop, err := Ordered(ctx, s, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("export %s: %w", stream, err)
 	}
+	defer drop()
 	ci, err := cons.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("export %s: %w", stream, err)

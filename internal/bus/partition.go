@@ -269,10 +269,11 @@ func unpartitioned(ctx context.Context, s jetstream.Stream) (uint64, error) {
 	for _, k := range folded {
 		fs = append(fs, fmt.Sprintf("%s.%s.*.*.*", events.SubjectRoot, k))
 	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: fs, DeliverPolicy: jetstream.DeliverAllPolicy})
+	c, drop, err := Ordered(ctx, s, jetstream.OrderedConsumerConfig{FilterSubjects: fs, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		return 0, fmt.Errorf("events stream: count unpartitioned events: %w", err)
 	}
+	defer drop()
 	info, err := c.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("events stream: count unpartitioned events: %w", err)

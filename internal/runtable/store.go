@@ -336,14 +336,16 @@ type entry struct {
 func (s *store) load(ctx context.Context, prefix string, fn func(entry) error) error {
 	var (
 		c    jetstream.Consumer
+		drop = func() {}
 		info *jetstream.ConsumerInfo
 	)
 	err := bus.Retry(ctx, func(ctx context.Context) error {
+		drop() // an earlier attempt's
 		st, err := s.js.Stream(ctx, s.stream)
 		if err != nil {
 			return err
 		}
-		c, err = st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		c, drop, err = bus.Ordered(ctx, st, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{s.subj + prefix + ">"},
 			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 		})
@@ -353,6 +355,7 @@ func (s *store) load(ctx context.Context, prefix string, fn func(entry) error) e
 		info, err = c.Info(ctx)
 		return err
 	})
+	defer func() { drop() }()
 	if err != nil {
 		return fmt.Errorf("state bucket: keys %s: %w", prefix, err)
 	}

@@ -392,8 +392,9 @@ func (b *Broker) StreamMsgs(t testing.TB, filters ...string) []jetstream.Msg {
 	ctx := Ctx(t)
 	s, err := b.JS.Stream(ctx, bus.DefaultStream)
 	require.NoError(t, err)
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+	c, drop, err := bus.Ordered(ctx, s, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
 	require.NoError(t, err)
+	defer drop()
 	info, err := c.Info(ctx)
 	require.NoError(t, err)
 	var out []jetstream.Msg
