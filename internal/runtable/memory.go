@@ -361,6 +361,8 @@ func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
 			if _, ok := pt.cold[id]; ok {
 				pt.uncold(id)
 				t.m.runsOpen.Dec()
+				t.log.Info().Str("run_id", id).Int("partition", pt.p).
+					Msg("a shed run read back to be closed has no open state in the state bucket: closed elsewhere; not closed here")
 			}
 		} else {
 			pt.installWarm(id, r)
