@@ -60,14 +60,17 @@ const (
 	// repullAfter is the pause before a partition pulls again after a
 	// pull found the consumer without a leader (no responders).
 	repullAfter = 250 * time.Millisecond
-	// watchEvery is how often the table checks its consumers and the
-	// stream; infoEvery how often it asks the broker for the state of a
-	// consumer that had nothing to deliver at its last info and has
-	// received nothing since while its pulls were answered (they would
-	// have brought any event), and for the events stream's and the
-	// stores' state while nothing looks wrong. A consumer that received
-	// events, or whose pull failed or went unanswered, is asked every
-	// watch.
+)
+
+// watchEvery is how often the table checks its consumers and the stream;
+// infoEvery how often it asks the broker for the state of a consumer that
+// had nothing to deliver at its last info and has received nothing since
+// while its pulls were answered (they would have brought any event), and
+// for the events stream's and the stores' state while nothing looks
+// wrong. A consumer that received events, or whose pull failed or went
+// unanswered, is asked every watch. Variables for the tests only
+// (export_test.go).
+var (
 	watchEvery = 2 * time.Second
 	infoEvery  = 30 * time.Second
 )
@@ -545,12 +548,24 @@ type watchState struct {
 	limited  bool      // the events stream has a max_bytes
 }
 
+// woke says c received events or a pull of it failed since its last info
+// found nothing to deliver (or no info did yet): it is asked for its
+// state for a reason, not only because its last info aged.
+func (c *partConsumer) woke() bool {
+	q := c.quietAt.Load()
+	return q < 0 || q != c.msgs.Load() || c.failing.Load()
+}
+
 // watchOnce is one watch. It asks the broker for a consumer's state
 // unless the consumer is quiet, and for the events stream's and the
-// stores' state (room.go) every watch, except while every consumer is
-// quiet, nothing is wrong and no store has a limit: then every infoEvery.
+// stores' state (room.go) every watch while a consumer woke (it received
+// events or a pull failed), something is wrong or a store has a limit;
+// else every infoEvery. A consumer asked only because its last info aged
+// does not ask for the stream's: once the partitions went idle at
+// different times (after a fold) their infos come at different watches,
+// and each would ask the stream again (three times as often).
 func (t *Table) watchOnce(ctx context.Context, ws *watchState) {
-	wctx, cancel := context.WithTimeout(ctx, watchEvery)
+	wctx, cancel := context.WithTimeout(ctx, max(watchEvery, 2*time.Second))
 	defer cancel()
 	var lag uint64
 	var stalled []string
@@ -564,7 +579,7 @@ func (t *Table) watchOnce(ctx context.Context, ws *watchState) {
 				c.last.Store(now.UnixNano()) // nothing to deliver: not stalled
 				continue
 			}
-			asked = true
+			asked = asked || c.woke()
 			n, why := c.info(wctx, pt.p, now)
 			lag += n
 			if why != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"time"
 
 	"github.com/gttsplit/gttsplit/internal/regress"
 	"github.com/gttsplit/gttsplit/pkg/events"
@@ -129,3 +130,12 @@ func (t *Table) IndexClosed() (held, stubs, bytes, capBytes int64) {
 
 // LaneRuns are lane k's runs the lane changes are made of (evict.go).
 func (t *Table) LaneRuns(ctx context.Context, k LaneKey) []regress.Run { return t.laneRuns(ctx, k) }
+
+// SetWatchEvery sets how often a table watches its consumers (watch) and
+// asks a quiet one, or the stream, again (info), for the tables started
+// after it; it returns what puts them back. Only serial tests use it.
+func SetWatchEvery(watch, info time.Duration) (restore func()) {
+	w, i := watchEvery, infoEvery
+	watchEvery, infoEvery = watch, info
+	return func() { watchEvery, infoEvery = w, i }
+}
