@@ -94,8 +94,12 @@ type partConsumer struct {
 	quietAt atomic.Int64
 	infoAt  atomic.Int64
 	failing atomic.Bool
-	// pulled holds the messages of the current pull not handled yet.
-	pulled pulled
+	// pulled holds the messages pulled not handled yet, and the pulls
+	// listened to; inbox is the prefix of their reply subjects, next the
+	// subject pulls are sent to.
+	pulled *pulled
+	inbox  string
+	next   string
 	// cut ends the current pull (nil between pulls); guarded by cutMu.
 	cutMu sync.Mutex
 	cut   context.CancelFunc
@@ -208,22 +212,28 @@ func (pt *part) consumer(ctx context.Context, stream string, filters []string) (
 		}
 		return nil // (none pinned: nothing to do)
 	})
-	c := &partConsumer{stream: stream, name: name, cons: cons}
+	c := &partConsumer{stream: stream, name: name, cons: cons, pulled: newPulled(),
+		inbox: t.js.Conn().NewInbox(), next: fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, name)}
 	c.last.Store(time.Now().UnixNano())
 	c.quietAt.Store(-1)
 	return c, nil
 }
 
 // consume consumes c until stopped: it pulls as the pinned member of the
-// priority group and hands each message to handle, one at a time. It uses
-// the callback form of the pull consumer: the iterator form buffers in a
-// channel as long as a pull, which a leadership change or a missed
-// heartbeat can overrun, and a message that does not fit is dropped by the
-// client, to come back only after the ack wait.
+// priority group and hands each message to handle, one at a time. Its
+// pulls are its own requests (pull.go): a message that comes after the
+// table stopped waiting for its pull is handled too, not dropped.
 func (pt *part) consume(c *partConsumer) {
 	ctx, stop := context.WithCancel(context.Background())
 	c.stop, c.done = stop, make(chan struct{})
 	t := pt.t
+	nc := t.js.Conn()
+	in := make(chan *nats.Msg, inboxLen)
+	quit, took := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(took)
+		pt.listen(c, in, quit)
+	}()
 	go func() {
 		defer close(c.done)
 		// mu is held while a message is handled (it is taken before
@@ -246,7 +256,7 @@ func (pt *part) consume(c *partConsumer) {
 				pt.handBack(fl, "not held")
 				return
 			}
-			m, err := bus.WrapMsg(jm, t.js.Conn())
+			m, err := bus.WrapMsg(jm, nc)
 			if err != nil {
 				_ = jm.Term()
 				pt.fl.done(fl)
@@ -281,24 +291,19 @@ func (pt *part) consume(c *partConsumer) {
 			if empty >= idlePulls {
 				expiry = idlePullExpiry
 			}
+			if e := testPullExpiry.Load(); e != nil {
+				expiry = *e
+			}
 			t.awaitConn(ctx)
-			fctx, cancel := pullContext(ctx, expiry, t.flow.pullGrace())
+			if ctx.Err() != nil {
+				break
+			}
+			pctx, cancel := context.WithTimeout(ctx, expiry+t.flow.pullGrace())
 			c.setCut(cancel)
 			before := c.msgs.Load()
-			batch, err := c.cons.Fetch(t.flow.pullSize(), jetstream.FetchPriorityGroup(ownerGroup), jetstream.FetchContext(fctx))
+			err := c.pull(nc, in, t.flow.pullSize(), expiry)
 			if err == nil {
-				c.pulled.start()
-				go func() {
-					for jm := range batch.Messages() {
-						var seq, delivered uint64
-						if md, err := jm.Metadata(); err == nil {
-							seq, delivered = md.Sequence.Stream, md.NumDelivered
-						}
-						c.pulled.push(jm, pt.fl.addSeq(jm, jm.Reply(), seq, delivered, time.Now()))
-					}
-					c.pulled.end()
-				}()
-				for jm, fl := c.pulled.pop(); jm != nil; jm, fl = c.pulled.pop() {
+				for jm, fl := c.pulled.pop(pctx); jm != nil; jm, fl = c.pulled.pop(pctx) {
 					if ctx.Err() != nil {
 						_ = jm.Nak() // stopped: at once to the next owner
 						pt.handBack(fl, "stop")
@@ -306,14 +311,15 @@ func (pt *part) consume(c *partConsumer) {
 					}
 					handle(jm, fl)
 				}
-				err = batch.Error()
+				err = c.pulled.end()
 				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-					// The server did not end the pull at its expiry:
-					// the next watch asks for the consumer's state.
+					// The server did not end the pull by the grace
+					// past its expiry: the next watch asks for the
+					// consumer's state.
 					c.failing.Store(true)
 				}
-				if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-					err = nil // nothing to pull, cut, or stopped
+				if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+					err = nil // cut, given up, or stopped
 				}
 			}
 			c.setCut(nil)
@@ -343,46 +349,31 @@ func (pt *part) consume(c *partConsumer) {
 		mu.Lock()
 		stopped = true
 		mu.Unlock()
+		// Stopped: what was pulled and not handled, and what still
+		// comes before the pulls are no longer listened to, goes back
+		// at once to the next owner.
+		for _, pm := range c.pulled.stop() {
+			_ = pm.jm.Nak()
+			pt.handBack(pm.fl, "stop")
+		}
+		close(quit)
+		<-took
 	}()
 }
 
-// pullGrace is how long a pull's client waits past the pull's expiry for
-// the server's end of it (its messages and its 408 are on their way): half
-// the ack wait, at least minPullGrace. A message the broker sent on a pull
-// the client no longer listens to is delivered again only after the ack
-// wait; one that reaches the client later than the ack wait after it was
-// sent is delivered again anyway. The wait costs nothing while the server
-// ends its pulls (the client stops at the 408, however late it reads
-// it): only a pull lost with its server waits it out. nats.go ends a pull
-// itself once nothing came for its expiry and a second (a timer it
-// restarts at every message): the grace holds for a pull whose messages
-// kept coming, as a backlog's do; one that brought nothing for that long
-// is ended a second past its expiry whatever the grace.
+// pullGrace is how long a partition waits past its pull's expiry for the
+// server's end of it (its messages and its 408 are on their way) before it
+// pulls again: half the ack wait, at least minPullGrace. The wait costs
+// nothing while the server ends its pulls (the pull ends at its 408,
+// however late it comes): only a pull lost with its server waits it out.
+// A pull given up is still listened to (pull.go): what it brings later is
+// handled, with its ack wait counted from when the pull was sent.
 func (f *flow) pullGrace() time.Duration { return max(f.ackWait/2, minPullGrace) }
 
 const minPullGrace = time.Second
 
-// pullCtx is a pull's context. Its deadline is the one nats.go derives the
-// pull's expiry at the server from (nine tenths of the time left: the
-// expiry asked); it is done grace after that expiry, when the consumer
-// stops, or when the pull is cut. A pull the client ends by its own
-// deadline drops what the server sent it near the expiry and is still on
-// its way (delivered again only after the ack wait); on a loaded machine
-// that way takes seconds: a client not scheduled reads its socket late
-// (371 of a 1,000-run backlog's 27,000 events, all of seven pulls ended
-// by a one-second grace at load 30–50).
-type pullCtx struct {
-	context.Context
-	deadline time.Time
-}
-
-func (c pullCtx) Deadline() (time.Time, bool) { return c.deadline, true }
-
-func pullContext(ctx context.Context, expiry, grace time.Duration) (context.Context, context.CancelFunc) {
-	now := time.Now()
-	inner, cancel := context.WithDeadline(ctx, now.Add(expiry+grace))
-	return pullCtx{Context: inner, deadline: now.Add(expiry * 10 / 9)}, cancel
-}
+// testPullExpiry, when set (by tests), is every pull's expiry.
+var testPullExpiry atomic.Pointer[time.Duration]
 
 // stopConsumers stops consuming the partition; the message being handled,
 // if any, is handled first.

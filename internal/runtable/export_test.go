@@ -109,6 +109,13 @@ func OnCommitted(f func(key string)) (undo func()) {
 	return func() { committed.Store(nil) }
 }
 
+// SetPullExpiry makes every pull of the partitions expire after d (busy
+// or idle), until the returned func is called.
+func SetPullExpiry(d time.Duration) (undo func()) {
+	testPullExpiry.Store(&d)
+	return func() { testPullExpiry.Store(nil) }
+}
+
 // IndexOpen is what the run index holds of the open runs: how many it
 // lists, what their summaries are charged, how many it does not list,
 // and the bound of the listed summaries (bytes).

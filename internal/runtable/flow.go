@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Flow control: JetStream delivers a message again once consumer.ack_wait
@@ -109,70 +108,6 @@ func (f *flow) writeGrace() time.Duration { return f.progressAfter() + f.progres
 // (checkpoint.go: late): twice it takes at most a quarter off
 // progressAfter.
 func (f *flow) maxLate() time.Duration { return f.progressAfter() / 8 }
-
-// pulled is a pull's messages not handed to the handler yet, in order.
-type pulled struct {
-	mu    sync.Mutex
-	q     []pulledMsg
-	ended bool
-	ready chan struct{} // a message came, or the pull ended
-}
-
-type pulledMsg struct {
-	jm jetstream.Msg
-	fl *flight
-}
-
-// start begins a pull.
-func (p *pulled) start() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.q, p.ended, p.ready = p.q[:0], false, make(chan struct{}, 1)
-}
-
-func (p *pulled) signal() {
-	select {
-	case p.ready <- struct{}{}:
-	default:
-	}
-}
-
-// push adds a message of the pull, fl its entry in the ledger.
-func (p *pulled) push(jm jetstream.Msg, fl *flight) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.q = append(p.q, pulledMsg{jm: jm, fl: fl})
-	p.signal()
-}
-
-// end says the pull brought all it will.
-func (p *pulled) end() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.ended = true
-	p.signal()
-}
-
-// pop returns the next message of the pull, waiting for it; nil once the
-// pull ended and every message was taken.
-func (p *pulled) pop() (jetstream.Msg, *flight) {
-	for {
-		p.mu.Lock()
-		if len(p.q) > 0 {
-			pm := p.q[0]
-			p.q[0] = pulledMsg{}
-			p.q = p.q[1:]
-			p.mu.Unlock()
-			return pm.jm, pm.fl
-		}
-		ended, ready := p.ended, p.ready
-		p.mu.Unlock()
-		if ended {
-			return nil, nil
-		}
-		<-ready
-	}
-}
 
 // acker is what acknowledges a message in flight: the delivered message,
 // or its AckRef once folded (the message's data is let go).

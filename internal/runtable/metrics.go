@@ -39,6 +39,7 @@ type Metrics struct {
 	stateWrites   prometheus.Counter
 	progress      prometheus.Counter
 	repulls       prometheus.Counter
+	pulledLate    prometheus.Counter
 	// The runs' memory (memory.go).
 	shed      prometheus.Counter
 	runsShed  prometheus.Gauge
@@ -116,6 +117,8 @@ func NewMetrics() *Metrics {
 		Help: "Progress acknowledgements sent for events still waiting for their checkpoint (their ack wait starts again instead of a redelivery)."})
 	m.repulls = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_partition_leaderless_pulls_total",
 		Help: "Pulls of a partition's events that found its consumer without a leader (its node lost, the others electing one): pulled again after a quarter second."})
+	m.pulledLate = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_pulled_late_total",
+		Help: "Events that came on a pull after the partition stopped waiting for it (its expiry and the grace past it, or cut): handled as any other, their ack wait counted from when the pull was sent (a client that stopped listening would have dropped them, to be delivered again an ack wait later)."})
 	m.shed = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_shed_total",
 		Help: "Open runs taken out of memory past the runs' memory bound (from memory_limit_mib): their state waits in the state bucket and is read back when an event comes for them."})
 	m.runsShed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_runs_shed",
@@ -163,7 +166,7 @@ func NewMetrics() *Metrics {
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.redeliveredBy, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
-		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
+		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.pulledLate, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		m.streamBytes, m.storeUsed, m.laneChecks, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -1,0 +1,392 @@
+package runtable
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A partition's pulls are its own requests, not nats.go's Fetch: Fetch
+// gives a pull up once nothing came on it for its expiry and a second,
+// whatever its context says, and drops what the broker sent on it later (a
+// loaded machine reads its socket seconds late; a loaded broker takes a
+// pull late and serves it up to its expiry after that): those messages
+// were delivered again only an ack wait later (~290 of a 1,000-run
+// backlog's 27,000 events at load 37-48, in bursts of up to a pull's 64).
+// Here each pull listens on a reply subject of its own until the broker
+// ended it (it brought what it asked for, or the broker's status for it
+// came), not until the table stopped waiting for it: a message that comes
+// on a pull the table gave up is handled as any other. Every pull's
+// subscription feeds one channel, in the order the connection read them.
+// Only a consumer that stops drops what comes after it stopped listening
+// (what came before is handed back at once), and a pull given up that
+// falls out of the last pullsKept is no longer listened to.
+
+// pullRequest is a pull request to a consumer, as the JetStream API takes
+// it.
+type pullRequest struct {
+	Batch   int           `json:"batch"`
+	Expires time.Duration `json:"expires,omitempty"`
+	Group   string        `json:"group,omitempty"`
+	PinID   string        `json:"id,omitempty"`
+}
+
+// pullsKept bounds the pulls listened to: the current one and those the
+// table gave up that the broker has not ended yet (in practice one or two).
+const pullsKept = 16
+
+// pulled is a partition consumer's pulls: the messages they brought not
+// handed to the handler yet, in the order they came, and the state of the
+// current pull. It is fed by the pulls' subscriptions (part.listen), drained
+// by the consumer's loop (pop).
+type pulled struct {
+	mu    sync.Mutex
+	q     []pulledMsg
+	ready chan struct{} // a message came, or the pull ended
+	// The current pull: its number, how many messages it asked for and
+	// got, whether it ended (all came, the broker ended it, or the table
+	// stopped waiting for it) and how the broker ended it.
+	id        uint64
+	want, got int
+	expiry    time.Duration
+	ended     bool
+	err       error
+	// pulls are the pulls listened to, by number.
+	pulls map[uint64]*pullSub
+	// pin is the consumer's pin in its priority group, as the broker
+	// last said it.
+	pin string
+	// stopped is set once the consumer stopped: what comes is handed
+	// back at once.
+	stopped bool
+}
+
+// pullSub is a pull listened to.
+type pullSub struct {
+	sub       *nats.Subscription
+	sent      time.Time
+	want, got int
+}
+
+type pulledMsg struct {
+	jm jetstream.Msg
+	fl *flight
+}
+
+func newPulled() *pulled {
+	return &pulled{ready: make(chan struct{}, 1), pulls: map[uint64]*pullSub{}, ended: true}
+}
+
+func (p *pulled) signal() {
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+}
+
+// next is the number of the next pull and the pin to send with it.
+func (p *pulled) next() (uint64, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.id + 1, p.pin
+}
+
+// start begins pull id (from next), asking for want messages for
+// expiry, sent at now, listened to on sub. It stops listening to the
+// pull pullsKept pulls before, if the broker has not ended it.
+func (p *pulled) start(id uint64, sub *nats.Subscription, want int, expiry time.Duration, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.id = id
+	p.want, p.got, p.expiry, p.ended, p.err = want, 0, expiry, false, nil
+	p.pulls[id] = &pullSub{sub: sub, sent: now, want: want}
+	if id > pullsKept {
+		p.forget(id - pullsKept)
+	}
+}
+
+// forget stops listening to pull id (p.mu held).
+func (p *pulled) forget(id uint64) {
+	if ps, ok := p.pulls[id]; ok {
+		if ps.sub != nil {
+			_ = ps.sub.Unsubscribe()
+		}
+		delete(p.pulls, id)
+	}
+}
+
+// message takes a message that came on pull id at now: add puts it in the
+// ledger, its ack wait counted from at. A message of the current pull
+// counts from when it came, unless it came past the pull's expiry; one of
+// a pull the table stopped waiting for counts from when its pull was sent
+// (the broker may have sent it as early as that). It reports whether the
+// message is late (its pull no longer waited for), and, when the consumer
+// stopped, the message's flight to hand back (the message is not
+// queued).
+func (p *pulled) message(id uint64, jm jetstream.Msg, pin string, now time.Time, add func(at time.Time) *flight) (late bool, back *flight) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pin != "" {
+		p.pin = pin
+	}
+	current := id == p.id && !p.ended
+	at := now
+	if ps, ok := p.pulls[id]; ok {
+		if !current || now.Sub(ps.sent) > p.expiry {
+			at = ps.sent
+		}
+		if ps.got++; ps.got >= ps.want {
+			p.forget(id) // all it asked for came
+		}
+	}
+	if current {
+		if p.got++; p.got >= p.want {
+			p.ended = true
+		}
+	}
+	fl := add(at)
+	if p.stopped {
+		return !current, fl
+	}
+	p.q = append(p.q, pulledMsg{jm: jm, fl: fl})
+	p.signal()
+	return !current, nil
+}
+
+// status takes a status the broker sent on pull id: the end of that pull
+// (err nil when it expired).
+func (p *pulled) status(id uint64, code string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if code == pinMismatch {
+		p.pin = ""
+	}
+	p.forget(id)
+	if id != p.id || p.ended {
+		return
+	}
+	p.ended, p.err = true, err
+	p.signal()
+}
+
+// pop returns the next message pulled, waiting for it; nil once the
+// current pull ended and every message was taken. When ctx ends first the
+// table stops waiting for the pull (what it brings later is still taken,
+// by a later pop): its error is ctx's.
+func (p *pulled) pop(ctx context.Context) (jetstream.Msg, *flight) {
+	for {
+		p.mu.Lock()
+		if len(p.q) > 0 {
+			pm := p.q[0]
+			p.q[0] = pulledMsg{}
+			p.q = p.q[1:]
+			p.mu.Unlock()
+			return pm.jm, pm.fl
+		}
+		if p.ended {
+			p.mu.Unlock()
+			return nil, nil
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.ready:
+		case <-ctx.Done():
+			p.mu.Lock()
+			if !p.ended {
+				p.ended, p.err = true, ctx.Err()
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// end is how the current pull ended (nil: it brought what it asked for,
+// or expired).
+func (p *pulled) end() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// stop says the consumer stopped: it stops listening to its pulls and
+// returns what was pulled and not handled (to hand back). What still
+// comes is handed back as it comes.
+func (p *pulled) stop() []pulledMsg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped, p.ended = true, true
+	for id := range p.pulls {
+		p.forget(id)
+	}
+	q := p.q
+	p.q = nil
+	return q
+}
+
+// The JetStream status codes a pull's end comes with.
+const (
+	statusHeartbeat = "100"
+	noMessages      = "404"
+	pullExpired     = "408"
+	conflict        = "409"
+	pinMismatch     = "423"
+	noResponders    = "503"
+)
+
+// pullStatus is the status a pull's message carries ("" for an event)
+// and what it means: nil for an expiry.
+func pullStatus(m *nats.Msg) (string, error) {
+	if len(m.Data) > 0 || len(m.Header) == 0 {
+		return "", nil
+	}
+	code := m.Header.Get("Status")
+	descr := m.Header.Get("Description")
+	switch code {
+	case "", statusHeartbeat, noMessages, pullExpired:
+		return code, nil
+	case pinMismatch:
+		return code, jetstream.ErrPinIDMismatch
+	case noResponders:
+		return code, nats.ErrNoResponders
+	case conflict:
+		if strings.Contains(strings.ToLower(descr), "leadership change") {
+			return code, jetstream.ErrConsumerLeadershipChanged
+		}
+	}
+	return code, fmt.Errorf("pull ended: %s %s", code, descr)
+}
+
+// pullNumber is the pull a message came on: the last token of its
+// subscription's subject.
+func pullNumber(m *nats.Msg) uint64 {
+	if m.Sub == nil {
+		return 0
+	}
+	s := m.Sub.Subject
+	n, _ := strconv.ParseUint(s[strings.LastIndexByte(s, '.')+1:], 10, 64)
+	return n
+}
+
+// inboxLen bounds the messages the pulls listened to can bring at once
+// (each at most its batch and its status): the channel they come on never
+// drops one.
+const inboxLen = pullsKept * (pullBatch + 2)
+
+// listen takes the messages the pulls of c bring, in the order they came,
+// until quit is closed; then it takes what came meanwhile and returns.
+func (pt *part) listen(c *partConsumer, in <-chan *nats.Msg, quit <-chan struct{}) {
+	for {
+		select {
+		case m := <-in:
+			pt.came(c, m)
+			continue
+		case <-quit:
+		}
+		for {
+			select {
+			case m := <-in:
+				pt.came(c, m)
+			default:
+				return
+			}
+		}
+	}
+}
+
+// came takes one message that came on a pull of c.
+func (pt *part) came(c *partConsumer, m *nats.Msg) {
+	id := pullNumber(m)
+	if code, err := pullStatus(m); code != "" {
+		if code != statusHeartbeat {
+			c.pulled.status(id, code, err)
+		}
+		return
+	}
+	jm := coreMsg{m}
+	var seq, delivered uint64
+	if md, err := m.Metadata(); err == nil {
+		seq, delivered = md.Sequence.Stream, md.NumDelivered
+	}
+	late, back := c.pulled.message(id, jm, m.Header.Get(pinHeader), time.Now(), func(at time.Time) *flight {
+		return pt.fl.addSeq(jm, m.Reply, seq, delivered, at)
+	})
+	if late {
+		pt.t.m.pulledLate.Inc()
+		pt.t.log.Debug().Int("partition", pt.p).Uint64("seq", seq).Uint64("pull", id).Msg("event came on a pull no longer waited for; handled")
+	}
+	if back != nil {
+		_ = jm.Nak()
+		pt.handBack(back, "stop")
+	}
+}
+
+const pinHeader = "Nats-Pin-Id"
+
+// pull sends c's next pull: batch messages at most, expiring after
+// expiry, its messages to in.
+func (c *partConsumer) pull(nc *nats.Conn, in chan *nats.Msg, batch int, expiry time.Duration) error {
+	id, pin := c.pulled.next()
+	reply := c.inbox + "." + strconv.FormatUint(id, 10)
+	sub, err := nc.ChanSubscribe(reply, in)
+	if err != nil {
+		return err
+	}
+	req, err := json.Marshal(pullRequest{Batch: batch, Expires: expiry, Group: ownerGroup, PinID: pin})
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
+	c.pulled.start(id, sub, batch, expiry, time.Now())
+	if err := nc.PublishRequest(c.next, reply, req); err != nil {
+		c.pulled.status(id, "", err)
+		return err
+	}
+	return nil
+}
+
+// coreMsg is a JetStream message received on a core subscription: its
+// acknowledgements are the core message's (published on its reply
+// subject).
+type coreMsg struct{ m *nats.Msg }
+
+var _ jetstream.Msg = coreMsg{}
+
+func (c coreMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	md, err := c.m.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	return &jetstream.MsgMetadata{
+		Sequence:     jetstream.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
+		NumDelivered: md.NumDelivered,
+		NumPending:   md.NumPending,
+		Timestamp:    md.Timestamp,
+		Stream:       md.Stream,
+		Consumer:     md.Consumer,
+		Domain:       md.Domain,
+	}, nil
+}
+
+func (c coreMsg) Data() []byte                        { return c.m.Data }
+func (c coreMsg) Headers() nats.Header                { return c.m.Header }
+func (c coreMsg) Subject() string                     { return c.m.Subject }
+func (c coreMsg) Reply() string                       { return c.m.Reply }
+func (c coreMsg) Ack() error                          { return c.m.Ack() }
+func (c coreMsg) DoubleAck(ctx context.Context) error { return c.m.AckSync(nats.Context(ctx)) }
+func (c coreMsg) Nak() error                          { return c.m.Nak() }
+func (c coreMsg) NakWithDelay(d time.Duration) error  { return c.m.NakWithDelay(d) }
+func (c coreMsg) InProgress() error                   { return c.m.InProgress() }
+func (c coreMsg) Term() error                         { return c.m.Term() }
+func (c coreMsg) TermWithReason(reason string) error {
+	if reason == "" {
+		return c.m.Term()
+	}
+	return c.m.Respond([]byte("+TERM " + reason))
+}
