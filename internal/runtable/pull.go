@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -309,7 +310,7 @@ func (pt *part) came(c *partConsumer, m *nats.Msg) {
 		}
 		return
 	}
-	jm := coreMsg{m}
+	jm := &coreMsg{m: m, nc: pt.t.js.Conn()}
 	var seq, delivered uint64
 	if md, err := m.Metadata(); err == nil {
 		seq, delivered = md.Sequence.Stream, md.NumDelivered
@@ -352,13 +353,18 @@ func (c *partConsumer) pull(nc *nats.Conn, in chan *nats.Msg, batch int, expiry 
 }
 
 // coreMsg is a JetStream message received on a core subscription: its
-// acknowledgements are the core message's (published on its reply
-// subject).
-type coreMsg struct{ m *nats.Msg }
+// acknowledgements are published on its reply subject, as nats.go's
+// JetStream messages do (once acknowledged, terminated or negatively
+// acknowledged, it is not acknowledged again).
+type coreMsg struct {
+	m    *nats.Msg
+	nc   *nats.Conn
+	ackd atomic.Bool
+}
 
-var _ jetstream.Msg = coreMsg{}
+var _ jetstream.Msg = (*coreMsg)(nil)
 
-func (c coreMsg) Metadata() (*jetstream.MsgMetadata, error) {
+func (c *coreMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	md, err := c.m.Metadata()
 	if err != nil {
 		return nil, err
@@ -374,19 +380,52 @@ func (c coreMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	}, nil
 }
 
-func (c coreMsg) Data() []byte                        { return c.m.Data }
-func (c coreMsg) Headers() nats.Header                { return c.m.Header }
-func (c coreMsg) Subject() string                     { return c.m.Subject }
-func (c coreMsg) Reply() string                       { return c.m.Reply }
-func (c coreMsg) Ack() error                          { return c.m.Ack() }
-func (c coreMsg) DoubleAck(ctx context.Context) error { return c.m.AckSync(nats.Context(ctx)) }
-func (c coreMsg) Nak() error                          { return c.m.Nak() }
-func (c coreMsg) NakWithDelay(d time.Duration) error  { return c.m.NakWithDelay(d) }
-func (c coreMsg) InProgress() error                   { return c.m.InProgress() }
-func (c coreMsg) Term() error                         { return c.m.Term() }
-func (c coreMsg) TermWithReason(reason string) error {
-	if reason == "" {
-		return c.m.Term()
+func (c *coreMsg) Data() []byte         { return c.m.Data }
+func (c *coreMsg) Headers() nats.Header { return c.m.Header }
+func (c *coreMsg) Subject() string      { return c.m.Subject }
+func (c *coreMsg) Reply() string        { return c.m.Reply }
+
+// settle sends body; final: the message is settled by it.
+func (c *coreMsg) settle(body []byte, final bool) error {
+	if c.m.Reply == "" {
+		return jetstream.ErrMsgNoReply
 	}
-	return c.m.Respond([]byte("+TERM " + reason))
+	if c.ackd.Load() {
+		return jetstream.ErrMsgAlreadyAckd
+	}
+	if err := c.nc.Publish(c.m.Reply, body); err != nil {
+		return err
+	}
+	if final {
+		c.ackd.Store(true)
+	}
+	return nil
+}
+
+func (c *coreMsg) Ack() error        { return c.settle([]byte("+ACK"), true) }
+func (c *coreMsg) Nak() error        { return c.settle([]byte("-NAK"), true) }
+func (c *coreMsg) InProgress() error { return c.settle([]byte("+WPI"), false) }
+func (c *coreMsg) Term() error       { return c.settle([]byte("+TERM"), true) }
+
+func (c *coreMsg) NakWithDelay(d time.Duration) error {
+	return c.settle(fmt.Appendf(nil, "-NAK {\"delay\": %d}", d.Nanoseconds()), true)
+}
+
+func (c *coreMsg) TermWithReason(reason string) error {
+	return c.settle([]byte("+TERM "+reason), true)
+}
+
+// DoubleAck acknowledges the message and waits for the broker's answer.
+func (c *coreMsg) DoubleAck(ctx context.Context) error {
+	if c.m.Reply == "" {
+		return jetstream.ErrMsgNoReply
+	}
+	if c.ackd.Load() {
+		return jetstream.ErrMsgAlreadyAckd
+	}
+	if _, err := c.nc.RequestWithContext(ctx, c.m.Reply, []byte("+ACK")); err != nil {
+		return err
+	}
+	c.ackd.Store(true)
+	return nil
 }

@@ -351,6 +351,7 @@ func TestFleetBacklogIntegration(t *testing.T) {
 	folded := f.metric("gttsplit_events_folded_total", f.aggs...)
 	writes := f.metric("gttsplit_state_writes_total", f.aggs...)
 	progress := f.metric("gttsplit_events_progress_acks_total", f.aggs...)
+	late := f.metric("gttsplit_events_pulled_late_total", f.aggs...)
 	causes := f.redeliveryCauses()
 	f.stopAggs(f.aggs...)
 	f.keepLogs("backlog")
@@ -378,7 +379,7 @@ func TestFleetBacklogIntegration(t *testing.T) {
 		n, nEvents, float64(f.pubBytes)/1e6, done.Sub(t0).Seconds(), redelivered, nEvents, 100*redelivered/float64(nEvents),
 		names, float64(eventBytes)/1e6, storage, info.State.Msgs, cpuNATS.Seconds(), cpuAgg.Seconds(),
 		cpuNATS.Seconds()/cpuAgg.Seconds(), folded, writes/float64(n), progress)
-	t.Logf("FIGURE backlog redeliveries by cause: %s; load %s", causes, loadavg())
+	t.Logf("FIGURE backlog redeliveries by cause: %s; %.0f events came on a pull given up (handled); load %s", causes, late, loadavg())
 	require.LessOrEqual(t, redelivered, float64(nEvents)/100, "at most 1 % redelivered")
 	require.LessOrEqual(t, storage, 1.3, "every event stored once")
 	require.NotContains(t, names, bus.LegacyStream(bus.DefaultStream))
