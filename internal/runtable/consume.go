@@ -38,8 +38,7 @@ const (
 	// receives events, idlePullExpiry once idlePulls pulls in a row
 	// brought none. No server heartbeats end a lost
 	// pull sooner: under load the client missed them while messages were
-	// on their way, and a pull ended that way loses what the server sent
-	// it until the ack wait. A pull is not lost to a new leader of its
+	// on their way. A pull is not lost to a new leader of its
 	// consumer (the servers of a cluster keep the consumer's pull
 	// requests, and the new leader ends each with a 409 the client pulls
 	// again after) nor to the client's reconnection (the table cuts its
