@@ -36,16 +36,17 @@ const (
 	pinnedTTL = 5 * time.Second
 	// pullExpiry is the expiry of a pull request while the partition
 	// receives events, idlePullExpiry once idlePulls pulls in a row
-	// brought none. No server heartbeats end a lost
-	// pull sooner: under load the client missed them while messages were
-	// on their way. A pull is not lost to a new leader of its
-	// consumer (the servers of a cluster keep the consumer's pull
-	// requests, and the new leader ends each with a 409 the client pulls
-	// again after) nor to the client's reconnection (the table cuts its
-	// pulls when its connection reconnected: Table.rejoin); what is left
-	// to the expiry is a pull whose leader died before its followers
-	// knew of it: an idle partition then pulls again at most
-	// idlePullExpiry and the pull's grace later (flow.pullGrace).
+	// brought none. A busy partition's pull asks for no server
+	// heartbeats, an idle one's does (pull.go: heartbeatOf): one whose
+	// heartbeats stop is given up, and still listened to. A pull is not
+	// lost to a new leader of its consumer (the servers of a cluster keep
+	// the consumer's pull requests, and the new leader ends each with a
+	// 409 the client pulls again after) nor to the client's reconnection
+	// (the table cuts its pulls when its connection reconnected:
+	// Table.rejoin); what is left to the expiry is a pull whose leader
+	// died before its followers knew of it: a partition then pulls again
+	// at most its expiry and the pull's grace later (flow.pullGrace), an
+	// idle one two missed heartbeats later.
 	pullExpiry     = 4 * time.Second
 	idlePullExpiry = 15 * time.Second
 	idlePulls      = 2
@@ -290,14 +291,15 @@ func (pt *part) consume(c *partConsumer) {
 			if empty >= idlePulls {
 				expiry = idlePullExpiry
 			}
-			if e := testPullExpiry.Load(); e != nil {
-				expiry = *e
+			grace := t.flow.pullGrace()
+			if e := testPulls.Load(); e != nil {
+				expiry, grace = e[0], e[1]
 			}
 			t.awaitConn(ctx)
 			if ctx.Err() != nil {
 				break
 			}
-			pctx, cancel := context.WithTimeout(ctx, expiry+t.flow.pullGrace())
+			pctx, cancel := context.WithTimeout(ctx, expiry+grace)
 			c.setCut(cancel)
 			before := c.msgs.Load()
 			err := c.pull(nc, in, t.flow.pullSize(), expiry)
@@ -371,8 +373,8 @@ func (f *flow) pullGrace() time.Duration { return max(f.ackWait/2, minPullGrace)
 
 const minPullGrace = time.Second
 
-// testPullExpiry, when set (by tests), is every pull's expiry.
-var testPullExpiry atomic.Pointer[time.Duration]
+// testPulls, when set (by tests), is every pull's expiry and grace.
+var testPulls atomic.Pointer[[2]time.Duration]
 
 // stopConsumers stops consuming the partition; the message being handled,
 // if any, is handled first.

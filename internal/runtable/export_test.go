@@ -109,11 +109,12 @@ func OnCommitted(f func(key string)) (undo func()) {
 	return func() { committed.Store(nil) }
 }
 
-// SetPullExpiry makes every pull of the partitions expire after d (busy
-// or idle), until the returned func is called.
-func SetPullExpiry(d time.Duration) (undo func()) {
-	testPullExpiry.Store(&d)
-	return func() { testPullExpiry.Store(nil) }
+// SetPulls makes every pull of the partitions expire after expiry (busy
+// or idle) and be given up grace after that, until the returned func is
+// called.
+func SetPulls(expiry, grace time.Duration) (undo func()) {
+	testPulls.Store(&[2]time.Duration{expiry, grace})
+	return func() { testPulls.Store(nil) }
 }
 
 // IndexOpen is what the run index holds of the open runs: how many it

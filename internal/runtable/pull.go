@@ -33,15 +33,34 @@ import (
 // pullRequest is a pull request to a consumer, as the JetStream API takes
 // it.
 type pullRequest struct {
-	Batch   int           `json:"batch"`
-	Expires time.Duration `json:"expires,omitempty"`
-	Group   string        `json:"group,omitempty"`
-	PinID   string        `json:"id,omitempty"`
+	Batch     int           `json:"batch"`
+	Expires   time.Duration `json:"expires,omitempty"`
+	Heartbeat time.Duration `json:"idle_heartbeat,omitempty"`
+	Group     string        `json:"group,omitempty"`
+	PinID     string        `json:"id,omitempty"`
 }
 
 // pullsKept bounds the pulls listened to: the current one and those the
 // table gave up that the broker has not ended yet (in practice one or two).
 const pullsKept = 16
+
+// A pull of longHeartbeatPull or longer asks the broker for a heartbeat
+// every pullHeartbeat while it has nothing to send, and is given up when
+// neither a message nor a heartbeat came on it for twice that (its
+// consumer's leader died with it, say), as nats.go's Fetch did: a pull
+// given up is still listened to.
+const (
+	longHeartbeatPull = 10 * time.Second
+	pullHeartbeat     = 5 * time.Second
+)
+
+// heartbeatOf is the heartbeat a pull of expiry asks for (0: none).
+func heartbeatOf(expiry time.Duration) time.Duration {
+	if expiry >= longHeartbeatPull {
+		return pullHeartbeat
+	}
+	return 0
+}
 
 // pulled is a partition consumer's pulls: the messages they brought not
 // handed to the handler yet, in the order they came, and the state of the
@@ -57,6 +76,8 @@ type pulled struct {
 	id        uint64
 	want, got int
 	expiry    time.Duration
+	hb        time.Duration // its heartbeat (0: none)
+	heard     time.Time     // when a message or a heartbeat last came on it
 	ended     bool
 	err       error
 	// pulls are the pulls listened to, by number.
@@ -107,6 +128,7 @@ func (p *pulled) start(id uint64, sub *nats.Subscription, want int, expiry time.
 	defer p.mu.Unlock()
 	p.id = id
 	p.want, p.got, p.expiry, p.ended, p.err = want, 0, expiry, false, nil
+	p.hb, p.heard = heartbeatOf(expiry), now
 	p.pulls[id] = &pullSub{sub: sub, sent: now, want: want}
 	if id > pullsKept {
 		p.forget(id - pullsKept)
@@ -148,6 +170,7 @@ func (p *pulled) message(id uint64, jm jetstream.Msg, pin string, now time.Time,
 		}
 	}
 	if current {
+		p.heard = now
 		if p.got++; p.got >= p.want {
 			p.ended = true
 		}
@@ -159,6 +182,15 @@ func (p *pulled) message(id uint64, jm jetstream.Msg, pin string, now time.Time,
 	p.q = append(p.q, pulledMsg{jm: jm, fl: fl})
 	p.signal()
 	return !current, nil
+}
+
+// beat takes a heartbeat that came on pull id at now.
+func (p *pulled) beat(id uint64, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id == p.id {
+		p.heard = now
+	}
 }
 
 // status takes a status the broker sent on pull id: the end of that pull
@@ -180,7 +212,8 @@ func (p *pulled) status(id uint64, code string, err error) {
 // pop returns the next message pulled, waiting for it; nil once the
 // current pull ended and every message was taken. When ctx ends first the
 // table stops waiting for the pull (what it brings later is still taken,
-// by a later pop): its error is ctx's.
+// by a later pop): its error is ctx's; when its heartbeats stopped,
+// jetstream.ErrNoHeartbeat.
 func (p *pulled) pop(ctx context.Context) (jetstream.Msg, *flight) {
 	for {
 		p.mu.Lock()
@@ -195,16 +228,37 @@ func (p *pulled) pop(ctx context.Context) (jetstream.Msg, *flight) {
 			p.mu.Unlock()
 			return nil, nil
 		}
-		p.mu.Unlock()
-		select {
-		case <-p.ready:
-		case <-ctx.Done():
-			p.mu.Lock()
-			if !p.ended {
-				p.ended, p.err = true, ctx.Err()
-			}
-			p.mu.Unlock()
+		var silent <-chan time.Time
+		var t *time.Timer
+		if p.hb > 0 {
+			t = time.NewTimer(time.Until(p.heard.Add(2 * p.hb)))
+			silent = t.C
 		}
+		p.mu.Unlock()
+		p.wait(ctx, silent)
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// wait waits for a message or the end of the current pull: its
+// heartbeats stopped (silent fired) or ctx ended.
+func (p *pulled) wait(ctx context.Context, silent <-chan time.Time) {
+	select {
+	case <-p.ready:
+	case <-silent:
+		p.mu.Lock()
+		if !p.ended && time.Since(p.heard) >= 2*p.hb {
+			p.ended, p.err = true, jetstream.ErrNoHeartbeat
+		}
+		p.mu.Unlock()
+	case <-ctx.Done():
+		p.mu.Lock()
+		if !p.ended {
+			p.ended, p.err = true, ctx.Err()
+		}
+		p.mu.Unlock()
 	}
 }
 
@@ -305,7 +359,9 @@ func (pt *part) listen(c *partConsumer, in <-chan *nats.Msg, quit <-chan struct{
 func (pt *part) came(c *partConsumer, m *nats.Msg) {
 	id := pullNumber(m)
 	if code, err := pullStatus(m); code != "" {
-		if code != statusHeartbeat {
+		if code == statusHeartbeat {
+			c.pulled.beat(id, time.Now())
+		} else {
 			c.pulled.status(id, code, err)
 		}
 		return
@@ -339,7 +395,7 @@ func (c *partConsumer) pull(nc *nats.Conn, in chan *nats.Msg, batch int, expiry 
 	if err != nil {
 		return err
 	}
-	req, err := json.Marshal(pullRequest{Batch: batch, Expires: expiry, Group: ownerGroup, PinID: pin})
+	req, err := json.Marshal(pullRequest{Batch: batch, Expires: expiry, Heartbeat: heartbeatOf(expiry), Group: ownerGroup, PinID: pin})
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return err
