@@ -330,9 +330,9 @@ func pullNumber(m *nats.Msg) uint64 {
 }
 
 // inboxLen bounds the messages the pulls listened to can bring at once
-// (each at most its batch and its status): the channel they come on never
-// drops one.
-const inboxLen = pullsKept * (pullBatch + 2)
+// (each at most its batch, its heartbeats, an idle pull's three, and its
+// status): the channel they come on never drops one.
+const inboxLen = pullsKept * (pullBatch + 4)
 
 // listen takes the messages the pulls of c bring, in the order they came,
 // until quit is closed; then it takes what came meanwhile and returns.
