@@ -129,7 +129,7 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 		// A hand-over's: the runs due closed and what the sinks
 		// settled recorded; compaction and re-sends are the next
 		// owner's.
-		pt.closeDue(ctx)
+		pt.closeDue(ctx, 0)
 		pt.settle(ctx)
 	}
 }

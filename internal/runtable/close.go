@@ -33,13 +33,20 @@ import (
 // compactBatch bounds the states one pass compacts.
 const compactBatch = 32
 
+// closeBatch bounds the runs one pass of the loop closes (the next tick
+// closes more): a pass that closed every idle run of a flood at once
+// held the closed copies, states and splits of thousands of runs
+// together (100 MiB of a 229 MiB heap for 50,000 runs closing), and had
+// the broker write them all in one go.
+const closeBatch = 64
+
 // errLate is the dead-letter cause of a new event for a compacted run.
 var errLate = errors.New("late")
 
 // afterCheckpoint is what a partition does at every tick: close the runs
 // that are due, record the sinks' deliveries, compact. pt.ckptMu is held.
 func (pt *part) afterCheckpoint(ctx context.Context) {
-	pt.closeDue(ctx)
+	pt.closeDue(ctx, closeBatch)
 	pt.settle(ctx)
 	pt.compact(ctx)
 	pt.resendOverflow(ctx)
@@ -60,8 +67,9 @@ type closing struct {
 }
 
 // closeDue closes the runs that are finished (and complete, with every
-// earlier event acknowledged) or idle. pt.ckptMu is held.
-func (pt *part) closeDue(ctx context.Context) {
+// earlier event acknowledged) or idle, at most limit of them (0: every
+// one). pt.ckptMu is held.
+func (pt *part) closeDue(ctx context.Context, limit int) {
 	t := pt.t
 	if pt.failing && time.Now().Before(pt.retryAt) {
 		return // the bucket refuses writes: the closes wait out the back-off too
@@ -77,6 +85,9 @@ func (pt *part) closeDue(ctx context.Context) {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
+		if limit > 0 && len(cs) >= limit {
+			break // the next pass closes the rest
+		}
 		r := pt.runs[id]
 		// A complete run closes as it is: its closed state holds every
 		// event folded (those not written yet are acknowledged once it
