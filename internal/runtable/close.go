@@ -44,8 +44,13 @@ const closeBatch = 64
 var errLate = errors.New("late")
 
 // afterCheckpoint is what a partition does at every tick: close the runs
-// that are due, record the sinks' deliveries, compact. pt.ckptMu is held.
+// that are due, record the sinks' deliveries, compact; while the heap is
+// past its share (hold.go) only record the deliveries. pt.ckptMu is held.
 func (pt *part) afterCheckpoint(ctx context.Context) {
+	if pt.closesHeld() {
+		pt.settle(ctx)
+		return
+	}
 	pt.closeDue(ctx, closeBatch)
 	pt.settle(ctx)
 	pt.compact(ctx)

@@ -296,6 +296,7 @@ func (pt *part) consume(c *partConsumer) {
 				expiry, grace = e[0], e[1]
 			}
 			t.awaitConn(ctx)
+			t.holdPull(ctx, c)
 			if ctx.Err() != nil {
 				break
 			}

@@ -147,3 +147,27 @@ func SetWatchEvery(watch, info time.Duration) (restore func()) {
 	watchEvery, infoEvery = watch, info
 	return func() { watchEvery, infoEvery = w, i }
 }
+
+// HoldForHeap has the table take its live heap for past its share by over
+// bytes (0: not past: the heap is measured again), and hold a pull or a
+// close pass at most holdFor (0: holdAtMost).
+func (t *Table) HoldForHeap(over int64, holdFor time.Duration) {
+	t.mem.holdFor.Store(int64(holdFor))
+	if over <= 0 {
+		t.mem.excess.Store(nil)
+		return
+	}
+	f := func() int64 { return over }
+	t.mem.excess.Store(&f)
+}
+
+// HeldNow is how many pulls and how many close passes are held for the
+// heap now.
+func (t *Table) HeldNow() (pulls, passes int) {
+	for _, pt := range t.parts() {
+		if pt.held.Load() {
+			passes++
+		}
+	}
+	return int(t.mem.pullsHeld.Load()), passes
+}

@@ -87,6 +87,12 @@ type memory struct {
 	cold   atomic.Int64 // open runs kept in the bucket only
 	// coldBytes is what their cold entries take.
 	coldBytes atomic.Int64
+	// pullsHeld is how many partitions' pulls wait for the heap (holdPull).
+	pullsHeld atomic.Int64
+	// excess stands in for heapExcess, holdFor (ns) for holdAtMost, when
+	// a test sets them.
+	excess  atomic.Pointer[func() int64]
+	holdFor atomic.Int64
 }
 
 // besideRuns is what the open runs cost this process wherever their state
@@ -107,7 +113,7 @@ func (t *Table) memUsed() int64 { return t.mem.used.Load() + t.besideRuns() }
 // overMem says the runs passed the bound, or the heap passed heapShare of
 // the runtime's limit.
 func (t *Table) overMem() bool {
-	return t.mem.budget > 0 && (t.memUsed() > t.mem.budget || heapExcess() > 0)
+	return t.mem.budget > 0 && (t.memUsed() > t.mem.budget || t.heapExcess() > 0)
 }
 
 // shedTarget is what shedding brings the runs down to: shedTo of the
@@ -116,7 +122,7 @@ func (t *Table) overMem() bool {
 // than it is counted: 0.6 of it for a run of one start).
 func (t *Table) shedTarget() int64 {
 	target := int64(shedTo * float64(t.mem.budget))
-	if ex := heapExcess(); ex > 0 {
+	if ex := t.heapExcess(); ex > 0 {
 		target = min(target, t.memUsed()-2*ex)
 	}
 	return target
@@ -143,6 +149,14 @@ func heapExcess() int64 {
 		return 0
 	}
 	return max(0, int64(s[0].Value.Uint64())-int64(heapShare*float64(limit)))
+}
+
+// heapExcess is heapExcess(), or what a test has the table take for it.
+func (t *Table) heapExcess() int64 {
+	if f := t.mem.excess.Load(); f != nil {
+		return (*f)()
+	}
+	return heapExcess()
 }
 
 // runCost is what a run whose state was last encoded in size bytes (0:
@@ -432,4 +446,5 @@ func (t *Table) memChanged() {
 	} else {
 		t.health.clear("shedding")
 	}
+	t.heldChanged()
 }

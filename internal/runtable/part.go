@@ -56,6 +56,10 @@ type part struct {
 	// retryAt: a failing partition does not close runs before it (their
 	// writes wait out the same back-off as its checkpoints).
 	retryAt time.Time
+	// heldSince: its close passes are held for the heap since then
+	// (hold.go: closesHeld); held says so to any goroutine.
+	heldSince time.Time
+	held      atomic.Bool
 
 	kick     chan struct{}
 	stopLoop func()
