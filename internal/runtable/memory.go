@@ -74,6 +74,14 @@ const (
 	shedTo = 0.9
 	// reviveBatch bounds the cold runs one pass reads back to close.
 	reviveBatch = 32
+	// reviveAtOnce bounds the partitions reading back at once (the
+	// others' passes close what they hold and read back at a later
+	// one): the embedded broker reads a whole block of the bucket (4
+	// MiB) for a key, and each partition's oldest idle runs lie in a block
+	// of their own once the partitions went at different paces (16
+	// partitions reading back together held 20 such blocks, 80 MiB, in a
+	// flood of 50,000 closing runs).
+	reviveAtOnce = 2
 	// coldEntryCost is what a shed run's cold entry takes beside its id
 	// (a map slot of an id and a time, with the map's slack; measured
 	// by TestBesideRunsCostCharged).
@@ -342,8 +350,8 @@ func dueCold(cold map[string]int64, now time.Time, idle time.Duration, n int) ([
 }
 
 // reviveIdle reads back the cold runs whose idle timeout passed (up to
-// reviveBatch a pass, the oldest first: dueCold), so that closeDue closes
-// them. pt.ckptMu is held.
+// reviveBatch a pass, the oldest first: dueCold; at most reviveAtOnce
+// partitions at once), so that closeDue closes them. pt.ckptMu is held.
 func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
 	t := pt.t
 	if t.cfg.IdleTimeout <= 0 {
@@ -361,6 +369,14 @@ func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
 	pt.mu.Unlock()
 	if len(due) == 0 {
 		return
+	}
+	if t.reviving != nil {
+		select {
+		case t.reviving <- struct{}{}:
+			defer func() { <-t.reviving }()
+		default:
+			return // others read back now: at a later pass
+		}
 	}
 	defer t.memChanged()
 	for _, id := range due {

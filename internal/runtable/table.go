@@ -134,7 +134,10 @@ type Table struct {
 	// sent before rejoin's acknowledgements would be served what waits on
 	// the redelivery queue).
 	rejoined atomic.Uint64
-	mem      memory         // the runs' memory (memory.go)
+	mem      memory // the runs' memory (memory.go)
+	// reviving bounds the partitions reading idle shed runs back at once
+	// (memory.go: reviveIdle).
+	reviving chan struct{}
 	pubs     sync.WaitGroup // split events being published, re-sends
 	dlq      deadLetters
 	// origins says each event refused for its origin once per sender.
@@ -184,7 +187,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 		cfg.Deliveries.track(cfg.Sinks, cfg.Partitions)
 	}
 	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{},
-		flow: newFlow(cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending), mem: memory{budget: cfg.RunMemory}}
+		flow: newFlow(cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending), mem: memory{budget: cfg.RunMemory}, reviving: make(chan struct{}, reviveAtOnce)}
 	t.stopped, t.stop = context.WithCancel(context.Background())
 	t.st.atomic.Store(bus.AtomicAllowed(ctx, js, "KV_"+Bucket))
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
