@@ -29,7 +29,9 @@ import (
 //     sixteenth of M (embeddedOptions); its file store's block caches
 //     (a state bucket's block, 4 MiB, is read whole for one key) are not
 //     bounded by any option the server has: they come and go with the
-//     reads, and the garbage collector frees them;
+//     writes and reads, and the garbage collector frees them; the run
+//     table holds its pulls and closes while the heap is past its share
+//     (internal/runtable/hold.go), so that they drain;
 //   - the rest of the process: the connections, events in flight, and
 //     the collector's headroom.
 
