@@ -17,7 +17,8 @@ import (
 // broker, whatever the runs take (a flood of 50,000 runs closing: 162 MiB
 // of block buffers in 242 MiB of heap near its peak, 105 of them blocks
 // being written). While the live heap is past heapShare of the runtime's
-// limit (heapExcess), a partition holds what makes the broker write and
+// limit (heapExcess), or the heap's objects past holdShare of it (the
+// collector behind), a partition holds what makes the broker write and
 // read most:
 //
 //   - its next pull (the events that start new runs, each written, shed,
