@@ -122,6 +122,7 @@
 //	api.go                   Retry and Transient: JetStream requests on a busy or failing-over cluster
 //	atomic.go                PublishAtomic: one JetStream atomic batch (all stored or none); whether a stream takes them
 //	msg.go                   Msg, AckRef, Metadata: a delivered message; Export
+//	ordered.go               Ordered: a one-pass ordered consumer, deleted when the pass ends
 //	publisher.go             Publisher: the front door (Publish, Flush, Stats, Close)
 //	publisher_pump.go        the pump: the publisher's goroutine, the events in flight, the direct path, drops
 //	publisher_spool.go       the pump's spool side: failover, draining, held run events
