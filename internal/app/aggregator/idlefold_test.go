@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -138,9 +139,17 @@ func (f *fleetRig) measure(mons []string, infos *atomic.Int64, d time.Duration) 
 // fold the aggregators idle and stopped again, with the raft groups'
 // entries and the routes' messages beside.
 //
-//	go test ./internal/app/aggregator -run TestFleetIdleAfterFoldIntegration -v
+// It takes 2-3 minutes and is left out of the default run (CI): the
+// after-fold traffic's cause is held by the run table's
+// TestIdleTableAsksTheStreamsEveryInfoIntegration, the idle traffic before
+// any fold by TestFleetIdleTrafficIntegration.
+//
+//	GTTSPLIT_FLEET=quick go test ./internal/app/aggregator -run TestFleetIdleAfterFoldIntegration -v  # 120 runs
 //	GTTSPLIT_FLEET=full go test ./internal/app/aggregator -run TestFleetIdleAfterFoldIntegration -v   # 1,000 runs
 func TestFleetIdleAfterFoldIntegration(t *testing.T) {
+	if os.Getenv("GTTSPLIT_FLEET") == "" {
+		t.Skip("a measurement of 2-3 minutes with its bounds, left out of the default run: GTTSPLIT_FLEET=quick (120 runs) or full (1,000) runs it")
+	}
 	n := fleetRuns(t)
 	f := startFleet(t, n)
 	var mons []string
