@@ -45,7 +45,7 @@ const (
 	// (the table cuts its pulls when its connection reconnected:
 	// Table.rejoin); what is left to the expiry is a pull whose leader
 	// died before its followers knew of it: a partition then pulls again
-	// at most its expiry and the pull's grace later (flow.pullGrace), an
+	// at most its expiry and the pull's grace later (pullGrace), an
 	// idle one two missed heartbeats later.
 	pullExpiry     = 4 * time.Second
 	idlePullExpiry = 15 * time.Second
@@ -291,7 +291,7 @@ func (pt *part) consume(c *partConsumer) {
 			if empty >= idlePulls {
 				expiry = idlePullExpiry
 			}
-			grace := t.flow.pullGrace()
+			grace := pullGrace
 			if e := testPulls.Load(); e != nil {
 				expiry, grace = e[0], e[1]
 			}
@@ -365,14 +365,14 @@ func (pt *part) consume(c *partConsumer) {
 
 // pullGrace is how long a partition waits past its pull's expiry for the
 // server's end of it (its messages and its 408 are on their way) before it
-// pulls again: half the ack wait, at least minPullGrace. The wait costs
-// nothing while the server ends its pulls (the pull ends at its 408,
-// however late it comes): only a pull lost with its server waits it out.
-// A pull given up is still listened to (pull.go): what it brings later is
-// handled, with its ack wait counted from when the pull was sent.
-func (f *flow) pullGrace() time.Duration { return max(f.ackWait/2, minPullGrace) }
-
-const minPullGrace = time.Second
+// pulls again. A pull given up is still listened to (pull.go): what it
+// brings later is handled, with its ack wait counted from when the pull was
+// sent, so a longer wait would take nothing more in; it would only delay
+// the pull sent again after a pull lost with its consumer's leader (half
+// the ack wait, 15 s by default, was longer than the new leader's
+// election: no pull found the consumer leaderless to be sent again every
+// repullAfter, and a partition whose leader died waited out the grace).
+const pullGrace = time.Second
 
 // testPulls, when set (by tests), is every pull's expiry and grace.
 var testPulls atomic.Pointer[[2]time.Duration]
