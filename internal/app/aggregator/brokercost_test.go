@@ -339,6 +339,38 @@ func TestFleetIdleTrafficIntegration(t *testing.T) {
 	require.LessOrEqual(t, rate, 1.25*need, "idle control traffic beyond what the leases need")
 }
 
+// ackTap counts, by body, the acknowledgements sent to the consumers of
+// stream until the returned function is called (which returns the counts):
+// what the broker receives. Its subscription costs the servers a copy of
+// each (the fold's figure includes it).
+func ackTap(t *testing.T, url, stream string) func() map[string]int {
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	n := map[string]int{}
+	_, err = nc.Subscribe("$JS.ACK."+stream+".>", func(m *nats.Msg) {
+		k := string(m.Data)
+		if i := strings.IndexByte(k, ' '); i > 0 {
+			k = k[:i]
+		}
+		if k == "" {
+			k = "+ACK"
+		}
+		mu.Lock()
+		n[k]++
+		mu.Unlock()
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	return func() map[string]int {
+		_ = nc.Flush()
+		nc.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+}
+
 // TestFleetBrokerCostIntegration measures, back to back on one 3-node
 // cluster of nats-server processes, what the broker's three servers spend
 // (their CPU time): 3 aggregators starting on the empty stream and
@@ -349,8 +381,9 @@ func TestFleetIdleTrafficIntegration(t *testing.T) {
 // consumer a partition reading them (the floor of a partitioned stream:
 // each consumer walks past the other partitions' messages), 3 aggregators
 // folding them (started together on the backlog, until every split is
-// written; the state bucket's stored messages counted), the same plain
-// consumer again, and the 3 aggregators idle. The figures of
+// written; the state bucket's stored messages and the acknowledgements the
+// broker received counted), the same plain consumer again, and the 3
+// aggregators idle. The figures of
 // docs/performance.md come from its log (FIGURE broker);
 // GTTSPLIT_FLEET_RUNS=<n> runs n runs instead of 1,000 for a quicker look.
 //
@@ -410,11 +443,13 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	s0 := f.bucketSeq()
 	c0, t0 = cpu(), time.Now()
 	stopProf = f.profile("fold")
+	stopTap := ackTap(t, f.c.URLs(), bus.DefaultStream)
 	f.startAggs(3)
 	f.aggs = f.aggs[3:] // the folding ones (agg3-agg5)
 	done := f.waitAll(10 * time.Minute)
 	fold, foldT := cpu()-c0, done.Sub(t0)
 	stopProf()
+	acks := stopTap()
 	load["fold"] = loadavg()
 	bucketWrites := f.bucketSeq() - s0
 	redelivered := f.metric("gttsplit_events_redelivered_total", f.aggs...)
@@ -451,12 +486,30 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 		"%d filtered R3 pull consumers (a partition each) %.2f ms a run (%.1f s) [load %s]; "+
 		"fold by 3 aggregators %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer, %.2f× the filtered ones; "+
 		"3 aggregators idle %.1f ms/s (all the servers' CPU: the raft groups of the fleet's and of this test's consumers included; TestFleetIdleAfterFoldIntegration measures the aggregators' part) [load %s]; redelivered %.0f (%.2f %%), progress acks %.0f (%.2f an event), %.1f run states written a run, "+
-		"%.1f messages stored in the state bucket a run (leases' renewals included)",
+		"%.1f messages stored in the state bucket a run (leases' renewals included); acknowledgements the broker received while they folded %.2f a run (%s)",
 		n, nEvents, float64(f.pubBytes)/1e6, perSec(bg), load["background"], float64(first.Microseconds())/1000, load["first"],
 		perRun(pub), pubT.Seconds(), load["publish"], perRun(plain1), perRun(plain2), plainT.Seconds(), plain2T.Seconds(), load["plain1"], load["plain2"],
 		ackAllEvery, perRun(plainAll), allT.Seconds(), load["plainall"],
 		bus.DefaultPartitions, perRun(filt), filtT.Seconds(), load["filtered"],
 		perRun(fold), foldT.Seconds(), load["fold"], float64(fold)/float64(hi), float64(fold)/float64(lo), float64(fold)/float64(filt),
 		perSec(idle), load["idle"], redelivered, 100*redelivered/float64(nEvents), progress, progress/float64(nEvents), writes/float64(n),
-		float64(bucketWrites)/float64(n))
+		float64(bucketWrites)/float64(n), float64(total(acks))/float64(n), ackKinds(acks, n))
+}
+
+func total(m map[string]int) int {
+	s := 0
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// ackKinds says the acknowledgements a run by kind.
+func ackKinds(m map[string]int, runs int) string {
+	var out []string
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s %.2f", k, float64(v)/float64(runs)))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }
