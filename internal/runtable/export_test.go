@@ -136,6 +136,17 @@ func (t *Table) IndexClosed() (held, stubs, bytes, capBytes int64) {
 	return ix.runs[1].Load(), stubs, bytes, capBytes
 }
 
+// SetBrokerClosedRunCost stands in for Config.BrokerClosedRunCost: what a
+// broker in this process takes for each closed run kept.
+func (t *Table) SetBrokerClosedRunCost(b int64) { t.mem.brokerClosed.Store(b) }
+
+// ClosedKept is what the closed runs kept are taken to cost (trim.go),
+// and their share of the runs' memory bound.
+func (t *Table) ClosedKept() (runs, bytes, capBytes int64) {
+	runs, bytes = t.closedKept()
+	return runs, bytes, t.closedKeepCap()
+}
+
 // LaneRuns are lane k's runs the lane changes are made of (evict.go).
 func (t *Table) LaneRuns(ctx context.Context, k LaneKey) []regress.Run { return t.laneRuns(ctx, k) }
 

@@ -470,20 +470,26 @@ func (ix *Index) watch(ctx context.Context, kv jetstream.KeyValue, log zerolog.L
 }
 
 // janitor deletes the closed runs past retention a minute after the start
-// and then every hour, until ctx ends.
+// and then every hour, and every trimEvery those past the closed runs'
+// memory share (trimClosed), until ctx ends.
 func (t *Table) janitor(ctx context.Context, retention time.Duration) {
-	if retention <= 0 {
+	if retention <= 0 && t.closedKeepCap() <= 0 {
 		return
 	}
-	wait := time.Minute
+	tk := time.NewTicker(trimEvery)
+	defer tk.Stop()
+	next := time.Now().Add(time.Minute)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-tk.C:
 		}
-		t.Expire(ctx, retention)
-		wait = time.Hour
+		if retention > 0 && !time.Now().Before(next) {
+			t.Expire(ctx, retention)
+			next = time.Now().Add(time.Hour)
+		}
+		t.trimClosed(ctx)
 	}
 }
 
@@ -498,7 +504,7 @@ func (t *Table) Expire(ctx context.Context, retention time.Duration) int {
 	cutoff := t.cfg.Now().Add(-retention)
 	for _, pt := range t.parts() {
 		for _, id := range t.index.expired(pt.p, t.cfg.Partitions, cutoff) {
-			deleted, err := pt.expire(ctx, id)
+			deleted, err := pt.expire(ctx, id, false)
 			if err != nil {
 				t.log.Warn().Err(err).Str("run_id", id).Msg("expired run not deleted")
 				break
@@ -514,10 +520,12 @@ func (t *Table) Expire(ctx context.Context, retention time.Duration) int {
 	return n
 }
 
-// expire deletes the closed run id, unless a late event re-opened it. It
+// expire deletes the closed run id, unless a late event re-opened it;
+// early (trimClosed: before store.retention) also unless its split is not
+// settled by every sink yet, and its markers go after trimMarkerTTL. It
 // holds pt.ckptMu: a compaction that read the run before would otherwise
 // write it back after the deletion.
-func (pt *part) expire(ctx context.Context, id string) (bool, error) {
+func (pt *part) expire(ctx context.Context, id string, early bool) (bool, error) {
 	pt.ckptMu.Lock()
 	defer pt.ckptMu.Unlock()
 	t := pt.t
@@ -527,8 +535,15 @@ func (pt *part) expire(ctx context.Context, id string) (bool, error) {
 	if live {
 		return false, nil // re-opened by a late event
 	}
+	ttl := markerTTL
+	if early {
+		ttl = trimMarkerTTL
+		if pend, err := t.unsettled(ctx, pt.p, id); pend || err != nil {
+			return false, err
+		}
+	}
 	for _, k := range []string{stateKey(id), openKey(pt.p, id), summaryKey(id)} {
-		if err := t.st.purge(ctx, pt.lease, k); err != nil {
+		if err := t.st.purgeTTL(ctx, pt.lease, k, ttl); err != nil {
 			return false, err
 		}
 	}

@@ -101,6 +101,8 @@ type memory struct {
 	// a test sets them.
 	excess  atomic.Pointer[func() int64]
 	holdFor atomic.Int64
+	// brokerClosed is Config.BrokerClosedRunCost (a test may change it).
+	brokerClosed atomic.Int64
 }
 
 // besideRuns is what the open runs cost this process wherever their state
@@ -111,7 +113,7 @@ type memory struct {
 func (t *Table) besideRuns() int64 {
 	n, b := t.index.footprint(false)
 	nc, closed := t.index.footprint(true)
-	return b + closed + t.mem.coldBytes.Load() + n*t.cfg.BrokerRunCost + nc*t.cfg.BrokerClosedRunCost
+	return b + closed + t.mem.coldBytes.Load() + n*t.cfg.BrokerRunCost + nc*t.mem.brokerClosed.Load()
 }
 
 // memUsed is what counts against the bound: the runs in memory and

@@ -52,6 +52,9 @@ type Metrics struct {
 	// Pulls and close passes held for the heap (hold.go).
 	memHeld  prometheus.Gauge
 	memHolds prometheus.Counter
+	// expiredEarly counts the closed runs deleted before store.retention
+	// (trim.go).
+	expiredEarly prometheus.Counter
 	// The fleet: members seen, every partition's owner as this member
 	// sees it, partitions without one, partitions whose events stopped.
 	members  prometheus.Gauge
@@ -152,6 +155,8 @@ func NewMetrics() *Metrics {
 		Help: "Partitions' pulls and close passes (closes, read-backs of shed runs to close them) held now because the live heap is past three quarters of the runtime's memory limit (from memory_limit_mib); each at most 15 s, then one goes ahead. /readyz says catching up while any is held."})
 	m.memHolds = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_memory_holds_total",
 		Help: "Pulls and close passes held because the live heap was past three quarters of the runtime's memory limit (gttsplit_memory_held)."})
+	m.expiredEarly = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_expired_early_total",
+		Help: "Closed runs deleted from the state bucket before store.retention, those closed first: the closed runs kept (their summaries and stubs in the run index, with the embedded broker its index of their keys) passed 3/8 of the runs' memory bound (from memory_limit_mib). A late event of such a run starts it anew."})
 	m.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_fleet_members",
 		Help: "Live aggregators of this group as this aggregator sees them."})
 	m.owner = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gttsplit_partition_owned",
@@ -173,7 +178,7 @@ func NewMetrics() *Metrics {
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.redeliveredBy, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
-		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.pulledLate, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.memHeld, m.memHolds, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
+		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.pulledLate, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.memHeld, m.memHolds, m.expiredEarly, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		m.streamBytes, m.storeUsed, m.laneChecks, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -241,10 +241,15 @@ func (s *store) put(ctx context.Context, l *fleet.Lease, key string, b []byte) e
 // purge removes key with every revision, fenced by l; the marker it
 // leaves goes after markerTTL.
 func (s *store) purge(ctx context.Context, l *fleet.Lease, key string) error {
+	return s.purgeTTL(ctx, l, key, markerTTL)
+}
+
+// purgeTTL is purge with a marker that goes after ttl.
+func (s *store) purgeTTL(ctx context.Context, l *fleet.Lease, key string, ttl time.Duration) error {
 	m := nats.NewMsg(s.subj + key)
 	m.Header.Set(kvOperation, "PURGE")
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	return s.publishFenced(ctx, l, m, jetstream.WithMsgTTL(markerTTL))
+	return s.publishFenced(ctx, l, m, jetstream.WithMsgTTL(ttl))
 }
 
 // publishFenced publishes m with l's fence. The write holds the lease's

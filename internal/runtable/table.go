@@ -188,6 +188,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	}
 	t := &Table{cfg: cfg, log: log, js: js, st: newStore(js, kv), m: cfg.Metrics, byPart: map[int]*part{}, leases: map[int]*fleet.Lease{},
 		flow: newFlow(cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending), mem: memory{budget: cfg.RunMemory}, reviving: make(chan struct{}, reviveAtOnce)}
+	t.mem.brokerClosed.Store(cfg.BrokerClosedRunCost)
 	t.stopped, t.stop = context.WithCancel(context.Background())
 	t.st.atomic.Store(bus.AtomicAllowed(ctx, js, "KV_"+Bucket))
 	if t.parser = cfg.Fold.Parser; t.parser == nil {

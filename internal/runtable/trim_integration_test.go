@@ -1,0 +1,109 @@
+package runtable_test
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/runtable"
+	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
+	"github.com/gttsplit/gttsplit/pkg/events"
+)
+
+// More closed runs kept than their share of the runs' memory bound (3/8 of
+// 1 MiB here; each closed run charged 4 KiB for the broker in the process,
+// a stand-in for the embedded broker's ~680 bytes at full size): the runs
+// that closed first are deleted before store.retention (their closed and
+// summary keys purged) until the closed runs kept are back within their
+// share, none of the runs that closed last is, every run closed once with
+// its split, none redelivered, gttsplit_runs_expired_early_total counts
+// them. A late event of a run deleted so starts it anew: it closes again,
+// with a split of its own. With the trimming taken out the closed runs
+// kept stay past their share (the wait for them fails).
+func TestClosedRunsPastTheirShareDeletedOldestFirstIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	const group, first, last = "trimming", 150, 60
+	const brokerCost = 4 << 10
+	_, fx, b, clk, _, r := startBounded(t, group)
+	r.tbl.SetBrokerClosedRunCost(brokerCost)
+
+	wave := func(prefix string, n int) []string {
+		var ids []string
+		var wires []events.Wire
+		for i := range n {
+			id := fmt.Sprintf("%s-%04d", prefix, i)
+			w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: id, Host: fx.Origin.Host, Lane: fx.Origin.Lane})
+			require.NoError(t, err)
+			wires, ids = append(wires, w), append(ids, id)
+		}
+		done, _ := r.closes.count()
+		b.Publish(t, wires...)
+		waitMoving(t, prefix+": acknowledged", func() (uint64, bool) { return acked(b, group) })
+		clk.advance(boundIdle + time.Minute)
+		waitMoving(t, prefix+": every run closed", func() (uint64, bool) {
+			n2, _ := r.closes.count()
+			return uint64(n2), n2 == done+n
+		})
+		return ids
+	}
+	// The first wave closes an idle timeout before the last.
+	older := wave("trim-first", first)
+	newer := wave("trim-last", last)
+
+	_, _, capBytes := r.tbl.ClosedKept()
+	require.Equal(t, int64(3*boundBudget/8), capBytes)
+	require.Greater(t, int64(first+last)*brokerCost, capBytes, "the runs do not pass the share: nothing to test")
+	waitMoving(t, "the closed runs kept within their share", func() (uint64, bool) {
+		runs, bytes, _ := r.tbl.ClosedKept()
+		return uint64(runs), bytes <= capBytes
+	})
+	runs, bytes, _ := r.tbl.ClosedKept()
+	expired := counter(t, r.m, "gttsplit_runs_expired_early_total")
+	t.Logf("closed runs kept: %d, charged %d KiB of a %d KiB share; %v deleted early", runs, bytes>>10, capBytes>>10, expired)
+	require.Equal(t, int64(first+last)-int64(expired), runs)
+
+	// The ones deleted are the first wave's, those first by id (they
+	// closed at the same time); the last wave is whole.
+	var gone []string
+	for _, id := range older {
+		_, ok, err := r.tbl.Summary(rt.Ctx(t), id)
+		require.NoError(t, err)
+		if !ok {
+			gone = append(gone, id)
+			require.ErrorIs(t, getKey(t, b, runtable.StateKey(id)), jetstream.ErrKeyNotFound, "run %s: summary deleted, closed state kept", id)
+		}
+	}
+	require.Len(t, gone, int(expired))
+	require.True(t, sort.StringsAreSorted(gone))
+	require.Equal(t, older[:len(gone)], gone, "not the runs that closed first were deleted")
+	for _, id := range newer {
+		_, ok, err := r.tbl.Summary(rt.Ctx(t), id)
+		require.NoError(t, err)
+		require.True(t, ok, "run %s of the last wave deleted", id)
+		require.NoError(t, getKey(t, b, runtable.StateKey(id)), id)
+	}
+	for _, id := range append(append([]string(nil), older...), newer...) {
+		require.Len(t, r.closes.of(id), 1, "run %s: splits", id)
+	}
+	require.Zero(t, counter(t, r.m, "gttsplit_events_redelivered_total"))
+
+	// A late event of a run deleted early: the run starts anew and
+	// closes with a split of its own.
+	late := gone[0]
+	w, err := rt.Rewrite(fx.Decoded[1], events.Origin{RunID: late, Host: fx.Origin.Host, Lane: fx.Origin.Lane})
+	require.NoError(t, err)
+	done, _ := r.closes.count()
+	b.Publish(t, w)
+	waitMoving(t, "the late event acknowledged", func() (uint64, bool) { return acked(b, group) })
+	clk.advance(boundIdle + time.Minute)
+	waitMoving(t, "the late run closed", func() (uint64, bool) {
+		n, _ := r.closes.count()
+		return uint64(n), n == done+1
+	})
+	require.Len(t, r.closes.of(late), 2)
+}
