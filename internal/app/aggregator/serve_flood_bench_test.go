@@ -98,10 +98,13 @@ func BenchmarkServeFlood(b *testing.B) {
 		var page string
 		last, since := "", time.Now()
 		profiled := 0.0
+		var logged time.Time
 		for {
-			if hwm := procStatus(b, pid, "VmHWM"); profDir != "" && hwm >= profiled+8<<20 {
+			hwm := procStatus(b, pid, "VmHWM")
+			if profDir != "" && hwm >= profiled+8<<20 {
 				profiled = hwm
 				heapProfile(b, addr, filepath.Join(profDir, "peak-heap.pprof"))
+				heapProfile(b, addr, filepath.Join(profDir, fmt.Sprintf("peak-heap-%03.0f.pprof", hwm/(1<<20))))
 			}
 			_, page = tryGet(addr, "/metrics")
 			what := "gttsplit_runs_open"
@@ -109,6 +112,14 @@ func BenchmarkServeFlood(b *testing.B) {
 				what = "gttsplit_runs_completed_total" // every close, whatever its status
 			}
 			got := metricSum(page, what)
+			if profDir != "" && time.Since(logged) >= 15*time.Second {
+				logged = time.Now()
+				progress(b, filepath.Join(profDir, "progress.log"), fmt.Sprintf("%s %.0fs %s %.0f, peak %.0f MiB, RSS %.0f MiB, index %s B, runs %s B, held %s, holds %s, redelivered %s, load %s",
+					logged.UTC().Format("15:04:05"), time.Since(start).Seconds(), what, got, hwm/(1<<20), procStatus(b, pid, "VmRSS")/(1<<20),
+					metricValue(page, "gttsplit_run_index_memory_bytes"), metricValue(page, "gttsplit_run_memory_bytes"),
+					metricValue(page, "gttsplit_memory_held"), metricValue(page, "gttsplit_memory_holds_total"),
+					metricValue(page, "gttsplit_events_redelivered_total"), loadAvg()))
+			}
 			if got >= float64(n) && br.Idle(b, group) {
 				break
 			}
@@ -167,6 +178,19 @@ func heapProfile(b *testing.B, addr, file string) {
 	}
 	if err != nil || resp.StatusCode != http.StatusOK {
 		b.Logf("heap profile: %v (HTTP %d)", err, resp.StatusCode)
+	}
+}
+
+// progress appends line to file (the flood's progress, with a heap
+// profile); a failure is logged, not fatal.
+func progress(b *testing.B, file, line string) {
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = fmt.Fprintln(f, line)
+		_ = f.Close()
+	}
+	if err != nil {
+		b.Logf("progress: %v", err)
 	}
 }
 
