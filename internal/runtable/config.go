@@ -92,8 +92,9 @@ func (c ConsumerConfig) Validate() error {
 type StoreConfig struct {
 	// Retention: closed runs whose split was written longer ago are
 	// deleted (checked hourly by the owner of their partition); 0 keeps
-	// them.
-	Retention time.Duration `mapstructure:"retention" desc:"closed runs whose split was written longer ago are deleted from the state bucket (checked hourly); 0 keeps them"`
+	// them. Past their share of the runs' memory bound the closed runs
+	// that closed first are deleted sooner (trim.go).
+	Retention time.Duration `mapstructure:"retention" desc:"closed runs whose split was written longer ago are deleted from the state bucket (checked hourly; sooner, those closed first, while the closed runs kept pass 3/8 of the runs' memory bound from memory_limit_mib); 0 keeps them as long as that bound lets them"`
 	// CompactAfter is the grace a closed run keeps its full state for (a
 	// late event within it re-opens the run and folds as before); then
 	// the state is compacted, and a new event for the run is

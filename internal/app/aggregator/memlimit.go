@@ -20,7 +20,10 @@ import (
 //     and what every run costs wherever its state is (its run index
 //     summary, its cold entry, with the embedded server the server's
 //     index of its keys: embeddedRunCost an open run,
-//     embeddedClosedRunCost a closed run kept for store.retention);
+//     embeddedClosedRunCost a closed run kept for store.retention); the
+//     closed runs kept take at most 3/8 of it, past which those closed
+//     first are deleted before store.retention (internal/runtable's
+//     trim.go);
 //   - the sinks' queues: sinkMemory, a sixteenth of M, bounds the splits
 //     they hold while behind (by their JSON size); past it a split is
 //     deferred, its run id kept and the split read back from the state
