@@ -147,6 +147,10 @@ func (t *Table) ClosedKept() (runs, bytes, capBytes int64) {
 	return runs, bytes, t.closedKeepCap()
 }
 
+// TrimClosed is trimClosed: one pass of the janitor's deleting of closed
+// runs past their share.
+func (t *Table) TrimClosed(ctx context.Context) int { return t.trimClosed(ctx) }
+
 // LaneRuns are lane k's runs the lane changes are made of (evict.go).
 func (t *Table) LaneRuns(ctx context.Context, k LaneKey) []regress.Run { return t.laneRuns(ctx, k) }
 

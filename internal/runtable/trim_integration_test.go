@@ -9,9 +9,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
 	"github.com/gttsplit/gttsplit/pkg/events"
+	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
+	"github.com/gttsplit/gttsplit/pkg/split"
 )
 
 // More closed runs kept than their share of the runs' memory bound (3/8 of
@@ -106,4 +109,70 @@ func TestClosedRunsPastTheirShareDeletedOldestFirstIntegration(t *testing.T) {
 		return uint64(n), n == done+1
 	})
 	require.Len(t, r.closes.of(late), 2)
+}
+
+// The same share passed while a sink holds the runs' splits (blocked: each
+// run's pending marker stays in the bucket, the sink's queue defers what it
+// cannot hold and reads it back from the closed state later): no run is
+// deleted before every sink settled its split; once the sink goes on, every
+// split reaches it once, and then the closed runs are deleted down to their
+// share. Without the check of the pending marker the runs are deleted at
+// once (and the deferred splits could not be read back).
+func TestClosedRunsUnsettledNotDeletedIntegration(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	const group, flood = "trimheld", 150
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	clk := newFakeClock()
+	stuck := new(sinktest.Memory)
+	block := make(chan struct{})
+	stuck.Block(block)
+	r := startTable(t, b.URL, group, tableConfig{idle: boundIdle, now: clk.now, sinks: memSinks(stuck, nil),
+		edit: func(c *config.Aggregator) { c.MemoryLimitMiB = 2 }})
+	r.waitOwns(r.parts)
+	r.tbl.SetBrokerClosedRunCost(4 << 10)
+
+	var wires []events.Wire
+	for i := range flood {
+		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf("trimheld-%04d", i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
+		require.NoError(t, err)
+		wires = append(wires, w)
+	}
+	b.Publish(t, wires...)
+	waitMoving(t, "acknowledged", func() (uint64, bool) { return acked(b, group) })
+	clk.advance(boundIdle + time.Minute)
+	waitMoving(t, "every run closed", func() (uint64, bool) {
+		n, _ := r.closes.count()
+		return uint64(n), n == flood
+	})
+	_, bytes, capBytes := r.tbl.ClosedKept()
+	require.Greater(t, bytes, capBytes, "the closed runs do not pass their share: nothing to test")
+	require.Zero(t, r.tbl.TrimClosed(rt.Ctx(t)), "closed runs deleted before the sink settled their splits")
+	runs, _, _ := r.tbl.ClosedKept()
+	require.Equal(t, int64(flood), runs)
+
+	close(block)
+	waitMoving(t, "every split at the sink", func() (uint64, bool) {
+		n := len(stuck.Runs())
+		return uint64(n), n == flood
+	})
+	waitMoving(t, "the closed runs kept within their share", func() (uint64, bool) {
+		runs, bytes, _ := r.tbl.ClosedKept()
+		return uint64(runs), bytes <= capBytes
+	})
+	require.Positive(t, counter(t, r.m, "gttsplit_runs_expired_early_total"))
+	for id, n := range runCounts(stuck.Reports()) {
+		require.Equal(t, 1, n, "run %s: splits at the sink", id)
+	}
+	require.Zero(t, counter(t, r.m, "gttsplit_events_redelivered_total"))
+}
+
+// runCounts is how many of reps each run has.
+func runCounts(reps []split.Report) map[string]int {
+	out := map[string]int{}
+	for _, r := range reps {
+		out[r.Run.ID]++
+	}
+	return out
 }
