@@ -135,6 +135,8 @@ type Table struct {
 	// the redelivery queue).
 	rejoined atomic.Uint64
 	mem      memory // the runs' memory (memory.go)
+	// trimMu makes the passes of trimClosed one at a time.
+	trimMu sync.Mutex
 	// reviving bounds the partitions reading idle shed runs back at once
 	// (memory.go: reviveIdle).
 	reviving chan struct{}

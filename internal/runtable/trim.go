@@ -60,6 +60,8 @@ func (t *Table) closedKeepCap() int64 { return int64(closedKeepShare * float64(t
 // trimClosed deletes the closed runs that closed first of the partitions
 // owned while the closed runs kept pass their share, and returns how many.
 func (t *Table) trimClosed(ctx context.Context) int {
+	t.trimMu.Lock()
+	defer t.trimMu.Unlock()
 	capBytes := t.closedKeepCap()
 	nc, used := t.closedKept()
 	if capBytes <= 0 || used <= capBytes || nc == 0 {
@@ -82,12 +84,12 @@ func (t *Table) trimClosed(ctx context.Context) int {
 		}
 		if deleted {
 			n++
+			t.m.expiredEarly.Inc()
 		} else {
 			kept++
 		}
 	}
 	if n > 0 {
-		t.m.expiredEarly.Add(float64(n))
 		nc, used = t.closedKept()
 		t.log.Info().Int("runs", n).Int("kept_unsettled_or_reopened", kept).Int64("closed_runs_kept", nc).
 			Int64("closed_runs_mib", used>>20).Int64("share_mib", capBytes>>20).

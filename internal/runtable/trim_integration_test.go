@@ -65,6 +65,9 @@ func TestClosedRunsPastTheirShareDeletedOldestFirstIntegration(t *testing.T) {
 		runs, bytes, _ := r.tbl.ClosedKept()
 		return uint64(runs), bytes <= capBytes
 	})
+	// A pass of the janitor may still be under way: this one waits for
+	// it, and finds nothing more to delete.
+	require.Zero(t, r.tbl.TrimClosed(rt.Ctx(t)))
 	runs, bytes, _ := r.tbl.ClosedKept()
 	expired := counter(t, r.m, "gttsplit_runs_expired_early_total")
 	t.Logf("closed runs kept: %d, charged %d KiB of a %d KiB share; %v deleted early", runs, bytes>>10, capBytes>>10, expired)
