@@ -153,11 +153,13 @@ func BenchmarkServeFlood(b *testing.B) {
 		b.ReportMetric(unlisted, "runs-unlisted")
 		evicted, _ := strconv.ParseFloat(metricValue(page, "gttsplit_runs_closed_evicted"), 64)
 		b.ReportMetric(evicted, "closed-evicted")
+		early, _ := strconv.ParseFloat(metricValue(page, "gttsplit_runs_expired_early_total"), 64)
+		b.ReportMetric(early, "closed-deleted-early")
 		b.ReportMetric(redelivered, "redelivered")
 		b.ReportMetric(took.Seconds(), "s-to-fold")
 		b.ReportMetric(float64(n), "runs")
-		b.Logf("FLOOD %d runs (closed %v): peak RSS %.0f MiB, RSS %.0f MiB, %v shed, %v not listed on /runs, %v closed evicted, runs in memory %.0f MiB + %.0f MiB beside them (every open run's summary, cold entry and broker keys; the closed runs' summaries and stubs), %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
-			n, closed, peak/(1<<20), rss/(1<<20), shed, unlisted, evicted, held/(1<<20), beside/(1<<20), redelivered, published.Round(time.Second), took.Round(time.Second),
+		b.Logf("FLOOD %d runs (closed %v): peak RSS %.0f MiB, RSS %.0f MiB, %v shed, %v not listed on /runs, %v closed evicted, %v deleted early (past the closed runs' share), runs in memory %.0f MiB + %.0f MiB beside them (every open run's summary, cold entry and broker keys; the closed runs' summaries and stubs), %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
+			n, closed, peak/(1<<20), rss/(1<<20), shed, unlisted, evicted, early, held/(1<<20), beside/(1<<20), redelivered, published.Round(time.Second), took.Round(time.Second),
 			strings.TrimSpace(ready), load0, loadAvg())
 	}
 }
