@@ -83,6 +83,13 @@ type partConsumer struct {
 	cons   jetstream.Consumer
 	stop   context.CancelFunc
 	done   chan struct{}
+	// finish stops pulling, not handling: what the pulls bring until the
+	// broker ended them is folded (a hand-over: finishConsumers).
+	finish context.CancelFunc
+	// idle is set while the current pull is a quiet partition's (the
+	// pull before it brought nothing, or it is the first): a finish cuts
+	// it at once if nothing came on it yet.
+	idle atomic.Bool
 	// last is when a message or a heartbeat last came (unix nanos).
 	last atomic.Int64
 	// pending is the consumer's pending count at the last watch.
@@ -225,7 +232,9 @@ func (pt *part) consumer(ctx context.Context, stream string, filters []string) (
 // table stopped waiting for its pull is handled too, not dropped.
 func (pt *part) consume(c *partConsumer) {
 	ctx, stop := context.WithCancel(context.Background())
-	c.stop, c.done = stop, make(chan struct{})
+	// pulling ends at a finish (no pull sent any more) or a stop.
+	pulling, finish := context.WithCancel(ctx)
+	c.stop, c.finish, c.done = stop, finish, make(chan struct{})
 	t := pt.t
 	nc := t.js.Conn()
 	in := make(chan *nats.Msg, inboxLen)
@@ -286,7 +295,8 @@ func (pt *part) consume(c *partConsumer) {
 		// others elect one) is sent again after repullAfter, until a
 		// leader takes it.
 		empty := 0 // pulls in a row that brought nothing
-		for ctx.Err() == nil {
+		first := true
+		for pulling.Err() == nil {
 			expiry := pullExpiry
 			if empty >= idlePulls {
 				expiry = idlePullExpiry
@@ -295,13 +305,20 @@ func (pt *part) consume(c *partConsumer) {
 			if e := testPulls.Load(); e != nil {
 				expiry, grace = e[0], e[1]
 			}
-			t.awaitConn(ctx)
-			t.holdPull(ctx, c)
-			if ctx.Err() != nil {
+			t.awaitConn(pulling)
+			t.holdPull(pulling, c)
+			// A finished consumer's pull is waited for until the broker
+			// ends it (its expiry and grace at most): its messages on
+			// their way are folded, not lost to an ack wait.
+			pctx, cancel := context.WithTimeout(ctx, expiry+grace)
+			c.idle.Store(first || empty > 0)
+			first = false
+			c.setCut(cancel)
+			if pulling.Err() != nil {
+				c.setCut(nil)
+				cancel()
 				break
 			}
-			pctx, cancel := context.WithTimeout(ctx, expiry+grace)
-			c.setCut(cancel)
 			before := c.msgs.Load()
 			err := c.pull(nc, in, t.flow.pullSize(), expiry)
 			if err == nil {
@@ -343,18 +360,24 @@ func (pt *part) consume(c *partConsumer) {
 				}
 				t.log.Debug().Err(err).Int("partition", pt.p).Str("stream", c.stream).Msg("partition consumer not ready")
 				select {
-				case <-ctx.Done():
+				case <-pulling.Done():
 				case <-time.After(pause):
 				}
 			}
 		}
+		// Stopped: what still comes before the pulls are no longer
+		// listened to goes back at once to the next owner, and so does
+		// what was pulled and not handled, unless the consumer was
+		// finished (not stopped): then it is folded first.
+		rest := c.pulled.stop()
+		for len(rest) > 0 && ctx.Err() == nil {
+			handle(rest[0].jm, rest[0].fl)
+			rest = rest[1:]
+		}
 		mu.Lock()
 		stopped = true
 		mu.Unlock()
-		// Stopped: what was pulled and not handled, and what still
-		// comes before the pulls are no longer listened to, goes back
-		// at once to the next owner.
-		for _, pm := range c.pulled.stop() {
+		for _, pm := range rest {
 			_ = pm.jm.Nak()
 			pt.handBack(pm.fl, "stop")
 		}
@@ -386,6 +409,46 @@ func (pt *part) stopConsumers() {
 			<-c.done
 		}
 	}
+}
+
+// finishWait bounds a finish (finishConsumers): a pull's expiry and grace,
+// twice, for what it brings to be folded.
+const finishWait = 2 * (pullExpiry + pullGrace)
+
+// finishConsumers stops pulling on the partition (a hand-over) and folds
+// what its pulls bring until the broker ended them, then stops: what the
+// partition pulled is folded and written by the release's last checkpoint,
+// not handed back (naked) nor lost on its way (delivered again an ack wait
+// later). A quiet partition's pull that brought nothing yet is cut at
+// once (nothing is likely on its way: a hand-over of partitions with no
+// backlog is not held up for a pull's expiry); a busy one's lasts at most
+// its expiry and grace. Past finishWait the consumers are stopped: what
+// is left goes back at once.
+func (pt *part) finishConsumers() {
+	for _, c := range pt.cons {
+		if c.finish != nil {
+			c.finish()
+			if c.idle.Load() && c.pulled.none() {
+				c.cutPull()
+			}
+		}
+	}
+	deadline := time.NewTimer(finishWait)
+	defer deadline.Stop()
+	for _, c := range pt.cons {
+		if c.stop == nil {
+			continue
+		}
+		select {
+		case <-c.done:
+		case <-deadline.C:
+			deadline.Reset(0)
+			pt.t.log.Debug().Int("partition", pt.p).Str("stream", c.stream).Msg("partition's pulls not ended in time at its hand-over; what they bring goes to the next owner")
+			c.stop()
+			<-c.done
+		}
+	}
+	pt.stopConsumers()
 }
 
 // unpin drops this member's pin on the partition's consumers, so that its

@@ -184,6 +184,13 @@ func (p *pulled) message(id uint64, jm jetstream.Msg, pin string, now time.Time,
 	return !current, nil
 }
 
+// none says nothing came yet on the current pull, still waited for.
+func (p *pulled) none() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.ended && p.got == 0
+}
+
 // beat takes a heartbeat that came on pull id at now.
 func (p *pulled) beat(id uint64, now time.Time) {
 	p.mu.Lock()

@@ -313,7 +313,7 @@ func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
 	if pt == nil {
 		return
 	}
-	pt.stopConsumers()
+	pt.finishConsumers()
 	pt.stopLoop()
 	t.stopSettling(pt)
 	if pt.drained.Load() {
