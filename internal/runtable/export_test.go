@@ -186,3 +186,6 @@ func (t *Table) HeldNow() (pulls, passes int) {
 	}
 	return int(t.mem.pullsHeld.Load()), passes
 }
+
+// RaceEnabled says the test binary runs under the race detector.
+const RaceEnabled = raceEnabled

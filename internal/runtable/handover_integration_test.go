@@ -3,6 +3,7 @@ package runtable_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,15 @@ import (
 // the handler's hand, and stopped listening to the pull whose events were
 // on their way: 54 delivered again to the second table in this test; 58
 // of a 1,000-run backlog's 27,000 events at load 33-37.)
+//
+// Not under -race unless GTTSPLIT_HANDOVER_RACE is set: there the hold
+// (publishing 7,500 events and a second table's start) grew past the ack
+// wait on a loaded machine, the first table's given-up pulls piled up
+// behind it, and the run said nothing about a hand-over.
 func TestHandOverMidFoldSettlesWhatWasPulledIntegration(t *testing.T) {
+	if runtable.RaceEnabled && os.Getenv("GTTSPLIT_HANDOVER_RACE") == "" {
+		t.Skip("under -race the hold outgrows the ack wait on a loaded machine; GTTSPLIT_HANDOVER_RACE=1 runs it")
+	}
 	fx, b, proxy := behindProxy(t)
 	const group = "handover"
 	// An ack wait the hold below stays well inside on a loaded machine
