@@ -1,7 +1,6 @@
 package runtable
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -323,11 +321,7 @@ func coldCost(id string) int64 { return coldEntryCost + int64(len(id)) }
 // MiB) for one key and keeps it while reads come (a flood of 100,000
 // closing runs kept ~100 MiB of them).
 func dueCold(cold map[string]int64, now time.Time, idle time.Duration, n int) ([]string, time.Time, bool) {
-	type run struct {
-		id   string
-		last int64
-	}
-	var due []run
+	var due []stamped
 	var oldest time.Time
 	for id, ns := range cold {
 		last := time.Unix(0, ns)
@@ -335,19 +329,10 @@ func dueCold(cold map[string]int64, now time.Time, idle time.Duration, n int) ([
 			oldest = last
 		}
 		if now.Sub(last) > idle {
-			due = append(due, run{id, ns})
+			due = append(due, stamped{id, ns})
 		}
 	}
-	slices.SortFunc(due, func(a, b run) int {
-		if a.last != b.last {
-			return cmp.Compare(a.last, b.last)
-		}
-		return strings.Compare(a.id, b.id)
-	})
-	ids := make([]string, 0, min(n, len(due)))
-	for _, r := range due[:min(n, len(due))] {
-		ids = append(ids, r.id)
-	}
+	ids := oldestIDs(due, n)
 	return ids, oldest, len(due) <= n
 }
 

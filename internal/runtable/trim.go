@@ -105,15 +105,11 @@ func (ix *Index) oldestClosed(n int, keep func(id string) bool) []string {
 	if n <= 0 {
 		return nil
 	}
-	type run struct {
-		id string
-		at int64
-	}
 	ix.mu.RLock()
-	var rs []run
+	var rs []stamped
 	for id, st := range ix.stubs {
 		if st.at != 0 && keep(id) {
-			rs = append(rs, run{id, st.at})
+			rs = append(rs, stamped{id, st.at})
 		}
 	}
 	for id, s := range ix.m {
@@ -123,10 +119,22 @@ func (ix *Index) oldestClosed(n int, keep func(id string) bool) []string {
 		if k, ok := laneOf(s); ok && ix.byLane[k] != nil && ix.byLane[k].last == id {
 			continue
 		}
-		rs = append(rs, run{id, s.ClosedAt.UnixNano()})
+		rs = append(rs, stamped{id, s.ClosedAt.UnixNano()})
 	}
 	ix.mu.RUnlock()
-	slices.SortFunc(rs, func(a, b run) int {
+	return oldestIDs(rs, n)
+}
+
+// stamped is a run id with a time (ns) to order runs by.
+type stamped struct {
+	id string
+	at int64
+}
+
+// oldestIDs sorts rs oldest first (the id when the times are equal) and
+// returns the first n ids.
+func oldestIDs(rs []stamped, n int) []string {
+	slices.SortFunc(rs, func(a, b stamped) int {
 		if a.at != b.at {
 			return cmp.Compare(a.at, b.at)
 		}
