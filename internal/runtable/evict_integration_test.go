@@ -9,7 +9,6 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
-	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
 // More closed runs than the run index may hold within its share of the
@@ -27,12 +26,7 @@ func TestClosedRunsEvictedWithinTheirShareIntegration(t *testing.T) {
 	const group, flood = "evicting", 240 // a lane's window holds them all
 	_, fx, b, clk, _, r := startBounded(t, group)
 
-	var wires []events.Wire
-	for i := range flood {
-		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf("evicting-%04d", i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
-		require.NoError(t, err)
-		wires = append(wires, w)
-	}
+	wires := fx.Starts(t, "evicting-%04d", flood)
 	b.Publish(t, wires...)
 	waitMoving(t, "the flood acknowledged", func() (uint64, bool) { return acked(b, group) })
 

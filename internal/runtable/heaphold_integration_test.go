@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
-	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
 // While the live heap is past its share of the runtime's memory limit, the
@@ -27,12 +26,7 @@ func TestHeapPastItsShareHoldsPullsAndClosesIntegration(t *testing.T) {
 	t.Parallel()
 	const group, n = "heaphold", 64
 	_, fx, b, clk, _, r := startBounded(t, group)
-	var wires []events.Wire
-	for i := range n {
-		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf("heaphold-%03d", i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
-		require.NoError(t, err)
-		wires = append(wires, w)
-	}
+	wires := fx.Starts(t, "heaphold-%03d", n)
 	held := func() float64 { return counter(t, r.m, "gttsplit_memory_held") }
 	// checkpoints waits until every partition checkpointed about three
 	// times more: the window in which what is held must not move.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
-	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
 // More runs open at once than the run index may list within its share of
@@ -26,12 +25,7 @@ func TestIndexListsOpenRunsWithinItsShareIntegration(t *testing.T) {
 	const group, flood = "capped", 1500
 	_, fx, b, clk, _, r := startBounded(t, group)
 
-	var wires []events.Wire
-	for i := range flood {
-		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf("capped-%04d", i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
-		require.NoError(t, err)
-		wires = append(wires, w)
-	}
+	wires := fx.Starts(t, "capped-%04d", flood)
 
 	// What the listed open runs' summaries are charged, sampled all along.
 	stopSampling := samplePeak(t, func() (int64, int64) {

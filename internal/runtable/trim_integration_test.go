@@ -36,13 +36,10 @@ func TestClosedRunsPastTheirShareDeletedOldestFirstIntegration(t *testing.T) {
 	r.tbl.SetBrokerClosedRunCost(brokerCost)
 
 	wave := func(prefix string, n int) []string {
-		var ids []string
-		var wires []events.Wire
+		wires := fx.Starts(t, prefix+"-%04d", n)
+		ids := make([]string, n)
 		for i := range n {
-			id := fmt.Sprintf("%s-%04d", prefix, i)
-			w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: id, Host: fx.Origin.Host, Lane: fx.Origin.Lane})
-			require.NoError(t, err)
-			wires, ids = append(wires, w), append(ids, id)
+			ids[i] = fmt.Sprintf("%s-%04d", prefix, i)
 		}
 		done, _ := r.closes.count()
 		b.Publish(t, wires...)
@@ -136,12 +133,7 @@ func TestClosedRunsUnsettledNotDeletedIntegration(t *testing.T) {
 	r.waitOwns(r.parts)
 	r.tbl.SetBrokerClosedRunCost(4 << 10)
 
-	var wires []events.Wire
-	for i := range flood {
-		w, err := rt.Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf("trimheld-%04d", i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
-		require.NoError(t, err)
-		wires = append(wires, w)
-	}
+	wires := fx.Starts(t, "trimheld-%04d", flood)
 	b.Publish(t, wires...)
 	waitMoving(t, "acknowledged", func() (uint64, bool) { return acked(b, group) })
 	clk.advance(boundIdle + time.Minute)

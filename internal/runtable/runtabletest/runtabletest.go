@@ -146,6 +146,22 @@ func (fx Fixture) Without(skip ...int) []events.Wire {
 	return out
 }
 
+// Starts returns the fixture's first event (its run start) under n run
+// ids, fmt.Sprintf(format, i) for i from 0, on the fixture's host and
+// lane: a flood of runs that open and never finish.
+func (fx Fixture) Starts(t testing.TB, format string, n int) []events.Wire {
+	t.Helper()
+	out := make([]events.Wire, 0, n)
+	for i := range n {
+		w, err := Rewrite(fx.Decoded[0], events.Origin{RunID: fmt.Sprintf(format, i), Host: fx.Origin.Host, Lane: fx.Origin.Lane})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
 // ReplayJSON is the split a replay computes from exactly the given events.
 func ReplayJSON(t testing.TB, wires []events.Wire, opts split.Options) []byte {
 	t.Helper()
