@@ -30,21 +30,54 @@ type snapshot struct {
 	b     []byte
 	folds uint64
 	first bool // the run's first write: its summary too
+	cause writeCause
 	err   error
 }
 
+// writeCause is what made a checkpoint write a run's state (the metric
+// gttsplit_state_writes_causes_total).
+type writeCause string
+
+const (
+	// causeDue: a message waiting for the run's write neared the
+	// progress acknowledgement it would need (the run's, and the runs
+	// written with it).
+	causeDue writeCause = "due"
+	// causeInterval: a changed run none of whose messages waits (read
+	// back changed), at the checkpoint interval.
+	causeInterval writeCause = "interval"
+	// The causes of a checkpoint that writes every changed run: half of
+	// max_ack_pending messages wait (kick), the runs' memory bound needs
+	// room (room), the margins leave nothing to wait for (every), the
+	// bucket is failing (retry), a hand-over's or a stop's last (last).
+	causeKick  writeCause = "kick"
+	causeRoom  writeCause = "room"
+	causeEvery writeCause = "every"
+	causeRetry writeCause = "retry"
+	causeLast  writeCause = "last"
+	// causeClose: a run's closed state (close.go).
+	causeClose writeCause = "close"
+)
+
+// pick is a run a checkpoint writes, and why.
+type pick struct {
+	id    string
+	cause writeCause
+}
+
 // take encodes r's state for a write. pt.mu is held.
-func (pt *part) take(id string, r *liveRun) snapshot {
+func (pt *part) take(id string, r *liveRun, cause writeCause) snapshot {
 	b, err := MarshalState(r.st)
 	r.dirty = false
-	return snapshot{r: r, id: id, b: b, folds: r.folds, first: !r.stored, err: err}
+	return snapshot{r: r, id: id, b: b, folds: r.folds, first: !r.stored, cause: cause, err: err}
 }
 
 // checkpoint writes the partition's changed runs that are due (every one
-// with all: a release, a stop, a kick for room or for max_ack_pending, a
-// failing bucket) and acknowledges what the writes made durable; then
-// (unless final: a release) it closes the runs that are due.
-func (pt *part) checkpoint(ctx context.Context, final, all bool) {
+// when all names why: a kick for room or for max_ack_pending; and with
+// final, a release or a stop, or a failing bucket) and acknowledges what
+// the writes made durable; then (unless final) it closes the runs that
+// are due.
+func (pt *part) checkpoint(ctx context.Context, final bool, all writeCause) {
 	pt.ckptMu.Lock()
 	defer pt.ckptMu.Unlock()
 	defer func() {
@@ -55,13 +88,20 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 	}()
 	t := pt.t
 	taken := t.cfg.Now()
-	all = all || final || pt.failing
+	switch {
+	case final:
+		all = causeLast
+	case all == "" && pt.failing:
+		all = causeRetry
+	case all == "" && pt.writeBy() <= tickEvery:
+		all = causeEvery
+	}
 	// A selective checkpoint (not every changed run) measures how late
 	// its writes start (late); one that writes every changed run does
 	// not: its messages waited for the interval, not for writeBy.
-	selective := !all && pt.writeBy() > tickEvery
+	selective := all == ""
 	pt.mu.Lock()
-	dirty := pt.toWrite(!selective, time.Now())
+	dirty := pt.toWrite(all, time.Now())
 	pt.mu.Unlock()
 	t.m.checkpoints.Inc()
 	t0 := time.Now()
@@ -74,9 +114,9 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 		todo = todo[len(chunk):]
 		pt.mu.Lock()
 		snaps := make([]snapshot, 0, len(chunk))
-		for _, id := range chunk {
-			if r := pt.runs[id]; r != nil && r.dirty {
-				snaps = append(snaps, pt.take(id, r))
+		for _, w := range chunk {
+			if r := pt.runs[w.id]; r != nil && r.dirty {
+				snaps = append(snaps, pt.take(w.id, r, w.cause))
 			}
 		}
 		n0 := len(held)
@@ -161,27 +201,33 @@ func (pt *part) checkpoint(ctx context.Context, final, all bool) {
 // took longer than its average cost every message it held a progress
 // acknowledgement.
 
-// toWrite returns the changed runs a checkpoint writes (every one with
-// all). pt.mu is held.
-func (pt *part) toWrite(all bool, now time.Time) []string {
+// toWrite returns the changed runs a checkpoint writes (every one when
+// all names why). pt.mu is held.
+func (pt *part) toWrite(all writeCause, now time.Time) []pick {
 	by := pt.writeBy()
 	var waiting map[*liveRun]time.Time
 	var oldest time.Duration
-	if !all {
+	if all == "" {
 		waiting = pt.waiting()
 		for _, at := range waiting {
 			oldest = max(oldest, now.Sub(at))
 		}
 	}
-	var out []string
+	var out []pick
 	for id, r := range pt.runs {
 		if !r.dirty {
 			continue
 		}
-		if at, ok := waiting[r]; ok && (oldest < by || now.Sub(at) < by/2) {
-			continue // none of its messages nears the ack wait yet
+		cause := all
+		if at, ok := waiting[r]; ok && all == "" {
+			if oldest < by || now.Sub(at) < by/2 {
+				continue // none of its messages nears the ack wait yet
+			}
+			cause = causeDue
+		} else if all == "" {
+			cause = causeInterval
 		}
-		out = append(out, id)
+		out = append(out, pick{id: id, cause: cause})
 	}
 	return out
 }
@@ -317,6 +363,7 @@ func (pt *part) write(ctx context.Context, snaps []snapshot) (int, error) {
 			continue
 		}
 		t.m.stateWrites.Inc()
+		t.m.writeCauses.WithLabelValues(string(sn.cause)).Inc()
 		sn.r.written = max(sn.r.written, sn.folds)
 		sn.r.stored = true
 		sn.r.unsure = false // its open key is there again

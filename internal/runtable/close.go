@@ -259,6 +259,7 @@ func (pt *part) writeCloses(ctx context.Context, cs []*closing) {
 			continue
 		}
 		t.m.stateWrites.Inc()
+		t.m.writeCauses.WithLabelValues(string(causeClose)).Inc()
 		c.r.stored = false
 	}
 }

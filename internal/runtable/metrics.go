@@ -37,9 +37,12 @@ type Metrics struct {
 	compacted     prometheus.Counter
 	checkpoints   prometheus.Counter
 	stateWrites   prometheus.Counter
-	progress      prometheus.Counter
-	repulls       prometheus.Counter
-	pulledLate    prometheus.Counter
+	// writeCauses is the run states written by what made them due
+	// (checkpoint.go: writeCause).
+	writeCauses *prometheus.CounterVec
+	progress    prometheus.Counter
+	repulls     prometheus.Counter
+	pulledLate  prometheus.Counter
 	// The runs' memory (memory.go).
 	shed      prometheus.Counter
 	runsShed  prometheus.Gauge
@@ -119,6 +122,8 @@ func NewMetrics() *Metrics {
 		Help: "Checkpoints: writes of a partition's changed run states to the state bucket, then the acknowledgements of their messages."})
 	m.stateWrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_state_writes_total",
 		Help: "Run states written to the state bucket (by checkpoints and closes)."})
+	m.writeCauses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gttsplit_state_writes_causes_total",
+		Help: "The same run states by what made them due: due (a message waiting for the run's write neared its last progress acknowledgement before one, and the runs written with it), interval (a changed run none of whose messages waits, at checkpoint_interval), kick (half of max_ack_pending messages waited), room (the runs' memory bound), every (the margins left nothing to wait for), retry (a failing bucket), last (a hand-over's or a stop's last checkpoint), close (a run's closed state)."}, []string{"cause"})
 	m.progress = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_events_progress_acks_total",
 		Help: "Progress acknowledgements sent for events still waiting for their checkpoint (their ack wait starts again instead of a redelivery)."})
 	m.repulls = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_partition_leaderless_pulls_total",
@@ -178,7 +183,7 @@ func NewMetrics() *Metrics {
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.redeliveredBy, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
-		m.checkpoints, m.stateWrites, m.progress, m.repulls, m.pulledLate, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.memHeld, m.memHolds, m.expiredEarly, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
+		m.checkpoints, m.stateWrites, m.writeCauses, m.progress, m.repulls, m.pulledLate, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.memHeld, m.memHolds, m.expiredEarly, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		m.streamBytes, m.storeUsed, m.laneChecks, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -61,8 +61,10 @@ type part struct {
 	heldSince time.Time
 	held      atomic.Bool
 
-	kick     chan struct{}
-	stopLoop func()
+	kick chan struct{}
+	// kickedFull says the kick was for max_ack_pending (not for room).
+	kickedFull atomic.Bool
+	stopLoop   func()
 	// drained is set once a stop wrote what the partition held (stop.go):
 	// its loop only records the sinks' deliveries from then on.
 	drained atomic.Bool
@@ -331,6 +333,7 @@ func (pt *part) handle(ctx context.Context, msg bus.Msg, fl *flight) error {
 	}
 	t.m.folded.Inc()
 	if due {
+		pt.kickedFull.Store(true)
 		select {
 		case pt.kick <- struct{}{}:
 		default:
@@ -570,26 +573,29 @@ func (pt *part) loop(ctx context.Context) {
 	defer t.Stop()
 	last := time.Now()
 	for {
-		kicked := false
+		var kicked writeCause
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-pt.kick:
-			kicked = true
+			kicked = causeRoom
+			if pt.kickedFull.Swap(false) {
+				kicked = causeKick
+			}
 		}
 		wait := pt.t.cfg.Consumer.CheckpointInterval
 		due := false
 		if pt.backoff > 0 {
 			wait = pt.backoff // a failing bucket is not asked again at once
-			kicked = false
+			kicked = ""
 		} else {
 			due = pt.writeDue(time.Now())
 		}
 		// A checkpoint under way is not cut short by the stop: its
 		// writes would fail, and the release writes again what it holds.
 		wctx := context.WithoutCancel(ctx)
-		if kicked || due || time.Since(last) >= wait {
+		if kicked != "" || due || time.Since(last) >= wait {
 			// A kick (half of max_ack_pending waits, or room in
 			// memory) writes every changed run.
 			pt.checkpoint(wctx, false, kicked)

@@ -56,7 +56,7 @@ func (pt *part) drain(ctx context.Context) {
 	}
 	pt.stopConsumers()
 	pt.stopLoop()
-	pt.checkpoint(ctx, true, true)
+	pt.checkpoint(ctx, true, causeLast)
 	if t := pt.t; t.lanePost != nil {
 		deadline := time.Now().Add(releaseSettle)
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {

@@ -321,7 +321,7 @@ func (t *Table) Release(ctx context.Context, l *fleet.Lease) {
 		// settled is recorded, the rest is the next owner's.
 		pt.settle(ctx)
 	} else {
-		pt.checkpoint(ctx, true, true)
+		pt.checkpoint(ctx, true, causeLast)
 		if t.lanePost != nil {
 			t.lanePost.settle(pt.p, time.Now().Add(releaseSettle))
 		}

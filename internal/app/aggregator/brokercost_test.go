@@ -455,6 +455,7 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	redelivered := f.metric("gttsplit_events_redelivered_total", f.aggs...)
 	progress := f.metric("gttsplit_events_progress_acks_total", f.aggs...)
 	writes := f.metric("gttsplit_state_writes_total", f.aggs...)
+	causes := f.writeCauses(n, f.aggs...)
 
 	// Every split written: the aggregators' control traffic alone, once
 	// their last checkpoints are behind them.
@@ -485,14 +486,14 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 		"the same acknowledging every %dth message for all before it (ack policy all) %.2f ms a run (%.1f s) [load %s]; "+
 		"%d filtered R3 pull consumers (a partition each) %.2f ms a run (%.1f s) [load %s]; "+
 		"fold by 3 aggregators %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer, %.2f× the filtered ones; "+
-		"3 aggregators idle %.1f ms/s (all the servers' CPU: the raft groups of the fleet's and of this test's consumers included; TestFleetIdleAfterFoldIntegration measures the aggregators' part) [load %s]; redelivered %.0f (%.2f %%), progress acks %.0f (%.2f an event), %.1f run states written a run, "+
+		"3 aggregators idle %.1f ms/s (all the servers' CPU: the raft groups of the fleet's and of this test's consumers included; TestFleetIdleAfterFoldIntegration measures the aggregators' part) [load %s]; redelivered %.0f (%.2f %%), progress acks %.0f (%.2f an event), %.1f run states written a run (%s), "+
 		"%.1f messages stored in the state bucket a run (leases' renewals included); acknowledgements the broker received while they folded %.2f a run (%s)",
 		n, nEvents, float64(f.pubBytes)/1e6, perSec(bg), load["background"], float64(first.Microseconds())/1000, load["first"],
 		perRun(pub), pubT.Seconds(), load["publish"], perRun(plain1), perRun(plain2), plainT.Seconds(), plain2T.Seconds(), load["plain1"], load["plain2"],
 		ackAllEvery, perRun(plainAll), allT.Seconds(), load["plainall"],
 		bus.DefaultPartitions, perRun(filt), filtT.Seconds(), load["filtered"],
 		perRun(fold), foldT.Seconds(), load["fold"], float64(fold)/float64(hi), float64(fold)/float64(lo), float64(fold)/float64(filt),
-		perSec(idle), load["idle"], redelivered, 100*redelivered/float64(nEvents), progress, progress/float64(nEvents), writes/float64(n),
+		perSec(idle), load["idle"], redelivered, 100*redelivered/float64(nEvents), progress, progress/float64(nEvents), writes/float64(n), causes,
 		float64(bucketWrites)/float64(n), float64(total(acks))/float64(n), ackKinds(acks, n))
 }
 

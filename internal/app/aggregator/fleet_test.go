@@ -478,6 +478,28 @@ func (f *fleetRig) redeliveryCauses() string {
 	return strings.Join(out, "; ")
 }
 
+// writeCauses says the run states the live aggregators wrote a run (of
+// runs), by cause (gttsplit_state_writes_causes_total).
+func (f *fleetRig) writeCauses(runs int, live ...*fleetAgg) string {
+	sum := map[string]float64{}
+	for _, a := range live {
+		_, page := tryGet(a.http, "/metrics")
+		for _, l := range strings.Split(page, "\n") {
+			if rest, ok := strings.CutPrefix(l, `gttsplit_state_writes_causes_total{cause="`); ok {
+				cause, v, _ := strings.Cut(rest, `"} `)
+				x, _ := strconv.ParseFloat(v, 64)
+				sum[cause] += x
+			}
+		}
+	}
+	var out []string
+	for c, v := range sum {
+		out = append(out, fmt.Sprintf("%s %.2f", c, v/float64(runs)))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
 // keepLogs, with GTTSPLIT_FLEET_KEEP=<dir>, copies the aggregators' logs
 // and the nodes' to <dir>/<test> (the aggregators' at debug level with
 // GTTSPLIT_FLEET_LOG_LEVEL=debug trace each redelivery and hand-back).
