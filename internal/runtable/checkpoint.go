@@ -3,6 +3,7 @@ package runtable
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"time"
 
@@ -122,7 +123,7 @@ func (pt *part) checkpoint(ctx context.Context, final bool, all writeCause) {
 		n0 := len(held)
 		held = pt.heldBy(snaps, held)
 		pt.mu.Unlock()
-		if oldest := pt.fl.setWriting(held[n0:], true); n0 == 0 && selective && oldest > 0 {
+		if oldest := pt.fl.setWriting(held[n0:], true, t.flow.ahead); n0 == 0 && selective && oldest > 0 {
 			pt.late(oldest)
 		}
 		var n int
@@ -205,12 +206,12 @@ func (pt *part) checkpoint(ctx context.Context, final bool, all writeCause) {
 // all names why). pt.mu is held.
 func (pt *part) toWrite(all writeCause, now time.Time) []pick {
 	by := pt.writeBy()
-	var waiting map[*liveRun]time.Time
+	var waiting map[*liveRun]time.Duration
 	var oldest time.Duration
 	if all == "" {
-		waiting = pt.waiting()
-		for _, at := range waiting {
-			oldest = max(oldest, now.Sub(at))
+		waiting = pt.waiting(now)
+		for _, w := range waiting {
+			oldest = max(oldest, w)
 		}
 	}
 	var out []pick
@@ -219,8 +220,8 @@ func (pt *part) toWrite(all writeCause, now time.Time) []pick {
 			continue
 		}
 		cause := all
-		if at, ok := waiting[r]; ok && all == "" {
-			if oldest < by || now.Sub(at) < by/2 {
+		if w, ok := waiting[r]; ok && all == "" {
+			if oldest < by || w < by/2 {
 				continue // none of its messages nears the ack wait yet
 			}
 			cause = causeDue
@@ -272,30 +273,38 @@ func (pt *part) heldBy(snaps []snapshot, fs []*flight) []*flight {
 }
 
 // waiting returns, for each run with folded messages its last write does
-// not hold, when the ack wait of the oldest of them last started. pt.mu
-// is held.
-func (pt *part) waiting() map[*liveRun]time.Time {
-	w := make(map[*liveRun]time.Time)
+// not hold, the longest any of them waited for it (waited). pt.mu is
+// held.
+func (pt *part) waiting(now time.Time) map[*liveRun]time.Duration {
+	w := make(map[*liveRun]time.Duration)
 	pt.fl.mu.Lock()
 	defer pt.fl.mu.Unlock()
 	for _, pm := range pt.pending {
 		if pm.gen <= pm.run.written {
 			continue
 		}
-		var at time.Time // not in the ledger: at once
-		if pm.fl != nil {
-			at = pm.fl.at
-		}
-		if old, ok := w[pm.run]; !ok || at.Before(old) {
-			w[pm.run] = at
+		d := pt.waited(pm, now)
+		if old, ok := w[pm.run]; !ok || d > old {
+			w[pm.run] = d
 		}
 	}
 	return w
 }
 
+// waited is how long a folded message waited for its run's write, as
+// writeBy counts it: since its ack wait last started, less the progress
+// acknowledgements it still gets before the write is due (flow.ahead).
+// One not in the ledger waited too long at once. pt.fl.mu is held.
+func (pt *part) waited(pm pendingMsg, now time.Time) time.Duration {
+	if pm.fl == nil {
+		return time.Duration(math.MaxInt64)
+	}
+	return now.Sub(pm.fl.at) - pt.t.flow.ahead(pm.fl.progressed)
+}
+
 // writeDue says whether a message waiting for its run's write waited
-// writeBy: the loop then checkpoints before the interval. Only the
-// oldest messages are looked at (pending is in the order they were
+// writeBy (waited): the loop then checkpoints before the interval. Only
+// the oldest messages are looked at (pending is in the order they were
 // folded).
 func (pt *part) writeDue(now time.Time) bool {
 	by := pt.writeBy()
@@ -313,7 +322,9 @@ func (pt *part) writeDue(now time.Time) bool {
 		if pm.gen <= pm.run.written {
 			continue // written, not acknowledged yet
 		}
-		return pm.fl == nil || now.Sub(pm.fl.at) >= by
+		if pt.waited(pm, now) >= by {
+			return true
+		}
 	}
 	return false
 }

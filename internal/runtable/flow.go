@@ -104,6 +104,24 @@ func (f *flow) progressEvery() time.Duration { return max(f.ackWait/10, 10*time.
 // gets one otherwise, progressAfter and a look of the goroutine.
 func (f *flow) writeGrace() time.Duration { return f.progressAfter() + f.progressEvery() }
 
+// progressBeforeWrite is how many progress acknowledgements a folded
+// message waiting for its run's write gets before that write is due
+// (checkpoint.go: toWrite). A progress acknowledgement costs the broker
+// one replicated update of the consumer's state; a run's write, a
+// replicated store of its state in the bucket (and the removal of the
+// one before): while a backlog's interleaved runs fold, each run was
+// written every 40 % of the ack wait, a write a run every 4 s for as
+// long as the fold lasts, where its few messages waiting in that time
+// can instead have their progress acknowledged twice.
+const progressBeforeWrite = 2
+
+// ahead is how much longer than writeBy a message whose progress was
+// acknowledged progressed times since it came may wait for its run's
+// write: the progress acknowledgements it gets meanwhile.
+func (f *flow) ahead(progressed int) time.Duration {
+	return time.Duration(max(progressBeforeWrite-progressed, 0)) * f.progressAfter()
+}
+
 // maxLate bounds how late a partition's writes are taken to start
 // (checkpoint.go: late): twice it takes at most a quarter off
 // progressAfter.
@@ -134,6 +152,9 @@ type flight struct {
 	// delivered is how many times JetStream delivered the message, this
 	// delivery included (set once, when it came).
 	delivered uint64
+	// progressed is how many progress acknowledgements it got (guarded
+	// by the ledger's lock).
+	progressed int
 	// What a redelivery of the message is traced to (redeliver.go),
 	// guarded by the ledger's lock: its stream sequence, when it came,
 	// the longest it waited between two starts of its ack wait as this
@@ -202,8 +223,10 @@ func (l *ledger) doneAs(f *flight, how settledHow) {
 }
 
 // setWriting marks fs as held by a write under way (on) or not; it
-// returns how long the oldest of them has waited.
-func (l *ledger) setWriting(fs []*flight, on bool) time.Duration {
+// returns the longest any of them has waited for its write, past what
+// ahead (nil: nothing) allows it for its progress acknowledgements to
+// come.
+func (l *ledger) setWriting(fs []*flight, on bool, ahead func(int) time.Duration) time.Duration {
 	if len(fs) == 0 {
 		return 0
 	}
@@ -213,7 +236,11 @@ func (l *ledger) setWriting(fs []*flight, on bool) time.Duration {
 	defer l.mu.Unlock()
 	for _, f := range fs {
 		f.writing = on
-		oldest = max(oldest, now.Sub(f.at))
+		w := now.Sub(f.at)
+		if ahead != nil {
+			w -= ahead(f.progressed)
+		}
+		oldest = max(oldest, w)
 	}
 	return oldest
 }
@@ -238,6 +265,7 @@ func (l *ledger) progress(now time.Time, after, grace time.Duration) int {
 		if w := now.Sub(f.at); w > after && (!f.writing || w > grace) {
 			f.longest = max(f.longest, w)
 			f.at = now
+			f.progressed++
 			due = append(due, f.ack)
 		}
 	}

@@ -53,14 +53,14 @@ func TestProgressAckedForAWriteOnlyPastItsGrace(t *testing.T) {
 	require.Greater(t, f.writeGrace(), f.progressAfter())
 	writing := l.add(msgs[0], msgs[0].Reply(), now.Add(-ackWait*45/100))
 	other := l.add(msgs[1], msgs[1].Reply(), now.Add(-ackWait*45/100))
-	l.setWriting([]*flight{writing}, true)
+	l.setWriting([]*flight{writing}, true, nil)
 	require.Equal(t, 1, l.progress(now, f.progressAfter(), f.writeGrace()), "only the message no write holds")
 	require.Equal(t, now, other.at)
 	require.Equal(t, now.Add(-ackWait*45/100), writing.at, "the written message was left alone")
 	late := now.Add(f.writeGrace() - ackWait*45/100 + time.Millisecond)
 	require.Equal(t, 1, l.progress(late, f.progressAfter(), f.writeGrace()), "past its grace it gets one")
 	require.Equal(t, late, writing.at)
-	l.setWriting([]*flight{writing}, false)
+	l.setWriting([]*flight{writing}, false, nil)
 	require.Zero(t, l.progress(late, f.progressAfter(), f.writeGrace()))
 }
 

@@ -25,7 +25,7 @@ func TestRedeliveryTracedToItsEarlierDelivery(t *testing.T) {
 	f := add(3)
 	l.folded(f, msgs[0])
 	require.Equal(t, "held_folded", cause(3))
-	l.setWriting([]*flight{f}, true)
+	l.setWriting([]*flight{f}, true, nil)
 	require.Equal(t, "held_writing", cause(3))
 	l.writeFailed([]*flight{f})
 	tr := l.trace(3, add(3), now)
