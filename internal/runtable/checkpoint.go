@@ -176,21 +176,24 @@ func (pt *part) checkpoint(ctx context.Context, final bool, all writeCause) {
 }
 
 // A changed run is written when one of its messages would otherwise need
-// a progress acknowledgement, not at every checkpoint: a busy partition's
-// runs (a backlog's interleaved runs, every one changed between two
-// checkpoints) were each written again every checkpoint_interval. Here a
+// one progress acknowledgement more than it may get (progressBeforeWrite,
+// flow.go), not at every checkpoint: a busy partition's runs (a backlog's
+// interleaved runs, every one changed between two checkpoints) were each
+// written again every checkpoint_interval, and then (with none allowed)
+// every 40 % of the ack wait for as long as the fold lasted. Here a
 // partition writes once one of its messages waiting for its run's write
-// waited writeBy (the loop looks every tick: writeDue), and then every
-// changed run one of whose messages waited half of that (so that the
-// writes go together, and a busy run is written about every writeBy); its
-// other changed runs wait. The checkpoints of the interval write only the
-// changed runs none of whose messages waits (a run read back changed) and
-// those due.
+// waited writeBy since its last allowed progress acknowledgement (waited;
+// the loop looks every tick: writeDue), and then every changed run one of
+// whose messages waited half of that (so that the writes go together, and
+// a busy run is written about every writeBy and two progress
+// acknowledgements); its other changed runs wait. The checkpoints of the
+// interval write only the changed runs none of whose messages waits (a
+// run read back changed) and those due.
 //
 // A message a write under way holds is left without a progress
 // acknowledgement until it waited flow.writeGrace (the latest it would
 // get one otherwise): its acknowledgement comes with the write. So a
-// write must start before the message's first progress acknowledgement
+// write must start before the message's next progress acknowledgement
 // is due (flow.progressAfter) and end before writeGrace; writeBy leaves,
 // before the earlier of the two, the partition's measured checkpoint
 // time, twice (a loaded machine's checkpoints take longer than their

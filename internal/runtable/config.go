@@ -20,12 +20,13 @@ type ConsumerConfig struct {
 	// CheckpointInterval is how often a partition checkpoints the
 	// changed runs none of whose messages waits (runs read back
 	// changed), sheds and retries a failing bucket; a changed run whose
-	// messages wait is written when one of the partition's nears its
-	// first progress acknowledgement (checkpoint.go: toWrite), every
-	// changed run when half of MaxAckPending messages wait. A complete
+	// messages wait is written when one of the partition's, its progress
+	// acknowledged twice, nears its third progress acknowledgement
+	// (checkpoint.go: toWrite), every changed run when half of
+	// MaxAckPending messages wait. A complete
 	// run does not wait for either: the partition's loop closes it as it
 	// is (closeDue).
-	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often a partition checkpoints the changed runs none of whose messages waits, and retries a failing state bucket; a changed run's state is written, and its messages acknowledged, once a message of its partition waiting for such a write nears 40 % of ack_wait (with every changed run one of whose messages waited half as long), every changed run once half of max_ack_pending messages wait; a complete run is closed, and its messages acknowledged, without waiting; at most half of ack_wait"`
+	CheckpointInterval time.Duration `mapstructure:"checkpoint_interval" desc:"how often a partition checkpoints the changed runs none of whose messages waits, and retries a failing state bucket; a changed run's state is written, and its messages acknowledged, once a message of its partition waiting for such a write, its progress acknowledged twice (each time it waited 40 % of ack_wait), nears its third (with every changed run one of whose messages is half as far from it), every changed run once half of max_ack_pending messages wait; a complete run is closed, and its messages acknowledged, without waiting; at most half of ack_wait"`
 	// Lanes restricts the partition consumers to these lanes,
 	// comma-separated (see LaneList); empty is every lane.
 	Lanes string `mapstructure:"lanes" desc:"lanes whose runs this aggregator folds, comma-separated; empty means every lane"`

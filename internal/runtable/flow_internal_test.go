@@ -163,3 +163,30 @@ func TestWriteLatenessBounded(t *testing.T) {
 	require.Less(t, time.Duration(pt.writeLate.Load()), time.Millisecond, "on time again: the lateness comes down")
 	require.InDelta(t, float64(by), float64(pt.writeBy()), float64(2*time.Millisecond))
 }
+
+// A folded message waiting for its run's write makes the write due only
+// once its progress was acknowledged twice and it waited writeBy since:
+// a progress acknowledgement costs the broker one replicated update of
+// the consumer's state, a run's write a replicated store of its state.
+// Before, the write was due once it waited writeBy at all (its first
+// progress acknowledgement near).
+func TestWriteDueAfterTwoProgressAcks(t *testing.T) {
+	const ackWait = time.Hour
+	msgs := fetched(t, ackWait, 1)
+	tb := &Table{flow: newFlow(ackWait, 64)}
+	pt := &part{t: tb}
+	by, after := pt.writeBy(), tb.flow.progressAfter()
+	now := time.Now()
+	fl := pt.fl.add(msgs[0], msgs[0].Reply(), now.Add(-by))
+	pt.pending = []pendingMsg{{run: &liveRun{folds: 1}, gen: 1, fl: fl}}
+	require.False(t, pt.writeDue(now), "waited writeBy, its progress not acknowledged yet")
+	t1 := now.Add(after - by + time.Millisecond)
+	require.Equal(t, 1, pt.fl.progress(t1, after, tb.flow.writeGrace()))
+	require.False(t, pt.writeDue(t1.Add(by)), "its progress acknowledged once")
+	t2 := t1.Add(after + time.Millisecond)
+	require.Equal(t, 1, pt.fl.progress(t2, after, tb.flow.writeGrace()))
+	require.False(t, pt.writeDue(t2.Add(by-time.Millisecond)))
+	require.True(t, pt.writeDue(t2.Add(by)), "acknowledged twice, then waited writeBy")
+	pt.pending[0].run.written = 1
+	require.False(t, pt.writeDue(t2.Add(by)), "written")
+}

@@ -52,9 +52,9 @@ func TestChangedRunsWrittenWhenTheirMessagesNeedItIntegration(t *testing.T) {
 	require.LessOrEqual(t, writes, float64(2*n), "run states written a run")
 }
 
-// A changed run whose messages wait is written before their progress
-// would need acknowledging: a run that never completes is written, and
-// its messages acknowledged, within the ack wait.
+// A changed run whose messages wait is written once their progress was
+// acknowledged twice (and before a third): a run that never completes is
+// written, and its messages acknowledged, none delivered twice.
 func TestHeldRunWrittenWithinTheAckWaitIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
@@ -66,6 +66,7 @@ func TestHeldRunWrittenWithinTheAckWaitIntegration(t *testing.T) {
 	b.Publish(t, fx.Wires[:len(fx.Wires)/2]...)
 	b.WaitAcked(t, "heldopen")
 	require.Positive(t, counter(t, a.m, "gttsplit_state_writes_total"), "the open run written")
+	require.Zero(t, counter(t, a.m, "gttsplit_events_redelivered_total"), "no event delivered twice")
 	n, _ := a.closes.count()
 	require.Zero(t, n, "the run is open")
 }
