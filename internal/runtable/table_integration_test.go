@@ -647,8 +647,16 @@ func TestStateBucketNeverLoweredIntegration(t *testing.T) {
 
 	// A bucket of an earlier version (no TTLs) gets them.
 	require.NoError(t, js.DeleteKeyValue(ctx, runtable.Bucket))
-	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: runtable.Bucket, History: 1})
-	require.NoError(t, err)
+	// The delete is answered once the stream's leader removed it; on a
+	// busy machine a replica may still hold the old store's directory,
+	// and creating the bucket again under its name fails (the broker's
+	// error code 10049, error creating store) until it is gone.
+	rt.Eventually(t, "created again (the old store gone from every peer)", func() bool {
+		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: runtable.Bucket, History: 1})
+		var apiErr *jetstream.APIError
+		return !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049
+	})
+	require.NoError(t, err, "created again")
 	// Raising it places two new replicas: a cluster just formed on a busy
 	// machine may still take a peer for offline (the broker's error code
 	// 10005, no suitable peers) until its meta group has heard from it.
