@@ -91,7 +91,17 @@ type Lease struct {
 	// mu is held by a renewal (alone or in a batch) or a fenced write,
 	// one at a time: rev changes only under it. (Lock order: no other
 	// lock of this package is taken under mu, but another lease's mu
-	// with TryLock, by lockBatch.)
+	// with TryLock, by lockBatch.) The turns are needed, not only for
+	// rev: on a replicated bucket the server has at most one write
+	// checked against a subject's last sequence in its pipeline at a
+	// time, and refuses another checked against the same subject until
+	// the first is applied (code 10164). A fenced write is checked
+	// against the lease key's subject, as the renewal is: a renewal sent
+	// while its partition's write is under way is refused, and the
+	// write sent while a renewal is under way too. (Measured with the
+	// renewals taken off this lock, 1,000-run backlog at load 48-58:
+	// 122 renewals and 70 writes refused so, 15 leases lost, against 0
+	// refused and none lost at load 39-43 with it.)
 	mu  sync.Mutex
 	rev uint64
 	// shown is rev for Revision, which does not wait for a write in
