@@ -187,5 +187,9 @@ func (t *Table) HeldNow() (pulls, passes int) {
 	return int(t.mem.pullsHeld.Load()), passes
 }
 
-// RaceEnabled says the test binary runs under the race detector.
-const RaceEnabled = raceEnabled
+// PullExpiry is a busy partition's pull's expiry, PullBatch the most a
+// pull asks for.
+const (
+	PullExpiry = pullExpiry
+	PullBatch  = pullBatch
+)
