@@ -11,9 +11,8 @@ import (
 // EnvExtra are the GTTSPLIT_* variables the project reads that set no key:
 // the tests' (the browser, screenshots, the fleet and conservation
 // harnesses, the fdinfo test's child, the measuring launcher of
-// internal/perftest, the run table's hand-over test under -race), the
-// benchmarks' and the image
-// build's. UnknownEnv lets them pass; a name ending in "_" is a prefix.
+// internal/perftest), the benchmarks' and the image build's. UnknownEnv
+// lets them pass; a name ending in "_" is a prefix.
 // TestEnvExtraIsComplete keeps the list in step with the repository.
 var EnvExtra = []string{
 	"GTTSPLIT_BROWSER", "GTTSPLIT_SCREENSHOTS",
@@ -21,7 +20,6 @@ var EnvExtra = []string{
 	"GTTSPLIT_FLEET", "GTTSPLIT_FLEET_",
 	"GTTSPLIT_BENCH_",
 	"GTTSPLIT_FDINFO_TESTCHILD",
-	"GTTSPLIT_HANDOVER_RACE",
 	"GTTSPLIT_PERFTEST_CHILD",
 	"GTTSPLIT_VERSION",
 }
