@@ -38,10 +38,10 @@ import (
 // handed back, every run is written once, and the second table folds the
 // rest of the backlog. (Before, a hand-over naked what was queued and the
 // event in the handler's hand, and stopped listening to the pull whose
-// events were on their way: in five runs under -race at load 28-43, 13,
-// 60 and 23 events were delivered again to the second table, and in two
-// 84 and 64 were never acknowledged, the test's runs left open; 58 of a
-// 1,000-run backlog's 27,000 events at load 33-37.)
+// events were on their way: in seven runs under -race at load 25-43, 13
+// to 60 events were delivered again to the second table in four, and in
+// three 64 to 84 were never acknowledged, the test's runs left open; 58 of
+// a 1,000-run backlog's 27,000 events at load 33-37.)
 //
 // Nothing in it waits on the clock: the hold starts on the broker's
 // deliveries and ends on the second table's member being live; the ack
