@@ -32,7 +32,12 @@ func TestClosedRunsPastTheirShareDeletedOldestFirstIntegration(t *testing.T) {
 	t.Parallel()
 	const group, first, last = "trimming", 150, 60
 	const brokerCost = 4 << 10
-	_, fx, b, clk, _, r := startBounded(t, group)
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	b := rt.StartBroker(t)
+	clk := newFakeClock()
+	r := startTable(t, b.URL, group, tableConfig{idle: boundIdle, now: clk.now, consumer: trimConsumer,
+		edit: func(c *config.Aggregator) { c.MemoryLimitMiB = 2 }})
+	r.waitOwns(r.parts)
 	r.tbl.SetBrokerClosedRunCost(brokerCost)
 
 	wave := func(prefix string, n int) []string {
@@ -128,7 +133,7 @@ func TestClosedRunsUnsettledNotDeletedIntegration(t *testing.T) {
 	stuck := new(sinktest.Memory)
 	block := make(chan struct{})
 	stuck.Block(block)
-	r := startTable(t, b.URL, group, tableConfig{idle: boundIdle, now: clk.now, sinks: memSinks(stuck, nil),
+	r := startTable(t, b.URL, group, tableConfig{idle: boundIdle, now: clk.now, sinks: memSinks(stuck, nil), consumer: trimConsumer,
 		edit: func(c *config.Aggregator) { c.MemoryLimitMiB = 2 }})
 	r.waitOwns(r.parts)
 	r.tbl.SetBrokerClosedRunCost(4 << 10)
@@ -162,6 +167,12 @@ func TestClosedRunsUnsettledNotDeletedIntegration(t *testing.T) {
 	}
 	require.Zero(t, counter(t, r.m, "gttsplit_events_redelivered_total"))
 }
+
+// trimConsumer is the trimming tests' consumer: an ack wait the runs'
+// writes do not outgrow on a busy machine (the tables' 2 s did under
+// -race at load 33-43: 54 events of runs waiting for their writes
+// delivered again), since both tests ask that none is.
+var trimConsumer = runtable.ConsumerConfig{AckWait: 10 * time.Second}
 
 // runCounts is how many of reps each run has.
 func runCounts(reps []split.Report) map[string]int {
