@@ -101,7 +101,7 @@ func TestHandOverMidFoldSettlesWhatWasPulledIntegration(t *testing.T) {
 	// would be cut at once at a hand-over).
 	busy := uint64(runsEach + runtable.PullBatch)
 	rt.Eventually(t, fmt.Sprintf("every partition delivered more than %d events", busy), func() bool {
-		d := deliveredByPartition(b, group, parts)
+		d := byPartition(b, group, parts, func(ci *jetstream.ConsumerInfo) uint64 { return ci.Delivered.Consumer })
 		return d != nil && slices.Min(d) > busy
 	})
 	proxy.HoldServer()
@@ -129,7 +129,7 @@ func TestHandOverMidFoldSettlesWhatWasPulledIntegration(t *testing.T) {
 		}
 		if time.Since(since) > rt.WaitFor {
 			t.Fatalf("timed out waiting for %d runs closed: %d, none more for %v (an event lost on its way is delivered again only an ack wait later); by partition, delivered and not acknowledged: %v; %s",
-				len(runs), last, rt.WaitFor, ackPendingByPartition(b, group, parts), handedBack(&logs1, &logs2))
+				len(runs), last, rt.WaitFor, byPartition(b, group, parts, func(ci *jetstream.ConsumerInfo) int { return ci.NumAckPending }), handedBack(&logs1, &logs2))
 		}
 	}
 	b.WaitAcked(t, group)
@@ -212,31 +212,17 @@ func partitionInfos(b *rt.Broker, group string, parts int) []*jetstream.Consumer
 	return out
 }
 
-// deliveredByPartition is what the broker delivered to group's consumer of
-// each partition (nil when it did not answer).
-func deliveredByPartition(b *rt.Broker, group string, parts int) []uint64 {
+// byPartition is f of group's consumer of each partition, as the broker
+// tells it (nil when it did not answer): what it delivered, what it has no
+// acknowledgement of.
+func byPartition[T any](b *rt.Broker, group string, parts int, f func(*jetstream.ConsumerInfo) T) []T {
 	infos := partitionInfos(b, group, parts)
 	if infos == nil {
 		return nil
 	}
-	out := make([]uint64, parts)
+	out := make([]T, parts)
 	for p, ci := range infos {
-		out[p] = ci.Delivered.Consumer
-	}
-	return out
-}
-
-// ackPendingByPartition is, by partition, how many events the broker
-// delivered to group's consumer and has no acknowledgement of (nil when it
-// did not answer).
-func ackPendingByPartition(b *rt.Broker, group string, parts int) []int {
-	infos := partitionInfos(b, group, parts)
-	if infos == nil {
-		return nil
-	}
-	out := make([]int, parts)
-	for p, ci := range infos {
-		out[p] = ci.NumAckPending
+		out[p] = f(ci)
 	}
 	return out
 }
