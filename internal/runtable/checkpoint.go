@@ -302,7 +302,7 @@ func (pt *part) waited(pm pendingMsg, now time.Time) time.Duration {
 	if pm.fl == nil {
 		return time.Duration(math.MaxInt64)
 	}
-	return now.Sub(pm.fl.at) - pt.t.flow.ahead(pm.fl.progressed)
+	return pm.fl.waited(now, pt.t.flow.ahead)
 }
 
 // writeDue says whether a message waiting for its run's write waited

@@ -122,6 +122,18 @@ func (f *flow) ahead(progressed int) time.Duration {
 	return time.Duration(max(progressBeforeWrite-progressed, 0)) * f.progressAfter()
 }
 
+// waited is how long f waited for its run's write at now: since its ack
+// wait last started, less what ahead (nil: nothing) allows it for the
+// progress acknowledgements it still gets before that write is due. The
+// ledger's lock is held.
+func (f *flight) waited(now time.Time, ahead func(int) time.Duration) time.Duration {
+	w := now.Sub(f.at)
+	if ahead != nil {
+		w -= ahead(f.progressed)
+	}
+	return w
+}
+
 // maxLate bounds how late a partition's writes are taken to start
 // (checkpoint.go: late): twice it takes at most a quarter off
 // progressAfter.
@@ -236,11 +248,7 @@ func (l *ledger) setWriting(fs []*flight, on bool, ahead func(int) time.Duration
 	defer l.mu.Unlock()
 	for _, f := range fs {
 		f.writing = on
-		w := now.Sub(f.at)
-		if ahead != nil {
-			w -= ahead(f.progressed)
-		}
-		oldest = max(oldest, w)
+		oldest = max(oldest, f.waited(now, ahead))
 	}
 	return oldest
 }
