@@ -90,6 +90,10 @@ type partConsumer struct {
 	// pull before it brought nothing, or it is the first): a finish cuts
 	// it at once if nothing came on it yet.
 	idle atomic.Bool
+	// lost is set once the partition's lease is lost (not a hand-over):
+	// the consumer pulls no more and hands back, at once, what it holds
+	// and what its pulls still bring (lose).
+	lost atomic.Bool
 	// last is when a message or a heartbeat last came (unix nanos).
 	last atomic.Int64
 	// pending is the consumer's pending count at the last watch.
@@ -126,6 +130,28 @@ func (c *partConsumer) cutPull() {
 	if c.cut != nil {
 		c.cut()
 	}
+}
+
+// lose stops c for good once its partition's lease is lost: no pull is
+// sent any more (until the member takes the partition again: a new
+// consumer), the current one is no longer waited for, and what was pulled
+// and not handled, and what the pulls still bring, goes back at once to
+// the stream for the next owner (consume, pulled.drain). Messages folded
+// and not acknowledged are the table's to hand back (Table.Lost).
+func (c *partConsumer) lose() {
+	if c.lost.CompareAndSwap(false, true) {
+		c.finish()
+		c.cutPull()
+	}
+}
+
+// backWhy is why c, a consumer of pt, hands a message back once it
+// stopped handling: its lease was lost, or it stopped.
+func (pt *part) backWhy(c *partConsumer) string {
+	if c.lost.Load() {
+		return "lost"
+	}
+	return "stop"
 }
 
 // startConsumers creates the partition's consumers and starts consuming.
@@ -232,7 +258,8 @@ func (pt *part) consumer(ctx context.Context, stream string, filters []string) (
 // table stopped waiting for its pull is handled too, not dropped.
 func (pt *part) consume(c *partConsumer) {
 	ctx, stop := context.WithCancel(context.Background())
-	// pulling ends at a finish (no pull sent any more) or a stop.
+	// pulling ends at a finish (no pull sent any more), a stop, or the
+	// lease's loss.
 	pulling, finish := context.WithCancel(ctx)
 	c.stop, c.finish, c.done = stop, finish, make(chan struct{})
 	t := pt.t
@@ -243,8 +270,10 @@ func (pt *part) consume(c *partConsumer) {
 		defer close(took)
 		pt.listen(c, in, quit)
 	}()
+	go pt.watchLease(ctx, c)
+	t.drains.Add(1)
 	go func() {
-		defer close(c.done)
+		defer t.drains.Done()
 		// mu is held while a message is handled (it is taken before
 		// every lock handle takes: part.mu, the dead letters'); once
 		// stopped, a message still delivered is handed back for the next
@@ -263,6 +292,9 @@ func (pt *part) consume(c *partConsumer) {
 			if stopped || !held(ctx, pt.lease) {
 				_ = jm.Nak()
 				pt.handBack(fl, "not held")
+				if !stopped && ctx.Err() == nil {
+					c.lose() // lost, or in doubt past its bound
+				}
 				return
 			}
 			m, err := bus.WrapMsg(jm, nc)
@@ -323,9 +355,9 @@ func (pt *part) consume(c *partConsumer) {
 			err := c.pull(nc, in, t.flow.pullSize(), expiry)
 			if err == nil {
 				for jm, fl := c.pulled.pop(pctx); jm != nil; jm, fl = c.pulled.pop(pctx) {
-					if ctx.Err() != nil {
-						_ = jm.Nak() // stopped: at once to the next owner
-						pt.handBack(fl, "stop")
+					if ctx.Err() != nil || c.lost.Load() {
+						_ = jm.Nak() // stopped or lost: at once to the next owner
+						pt.handBack(fl, pt.backWhy(c))
 						continue
 					}
 					handle(jm, fl)
@@ -365,12 +397,12 @@ func (pt *part) consume(c *partConsumer) {
 				}
 			}
 		}
-		// Stopped: what still comes before the pulls are no longer
-		// listened to goes back at once to the next owner, and so does
-		// what was pulled and not handled, unless the consumer was
-		// finished (not stopped): then it is folded first.
+		// Stopped: what was pulled and not handled goes back at once to
+		// the next owner, unless the consumer was finished (not stopped,
+		// nor lost): then it is folded first. What its pulls still bring
+		// goes back as it comes, until the broker ended them (drain).
 		rest := c.pulled.stop()
-		for len(rest) > 0 && ctx.Err() == nil {
+		for len(rest) > 0 && ctx.Err() == nil && !c.lost.Load() {
 			handle(rest[0].jm, rest[0].fl)
 			rest = rest[1:]
 		}
@@ -379,11 +411,47 @@ func (pt *part) consume(c *partConsumer) {
 		mu.Unlock()
 		for _, pm := range rest {
 			_ = pm.jm.Nak()
-			pt.handBack(pm.fl, "stop")
+			pt.handBack(pm.fl, pt.backWhy(c))
 		}
+		close(c.done)
+		pt.drainPulls(c)
 		close(quit)
 		<-took
 	}()
+}
+
+// watchLease stops c at once when the partition's lease is lost (a write
+// or a renewal fenced out, or in doubt for a time to live), not only when
+// the member tells the table (Table.Lost), which may come later; it
+// returns when ctx (c's) ends.
+func (pt *part) watchLease(ctx context.Context, c *partConsumer) {
+	if pt.lease == nil {
+		return
+	}
+	select {
+	case <-pt.lease.Lost():
+		if ctx.Err() == nil {
+			c.lose() // (a release's lease is lost once the consumer stopped)
+		}
+	case <-ctx.Done():
+	}
+}
+
+// drainPulls listens to the pulls of c, which stopped handling messages,
+// until the broker ended them: a pull a finish cut (a quiet one), or one
+// standing when the lease was lost, may still bring messages; they are
+// handed back as they come, not dropped with the pull's subscription (and
+// delivered again only an ack wait later). A stopping table stops
+// listening at once (Table.StopPulling).
+func (pt *part) drainPulls(c *partConsumer) {
+	if f := consumerStopped.Load(); f != nil {
+		(*f)(pt.p)
+	}
+	grace := pullGrace
+	if e := testPulls.Load(); e != nil {
+		grace = e[1]
+	}
+	c.pulled.drain(pt.t.stopped.Done(), grace)
 }
 
 // pullGrace is how long a partition waits past its pull's expiry for the
@@ -399,6 +467,11 @@ const pullGrace = time.Second
 
 // testPulls, when set (by tests), is every pull's expiry and grace.
 var testPulls atomic.Pointer[[2]time.Duration]
+
+// consumerStopped, when set (by tests), is told the partition of each
+// consumer that stopped handling messages (what it held handed back, or
+// folded after a finish).
+var consumerStopped atomic.Pointer[func(p int)]
 
 // stopConsumers stops consuming the partition; the message being handled,
 // if any, is handled first.

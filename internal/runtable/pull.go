@@ -94,6 +94,7 @@ type pulled struct {
 type pullSub struct {
 	sub       *nats.Subscription
 	sent      time.Time
+	expiry    time.Duration
 	want, got int
 }
 
@@ -129,7 +130,7 @@ func (p *pulled) start(id uint64, sub *nats.Subscription, want int, expiry time.
 	p.id = id
 	p.want, p.got, p.expiry, p.ended, p.err = want, 0, expiry, false, nil
 	p.hb, p.heard = heartbeatOf(expiry), now
-	p.pulls[id] = &pullSub{sub: sub, sent: now, want: want}
+	p.pulls[id] = &pullSub{sub: sub, sent: now, expiry: expiry, want: want}
 	if id > pullsKept {
 		p.forget(id - pullsKept)
 	}
@@ -142,6 +143,9 @@ func (p *pulled) forget(id uint64) {
 			_ = ps.sub.Unsubscribe()
 		}
 		delete(p.pulls, id)
+		if p.stopped {
+			p.signal() // (drain)
+		}
 	}
 }
 
@@ -277,19 +281,58 @@ func (p *pulled) end() error {
 	return p.err
 }
 
-// stop says the consumer stopped: it stops listening to its pulls and
-// returns what was pulled and not handled (to hand back). What still
-// comes is handed back as it comes.
+// stop says the consumer stopped: it returns what was pulled and not
+// handled (to hand back). What still comes is handed back as it comes;
+// its pulls are still listened to (drain), so that what the broker sends
+// on them after the stop goes back at once to the stream, not an ack wait
+// later.
 func (p *pulled) stop() []pulledMsg {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stopped, p.ended = true, true
-	for id := range p.pulls {
-		p.forget(id)
-	}
 	q := p.q
 	p.q = nil
 	return q
+}
+
+// drain listens to a stopped consumer's pulls until the broker ended each
+// (it brought what it asked for, or its status came: an expiry, or the
+// 423 the broker sends a pull whose pin its next owner's unpin dropped),
+// at most grace past its expiry, or until quit is closed; then it stops
+// listening to those left. What comes meanwhile is handed back as it
+// comes (came).
+func (p *pulled) drain(quit <-chan struct{}, grace time.Duration) {
+	for {
+		p.mu.Lock()
+		var until time.Time
+		for _, ps := range p.pulls {
+			if u := ps.sent.Add(ps.expiry + grace); u.After(until) {
+				until = u
+			}
+		}
+		p.mu.Unlock()
+		wait := time.Until(until)
+		if wait <= 0 {
+			break
+		}
+		t := time.NewTimer(wait)
+		stop := false
+		select {
+		case <-p.ready:
+		case <-t.C:
+		case <-quit:
+			stop = true
+		}
+		t.Stop()
+		if stop {
+			break
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.pulls {
+		p.forget(id)
+	}
 }
 
 // The JetStream status codes a pull's end comes with.
@@ -381,13 +424,13 @@ func (pt *part) came(c *partConsumer, m *nats.Msg) {
 	late, back := c.pulled.message(id, jm, m.Header.Get(pinHeader), time.Now(), func(at time.Time) *flight {
 		return pt.fl.addSeq(jm, m.Reply, seq, delivered, at)
 	})
-	if late {
+	if late && back == nil {
 		pt.t.m.pulledLate.Inc()
 		pt.t.log.Debug().Int("partition", pt.p).Uint64("seq", seq).Uint64("pull", id).Msg("event came on a pull no longer waited for; handled")
 	}
 	if back != nil {
 		_ = jm.Nak()
-		pt.handBack(back, "stop")
+		pt.handBack(back, pt.backWhy(c))
 	}
 }
 

@@ -89,3 +89,44 @@ func TestPulledKeepsWhatComesLate(t *testing.T) {
 	_, back = msg(5, t0.Add(13*time.Second))
 	require.NotNil(t, back)
 }
+
+// A stopped consumer's pulls are still listened to until the broker ends
+// them: what they bring meanwhile is handed back (not dropped with their
+// subscriptions, to come back an ack wait later); a pull that brought all
+// it asked for, or whose status came, is no longer listened to, and the
+// drain ends once none is left, or at once when the table stops.
+func TestStoppedPullsListenedUntilTheyEnd(t *testing.T) {
+	p := newPulled()
+	now := time.Now()
+	add := func(time.Time) *flight { return &flight{} }
+	msg := func(id uint64) *flight {
+		_, back := p.message(id, &coreMsg{}, "pin-1", time.Now(), add)
+		return back
+	}
+	// Pull 1 given up (still listened to), pull 2 current; both expire
+	// an hour from now: only their ends end the drain.
+	p.start(1, nil, 2, time.Hour, now)
+	p.start(2, nil, 8, time.Hour, now)
+	require.Nil(t, msg(2))
+	require.Len(t, p.stop(), 1, "what was pulled and not handled goes back")
+	require.NotNil(t, msg(2), "what comes after the stop goes back")
+	drained := make(chan struct{})
+	go func() { defer close(drained); p.drain(nil, 0) }()
+	require.NotNil(t, msg(1))
+	require.NotNil(t, msg(1), "pull 1 brought all it asked for")
+	p.status(2, pinMismatch, errors.New("pin mismatch"))
+	select {
+	case <-drained:
+	case <-time.After(time.Minute):
+		t.Fatal("the drain did not end once every pull ended")
+	}
+	require.Empty(t, p.pulls)
+
+	// A stopping table ends the drain at once.
+	p.start(3, nil, 8, time.Hour, now)
+	p.stop()
+	quit := make(chan struct{})
+	close(quit)
+	p.drain(quit, 0)
+	require.Empty(t, p.pulls)
+}

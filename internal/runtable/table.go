@@ -141,7 +141,11 @@ type Table struct {
 	// (memory.go: reviveIdle).
 	reviving chan struct{}
 	pubs     sync.WaitGroup // split events being published, re-sends
-	dlq      deadLetters
+	// drains counts the partitions' consumers whose pulls are still
+	// listened to (consume: a stopped consumer's until the broker ended
+	// them); Close waits for them (a stop ends their wait at once).
+	drains sync.WaitGroup
+	dlq    deadLetters
 	// origins says each event refused for its origin once per sender.
 	origins originWarnings
 	// roomW is the store watch's memory (room.go; the watch goroutine's).
@@ -234,6 +238,7 @@ func (t *Table) Close() {
 		t.stop()
 	}
 	t.pubs.Wait()
+	t.drains.Wait()
 	if t.stopWatch != nil {
 		t.stopWatch()
 		t.stopWatch = nil
@@ -344,6 +349,11 @@ func (t *Table) Lost(l *fleet.Lease) {
 	pt := t.detach(l)
 	if pt == nil {
 		return
+	}
+	for _, c := range pt.cons {
+		if c.finish != nil {
+			c.lose() // (at once if the lease's loss did not stop it yet)
+		}
 	}
 	pt.stopConsumers()
 	pt.stopLoop()
