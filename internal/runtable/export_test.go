@@ -109,6 +109,13 @@ func OnCommitted(f func(key string)) (undo func()) {
 	return func() { committed.Store(nil) }
 }
 
+// OnConsumerStopped has f told the partition of each consumer that
+// stopped handling messages, until the returned func is called.
+func OnConsumerStopped(f func(p int)) (undo func()) {
+	consumerStopped.Store(&f)
+	return func() { consumerStopped.Store(nil) }
+}
+
 // SetPulls makes every pull of the partitions expire after expiry (busy
 // or idle) and be given up grace after that, until the returned func is
 // called.
