@@ -22,6 +22,7 @@ import (
 	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/internal/runtable"
+	"github.com/gttsplit/gttsplit/pkg/events"
 )
 
 // The broker's cost: the servers of the fleet tests are nats-server
@@ -94,14 +95,56 @@ func (f *fleetRig) plainConsume(name string, n int, ackAll ...bool) time.Duratio
 // message): the least the partitioned consumption costs the broker, the
 // partition walk included. It returns how long it took.
 func (f *fleetRig) filteredConsume(prefix string, parts, n int) time.Duration {
+	specs := make([]consSpec, parts)
+	for p := range parts {
+		specs[p] = consSpec{bus.DefaultStream, bus.PartitionFilters(p, "")}
+	}
+	return f.consumeAll(prefix, specs, n)
+}
+
+// ownConsume is filteredConsume in the layout of a stream a partition
+// (partStreams): each consumer reads its partition's own stream,
+// unfiltered, with nothing to walk past.
+func (f *fleetRig) ownConsume(prefix string, parts, n int) time.Duration {
+	specs := make([]consSpec, parts)
+	for p := range parts {
+		specs[p] = consSpec{partStream(p), nil}
+	}
+	return f.consumeAll(prefix, specs, n)
+}
+
+// memberConsume is filteredConsume with one consumer a member instead of
+// one a partition: members consumers, each filtered on the partitions
+// a member of that many would hold (every members-th), so the stream is
+// walked once a member.
+func (f *fleetRig) memberConsume(prefix string, members, parts, n int) time.Duration {
+	specs := make([]consSpec, members)
+	for p := range parts {
+		sp := &specs[p%members]
+		sp.stream = bus.DefaultStream
+		sp.filters = append(sp.filters, bus.PartitionFilters(p, "")...)
+	}
+	return f.consumeAll(prefix, specs, n)
+}
+
+// consSpec is a consumer's stream and filters.
+type consSpec struct {
+	stream  string
+	filters []string
+}
+
+// consumeAll reads n messages with one R3 durable pull consumer a spec
+// (explicit acks, one ack a message), all at once, and returns how long
+// it took.
+func (f *fleetRig) consumeAll(prefix string, specs []consSpec, n int) time.Duration {
 	t := f.t
 	ctx := testCtx(t)
-	cons := make([]jetstream.Consumer, parts)
-	for p := range parts {
-		eventually(t, "the filtered consumers", func() bool {
+	cons := make([]jetstream.Consumer, len(specs))
+	for i, sp := range specs {
+		eventually(t, "the "+prefix+" consumers", func() bool {
 			var err error
-			cons[p], err = f.js.CreateOrUpdateConsumer(ctx, bus.DefaultStream, jetstream.ConsumerConfig{
-				Durable: fmt.Sprintf("%s-%d", prefix, p), FilterSubjects: bus.PartitionFilters(p, ""),
+			cons[i], err = f.js.CreateOrUpdateConsumer(ctx, sp.stream, jetstream.ConsumerConfig{
+				Durable: fmt.Sprintf("%s-%d", prefix, i), FilterSubjects: sp.filters,
 				AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3, DeliverPolicy: jetstream.DeliverAllPolicy,
 			})
 			return err == nil
@@ -109,14 +152,28 @@ func (f *fleetRig) filteredConsume(prefix string, parts, n int) time.Duration {
 	}
 	t0 := time.Now()
 	var mu sync.Mutex
-	got := 0
+	// got counts each message once: one delivered again (its ack wait
+	// passed: under load a delivery can be lost on its way, and the
+	// server sends it again 30 s later) is acknowledged, not counted.
+	got, again := 0, 0
+	seen := map[[2]uint64]bool{}
 	done := make(chan struct{})
 	var ccs []jetstream.ConsumeContext
-	for _, c := range cons {
+	for i, c := range cons {
 		cc, err := c.Consume(func(m jetstream.Msg) {
 			_ = m.Ack()
+			md, err := m.Metadata()
+			if err != nil {
+				return
+			}
 			mu.Lock()
 			defer mu.Unlock()
+			k := [2]uint64{uint64(i), md.Sequence.Stream}
+			if seen[k] {
+				again++
+				return
+			}
+			seen[k] = true
 			if got++; got == n {
 				close(done)
 			}
@@ -129,14 +186,19 @@ func (f *fleetRig) filteredConsume(prefix string, parts, n int) time.Duration {
 	case <-time.After(10 * time.Minute):
 		mu.Lock()
 		defer mu.Unlock()
-		t.Fatalf("the filtered consumers read %d of %d messages", got, n)
+		t.Fatalf("the %s consumers read %d of %d messages", prefix, got, n)
 	}
 	d := time.Since(t0)
 	for _, cc := range ccs {
 		cc.Stop()
 	}
+	mu.Lock()
+	if again > 0 {
+		t.Logf("the %s consumers: %d messages delivered again after their ack wait (in this phase's time and CPU)", prefix, again)
+	}
+	mu.Unlock()
 	// Their last acks reached the servers before their CPU is read.
-	eventually(t, "the filtered consumers' acks", func() bool {
+	eventually(t, "the "+prefix+" consumers' acks", func() bool {
 		for _, c := range cons {
 			ci, err := c.Info(ctx)
 			if err != nil || ci.NumAckPending > 0 || ci.NumPending > 0 {
@@ -146,6 +208,151 @@ func (f *fleetRig) filteredConsume(prefix string, parts, n int) time.Duration {
 		return true
 	})
 	return d
+}
+
+// partStreams makes, beside the events stream, the layout of a stream a
+// partition the broker-cost test compares with it: one R3 stream a
+// partition (bus.PartStream) with the events stream's settings and no
+// transform, capturing its partition's stored subjects
+// (bus.PartStreamSubject); the events stream then captures the published,
+// five-token subjects only, so that the two do not overlap. The same
+// events are published into both (partSubject), so that a plain consumer
+// of the one stream, the floor, reads what the partitions' streams hold.
+func (f *fleetRig) partStreams(parts int) {
+	t := f.t
+	ctx := testCtx(t)
+	s, err := f.js.Stream(ctx, bus.DefaultStream)
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.Subjects = []string{events.SubjectRoot + ".*.*.*.*"}
+	eventually(t, "the events stream's subjects", func() bool {
+		_, err := f.js.UpdateStream(ctx, cfg)
+		return err == nil
+	})
+	for p := range parts {
+		pc := cfg
+		pc.Name, pc.Subjects, pc.SubjectTransform = partStream(p), []string{partStreamSubject(p)}, nil
+		pc.Description = fmt.Sprintf("gttsplit CloudEvents, partition %d", p)
+		eventually(t, "a partition's stream", func() bool {
+			_, err := f.js.CreateOrUpdateStream(ctx, pc)
+			return err == nil
+		})
+	}
+}
+
+// partStream is partition p's stream in the layout of a stream a
+// partition (partStreams).
+func partStream(p int) string { return fmt.Sprintf("%s_P%02d", bus.DefaultStream, p) }
+
+// partStreamSubject is what partition p's stream captures: the stored
+// (partitioned) subjects of its events, as the events stream's transform
+// names them.
+func partStreamSubject(p int) string { return fmt.Sprintf("%s.*.%d.*.*.*", events.SubjectRoot, p) }
+
+// partSubject maps the subject an event is published on to the one it is
+// published on in the layout of a stream a partition: its stored subject,
+// the run's partition inserted as the events stream's transform does.
+func partSubject(parts int) func(string) string {
+	return func(subj string) string {
+		toks := strings.Split(subj, ".")
+		if len(toks) != 5 {
+			return subj
+		}
+		p := bus.PartitionOf(toks[4], parts)
+		return strings.Join([]string{toks[0], toks[1], strconv.Itoa(p), toks[2], toks[3], toks[4]}, ".")
+	}
+}
+
+// plainKV is plainConsume (explicit acks) with what a durable fold of
+// these events adds: puts state writes of size bytes, one at a time, into
+// an R3 bucket with the state bucket's settings (History 1: each replaces
+// its key's revision, as a run's write does; one key a run, of runs) and
+// sends progress acknowledgements, both spread evenly over the events.
+// (The fold sends a checkpoint's writes as one batch; each put here is
+// its own round trip.) It returns how long it took.
+func (f *fleetRig) plainKV(name string, n, runs, puts, size, progress int) time.Duration {
+	t := f.t
+	ctx := testCtx(t)
+	var kv jetstream.KeyValue
+	eventually(t, "the scratch bucket", func() bool {
+		var err error
+		kv, err = f.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: name, History: 1, Storage: jetstream.FileStorage, Replicas: 3,
+		})
+		return err == nil
+	})
+	var cons jetstream.Consumer
+	eventually(t, "the plain consumer", func() bool {
+		var err error
+		cons, err = f.js.CreateOrUpdateConsumer(ctx, bus.DefaultStream, jetstream.ConsumerConfig{
+			Durable: name, AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3, DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		return err == nil
+	})
+	val := make([]byte, max(size, 1))
+	for i := range val {
+		val[i] = 'a' + byte(i%26)
+	}
+	// share is how many of m spread evenly over n events fall on the i-th
+	// (from 1).
+	share := func(m, i int) int { return m*i/n - m*(i-1)/n }
+	t0 := time.Now()
+	var mu sync.Mutex
+	got, put, last := 0, 0, uint64(0)
+	done := make(chan struct{})
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if got >= n {
+			return
+		}
+		got++
+		for range share(progress, got) {
+			_ = m.InProgress()
+		}
+		for range share(puts, got) {
+			put++
+			if _, err := kv.Put(ctx, fmt.Sprintf("run.%d", put%max(runs, 1)), val); err != nil {
+				t.Errorf("scratch put: %v", err)
+			}
+		}
+		_ = m.Ack()
+		if got == n {
+			md, _ := m.Metadata()
+			last = md.Sequence.Stream
+			close(done)
+		}
+	})
+	require.NoError(t, err)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Minute):
+		t.Fatalf("the plain consumer with writes read %d of %d messages", got, n)
+	}
+	d := time.Since(t0)
+	cc.Stop()
+	eventually(t, "the plain consumer's acks", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.AckFloor.Stream >= last
+	})
+	return d
+}
+
+// bucketInfo is the state bucket's stream's state.
+func (f *fleetRig) bucketInfo() jetstream.StreamState {
+	var st jetstream.StreamState
+	eventually(f.t, "the state bucket's stream", func() bool {
+		s, err := f.js.Stream(testCtx(f.t), "KV_"+runtable.Bucket)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(testCtx(f.t))
+		if err == nil {
+			st = info.State
+		}
+		return err == nil
+	})
+	return st
 }
 
 // bucketSeq is the state bucket's stream's last sequence: the writes
@@ -382,12 +589,21 @@ func ackTap(t *testing.T, url, stream string) func() map[string]int {
 // each consumer walks past the other partitions' messages), 3 aggregators
 // folding them (started together on the backlog, until every split is
 // written; the state bucket's stored messages and the acknowledgements the
-// broker received counted), the same plain consumer again, and the 3
-// aggregators idle. The figures of
+// broker received counted), the 3 aggregators idle, the same plain
+// consumer again, and the plain consumer with what any durable fold adds
+// (plainKV): as many state bucket writes and progress acknowledgements as
+// the fold's, then one write a run alone. The figures of
 // docs/performance.md come from its log (FIGURE broker);
 // GTTSPLIT_FLEET_RUNS=<n> runs n runs instead of 1,000 for a quicker look.
+// GTTSPLIT_FLEET_LAYOUTS=1 also measures the other layouts' floors (FIGURE
+// layouts): the events stream then captures the published subjects only,
+// beside one stream a partition holding the same events (partStreams),
+// published there after the one stream; 16 consumers, each unfiltered on
+// its partition's stream, after the filtered ones; and 3 consumers, one a
+// member, each filtered on a third of the partitions of the one stream.
 //
 //	GTTSPLIT_FLEET=full go test ./internal/app/aggregator -run TestFleetBrokerCostIntegration -v
+//	GTTSPLIT_FLEET=full GTTSPLIT_FLEET_LAYOUTS=1 go test ./internal/app/aggregator -run TestFleetBrokerCostIntegration -v
 func TestFleetBrokerCostIntegration(t *testing.T) {
 	if os.Getenv("GTTSPLIT_FLEET") != "full" {
 		t.Skip("a measurement: its figures are logged, not held to a bound (GTTSPLIT_FLEET=full runs it, as the command above does)")
@@ -397,6 +613,11 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 		n = v // a quicker look
 	}
 	f := startFleet(t, n)
+	parts := bus.DefaultPartitions
+	layouts := os.Getenv("GTTSPLIT_FLEET_LAYOUTS") != ""
+	if layouts {
+		f.partStreams(parts)
+	}
 	nEvents := 0
 	for _, r := range f.runs {
 		nEvents += len(r.Wires)
@@ -423,6 +644,19 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	pub, pubT := cpu()-c0, time.Since(t0)
 	load["publish"] = loadavg()
 
+	// With GTTSPLIT_FLEET_LAYOUTS, the same events into the partitions'
+	// streams.
+	var pubP, pubPT, partsCPU, partsT, membersCPU, membersT time.Duration
+	if layouts {
+		bytes := f.pubBytes
+		f.subject = partSubject(parts)
+		c0, t0 = cpu(), time.Now()
+		f.publish(6, nil)
+		pubP, pubPT = cpu()-c0, time.Since(t0)
+		f.subject, f.pubBytes = nil, bytes
+		load["publishparts"] = loadavg()
+	}
+
 	c0 = cpu()
 	plainT := f.plainConsume("plain1", nEvents)
 	plain1 := cpu() - c0
@@ -439,6 +673,24 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	filt := cpu() - c0
 	stopProf()
 	load["filtered"] = loadavg()
+
+	// With GTTSPLIT_FLEET_LAYOUTS, the floors of the other layouts: a
+	// stream a partition, a consumer a member.
+	if layouts {
+		c0 = cpu()
+		stopProf = f.profile("parts")
+		partsT = f.ownConsume("parts1", parts, nEvents)
+		partsCPU = cpu() - c0
+		stopProf()
+		load["parts"] = loadavg()
+
+		c0 = cpu()
+		stopProf = f.profile("members")
+		membersT = f.memberConsume("members1", 3, parts, nEvents)
+		membersCPU = cpu() - c0
+		stopProf()
+		load["members"] = loadavg()
+	}
 
 	s0 := f.bucketSeq()
 	c0, t0 = cpu(), time.Now()
@@ -474,6 +726,27 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	stopProf()
 	load["plain2"] = loadavg()
 
+	// A plain consumer doing what any durable fold must beside reading:
+	// the fold's state bucket writes (as many as it stored, of the size
+	// its bucket's messages have on average) and its progress
+	// acknowledgements.
+	avg := 0
+	if info := f.bucketInfo(); info.Msgs > 0 {
+		avg = int(info.Bytes / info.Msgs)
+	}
+	c0 = cpu()
+	stopProf = f.profile("plainkv")
+	plainKVT := f.plainKV("plainkv", nEvents, n, int(bucketWrites), avg, int(progress))
+	plainKVCPU := cpu() - c0
+	stopProf()
+	load["plainkv"] = loadavg()
+	// The least of it: one write a run (its result), no progress
+	// acknowledgement.
+	c0 = cpu()
+	plainOneT := f.plainKV("plainone", nEvents, n, n, avg, 0)
+	plainOne := cpu() - c0
+	load["plainone"] = loadavg()
+
 	f.stopAggs(f.aggs...)
 	f.checkOnce()
 
@@ -487,14 +760,31 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 		"%d filtered R3 pull consumers (a partition each) %.2f ms a run (%.1f s) [load %s]; "+
 		"fold by 3 aggregators %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer, %.2f× the filtered ones; "+
 		"3 aggregators idle %.1f ms/s (all the servers' CPU: the raft groups of the fleet's and of this test's consumers included; TestFleetIdleAfterFoldIntegration measures the aggregators' part) [load %s]; redelivered %.0f (%.2f %%), progress acks %.0f (%.2f an event), %.1f run states written a run (%s), "+
-		"%.1f messages stored in the state bucket a run (leases' renewals included); acknowledgements the broker received while they folded %.2f a run (%s)",
+		"%.1f messages stored in the state bucket a run (leases' renewals included); acknowledgements the broker received while they folded %.2f a run (%s); "+
+		"the plain consumer with as many state bucket writes (%d bytes each) and progress acknowledgements as the fold's %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer; the fold = %.2f× that; "+
+		"the plain consumer with one write a run and no progress acknowledgement %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer",
 		n, nEvents, float64(f.pubBytes)/1e6, perSec(bg), load["background"], float64(first.Microseconds())/1000, load["first"],
 		perRun(pub), pubT.Seconds(), load["publish"], perRun(plain1), perRun(plain2), plainT.Seconds(), plain2T.Seconds(), load["plain1"], load["plain2"],
 		ackAllEvery, perRun(plainAll), allT.Seconds(), load["plainall"],
 		bus.DefaultPartitions, perRun(filt), filtT.Seconds(), load["filtered"],
 		perRun(fold), foldT.Seconds(), load["fold"], float64(fold)/float64(hi), float64(fold)/float64(lo), float64(fold)/float64(filt),
 		perSec(idle), load["idle"], redelivered, 100*redelivered/float64(nEvents), progress, progress/float64(nEvents), writes/float64(n), causes,
-		float64(bucketWrites)/float64(n), float64(total(acks))/float64(n), ackKinds(acks, n))
+		float64(bucketWrites)/float64(n), float64(total(acks))/float64(n), ackKinds(acks, n),
+		avg, perRun(plainKVCPU), plainKVT.Seconds(), load["plainkv"], float64(plainKVCPU)/float64(hi), float64(plainKVCPU)/float64(lo), float64(fold)/float64(plainKVCPU),
+		perRun(plainOne), plainOneT.Seconds(), load["plainone"], float64(plainOne)/float64(hi), float64(plainOne)/float64(lo))
+	if !layouts {
+		return
+	}
+	t.Logf("FIGURE layouts: publish into the one events stream %.2f ms a run (%.1f s) [load %s], "+
+		"the same events into %d streams, a partition each %.2f ms a run (%.1f s) [load %s] = %.2f× the one stream; "+
+		"%d consumers, each unfiltered on its partition's own stream %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer, %.2f× the %d filtered ones; "+
+		"3 consumers, one a member, each filtered on a third of the partitions of the one stream %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer, %.2f× the %d filtered ones; "+
+		"the fold = %.2f× the unfiltered consumers of the partitions' streams, %.2f× the members' consumers",
+		perRun(pub), pubT.Seconds(), load["publish"],
+		parts, perRun(pubP), pubPT.Seconds(), load["publishparts"], float64(pubP)/float64(pub),
+		parts, perRun(partsCPU), partsT.Seconds(), load["parts"], float64(partsCPU)/float64(hi), float64(partsCPU)/float64(lo), float64(partsCPU)/float64(filt), parts,
+		perRun(membersCPU), membersT.Seconds(), load["members"], float64(membersCPU)/float64(hi), float64(membersCPU)/float64(lo), float64(membersCPU)/float64(filt), parts,
+		float64(fold)/float64(partsCPU), float64(fold)/float64(membersCPU))
 }
 
 func total(m map[string]int) int {

@@ -62,6 +62,9 @@ type fleetRig struct {
 	// sequential: each publisher publishes its runs one after the other
 	// (splits come all along), not interleaved (they come at the end).
 	sequential bool
+	// subject, when set, is the subject an event is published on, from
+	// the one it carries (the broker-cost test's stream a partition).
+	subject func(string) string
 
 	mu       sync.Mutex
 	lastPub  time.Time
@@ -178,7 +181,11 @@ func (f *fleetRig) publish(p int, half func()) {
 				var sent time.Time
 				for try := 0; ; try++ {
 					sent = time.Now()
-					m := nats.NewMsg(w.Subject)
+					subj := w.Subject
+					if f.subject != nil {
+						subj = f.subject(subj)
+					}
+					m := nats.NewMsg(subj)
 					m.Data = w.Data
 					m.Header.Set(jetstream.MsgIDHeader, w.ID)
 					pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
