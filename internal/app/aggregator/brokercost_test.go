@@ -134,16 +134,20 @@ type consSpec struct {
 }
 
 // consumeAll reads n messages with one R3 durable pull consumer a spec
-// (explicit acks, one ack a message), all at once, and returns how long
-// it took.
+// (explicit acks, one ack a message), all at once, each on a connection of
+// its own (as each aggregator's partitions are apart from the others':
+// 16 consumers delivering at once on one connection of a loaded test
+// process lost deliveries, sent again after their ack wait), and returns
+// how long it took.
 func (f *fleetRig) consumeAll(prefix string, specs []consSpec, n int) time.Duration {
 	t := f.t
 	ctx := testCtx(t)
 	cons := make([]jetstream.Consumer, len(specs))
 	for i, sp := range specs {
+		_, js := connectJS(t, f.c.URLs())
 		eventually(t, "the "+prefix+" consumers", func() bool {
 			var err error
-			cons[i], err = f.js.CreateOrUpdateConsumer(ctx, sp.stream, jetstream.ConsumerConfig{
+			cons[i], err = js.CreateOrUpdateConsumer(ctx, sp.stream, jetstream.ConsumerConfig{
 				Durable: fmt.Sprintf("%s-%d", prefix, i), FilterSubjects: sp.filters,
 				AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3, DeliverPolicy: jetstream.DeliverAllPolicy,
 			})
