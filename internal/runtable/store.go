@@ -1,11 +1,9 @@
 package runtable
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -285,47 +283,21 @@ func (s *store) get(ctx context.Context, key string) ([]byte, error) {
 		ctx, cancel = context.WithTimeout(ctx, getTimeout)
 		defer cancel()
 	}
-	req, _ := json.Marshal(struct {
-		LastFor string `json:"last_by_subj"`
-	}{s.subj + key})
-	var resp *nats.Msg
+	var last bus.Last
 	err := bus.Retry(ctx, func(ctx context.Context) error {
 		var err error
-		resp, err = s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.stream, req)
+		last, err = bus.GetLast(ctx, s.js.Conn(), s.stream, s.subj+key)
 		return err
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, errNotFound
+	case err != nil:
 		return nil, fmt.Errorf("state bucket: get %s: %w", key, err)
-	}
-	var r struct {
-		Message *struct {
-			Header []byte `json:"hdrs"`
-			Data   []byte `json:"data"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return nil, fmt.Errorf("state bucket: get %s: %w", key, err)
-	}
-	if r.Error != nil {
-		if r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			return nil, errNotFound
-		}
-		return nil, fmt.Errorf("state bucket: get %s: %w", key, r.Error)
-	}
-	if r.Message == nil {
+	case last.Deleted():
 		return nil, errNotFound
 	}
-	if deleted(r.Message.Header) {
-		return nil, errNotFound
-	}
-	return r.Message.Data, nil
-}
-
-// deleted says whether raw NATS headers mark a deleted key (a KV delete or
-// purge, or a marker of an expired key).
-func deleted(hdr []byte) bool {
-	return len(hdr) > 0 && (bytes.Contains(hdr, []byte(kvOperation+":")) || bytes.Contains(hdr, []byte(jetstream.MarkerReasonHeader+":")))
+	return last.Data, nil
 }
 
 // entry is one key of a partition as load reads it.
