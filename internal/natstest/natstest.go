@@ -165,15 +165,44 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // by edit (nil: none) before it starts.
 func StartClusterWith(t testing.TB, n int, edit func(*server.Options)) *Cluster {
 	t.Helper()
+	return startCluster(t, n, nil, edit)
+}
+
+// StartClusterBehindProxies is StartCluster with every route between the
+// servers through a Proxy in front of each server's route port (each
+// server advertises its proxy to the others): Freeze on every proxy
+// stops the replication between the servers (a raft leader's proposals
+// wait, uncommitted) while their clients stay connected to each. The
+// proxies are in the servers' order.
+func StartClusterBehindProxies(t testing.TB, n int) (*Cluster, []*Proxy) {
+	t.Helper()
+	var proxies []*Proxy
+	c := startCluster(t, n, func(port int) string {
+		p := StartProxy(t, fmt.Sprintf("127.0.0.1:%d", port))
+		proxies = append(proxies, p)
+		return p.ln.Addr().String()
+	}, nil)
+	return c, proxies
+}
+
+// startCluster starts the cluster; via, when not nil, gives the address
+// the others reach a server's route port at (and the server advertises).
+func startCluster(t testing.TB, n int, via func(port int) string, edit func(*server.Options)) *Cluster {
+	t.Helper()
 	name := fmt.Sprintf("gttsplit-test-%d", time.Now().UnixNano())
 	// Reserve the route ports first so every server can name every other.
 	ports, err := FreePorts(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var routes []string
+	var routes, advertised []string
 	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+		at := fmt.Sprintf("127.0.0.1:%d", p)
+		if via != nil {
+			at = via(p)
+		}
+		advertised = append(advertised, at)
+		routes = append(routes, "nats-route://"+at)
 	}
 	c := &Cluster{}
 	for i := 0; i < n; i++ {
@@ -183,6 +212,9 @@ func StartClusterWith(t testing.TB, n int, edit func(*server.Options)) *Cluster 
 		o.Cluster.Host = "127.0.0.1"
 		o.Cluster.Port = ports[i]
 		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		if via != nil {
+			o.Cluster.Advertise = advertised[i]
+		}
 		if edit != nil {
 			edit(o)
 		}
