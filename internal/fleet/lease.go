@@ -79,9 +79,9 @@ type Lease struct {
 	// Partition is the partition held.
 	Partition int
 
-	kv      jetstream.KeyValue
 	js      jetstream.JetStream
 	key     string // lease.<group>.<partition>
+	stream  string // KV_<bucket>
 	subject string // $KV.<bucket>.<key>
 	member  string // the member id
 	value   []byte // the member id and this lease's own token (leaseValue)
@@ -212,7 +212,7 @@ func (l *Lease) Fenced(ctx context.Context, write func(ctx context.Context, f Fe
 		return fmt.Errorf("partition %d: %w", l.Partition, ErrLost)
 	default:
 	}
-	err := l.send(ctx, func(rev uint64) error {
+	err := l.send(ctx, true, func(rev uint64) error {
 		return write(ctx, Fence{Subject: l.subject, Rev: rev})
 	})
 	if errors.Is(err, ErrLost) {
@@ -232,17 +232,20 @@ func (l *Lease) Fenced(ctx context.Context, write func(ctx context.Context, f Fe
 //     (its publish timed out here after the server had stored it) moved
 //     the key on; the lease takes that revision and the write is sent once
 //     more;
+//   - gone by the expiry of one of this lease's own revisions while the
+//     lease is valid, and retake: the key is taken again (Lease.retake)
+//     and the write is sent once more;
 //   - this member's at the lease's revision (the server busy with another
 //     write of the subject, code 10164 on a replicated bucket), or the key
 //     unreadable: the error is returned, the lease kept; a later write or
 //     renewal tells.
-func (l *Lease) send(ctx context.Context, write func(rev uint64) error) error {
+func (l *Lease) send(ctx context.Context, retake bool, write func(rev uint64) error) error {
 	for try := 0; ; try++ {
 		err := write(l.rev)
 		if err == nil || !refusedForRevision(err) {
 			return err
 		}
-		switch l.recheck(ctx) {
+		switch l.recheck(ctx, retake) {
 		case keyNotOurs:
 			l.lose("another member holds the partition (a write was fenced out)")
 			return fmt.Errorf("%w: %v", ErrLost, err)
@@ -276,21 +279,67 @@ const (
 
 // recheck reads the lease key after a refused write (for at most 5 s,
 // whatever the caller's deadline: renewals wait meanwhile). l.mu is held.
-func (l *Lease) recheck(ctx context.Context) keyState {
+//
+// It reads from the bucket's stream leader, not with a direct get, which
+// any replica may answer: the last message tells a key gone by its time
+// to live (the server's marker) from one deleted or purged, and gives the
+// marker's sequence.
+//
+// A key gone by its time to live while the lease is valid lost a renewal
+// that went through: the stream leader expires a key's revision by what
+// it has applied, so a renewal proposed and not yet applied when the
+// revision before it ran out is stored, answered, and then removed by the
+// expiry's marker (a roll-up of the key) that the leader proposed after
+// it. Nobody else held the key since its last revision was this lease's
+// and the lease is still valid (another member's lease, taken after the
+// marker, would have had to live its whole time to live, longer than
+// what is left of this lease's validity, to have run out as well): with
+// retake, the lease takes the key again, conditional on the marker
+// (Lease.retake). A lease in doubt does not: its key may have run out as
+// it should.
+func (l *Lease) recheck(ctx context.Context, retake bool) keyState {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	e, err := l.kv.Get(ctx, l.key)
+	m, err := bus.GetLast(ctx, l.js.Conn(), l.stream, l.subject)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return keyNotOurs
 	case err != nil:
 		return keyUnknown
-	case !bytes.Equal(e.Value(), l.value):
+	case m.Marker() == markerExpired && m.Seq > l.rev && retake && l.Valid():
+		return l.retake(ctx, m.Seq)
+	case m.Deleted() || !bytes.Equal(m.Data, l.value):
 		return keyNotOurs
-	case e.Revision() > l.rev:
-		l.rev = e.Revision()
+	case m.Seq > l.rev:
+		l.rev = m.Seq
 		l.shown.Store(l.rev)
 		return keyMovedOn
+	}
+	return keyUnknown
+}
+
+// markerExpired is the reason of the marker the server writes for a key
+// whose time to live ran out.
+const markerExpired = "MaxAge"
+
+// retake writes the lease key again, conditional on marker (the
+// sequence of the marker of its expiry, its last message), as a renewal:
+// stored, it is the lease's new revision (keyMovedOn); refused for its
+// revision, another member wrote the key since (keyNotOurs); unanswered,
+// or refused because another write of the key is in the server's
+// pipeline, nothing is known (keyUnknown: the lease is kept, a later
+// write or renewal tells). l.mu is held.
+func (l *Lease) retake(ctx context.Context, marker uint64) keyState {
+	sent := mono()
+	m := &nats.Msg{Subject: l.subject, Data: l.value}
+	pa, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(marker), jetstream.WithMsgTTL(l.ttl))
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		l.renewedAt(pa.Sequence, sent)
+		return keyMovedOn
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		return keyNotOurs
 	}
 	return keyUnknown
 }
@@ -333,7 +382,7 @@ func (l *Lease) renewSince(ctx context.Context, last time.Duration) error {
 		sent time.Duration
 		rev  uint64
 	)
-	err := l.send(ctx, func(expect uint64) error {
+	err := l.send(ctx, true, func(expect uint64) error {
 		sent = mono()
 		m := &nats.Msg{Subject: l.subject, Data: l.value}
 		pa, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgTTL(l.ttl))
@@ -453,10 +502,11 @@ func (b *renewBatch) send(ctx context.Context) error {
 // its revision (a lease another member took meanwhile is left alone). The
 // revision is the one the lease's last renewal or fenced write got from the
 // server (Member.keepLease lets a renewal under way finish first); when the
-// server still refuses it, the key is read again (Lease.send) until its
-// read shows the revision the server holds: on a replicated bucket a read
-// may be answered by a replica a write or two behind the leader, which
-// then tells nothing new, and the purge is sent again once it does.
+// server still refuses it, the key is read again (Lease.send) until the
+// read shows the revision the server holds: a write of the key still in
+// the stream leader's pipeline (code 10164) is not in what the leader
+// answers a read with yet, and the purge is sent again once it is. A key
+// gone is not taken again here (there is nothing to give back).
 func (l *Lease) release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -476,7 +526,7 @@ func (l *Lease) release(ctx context.Context) error {
 		return err
 	}
 	for {
-		err := l.send(ctx, purge)
+		err := l.send(ctx, false, purge)
 		if errors.Is(err, ErrLost) {
 			return nil // gone, or another member's: nothing to give back
 		}
@@ -511,7 +561,7 @@ func acquire(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue,
 	if err != nil {
 		return nil, fmt.Errorf("lease of partition %d: %w", p, err)
 	}
-	l := &Lease{Partition: p, kv: kv, js: js, key: key, subject: "$KV." + bucket + "." + key, member: member, value: value,
+	l := &Lease{Partition: p, js: js, key: key, stream: "KV_" + bucket, subject: "$KV." + bucket + "." + key, member: member, value: value,
 		ttl: ttl, margin: margin, rev: rev, lost: make(chan struct{})}
 	l.shown.Store(rev)
 	l.deadline.Store(int64(sent + ttl - margin))
