@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 )
 
@@ -62,10 +62,10 @@ func TestLeaseKeptWhenAnOldRevisionsExpiryRemovesItsRenewalIntegration(t *testin
 		require.NoError(t, err, "the fenced write goes through: nobody else wrote the key since the marker (lost: %q)", l.Why())
 		require.True(t, l.Valid(), "the lease is still valid")
 		require.Greater(t, l.Revision(), rev, "the lease took the key again, after the marker")
-		last, err := lastOf(ctx, js, l.subject)
+		last, err := bus.GetLast(ctx, js.Conn(), "KV_"+testBucket, l.subject)
 		require.NoError(t, err)
-		require.Equal(t, l.Revision(), last.seq, "the key is the lease's, at its revision")
-		require.Equal(t, string(l.value), string(last.data))
+		require.Equal(t, l.Revision(), last.Seq, "the key is the lease's, at its revision")
+		require.Equal(t, string(l.value), string(last.Data))
 		return
 	}
 	t.Fatalf("in %d tries the leader never proposed the expiry after the renewal", tries)
@@ -121,45 +121,8 @@ func expiryAfterRenewal(t *testing.T, ctx context.Context, c *natstest.Cluster, 
 	if err := <-renewed; err != nil {
 		return nil, nil, false
 	}
-	last, err := lastOf(ctx, js, l.subject)
+	last, err := bus.GetLast(ctx, js.Conn(), "KV_"+testBucket, l.subject)
 	require.NoError(t, err)
-	t.Logf("try %d: renewed at %d; the key's last message now %d %q", p, l.Revision(), last.seq, last.hdr)
-	return l, js, last.seq > l.Revision() && last.marker == "MaxAge"
-}
-
-type lastMsg struct {
-	seq    uint64
-	hdr    []byte
-	data   []byte
-	marker string
-}
-
-// lastOf reads subject's last message from the stream's leader.
-func lastOf(ctx context.Context, js jetstream.JetStream, subject string) (lastMsg, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
-	resp, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+testBucket, req)
-	if err != nil {
-		return lastMsg{}, err
-	}
-	var r struct {
-		Message *struct {
-			Seq    uint64 `json:"seq"`
-			Header []byte `json:"hdrs"`
-			Data   []byte `json:"data"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return lastMsg{}, err
-	}
-	if r.Error != nil {
-		return lastMsg{}, r.Error
-	}
-	m := lastMsg{seq: r.Message.Seq, hdr: r.Message.Header, data: r.Message.Data}
-	if len(m.hdr) > 0 {
-		if h, err := nats.DecodeHeadersMsg(m.hdr); err == nil {
-			m.marker = h.Get(jetstream.MarkerReasonHeader)
-		}
-	}
-	return m, nil
+	t.Logf("try %d: renewed at %d; the key's last message now %d %v", p, l.Revision(), last.Seq, last.Header)
+	return l, js, last.Seq > l.Revision() && last.Marker() == markerExpired
 }
