@@ -121,6 +121,7 @@
 //	partition.go             the stream's partitions: subjects, filters, EnsurePartitioned, the legacy stream
 //	api.go                   Retry and Transient: JetStream requests on a busy or failing-over cluster
 //	atomic.go                PublishAtomic: one JetStream atomic batch (all stored or none); whether a stream takes them
+//	last.go                  GetLast: a subject's last message, read from the stream's leader (not a direct get)
 //	msg.go                   Msg, AckRef, Metadata: a delivered message; Export
 //	ordered.go               Ordered: a one-pass ordered consumer, deleted when the pass ends
 //	publisher.go             Publisher: the front door (Publish, Flush, Stats, Close)
