@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 )
 
@@ -133,8 +134,7 @@ func (f *testFleet) joinWith(cfg Config, beat time.Duration, h Handler) *running
 	if cfg.Group == "" {
 		cfg.Group = "g"
 	}
-	m, err := Join(context.Background(), js, cfg, set, h, zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel))
-	require.NoError(f.t, err)
+	m := joinAgain(f.t, js, cfg, set, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{m: m, cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(r.done); m.Run(ctx) }()
@@ -602,12 +602,28 @@ func behindProxy(t *testing.T) (*testFleet, *natstest.Proxy, jetstream.JetStream
 	return f, proxy, js, kv
 }
 
+// joinAgain joins a member of cfg and set to js's bucket with Handler h,
+// as the aggregator does: a join the cluster did not answer in time (a
+// bucket's stream still electing its leader on a loaded machine) is sent
+// again, up to 10 times.
+func joinAgain(t *testing.T, js jetstream.JetStream, cfg Config, set Settings, h Handler) *Member {
+	t.Helper()
+	for try := 1; ; try++ {
+		m, err := Join(context.Background(), js, cfg, set, h, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
+		if err != nil && try < 10 && bus.Transient(err) {
+			t.Logf("join, try %d: %v; again", try, err)
+			continue
+		}
+		require.NoError(t, err)
+		return m
+	}
+}
+
 // runMember joins a member of cfg and set to js's bucket with Handler h,
 // and runs it until the test ends.
 func runMember(t *testing.T, js jetstream.JetStream, cfg Config, set Settings, h Handler) *Member {
 	t.Helper()
-	m, err := Join(context.Background(), js, cfg, set, h, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
-	require.NoError(t, err)
+	m := joinAgain(t, js, cfg, set, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()

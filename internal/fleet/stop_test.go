@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/natstest"
@@ -65,8 +64,7 @@ func TestStopReleasesEveryLeaseAtOnceIntegration(t *testing.T) {
 	// Each Release waits for the others for up to a quarter of the
 	// lease's time to live: serial hand-overs would take 16 of them.
 	h := &overlapHandler{handler: handler{f: f}, held: parts, wait: cfg.LeaseTTL / 4, begun: make(chan struct{})}
-	m, err := Join(context.Background(), js, cfg, set, h, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
-	require.NoError(t, err)
+	m := joinAgain(t, js, cfg, set, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
