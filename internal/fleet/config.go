@@ -20,8 +20,10 @@ type Config struct {
 	// LeaseTTL is a lease's time to live: a member that stops (killed,
 	// paused, cut off) keeps its partitions that long; it must outlast a
 	// cluster electing a new leader for the bucket (up to about 10 s), or
-	// a node's loss makes partitions move.
-	LeaseTTL time.Duration `mapstructure:"lease_ttl" desc:"time to live of a partition's lease: a killed or cut-off aggregator's partitions are taken over this long after its last renewal (a stopping one hands them over at once); it must outlast a cluster electing a new leader (about 10 s)"`
+	// a node's loss makes partitions move. Every member of a group must
+	// use the same: a lease that takes its key again after the expiry of
+	// its previous revision (Lease.recheck) counts on it.
+	LeaseTTL time.Duration `mapstructure:"lease_ttl" desc:"time to live of a partition's lease: a killed or cut-off aggregator's partitions are taken over this long after its last renewal (a stopping one hands them over at once); it must outlast a cluster electing a new leader (about 10 s); every aggregator of a group must use the same value"`
 }
 
 // DefaultConfig returns the keys' defaults.
