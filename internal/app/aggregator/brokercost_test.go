@@ -37,13 +37,26 @@ import (
 // ackAllEvery-th message and the last only, each for all before it (ack
 // policy all): what acknowledging in batches would save at most.
 func (f *fleetRig) plainConsume(name string, n int, ackAll ...bool) time.Duration {
-	t := f.t
-	ctx := testCtx(t)
 	all := len(ackAll) > 0 && ackAll[0]
 	policy := jetstream.AckExplicitPolicy
 	if all {
 		policy = jetstream.AckAllPolicy
 	}
+	return f.plainPass(name, "the plain consumer", policy, n, func(m jetstream.Msg, got int) {
+		if !all || got%ackAllEvery == 0 || got == n {
+			_ = m.Ack()
+		}
+	})
+}
+
+// plainPass reads the first n messages of the events stream with a new
+// plain R3 durable pull consumer (no filter, ack policy policy), handing
+// each, and how many came so far, to each (one at a time). It returns how
+// long the n messages took, once their acks reached the servers (before
+// their CPU is read).
+func (f *fleetRig) plainPass(name, what string, policy jetstream.AckPolicy, n int, each func(m jetstream.Msg, got int)) time.Duration {
+	t := f.t
+	ctx := testCtx(t)
 	var cons jetstream.Consumer
 	eventually(t, "the plain consumer", func() bool {
 		var err error
@@ -64,9 +77,7 @@ func (f *fleetRig) plainConsume(name string, n int, ackAll ...bool) time.Duratio
 			return
 		}
 		got++
-		if !all || got%ackAllEvery == 0 || got == n {
-			_ = m.Ack()
-		}
+		each(m, got)
 		if got == n {
 			md, _ := m.Metadata()
 			last = md.Sequence.Stream
@@ -77,12 +88,13 @@ func (f *fleetRig) plainConsume(name string, n int, ackAll ...bool) time.Duratio
 	select {
 	case <-done:
 	case <-time.After(10 * time.Minute):
-		t.Fatalf("the plain consumer read %d of %d messages", got, n)
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("%s read %d of %d messages", what, got, n)
 	}
 	d := time.Since(t0)
 	cc.Stop()
-	// Its last acks reached the servers before their CPU is read.
-	eventually(t, "the plain consumer's acks", func() bool {
+	eventually(t, what+": its acks", func() bool {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.AckFloor.Stream >= last
 	})
@@ -285,14 +297,6 @@ func (f *fleetRig) plainKV(name string, n, runs, puts, size, progress int) time.
 		})
 		return err == nil
 	})
-	var cons jetstream.Consumer
-	eventually(t, "the plain consumer", func() bool {
-		var err error
-		cons, err = f.js.CreateOrUpdateConsumer(ctx, bus.DefaultStream, jetstream.ConsumerConfig{
-			Durable: name, AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3, DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
-		return err == nil
-	})
 	val := make([]byte, max(size, 1))
 	for i := range val {
 		val[i] = 'a' + byte(i%26)
@@ -300,17 +304,8 @@ func (f *fleetRig) plainKV(name string, n, runs, puts, size, progress int) time.
 	// share is how many of m spread evenly over n events fall on the i-th
 	// (from 1).
 	share := func(m, i int) int { return m*i/n - m*(i-1)/n }
-	t0 := time.Now()
-	var mu sync.Mutex
-	got, put, last := 0, 0, uint64(0)
-	done := make(chan struct{})
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		if got >= n {
-			return
-		}
-		got++
+	put := 0
+	return f.plainPass(name, "the plain consumer with writes", jetstream.AckExplicitPolicy, n, func(m jetstream.Msg, got int) {
 		for range share(progress, got) {
 			_ = m.InProgress()
 		}
@@ -321,25 +316,7 @@ func (f *fleetRig) plainKV(name string, n, runs, puts, size, progress int) time.
 			}
 		}
 		_ = m.Ack()
-		if got == n {
-			md, _ := m.Metadata()
-			last = md.Sequence.Stream
-			close(done)
-		}
 	})
-	require.NoError(t, err)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Minute):
-		t.Fatalf("the plain consumer with writes read %d of %d messages", got, n)
-	}
-	d := time.Since(t0)
-	cc.Stop()
-	eventually(t, "the plain consumer's acks", func() bool {
-		ci, err := cons.Info(ctx)
-		return err == nil && ci.AckFloor.Stream >= last
-	})
-	return d
 }
 
 // bucketInfo is the state bucket's stream's state.
