@@ -23,7 +23,7 @@ type Config struct {
 	// a node's loss makes partitions move. Every member of a group must
 	// use the same: a lease that takes its key again after the expiry of
 	// its previous revision (Lease.recheck) counts on it.
-	LeaseTTL time.Duration `mapstructure:"lease_ttl" desc:"time to live of a partition's lease: a killed or cut-off aggregator's partitions are taken over this long after its last renewal (a stopping one hands them over at once); it must outlast a cluster electing a new leader (about 10 s); every aggregator of a group must use the same value"`
+	LeaseTTL time.Duration `mapstructure:"lease_ttl" desc:"time to live of a partition's lease: a killed or cut-off aggregator's partitions are taken over this long after its last renewal (a stopping one hands them over at once); it must outlast a cluster electing a new leader (about 10 s); every aggregator of a group must use the same value (one that sees another warns)"`
 }
 
 // DefaultConfig returns the keys' defaults.

@@ -85,11 +85,13 @@ type Member struct {
 	mu      sync.Mutex
 	held    map[int]*heldLease
 	members map[string]seenMember // member -> its last update
-	holders []string              // partition -> holder, from the lease watch
-	free    []time.Duration       // partition -> mono() since it is seen free (0: held)
-	selfAt  time.Duration         // mono() our own key last came back
-	seen    bool                  // our own key came back at least once
-	leaseOK bool                  // the lease watch delivered its initial values
+	// ttlWarned: the members warned of for another lease_ttl (warnOtherTTL).
+	ttlWarned map[string]bool
+	holders   []string        // partition -> holder, from the lease watch
+	free      []time.Duration // partition -> mono() since it is seen free (0: held)
+	selfAt    time.Duration   // mono() our own key last came back
+	seen      bool            // our own key came back at least once
+	leaseOK   bool            // the lease watch delivered its initial values
 	// selfStored is when the server stored our own key's last renewal
 	// that came back (the bucket's clock, as seenMember.stored).
 	selfStored time.Time
@@ -158,11 +160,18 @@ func memberValue(every time.Duration) string {
 // version's key, the time alone, was renewed every heartbeat and lived
 // five of them).
 func memberTTLOf(value []byte, heartbeat time.Duration) time.Duration {
-	_, every, ok := strings.Cut(string(value), " ")
-	if d, err := time.ParseDuration(every); ok && err == nil && d > 0 {
+	if d, ok := renewsEvery(value); ok {
 		return Config{LeaseTTL: d * renewals}.memberTTL()
 	}
 	return 5 * heartbeat
+}
+
+// renewsEvery is how often the member whose key holds value says it
+// renews it (false for an earlier version's key, the time alone).
+func renewsEvery(value []byte) (time.Duration, bool) {
+	_, every, ok := strings.Cut(string(value), " ")
+	d, err := time.ParseDuration(every)
+	return d, ok && err == nil && d > 0
 }
 
 type heldLease struct {
@@ -363,6 +372,7 @@ func (m *Member) watchMembers(ctx context.Context) {
 		defer m.mu.Unlock()
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(m.members, e.Key())
+			delete(m.ttlWarned, e.Key())
 			return
 		}
 		now := mono()
@@ -371,11 +381,30 @@ func (m *Member) watchMembers(ctx context.Context) {
 			stored = sm.stored // a lease renewed later
 		}
 		m.members[e.Key()] = seenMember{at: now, ttl: memberTTLOf(e.Value(), m.set.Heartbeat), stored: stored}
+		m.warnOtherTTL(e.Key(), e.Value())
 		if e.Key() == m.id {
 			m.selfAt, m.seen = now, true
 			m.selfStored = e.Created()
 		}
 	})
+}
+
+// warnOtherTTL warns, once a member, when the member under key renews
+// its key at another pace than this one: its consumer.lease_ttl differs.
+// A lease taken again after its previous revision's expiry removed its
+// renewal (Lease.retake) is safe only while every member's leases live
+// as long. m.mu is held.
+func (m *Member) warnOtherTTL(key string, value []byte) {
+	every, ok := renewsEvery(value)
+	if !ok || every == m.cfg.renewEvery() || m.ttlWarned[key] {
+		return
+	}
+	if m.ttlWarned == nil {
+		m.ttlWarned = map[string]bool{}
+	}
+	m.ttlWarned[key] = true
+	m.log.Warn().Str("other", key).Dur("other_lease_ttl", every*renewals).Dur("lease_ttl", m.cfg.LeaseTTL).
+		Msg("another aggregator of the group has another consumer.lease_ttl: give every aggregator of a group the same value")
 }
 
 // watchLeases follows who holds each partition's lease.

@@ -1,10 +1,16 @@
 package fleet
 
 import (
+	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/natstest"
 )
 
 // A member key says how often its member renews it, and the others take
@@ -21,4 +27,56 @@ func TestMemberKeySaysItsRenewals(t *testing.T) {
 	require.Equal(t, 5*time.Second, memberTTLOf([]byte(time.Now().UTC().Format(time.RFC3339Nano)), time.Second))
 	require.Greater(t, cfg.memberTTL(), 2*cfg.renewEvery(), "two renewals may fail")
 	require.Less(t, cfg.memberTTL(), cfg.LeaseTTL-max(cfg.LeaseTTL/5, time.Second), "a dead member is known before its leases expire")
+}
+
+// A member warns, once, of another member of its group whose key says it
+// renews at another pace (its consumer.lease_ttl differs: a lease taken
+// again after its previous revision's expiry counts on the same one), and
+// not of a member with the same lease_ttl.
+func TestOtherLeaseTTLWarnedOnceIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a nats-server")
+	}
+	s := natstest.Start(t)
+	f := newTestFleet(t, s.ClientURL())
+	js, kv := memberBucket(t, f.url)
+	var logs lockedLog
+	set := Settings{Partitions: 16, Bucket: testBucket, KV: kv, Replicas: replicasOf(f.url), Heartbeat: 100 * time.Millisecond}
+	a, err := Join(t.Context(), js, Config{Group: "g", LeaseTTL: 6 * time.Second}, set, handler{f}, zerolog.New(&logs))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	same := f.join(Config{LeaseTTL: 6 * time.Second}).m.ID()
+	other := f.join(Config{LeaseTTL: 9 * time.Second}).m.ID()
+
+	eventually(t, "the other lease_ttl warned of", 30*time.Second, func() bool {
+		return strings.Contains(logs.String(), `"other":"`+other+`"`)
+	})
+	// Two more renewals of the other member's key (3 s apart) and of the
+	// same one's (2 s apart): still one warning, none of the same.
+	time.Sleep(7 * time.Second)
+	require.Equal(t, 1, strings.Count(logs.String(), "another consumer.lease_ttl"), logs.String())
+	require.NotContains(t, logs.String(), same)
+	require.Contains(t, logs.String(), `"other_lease_ttl":9000`)
+}
+
+// lockedLog is a log output the member's goroutines write and the test
+// reads.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
