@@ -559,6 +559,47 @@ func ackTap(t *testing.T, url, stream string) func() map[string]int {
 	}
 }
 
+// bucketTap counts what the aggregators publish into the state bucket
+// while they fold, by kind: the key's first part (open, run, sum, pend,
+// lease) and whether it is a put or a purge; and the atomic batches
+// (a batch counted at its commit) and the single writes they came in.
+// The servers' own messages (a key's marker when its time to live runs
+// out) are not published by anyone: not counted.
+func bucketTap(t *testing.T, url string) func() map[string]int {
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	n := map[string]int{}
+	prefix := "$KV." + runtable.Bucket + "."
+	_, err = nc.Subscribe(prefix+">", func(m *nats.Msg) {
+		k := strings.TrimPrefix(m.Subject, prefix)
+		if i := strings.IndexByte(k, '.'); i > 0 {
+			k = k[:i]
+		}
+		if m.Header.Get("KV-Operation") == "PURGE" {
+			k += " purge"
+		}
+		mu.Lock()
+		n[k]++
+		switch {
+		case m.Header.Get("Nats-Batch-Id") == "":
+			n["(single writes)"]++
+		case m.Header.Get("Nats-Batch-Commit") != "":
+			n["(atomic batches)"]++
+		}
+		mu.Unlock()
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	return func() map[string]int {
+		_ = nc.Flush()
+		nc.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+}
+
 // TestFleetBrokerCostIntegration measures, back to back on one 3-node
 // cluster of nats-server processes, what the broker's three servers spend
 // (their CPU time): 3 aggregators starting on the empty stream and
@@ -677,12 +718,14 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 	c0, t0 = cpu(), time.Now()
 	stopProf = f.profile("fold")
 	stopTap := ackTap(t, f.c.URLs(), bus.DefaultStream)
+	stopBucketTap := bucketTap(t, f.c.URLs())
 	f.startAggs(3)
 	f.aggs = f.aggs[3:] // the folding ones (agg3-agg5)
 	done := f.waitAll(10 * time.Minute)
 	fold, foldT := cpu()-c0, done.Sub(t0)
 	stopProf()
 	acks := stopTap()
+	kinds := stopBucketTap()
 	load["fold"] = loadavg()
 	bucketWrites := f.bucketSeq() - s0
 	redelivered := f.metric("gttsplit_events_redelivered_total", f.aggs...)
@@ -741,14 +784,14 @@ func TestFleetBrokerCostIntegration(t *testing.T) {
 		"%d filtered R3 pull consumers (a partition each) %.2f ms a run (%.1f s) [load %s]; "+
 		"fold by 3 aggregators %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer, %.2f× the filtered ones; "+
 		"3 aggregators idle %.1f ms/s (all the servers' CPU: the raft groups of the fleet's and of this test's consumers included; TestFleetIdleAfterFoldIntegration measures the aggregators' part) [load %s]; redelivered %.0f (%.2f %%), progress acks %.0f (%.2f an event), %.1f run states written a run (%s), "+
-		"%.1f messages stored in the state bucket a run (leases' renewals included); acknowledgements the broker received while they folded %.2f a run (%s)",
+		"%.1f messages stored in the state bucket a run (leases' renewals included; published a run by kind: %s); acknowledgements the broker received while they folded %.2f a run (%s)",
 		n, nEvents, float64(f.pubBytes)/1e6, perSec(bg), load["background"], float64(first.Microseconds())/1000, load["first"],
 		perRun(pub), pubT.Seconds(), load["publish"], perRun(plain1), perRun(plain2), plainT.Seconds(), plain2T.Seconds(), load["plain1"], load["plain2"],
 		ackAllEvery, perRun(plainAll), allT.Seconds(), load["plainall"],
 		bus.DefaultPartitions, perRun(filt), filtT.Seconds(), load["filtered"],
 		perRun(fold), foldT.Seconds(), load["fold"], float64(fold)/float64(hi), float64(fold)/float64(lo), float64(fold)/float64(filt),
 		perSec(idle), load["idle"], redelivered, 100*redelivered/float64(nEvents), progress, progress/float64(nEvents), writes/float64(n), causes,
-		float64(bucketWrites)/float64(n), float64(total(acks))/float64(n), ackKinds(acks, n))
+		float64(bucketWrites)/float64(n), ackKinds(kinds, n), float64(total(acks))/float64(n), ackKinds(acks, n))
 	// A line of its own: scripts/bench reads the line above.
 	t.Logf("FIGURE floor: the plain consumer with as many state bucket writes (%.1f a run, %d bytes each) and progress acknowledgements (%.1f a run) as the fold's %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer; the fold %.2f ms a run = %.2f× that; "+
 		"the plain consumer with one write a run and no progress acknowledgement %.2f ms a run (%.1f s) [load %s] = %.2f–%.2f× the plain consumer",
