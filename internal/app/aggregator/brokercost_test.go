@@ -610,8 +610,9 @@ func bucketTap(t *testing.T, url string) func() map[string]int {
 // consumer a partition reading them (the floor of a partitioned stream:
 // each consumer walks past the other partitions' messages), 3 aggregators
 // folding them (started together on the backlog, until every split is
-// written; the state bucket's stored messages and the acknowledgements the
-// broker received counted), the 3 aggregators idle, the same plain
+// written; the state bucket's stored messages, what the aggregators
+// published into it by kind, and the acknowledgements the broker received
+// counted), the 3 aggregators idle, the same plain
 // consumer again, and the plain consumer with what any durable fold adds
 // (plainKV): as many state bucket writes and progress acknowledgements as
 // the fold's, then one write a run alone. The figures of
