@@ -149,6 +149,7 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 			return done, err
 		}
 		done += n
+		s.pos.Add(int64(size))
 		if f := committed.Load(); f != nil {
 			(*f)(b.ops[done-1].key)
 		}

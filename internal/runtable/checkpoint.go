@@ -370,12 +370,14 @@ func (pt *part) write(ctx context.Context, snaps []snapshot) (int, error) {
 	if err != nil {
 		t.m.persistErrs.Inc()
 	}
+	at := t.st.pos.Load() // where these states lie in the bucket, about
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	for _, sn := range snaps[:n] {
 		if sn.err != nil {
 			continue
 		}
+		sn.r.at = at
 		t.m.stateWrites.Inc()
 		t.m.writeCauses.WithLabelValues(string(sn.cause)).Inc()
 		sn.r.written = max(sn.r.written, sn.folds)

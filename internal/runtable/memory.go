@@ -80,10 +80,23 @@ const (
 	// partitions reading back together held 20 such blocks, 80 MiB, in a
 	// flood of 50,000 closing runs).
 	reviveAtOnce = 2
+	// reviveSpan is how far past the cold runs written first (of every
+	// partition owned) a partition reads back its own (bytes the table
+	// wrote to the bucket in between, store.pos): a block of the bucket.
+	// Past it a partition waits for those further behind, so that the
+	// read-backs of every partition fall in the same few blocks, which
+	// the broker keeps for 10 s after their last read: each partition
+	// reading back its own oldest, 2 at a time, kept 7-8 blocks (28-32
+	// MiB) of the bucket in a flood of 100,000 closing runs.
+	reviveSpan = 4 << 20
+	// floorStale is how long a partition's cold floor (reviveIdle) is
+	// taken into account: a partition whose passes stopped (held, or
+	// stuck on a write) does not hold the others' read-backs for longer.
+	floorStale = holdAtMost
 	// coldEntryCost is what a shed run's cold entry takes beside its id
 	// (a map slot of an id and a time, with the map's slack; measured
 	// by TestBesideRunsCostCharged).
-	coldEntryCost = 72
+	coldEntryCost = 88
 )
 
 // memory is the table's account of its runs in memory.
@@ -101,7 +114,14 @@ type memory struct {
 	holdFor atomic.Int64
 	// brokerClosed is Config.BrokerClosedRunCost (a test may change it).
 	brokerClosed atomic.Int64
+	// span stands in for reviveSpan when a test sets it (> 0).
+	span atomic.Int64
 }
+
+// coldRun is an open run kept in the state bucket only: its last event's
+// time in Unix nanoseconds (for its idle timeout), and where its state
+// was last written in the bucket (liveRun.at).
+type coldRun struct{ last, at int64 }
 
 // besideRuns is what the open runs cost this process wherever their state
 // is: their summaries in the run index, the cold entries, and the
@@ -218,6 +238,7 @@ func (pt *part) shed() int {
 	type cand struct {
 		id   string
 		last time.Time
+		at   int64
 	}
 	var cs []cand
 	for id, r := range pt.runs {
@@ -226,7 +247,7 @@ func (pt *part) shed() int {
 		if r.dirty || r.folds != r.written || r.closing != nil || r.unsure || !r.stored || r.st.Closed || r.st.Finished {
 			continue
 		}
-		cs = append(cs, cand{id, r.st.LastEvent})
+		cs = append(cs, cand{id, r.st.LastEvent, r.at})
 	}
 	slices.SortFunc(cs, func(a, b cand) int { return a.last.Compare(b.last) })
 	target := t.shedTarget()
@@ -236,7 +257,7 @@ func (pt *part) shed() int {
 			break
 		}
 		pt.removeRun(c.id)
-		pt.addCold(c.id, c.last)
+		pt.addCold(c.id, c.last, c.at)
 		n++
 	}
 	pt.mu.Unlock()
@@ -278,22 +299,24 @@ func (pt *part) installWarm(id string, r *liveRun) *liveRun {
 	if cur := pt.runs[id]; cur != nil {
 		return cur
 	}
-	if last, ok := pt.cold[id]; !ok || last != r.st.LastEvent.UnixNano() {
+	c, ok := pt.cold[id]
+	if !ok || c.last != r.st.LastEvent.UnixNano() {
 		return r
 	}
+	r.at = c.at
 	pt.uncold(id)
 	pt.addRun(id, r)
 	return r
 }
 
-// addCold keeps run id, whose last event came at last, in the bucket
-// only. pt.mu is held.
-func (pt *part) addCold(id string, last time.Time) {
+// addCold keeps run id, whose last event came at last and whose state
+// was written at at, in the bucket only. pt.mu is held.
+func (pt *part) addCold(id string, last time.Time, at int64) {
 	if _, ok := pt.cold[id]; !ok {
 		pt.t.mem.cold.Add(1)
 		pt.t.mem.coldBytes.Add(coldCost(id))
 	}
-	pt.cold[id] = last.UnixNano()
+	pt.cold[id] = coldRun{last: last.UnixNano(), at: at}
 	if pt.coldSince.IsZero() || last.Before(pt.coldSince) {
 		pt.coldSince = last
 	}
@@ -311,49 +334,105 @@ func (pt *part) uncold(id string) {
 // coldCost is what run id's cold entry is taken to cost.
 func coldCost(id string) int64 { return coldEntryCost + int64(len(id)) }
 
-// dueCold is which of the cold runs (id: the time of its last event, in
-// ns) passed their idle timeout at now: the n whose last event is the
-// oldest, oldest first; with the oldest last event of them all, and
-// whether every due run is in the n. Oldest first, because the runs' states
-// were written to the bucket in about that order: a pass then reads them
-// from few of the bucket's blocks, where runs taken in the map's order
-// read from all of them, and the embedded broker reads a whole block (4
-// MiB) for one key and keeps it while reads come (a flood of 100,000
-// closing runs kept ~100 MiB of them).
-func dueCold(cold map[string]int64, now time.Time, idle time.Duration, n int) ([]string, time.Time, bool) {
+// dueCold is which of the cold runs passed their idle timeout at now: the
+// n written first (those whose state lies first in the bucket), in that
+// order, with where each lies; with the oldest last event of them all,
+// and whether every due run is in the n. In the order they were written,
+// because the embedded broker reads a whole block (4 MiB) of the bucket
+// for one key and keeps it while reads come: runs taken in the map's
+// order read from all of the blocks the states fill (a flood of 100,000
+// closing runs kept ~100 MiB of them), and so do runs taken by their last
+// event when a run written long after its last event (kept in memory
+// meanwhile) lies far from the others.
+func dueCold(cold map[string]coldRun, now time.Time, idle time.Duration, n int) ([]stamped, time.Time, bool) {
 	var due []stamped
 	var oldest time.Time
-	for id, ns := range cold {
-		last := time.Unix(0, ns)
+	for id, c := range cold {
+		last := time.Unix(0, c.last)
 		if oldest.IsZero() || last.Before(oldest) {
 			oldest = last
 		}
 		if now.Sub(last) > idle {
-			due = append(due, stamped{id, ns})
+			due = append(due, stamped{id, c.at})
 		}
 	}
-	ids := oldestIDs(due, n)
-	return ids, oldest, len(due) <= n
+	whole := len(due) <= n
+	sortStamped(due)
+	return due[:min(n, len(due))], oldest, whole
 }
 
-// reviveIdle reads back the cold runs whose idle timeout passed (up to
-// reviveBatch a pass, the oldest first: dueCold; at most reviveAtOnce
-// partitions at once), so that closeDue closes them. pt.ckptMu is held.
-func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
+// coldFloor is where the cold runs due that were written first lie in
+// the bucket, of every partition owned whose passes said so within
+// floorStale of now (math.MaxInt64: none).
+func (t *Table) coldFloor(now time.Time) int64 {
+	floor := int64(math.MaxInt64)
+	for _, pt := range t.parts() {
+		at := pt.floorAt.Load()
+		if at == 0 || now.Sub(time.Unix(0, at)) > floorStale {
+			continue
+		}
+		floor = min(floor, pt.coldFloor.Load())
+	}
+	return floor
+}
+
+// reviveSpan is reviveSpan, or a test's.
+func (t *Table) reviveSpan() int64 {
+	if s := t.mem.span.Load(); s > 0 {
+		return s
+	}
+	return reviveSpan
+}
+
+// dueInSpan is which cold runs of the partition a pass reads back to
+// close: those past their idle timeout (up to reviveBatch, those written
+// first: dueCold) that lie within reviveSpan of the due runs every
+// partition owned wrote first (coldFloor), so that the read-backs of
+// every partition fall in the same blocks of the bucket and the partition
+// furthest behind goes first. It says where its own first due run lies
+// for the others' passes.
+func (pt *part) dueInSpan(now time.Time) []string {
 	t := pt.t
 	if t.cfg.IdleTimeout <= 0 {
-		return
+		return nil
 	}
 	pt.mu.Lock()
 	if len(pt.cold) == 0 || now.Sub(pt.coldSince) <= t.cfg.IdleTimeout {
 		pt.mu.Unlock()
-		return // none is due yet
+		pt.floorAt.Store(0)
+		return nil // none is due yet
 	}
 	due, oldest, whole := dueCold(pt.cold, now, t.cfg.IdleTimeout, reviveBatch)
 	if whole {
 		pt.coldSince = oldest
 	}
 	pt.mu.Unlock()
+	if len(due) == 0 {
+		pt.floorAt.Store(0)
+		return nil
+	}
+	pt.coldFloor.Store(due[0].at)
+	pt.floorAt.Store(now.UnixNano())
+	upTo := t.coldFloor(now)
+	if span := t.reviveSpan(); upTo <= math.MaxInt64-span {
+		upTo += span
+	}
+	var ids []string
+	for _, d := range due {
+		if d.at > upTo {
+			break // others' due runs lie further behind: theirs first
+		}
+		ids = append(ids, d.id)
+	}
+	return ids
+}
+
+// reviveIdle reads back the cold runs whose idle timeout passed (those
+// dueInSpan gives; at most reviveAtOnce partitions at once), so that
+// closeDue closes them. pt.ckptMu is held.
+func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
+	t := pt.t
+	due := pt.dueInSpan(now)
 	if len(due) == 0 {
 		return
 	}
@@ -433,8 +512,9 @@ func (pt *part) forgetCold() {
 	}
 	pt.t.mem.cold.Add(-int64(len(pt.cold)))
 	pt.t.mem.coldBytes.Add(-b)
-	pt.cold = map[string]int64{}
+	pt.cold = map[string]coldRun{}
 	pt.coldSince = time.Time{}
+	pt.floorAt.Store(0)
 }
 
 // memChanged sets the memory metrics and readiness.

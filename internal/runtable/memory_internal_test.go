@@ -107,9 +107,9 @@ func TestBesideRunsCostCharged(t *testing.T) {
 	var tb *Table
 	took, pt := heapGrowth(func() *part {
 		tb = &Table{}
-		pt := &part{t: tb, cold: map[string]int64{}}
+		pt := &part{t: tb, cold: map[string]coldRun{}}
 		for i := range n {
-			pt.addCold(fmt.Sprintf("flood-%06d-0", i), at.Add(time.Duration(i)))
+			pt.addCold(fmt.Sprintf("flood-%06d-0", i), at.Add(time.Duration(i)), int64(i)<<10)
 		}
 		return pt
 	})

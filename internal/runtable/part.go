@@ -31,14 +31,21 @@ type part struct {
 	// fenced writes take the lease's own lock).
 	mu   sync.Mutex
 	runs map[string]*liveRun
-	// cold are the partition's open runs kept in the state bucket only,
-	// with their last event's time in Unix nanoseconds (memory.go).
-	cold map[string]int64
+	// cold are the partition's open runs kept in the state bucket only:
+	// their last event's time and where their state lies in the bucket
+	// (memory.go).
+	cold map[string]coldRun
 	// coldSince is at most the oldest of those times (zero: none cold),
 	// so that the idle timeout's pass skips them all until it passed.
 	coldSince time.Time
-	pending   []pendingMsg
-	compactQ  []compactDue
+	// coldFloor is where the partition's due cold run written first lies
+	// in the bucket, as its last idle pass found, at floorAt (Unix ns by
+	// Config.Now; 0: none due); other partitions read (memory.go:
+	// reviveIdle).
+	coldFloor, floorAt atomic.Int64
+
+	pending  []pendingMsg
+	compactQ []compactDue
 	// ckpt is when the partition last checkpointed without a failure.
 	ckpt time.Time
 	// ckptDone is closed when the checkpoint under way (or the next)
@@ -108,6 +115,9 @@ type liveRun struct {
 	// (0: never), cost what it is taken to cost in memory (memory.go).
 	size int
 	cost int64
+	// at is where the run's state was last written in the bucket (the
+	// store's position then: memory.go, reviveIdle).
+	at int64
 }
 
 func (r *liveRun) state() string {
@@ -132,7 +142,7 @@ type compactDue struct {
 }
 
 func newPart(t *Table, l *fleet.Lease) *part {
-	return &part{t: t, p: l.Partition, lease: l, runs: map[string]*liveRun{}, cold: map[string]int64{}, ckptDone: make(chan struct{}), kick: make(chan struct{}, 1), ckpt: t.cfg.Now()}
+	return &part{t: t, p: l.Partition, lease: l, runs: map[string]*liveRun{}, cold: map[string]coldRun{}, ckptDone: make(chan struct{}), kick: make(chan struct{}, 1), ckpt: t.cfg.Now()}
 }
 
 // load reads the partition's open runs from the bucket (one pass over its
@@ -180,7 +190,7 @@ func (pt *part) load(ctx context.Context) error {
 		n++
 		if t.mem.budget > 0 && t.memUsed()+runCost(len(e.value)) > t.mem.budget {
 			// Past the memory bound: kept in the bucket (memory.go).
-			pt.addCold(st.Origin.RunID, st.LastEvent)
+			pt.addCold(st.Origin.RunID, st.LastEvent, 0)
 			return nil
 		}
 		pt.addRun(st.Origin.RunID, &liveRun{st: st, stored: true, size: len(e.value)})

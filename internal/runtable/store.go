@@ -156,6 +156,10 @@ type store struct {
 	// atomic: the bucket takes atomic batches and is replicated (see
 	// commit).
 	atomic atomic.Bool
+	// pos is the bytes commit wrote so far (writeOp.size): about where
+	// the bucket's stream is at, so that what was written at about the
+	// same pos lies in the same blocks of the broker's store.
+	pos atomic.Int64
 }
 
 // leaseReserve is the room of a bucket with a max_bytes that the run

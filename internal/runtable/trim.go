@@ -131,15 +131,20 @@ type stamped struct {
 	at int64
 }
 
-// oldestIDs sorts rs oldest first (the id when the times are equal) and
-// returns the first n ids.
-func oldestIDs(rs []stamped, n int) []string {
+// sortStamped sorts rs oldest first (the id when the times are equal).
+func sortStamped(rs []stamped) {
 	slices.SortFunc(rs, func(a, b stamped) int {
 		if a.at != b.at {
 			return cmp.Compare(a.at, b.at)
 		}
 		return strings.Compare(a.id, b.id)
 	})
+}
+
+// oldestIDs sorts rs oldest first (the id when the times are equal) and
+// returns the first n ids.
+func oldestIDs(rs []stamped, n int) []string {
+	sortStamped(rs)
 	out := make([]string, 0, min(n, len(rs)))
 	for _, r := range rs[:min(n, len(rs))] {
 		out = append(out, r.id)
