@@ -98,6 +98,11 @@ type partConsumer struct {
 	last atomic.Int64
 	// pending is the consumer's pending count at the last watch.
 	pending atomic.Uint64
+	// seq is the stream sequence of the last message that came, behind
+	// the pending count it said, at seqAt (unix nanos): where the
+	// consumer reads the stream (pullfloor.go).
+	seq, behind atomic.Uint64
+	seqAt       atomic.Int64
 	// msgs counts the messages received; quietAt is msgs when an info
 	// last found nothing to deliver (-1: it did not), at infoAt (unix
 	// nanos); failing is set when a pull failed since.
@@ -339,6 +344,7 @@ func (pt *part) consume(c *partConsumer) {
 			}
 			t.awaitConn(pulling)
 			t.holdPull(pulling, c)
+			t.waitFloor(pulling, c)
 			// A finished consumer's pull is waited for until the broker
 			// ends it (its expiry and grace at most): its messages on
 			// their way are folded, not lost to an ack wait.

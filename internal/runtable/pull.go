@@ -420,6 +420,11 @@ func (pt *part) came(c *partConsumer, m *nats.Msg) {
 	var seq, delivered uint64
 	if md, err := m.Metadata(); err == nil {
 		seq, delivered = md.Sequence.Stream, md.NumDelivered
+		c.seq.Store(seq)
+		c.behind.Store(md.NumPending)
+		c.seqAt.Store(time.Now().UnixNano())
+		pt.t.evBytes.Add(int64(len(m.Data) + len(m.Subject) + 64))
+		pt.t.evCount.Add(1)
 	}
 	late, back := c.pulled.message(id, jm, m.Header.Get(pinHeader), time.Now(), func(at time.Time) *flight {
 		return pt.fl.addSeq(jm, m.Reply, seq, delivered, at)

@@ -140,7 +140,10 @@ type Table struct {
 	// reviving bounds the partitions reading idle shed runs back at once
 	// (memory.go: reviveIdle).
 	reviving chan struct{}
-	pubs     sync.WaitGroup // split events being published, re-sends
+	// evBytes and evCount: the bytes and count of the events that came
+	// (pullfloor.go).
+	evBytes, evCount atomic.Int64
+	pubs             sync.WaitGroup // split events being published, re-sends
 	// drains counts the partitions' consumers whose pulls are still
 	// listened to (consume: a stopped consumer's until the broker ended
 	// them); Close waits for them (a stop ends their wait at once).
