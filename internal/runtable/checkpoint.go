@@ -141,7 +141,10 @@ func (pt *part) checkpoint(ctx context.Context, final bool, all writeCause) {
 		}
 	}
 	if errors.Is(werr, fleet.ErrLost) {
-		return // fleet tells the table: the partition is dropped
+		// The fleet tells the table (the partition is dropped); nothing
+		// is written any more: what was folded goes back now.
+		pt.handBackPending("lost")
+		return
 	}
 	if len(dirty) > 0 {
 		pt.wrote(time.Since(t0))

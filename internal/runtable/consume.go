@@ -83,6 +83,9 @@ type partConsumer struct {
 	cons   jetstream.Consumer
 	stop   context.CancelFunc
 	done   chan struct{}
+	// unlistened is closed once no pull of the stopped consumer is
+	// listened to any more (drainPulls returned).
+	unlistened chan struct{}
 	// finish stops pulling, not handling: what the pulls bring until the
 	// broker ended them is folded (a hand-over: finishConsumers).
 	finish context.CancelFunc
@@ -266,7 +269,7 @@ func (pt *part) consume(c *partConsumer) {
 	// pulling ends at a finish (no pull sent any more), a stop, or the
 	// lease's loss.
 	pulling, finish := context.WithCancel(ctx)
-	c.stop, c.finish, c.done = stop, finish, make(chan struct{})
+	c.stop, c.finish, c.done, c.unlistened = stop, finish, make(chan struct{}), make(chan struct{})
 	t := pt.t
 	nc := t.js.Conn()
 	in := make(chan *nats.Msg, inboxLen)
@@ -421,6 +424,7 @@ func (pt *part) consume(c *partConsumer) {
 		}
 		close(c.done)
 		pt.drainPulls(c)
+		close(c.unlistened)
 		close(quit)
 		<-took
 	}()
@@ -438,17 +442,26 @@ func (pt *part) watchLease(ctx context.Context, c *partConsumer) {
 	case <-pt.lease.Lost():
 		if ctx.Err() == nil {
 			c.lose() // (a release's lease is lost once the consumer stopped)
+			// Nothing of the partition is written any more (its writes
+			// are fenced out): what was folded and waits for its run's
+			// write goes back at once too, not when the member drops
+			// the partition (Table.Lost).
+			pt.ckptMu.Lock()
+			pt.handBackPending("lost")
+			pt.ckptMu.Unlock()
 		}
 	case <-ctx.Done():
 	}
 }
 
 // drainPulls listens to the pulls of c, which stopped handling messages,
-// until the broker ended them: a pull a finish cut (a quiet one), or one
-// standing when the lease was lost, may still bring messages; they are
-// handed back as they come, not dropped with the pull's subscription (and
-// delivered again only an ack wait later). A stopping table stops
-// listening at once (Table.StopPulling).
+// until the broker ended them: a pull a finish cut (a quiet one), one
+// standing when the lease was lost, or when the table stopped pulling,
+// may still bring messages; they are handed back as they come, not
+// dropped with the pull's subscription (and delivered again only an ack
+// wait later). A stop ends the wait once the broker says nothing
+// delivered to c waits for an acknowledgement (awaitPulls), or at its
+// deadline; Close at once.
 func (pt *part) drainPulls(c *partConsumer) {
 	if f := consumerStopped.Load(); f != nil {
 		(*f)(pt.p)
@@ -457,7 +470,7 @@ func (pt *part) drainPulls(c *partConsumer) {
 	if e := testPulls.Load(); e != nil {
 		grace = e[1]
 	}
-	c.pulled.drain(pt.t.stopped.Done(), grace)
+	c.pulled.drain(pt.t.unlisten.Done(), grace)
 }
 
 // pullGrace is how long a partition waits past its pull's expiry for the
@@ -489,6 +502,46 @@ func (pt *part) stopConsumers() {
 		}
 	}
 }
+
+// awaitPulls waits, after a stop's last checkpoint of the partition,
+// until no pull of its consumers is listened to any more: each ended by
+// the broker (it brought what it asked for, its expiry, or the 423 of a
+// pin the stop dropped: unpinned), or cut once the broker says that
+// nothing it delivered to the consumer waits for an acknowledgement
+// (cutSettled: nothing is on its way). The broker is asked every
+// settledEvery; ctx (the stop's deadline) bounds the wait.
+func (pt *part) awaitPulls(ctx context.Context) {
+	for _, c := range pt.cons {
+		if c.unlistened == nil {
+			continue
+		}
+		for done := false; !done; {
+			ictx, cancel := context.WithTimeout(ctx, settledAsk)
+			if ci, err := c.cons.Info(ictx); err == nil && ci.NumAckPending == 0 {
+				c.pulled.cutSettled(ci.NumPending > 0)
+			}
+			cancel()
+			t := time.NewTimer(settledEvery)
+			select {
+			case <-c.unlistened:
+				done = true
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
+
+// settledEvery is how often a stop asks the broker whether what it
+// delivered to a stopped consumer is settled (awaitPulls).
+// settledAsk bounds one such question.
+const (
+	settledEvery = 100 * time.Millisecond
+	settledAsk   = 2 * time.Second
+)
 
 // finishWait bounds a finish (finishConsumers): a pull's expiry and grace,
 // twice, for what it brings to be folded.

@@ -284,8 +284,27 @@ func (pt *part) forgetLocked() {
 		pt.removeRun(id)
 	}
 	pt.forgetCold()
-	pt.pending = nil
+	pt.handBackPendingLocked("forgotten")
 	pt.compactQ = nil
+}
+
+// handBackPending hands back, at once, every message folded and waiting
+// for its run's write (the partition writes nothing any more: its lease
+// was lost, or it is forgotten): its next owner gets it now, not an ack
+// wait later.
+func (pt *part) handBackPending(why string) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.handBackPendingLocked(why)
+}
+
+// handBackPendingLocked is handBackPending with pt.mu held.
+func (pt *part) handBackPendingLocked(why string) {
+	for _, pm := range pt.pending {
+		_ = pm.ack.Nak()
+		pt.handBack(pm.fl, why)
+	}
+	pt.pending = nil
 }
 
 // forgetRun drops a run from memory (its state stays in the bucket).

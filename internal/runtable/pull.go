@@ -26,9 +26,13 @@ import (
 // came), not until the table stopped waiting for it: a message that comes
 // on a pull the table gave up is handled as any other. Every pull's
 // subscription feeds one channel, in the order the connection read them.
-// Only a consumer that stops drops what comes after it stopped listening
-// (what came before is handed back at once), and a pull given up that
-// falls out of the last pullsKept is no longer listened to.
+// A consumer that stopped (a stop, a hand-over, a lease lost) keeps
+// listening to its pulls until the broker ended them or, at a stop, until
+// the broker says nothing it delivered waits for an acknowledgement, and
+// hands back what they bring as it comes; only what comes after that
+// (past the pulls' expiry, the stop's deadline, Close) is dropped, and a
+// pull given up that falls out of the last pullsKept is no longer
+// listened to.
 
 // pullRequest is a pull request to a consumer, as the JetStream API takes
 // it.
@@ -96,6 +100,9 @@ type pullSub struct {
 	sent      time.Time
 	expiry    time.Duration
 	want, got int
+	// pinned: it was sent with the consumer's pin (once the partition is
+	// unpinned the broker ends it, with a 423, rather than deliver on it).
+	pinned bool
 }
 
 type pulledMsg struct {
@@ -122,15 +129,16 @@ func (p *pulled) next() (uint64, string) {
 }
 
 // start begins pull id (from next), asking for want messages for
-// expiry, sent at now, listened to on sub. It stops listening to the
-// pull pullsKept pulls before, if the broker has not ended it.
-func (p *pulled) start(id uint64, sub *nats.Subscription, want int, expiry time.Duration, now time.Time) {
+// expiry, sent at now with the pin pin, listened to on sub. It stops
+// listening to the pull pullsKept pulls before, if the broker has not
+// ended it.
+func (p *pulled) start(id uint64, sub *nats.Subscription, want int, expiry time.Duration, pin string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.id = id
 	p.want, p.got, p.expiry, p.ended, p.err = want, 0, expiry, false, nil
 	p.hb, p.heard = heartbeatOf(expiry), now
-	p.pulls[id] = &pullSub{sub: sub, sent: now, expiry: expiry, want: want}
+	p.pulls[id] = &pullSub{sub: sub, sent: now, expiry: expiry, want: want, pinned: pin != ""}
 	if id > pullsKept {
 		p.forget(id - pullsKept)
 	}
@@ -335,6 +343,26 @@ func (p *pulled) drain(quit <-chan struct{}, grace time.Duration) {
 	}
 }
 
+// cutSettled stops listening to a stopped consumer's pulls once the
+// broker said that nothing it delivered to the consumer waits for an
+// acknowledgement (none is on its way, nor held: what came was handed
+// back or written) and its partition was unpinned: a pull sent with the
+// pin is then ended (423) rather than served; one sent without a pin
+// could still be pinned and served, so it is kept while events wait
+// (waiting: the consumer's pending count was not 0). It reports whether
+// no pull is listened to any more (the drain ends).
+func (p *pulled) cutSettled(waiting bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, ps := range p.pulls {
+		if ps.pinned || !waiting {
+			p.forget(id)
+		}
+	}
+	p.signal()
+	return len(p.pulls) == 0
+}
+
 // The JetStream status codes a pull's end comes with.
 const (
 	statusHeartbeat = "100"
@@ -455,7 +483,7 @@ func (c *partConsumer) pull(nc *nats.Conn, in chan *nats.Msg, batch int, expiry 
 		_ = sub.Unsubscribe()
 		return err
 	}
-	c.pulled.start(id, sub, batch, expiry, time.Now())
+	c.pulled.start(id, sub, batch, expiry, pin, time.Now())
 	if err := nc.PublishRequest(c.next, reply, req); err != nil {
 		c.pulled.status(id, "", err)
 		return err

@@ -26,7 +26,7 @@ func TestPulledKeepsWhatComesLate(t *testing.T) {
 	require.Equal(t, uint64(1), id)
 	require.Empty(t, pin)
 	require.False(t, p.none(), "no pull waited for")
-	p.start(1, nil, 2, time.Second, t0)
+	p.start(1, nil, 2, time.Second, "", t0)
 	require.True(t, p.none(), "nothing came on pull 1 yet")
 	late, back := msg(1, t0.Add(500*time.Millisecond))
 	require.False(t, p.none())
@@ -45,7 +45,7 @@ func TestPulledKeepsWhatComesLate(t *testing.T) {
 	id, pin = p.next()
 	require.Equal(t, uint64(2), id)
 	require.Equal(t, "pin-1", pin, "the pin the broker gave")
-	p.start(2, nil, 64, time.Second, t0.Add(6*time.Second))
+	p.start(2, nil, 64, time.Second, "", t0.Add(6*time.Second))
 
 	late, _ = msg(1, t0.Add(7*time.Second))
 	require.True(t, late, "pull 1 was given up")
@@ -66,14 +66,14 @@ func TestPulledKeepsWhatComesLate(t *testing.T) {
 
 	// A pull that brought all it asked for ends; a pin mismatch drops the
 	// pin.
-	p.start(3, nil, 1, time.Second, t0.Add(10*time.Second))
+	p.start(3, nil, 1, time.Second, "", t0.Add(10*time.Second))
 	msg(3, t0.Add(10*time.Second))
 	jm, _ = p.pop(t.Context())
 	require.NotNil(t, jm)
 	jm, _ = p.pop(t.Context())
 	require.Nil(t, jm)
 	require.Empty(t, p.pulls)
-	p.start(4, nil, 8, time.Second, t0.Add(11*time.Second))
+	p.start(4, nil, 8, time.Second, "", t0.Add(11*time.Second))
 	errPin := errors.New("pin mismatch")
 	p.status(4, pinMismatch, errPin)
 	jm, _ = p.pop(t.Context())
@@ -83,7 +83,7 @@ func TestPulledKeepsWhatComesLate(t *testing.T) {
 	require.Empty(t, pin)
 
 	// Stopped: what was queued is returned, what comes is handed back.
-	p.start(5, nil, 8, time.Second, t0.Add(12*time.Second))
+	p.start(5, nil, 8, time.Second, "", t0.Add(12*time.Second))
 	msg(5, t0.Add(12*time.Second))
 	require.Len(t, p.stop(), 1)
 	_, back = msg(5, t0.Add(13*time.Second))
@@ -105,8 +105,8 @@ func TestStoppedPullsListenedUntilTheyEnd(t *testing.T) {
 	}
 	// Pull 1 given up (still listened to), pull 2 current; both expire
 	// an hour from now: only their ends end the drain.
-	p.start(1, nil, 2, time.Hour, now)
-	p.start(2, nil, 8, time.Hour, now)
+	p.start(1, nil, 2, time.Hour, "", now)
+	p.start(2, nil, 8, time.Hour, "", now)
 	require.Nil(t, msg(2))
 	require.Len(t, p.stop(), 1, "what was pulled and not handled goes back")
 	require.NotNil(t, msg(2), "what comes after the stop goes back")
@@ -123,10 +123,35 @@ func TestStoppedPullsListenedUntilTheyEnd(t *testing.T) {
 	require.Empty(t, p.pulls)
 
 	// A stopping table ends the drain at once.
-	p.start(3, nil, 8, time.Hour, now)
+	p.start(3, nil, 8, time.Hour, "", now)
 	p.stop()
 	quit := make(chan struct{})
 	close(quit)
 	p.drain(quit, 0)
 	require.Empty(t, p.pulls)
+}
+
+// A stop's drain is cut once nothing delivered waits for an
+// acknowledgement: the pulls sent with the pin (which the broker ends,
+// once the partition is unpinned, rather than serve), and, when no event
+// waits, every pull.
+func TestSettledPullsCut(t *testing.T) {
+	p := newPulled()
+	now := time.Now()
+	p.start(1, nil, 8, time.Hour, "", now)
+	p.start(2, nil, 8, time.Hour, "pin-1", now)
+	p.stop()
+	drained := make(chan struct{})
+	go func() { defer close(drained); p.drain(nil, 0) }()
+	require.False(t, p.cutSettled(true), "a pull sent without a pin may still be pinned and served while events wait")
+	p.mu.Lock()
+	require.Len(t, p.pulls, 1)
+	require.Contains(t, p.pulls, uint64(1))
+	p.mu.Unlock()
+	require.True(t, p.cutSettled(false), "no event waits: nothing can come")
+	select {
+	case <-drained:
+	case <-time.After(time.Minute):
+		t.Fatal("the drain did not end once its pulls were cut")
+	}
 }

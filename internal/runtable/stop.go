@@ -10,9 +10,15 @@ import (
 // Stopping: a stopping aggregator's run table first stops pulling on every
 // partition at once (StopPulling: the message in a handler's hand is
 // folded, those pulled and not handled go back to the stream), then writes
-// what every partition holds, side by side (Drain: a last checkpoint, the
-// runs it finds due closed and their splits handed to the sinks, which are
-// still open), while its leases are still held. From then on a partition
+// what every partition holds, side by side (Drain: the partition is
+// unpinned, so that its pulls standing at the broker are ended rather
+// than served; a last checkpoint, the runs it finds due closed and their
+// splits handed to the sinks, which are still open; what the checkpoint
+// did not write goes back to the stream), and listens to its pulls until
+// nothing the broker delivered to them waits for an acknowledgement: what
+// they bring after the stop is handed back as it comes, so that the next
+// owner gets it at once, not an ack wait later (awaitPulls). All of it
+// while its leases are still held. From then on a partition
 // only records what the sinks settle (their pending markers purged) until
 // it is handed over (Release, at once): nothing is closed or handed to the
 // sinks any more, so nothing is left half done when the sinks close. What
@@ -37,16 +43,25 @@ func (t *Table) StopPulling() {
 // Drain writes what every partition owned holds, all partitions side by
 // side, within ctx: a last checkpoint (the events it made durable are
 // acknowledged, the others go back to the stream), then the runs due are
-// closed and their splits handed to the sinks. It calls StopPulling first
-// if it was not. A write ctx cuts short is left to the partition's next
-// owner (said at INFO, not as a failure).
+// closed and their splits handed to the sinks; then it waits until what
+// the partitions' pulls brought after the stop was handed back. It calls
+// StopPulling first if it was not. A write ctx cuts short is left to the
+// partition's next owner (said at INFO, not as a failure); its events go
+// back to the stream at once. Past ctx, the pulls are no longer listened
+// to: what they bring later comes back an ack wait later.
 func (t *Table) Drain(ctx context.Context) {
 	t.StopPulling()
 	var wg sync.WaitGroup
 	for _, pt := range t.parts() {
-		wg.Go(func() { pt.drain(ctx) })
+		wg.Go(func() {
+			pt.drain(ctx)
+			pt.awaitPulls(ctx)
+		})
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		t.deafen()
+	}
 }
 
 // drain is Drain for one partition.
@@ -55,6 +70,10 @@ func (pt *part) drain(ctx context.Context) {
 		return
 	}
 	pt.stopConsumers()
+	// Its pulls still standing at the broker are ended (423) rather than
+	// served, and what the stop hands back waits for the next owner
+	// instead of coming back to them.
+	pt.unpin(ctx)
 	pt.stopLoop()
 	pt.checkpoint(ctx, true, causeLast)
 	if t := pt.t; t.lanePost != nil {

@@ -146,9 +146,12 @@ type Table struct {
 	pubs             sync.WaitGroup // split events being published, re-sends
 	// drains counts the partitions' consumers whose pulls are still
 	// listened to (consume: a stopped consumer's until the broker ended
-	// them); Close waits for them (a stop ends their wait at once).
-	drains sync.WaitGroup
-	dlq    deadLetters
+	// them); a stop waits for them (Drain: awaitPulls), within its
+	// deadline; unlisten ends their wait (the stop's deadline, Close).
+	drains   sync.WaitGroup
+	unlisten context.Context
+	deafen   context.CancelFunc
+	dlq      deadLetters
 	// origins says each event refused for its origin once per sender.
 	origins originWarnings
 	// roomW is the store watch's memory (room.go; the watch goroutine's).
@@ -199,6 +202,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 		flow: newFlow(cfg.Consumer.AckWait, cfg.Consumer.MaxAckPending), mem: memory{budget: cfg.RunMemory}, reviving: make(chan struct{}, reviveAtOnce)}
 	t.mem.brokerClosed.Store(cfg.BrokerClosedRunCost)
 	t.stopped, t.stop = context.WithCancel(context.Background())
+	t.unlisten, t.deafen = context.WithCancel(context.Background())
 	t.st.atomic.Store(bus.AtomicAllowed(ctx, js, "KV_"+Bucket))
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
 		t.parser = llamalog.MustParser()
@@ -239,6 +243,7 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 func (t *Table) Close() {
 	if t.stop != nil {
 		t.stop()
+		t.deafen()
 	}
 	t.pubs.Wait()
 	t.drains.Wait()
@@ -361,14 +366,7 @@ func (t *Table) Lost(l *fleet.Lease) {
 	pt.stopConsumers()
 	pt.stopLoop()
 	t.stopSettling(pt)
-	pt.mu.Lock()
-	pending := pt.pending
-	pt.pending = nil
-	pt.mu.Unlock()
-	for _, pm := range pending {
-		_ = pm.ack.Nak() // at once to the next owner, not after the ack wait
-		pt.handBack(pm.fl, "lost")
-	}
+	pt.handBackPending("lost")
 	pt.forget()
 }
 
