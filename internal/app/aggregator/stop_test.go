@@ -54,6 +54,9 @@ func TestFleetStopHandsOverIntegration(t *testing.T) {
 
 	logDir := t.TempDir()
 	env := []string{"GTTSPLIT_CONSUMER_LEASE_TTL=60s", "GTTSPLIT_SHUTDOWN_TIMEOUT=" + stopTimeout.String()}
+	if v := os.Getenv("GTTSPLIT_FLEET_STOP_ACK_WAIT"); v != "" {
+		env = append(env, "GTTSPLIT_CONSUMER_ACK_WAIT="+v) // (the figures of docs/capacity.md)
+	}
 	type agg struct {
 		name, json, http string
 		c                *child
@@ -122,7 +125,33 @@ func TestFleetStopHandsOverIntegration(t *testing.T) {
 	}
 
 	eventually(t, "every partition the second's", func() bool { return owned(second) == parts })
-	eventually(t, "every run's split", func() bool { return len(splitsIn(first.json, second.json)) == n })
+	// What the stop handed back the second folds at once: an event the
+	// stop dropped would come again only an ack wait after it was
+	// delivered (GTTSPLIT_FLEET_STOP_ACK_WAIT sets it: a long one makes
+	// such an event fail this wait), and its run's split with it. The
+	// wait fails only when no split came for waitFor (a deep backlog's
+	// fold takes longer than that on a loaded machine).
+	for last, lastAt := -1, time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		k := len(splitsIn(first.json, second.json))
+		if k == n {
+			break
+		}
+		if k > last {
+			last, lastAt = k, time.Now()
+		}
+		if time.Since(lastAt) > waitFor {
+			t.Fatalf("%d of %d runs' splits written, none more for %s: events the stop did not hand back wait for their ack wait", k, n, waitFor)
+		}
+	}
+	_, page := tryGet(second.http, "/metrics")
+	var causes []string
+	for _, l := range strings.Split(page, "\n") {
+		if c, ok := strings.CutPrefix(l, "gttsplit_events_redelivered_causes_total"); ok {
+			causes = append(causes, c)
+		}
+	}
+	t.Logf("every run's split %s after the signal; the second counted %s events redelivered %v, load %s",
+		time.Since(t0).Round(time.Millisecond), metricValue(page, "gttsplit_events_redelivered_total"), causes, loadavg())
 	got := map[string][]sinkLine{}
 	for _, dir := range []string{first.json, second.json} {
 		if _, err := os.Stat(filepath.Join(dir, "splits.jsonl")); err == nil {
@@ -139,7 +168,7 @@ func TestFleetStopHandsOverIntegration(t *testing.T) {
 	// Counted once: the stopped one's "split written" lines (each one a
 	// count of its gttsplit_runs_completed_total) and the other's counter.
 	counted := strings.Count(string(stderr), "split written")
-	_, page := tryGet(second.http, "/metrics")
+	_, page = tryGet(second.http, "/metrics")
 	for _, l := range strings.Split(page, "\n") {
 		if strings.HasPrefix(l, "gttsplit_runs_completed_total{") {
 			v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
