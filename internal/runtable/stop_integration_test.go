@@ -155,3 +155,103 @@ func TestStopHandsBackWhatItsPullsBringIntegration(t *testing.T) {
 	t.Logf("%d runs closed: %d by the stopped table, %d by the next; the next table counted %.0f events redelivered (handed back by the stop)",
 		len(runs), r1, r2, counter(t, c.m, "gttsplit_events_redelivered_total"))
 }
+
+// A quiet partition handed over: its pull, which brought nothing yet, is
+// cut at once, and what the broker still sends on it (events published
+// right then, before the hand-over's unpin reached the broker) is handed
+// back as it comes, not dropped with the pull: the next owner folds them
+// at once, not an ack wait (five minutes here) later.
+//
+// The first table owns every partition, their first pulls standing (a
+// minute each: quiet, so a hand-over cuts them). A second table starts:
+// the first gives two partitions back. Once the first of them stopped
+// its consumer (its pull cut), the connection between the first table
+// and the broker is frozen both ways (the hand-over's unpin and lease
+// purge wait in it) while a run of that partition is published and the
+// broker delivers its events to the cut pull; then it thaws. Every wait
+// is on an event (the consumer's stop, the broker's delivery, the run's
+// close); the ack wait and the pulls' expiry outlast them.
+func TestHandOverCutPullHandsBackWhatItBringsIntegration(t *testing.T) {
+	const group, parts = "cutpull", 4
+	fx, b, proxy := behindProxyParts(t, parts)
+	t.Cleanup(runtable.SetPulls(time.Minute, time.Minute))
+	tc := tableConfig{idle: time.Hour,
+		consumer: runtable.ConsumerConfig{AckWait: 5 * time.Minute},
+		edit:     func(c *config.Aggregator) { c.NATS.PingInterval = time.Hour }}
+	a := startTable(t, proxy.URL(), group, tc)
+	a.waitOwns(parts)
+	runs := runsByPartition(t, fx, parts, 1)
+	rt.Eventually(t, "a pull standing on every partition", func() bool {
+		w := byPartition(b, group, parts, func(ci *jetstream.ConsumerInfo) int { return ci.NumWaiting })
+		if w == nil {
+			return false
+		}
+		for _, n := range w {
+			if n == 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	cut := make(chan int, 1)
+	t.Cleanup(runtable.OnConsumerStopped(func(p int) {
+		select {
+		case cut <- p:
+		default:
+		}
+	}))
+	frozen := false
+	t.Cleanup(func() {
+		if frozen {
+			proxy.Thaw()
+		}
+	})
+	c := startTable(t, b.URL, group, tc)
+	var p int
+	select {
+	case p = <-cut:
+	case <-time.After(2 * rt.WaitFor):
+		t.Fatal("the first table handed no partition over")
+	}
+	proxy.Freeze()
+	frozen = true
+	g := runs[p] // runsByPartition: one run a partition, in order
+	b.Publish(t, g.Wires...)
+	info := func() string {
+		return fmt.Sprint(byPartition(b, group, parts, func(ci *jetstream.ConsumerInfo) string {
+			return fmt.Sprintf("%d pending/%d unacknowledged/%d pulls", ci.NumPending, ci.NumAckPending, ci.NumWaiting)
+		}))
+	}
+	delivered := false
+	rt.Eventually(t, "the run's events delivered to the cut pull, or the pull gone", func() bool {
+		infos := partitionInfos(b, group, parts)
+		if infos == nil {
+			return false
+		}
+		delivered = infos[p].NumAckPending > 0
+		return infos[p].NumPending == 0 || infos[p].NumWaiting == 0
+	})
+	proxy.Thaw()
+	frozen = false
+	if !delivered {
+		t.Logf("partition %d: the cut pull was gone before the run was published (%s): nothing on its way", p, info())
+	}
+
+	deadline := time.Now().Add(2 * rt.WaitFor)
+	for {
+		_, r1 := a.closes.count()
+		_, r2 := c.closes.count()
+		if r1+r2 >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition %d's run not closed: what the cut pull brought was not handed back (%s)", p, info())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.WaitAcked(t, group)
+	require.Len(t, append(a.closes.of(g.Origin.RunID), c.closes.of(g.Origin.RunID)...), 1, "written once")
+	t.Logf("partition %d handed over; its run's %d events delivered to the cut pull: %v; the next table counted %.0f redelivered",
+		p, len(g.Wires), delivered, counter(t, c.m, "gttsplit_events_redelivered_total"))
+}
