@@ -119,6 +119,11 @@ type partConsumer struct {
 	pulled *pulled
 	inbox  string
 	next   string
+	// seen is the highest consumer sequence (the broker's count of its
+	// deliveries) of a message that reached c, or the consumer's last
+	// delivery when c was made: a stop stops listening once the broker
+	// delivered nothing past it (awaitPulls).
+	seen atomic.Uint64
 	// cut ends the current pull (nil between pulls); guarded by cutMu.
 	cutMu sync.Mutex
 	cut   context.CancelFunc
@@ -137,6 +142,16 @@ func (c *partConsumer) cutPull() {
 	defer c.cutMu.Unlock()
 	if c.cut != nil {
 		c.cut()
+	}
+}
+
+// sawDelivery records that the broker's delivery dseq reached c.
+func (c *partConsumer) sawDelivery(dseq uint64) {
+	for {
+		cur := c.seen.Load()
+		if dseq <= cur || c.seen.CompareAndSwap(cur, dseq) {
+			return
+		}
 	}
 }
 
@@ -257,6 +272,7 @@ func (pt *part) consumer(ctx context.Context, stream string, filters []string) (
 		inbox: t.js.Conn().NewInbox(), next: fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, name)}
 	c.last.Store(time.Now().UnixNano())
 	c.quietAt.Store(-1)
+	c.seen.Store(cons.CachedInfo().Delivered.Consumer) // earlier owners' deliveries
 	return c, nil
 }
 
@@ -460,7 +476,7 @@ func (pt *part) watchLease(ctx context.Context, c *partConsumer) {
 // may still bring messages; they are handed back as they come, not
 // dropped with the pull's subscription (and delivered again only an ack
 // wait later). A stop ends the wait once the broker says nothing
-// delivered to c waits for an acknowledgement (awaitPulls), or at its
+// delivered to c is still on its way (awaitPulls), or at its
 // deadline; Close at once.
 func (pt *part) drainPulls(c *partConsumer) {
 	if f := consumerStopped.Load(); f != nil {
@@ -507,9 +523,11 @@ func (pt *part) stopConsumers() {
 // until no pull of its consumers is listened to any more: each ended by
 // the broker (it brought what it asked for, its expiry, or the 423 of a
 // pin the stop dropped: unpinned), or cut once the broker says that
-// nothing it delivered to the consumer waits for an acknowledgement
-// (cutSettled: nothing is on its way). The broker is asked every
-// settledEvery; ctx (the stop's deadline) bounds the wait.
+// nothing it delivered is on its way to the consumer (cutSettled): none
+// of its deliveries waits for an acknowledgement, or its last delivery
+// reached the consumer (what an earlier owner left unacknowledged, which
+// waits for its ack wait, does not hold the stop). The broker is asked
+// every settledEvery; ctx (the stop's deadline) bounds the wait.
 func (pt *part) awaitPulls(ctx context.Context) {
 	for _, c := range pt.cons {
 		if c.unlistened == nil {
@@ -517,7 +535,7 @@ func (pt *part) awaitPulls(ctx context.Context) {
 		}
 		for done := false; !done; {
 			ictx, cancel := context.WithTimeout(ctx, settledAsk)
-			if ci, err := c.cons.Info(ictx); err == nil && ci.NumAckPending == 0 {
+			if ci, err := c.cons.Info(ictx); err == nil && (ci.NumAckPending == 0 || ci.Delivered.Consumer <= c.seen.Load()) {
 				c.pulled.cutSettled(ci.NumPending > 0)
 			}
 			cancel()

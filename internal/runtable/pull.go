@@ -28,7 +28,7 @@ import (
 // subscription feeds one channel, in the order the connection read them.
 // A consumer that stopped (a stop, a hand-over, a lease lost) keeps
 // listening to its pulls until the broker ended them or, at a stop, until
-// the broker says nothing it delivered waits for an acknowledgement, and
+// the broker says nothing it delivered is still on its way, and
 // hands back what they bring as it comes; only what comes after that
 // (past the pulls' expiry, the stop's deadline, Close) is dropped, and a
 // pull given up that falls out of the last pullsKept is no longer
@@ -344,9 +344,8 @@ func (p *pulled) drain(quit <-chan struct{}, grace time.Duration) {
 }
 
 // cutSettled stops listening to a stopped consumer's pulls once the
-// broker said that nothing it delivered to the consumer waits for an
-// acknowledgement (none is on its way, nor held: what came was handed
-// back or written) and its partition was unpinned: a pull sent with the
+// broker said that nothing it delivered to the consumer is on its way
+// (awaitPulls) and its partition was unpinned: a pull sent with the
 // pin is then ended (423) rather than served; one sent without a pin
 // could still be pinned and served, so it is kept while events wait
 // (waiting: the consumer's pending count was not 0). It reports whether
@@ -453,6 +452,7 @@ func (pt *part) came(c *partConsumer, m *nats.Msg) {
 		c.seqAt.Store(time.Now().UnixNano())
 		pt.t.evBytes.Add(int64(len(m.Data) + len(m.Subject) + 64))
 		pt.t.evCount.Add(1)
+		c.sawDelivery(md.Sequence.Consumer)
 	}
 	late, back := c.pulled.message(id, jm, m.Header.Get(pinHeader), time.Now(), func(at time.Time) *flight {
 		return pt.fl.addSeq(jm, m.Reply, seq, delivered, at)

@@ -15,7 +15,7 @@ import (
 // than served; a last checkpoint, the runs it finds due closed and their
 // splits handed to the sinks, which are still open; what the checkpoint
 // did not write goes back to the stream), and listens to its pulls until
-// nothing the broker delivered to them waits for an acknowledgement: what
+// nothing the broker delivered to them is still on its way: what
 // they bring after the stop is handed back as it comes, so that the next
 // owner gets it at once, not an ack wait later (awaitPulls). All of it
 // while its leases are still held. From then on a partition
