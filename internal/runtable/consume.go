@@ -534,6 +534,12 @@ func (pt *part) awaitPulls(ctx context.Context) {
 			continue
 		}
 		for done := false; !done; {
+			if !pt.t.js.Conn().IsConnected() {
+				// Nothing comes on a connection gone (and a pull's
+				// messages are not sent again on the next one): the
+				// stop is not held up by a broker that went away.
+				c.pulled.cutSettled(false)
+			}
 			ictx, cancel := context.WithTimeout(ctx, settledAsk)
 			if ci, err := c.cons.Info(ictx); err == nil && (ci.NumAckPending == 0 || ci.Delivered.Consumer <= c.seen.Load()) {
 				c.pulled.cutSettled(ci.NumPending > 0)
