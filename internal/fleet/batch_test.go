@@ -3,13 +3,17 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 )
 
@@ -192,4 +196,103 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// carryHandler is handler, and hands each lease acquired to leases.
+type carryHandler struct {
+	handler
+	leases chan *Lease
+}
+
+func (h carryHandler) Acquired(ctx context.Context, l *Lease) error {
+	select {
+	case h.leases <- l:
+	default:
+	}
+	return h.handler.Acquired(ctx, l)
+}
+
+// A partition folding a backlog on a slow broker keeps its lease: its
+// fenced writes follow each other closely and each one's answer comes
+// 4.5 s late (every byte the server sends is held that long), so a
+// renewal, which takes turns with the writes (Lease.mu), waits for the
+// write under way and then for its own late answer: sent up to 9.5 s
+// after the last, answered up to 14 s after it, past the 12 s the lease
+// is valid for. The writes take the renewal along when one is due
+// (Fence.Renewal, Fence.Carried): each is sent at most 4.5 s after the
+// last and answered 4.5 s later, inside the validity. Before, the lease
+// fell in doubt (and its partition's work stopped) within a few renewal
+// intervals. The test counts writes and watches the lease's state; it
+// asserts no time.
+func TestLeaseKeptByItsWritesWhenAnswersAreLateIntegration(t *testing.T) {
+	f, proxy, js, kv := behindProxy(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	st, err := f.js.Stream(ctx, "KV_"+testBucket)
+	require.NoError(t, err)
+	sc := st.CachedInfo().Config
+	sc.AllowAtomicPublish = true
+	_, err = f.js.UpdateStream(ctx, sc)
+	require.NoError(t, err)
+
+	const ttl, latency, writes = 15 * time.Second, 4500 * time.Millisecond, 6
+	h := carryHandler{handler: handler{f}, leases: make(chan *Lease, 1)}
+	m := runMember(t, js, Config{Group: "g", LeaseTTL: ttl}, Settings{Partitions: 1, Bucket: testBucket, KV: kv, Heartbeat: time.Second}, h)
+	var l *Lease
+	select {
+	case l = <-h.leases:
+	case <-ctx.Done():
+		t.Fatal("the partition was not taken")
+	}
+	require.Equal(t, m.id, l.Member())
+
+	// Watches the lease while the writes go on.
+	var doubted atomic.Bool
+	watching, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			if !l.Valid() {
+				doubted.Store(true)
+			}
+			select {
+			case <-watching:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	proxy.SetLatency(latency)
+	carried := 0
+	for i := range writes {
+		err := l.Fenced(ctx, func(ctx context.Context, fc Fence) error {
+			msgs := make([]*nats.Msg, 2)
+			for k := range msgs {
+				msgs[k] = nats.NewMsg(fmt.Sprintf("$KV.%s.state.%d", testBucket, k))
+				msgs[k].Data = []byte(strconv.Itoa(i))
+				msgs[k].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(fc.Rev, 10))
+				msgs[k].Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, fc.Subject)
+			}
+			r := fc.Renewal()
+			if r != nil {
+				msgs = append(msgs, r)
+			}
+			pa, err := bus.PublishAtomic(ctx, js, msgs)
+			if err == nil && r != nil {
+				fc.Carried(pa.Sequence)
+				carried++
+			}
+			return err
+		})
+		require.NoError(t, err, "write %d", i)
+		require.False(t, doubted.Load(), "the lease fell in doubt by write %d (%d renewals carried by writes)", i, carried)
+	}
+	close(watching)
+	<-watched
+	proxy.SetLatency(0)
+	require.False(t, doubted.Load(), "the lease fell in doubt (%d renewals carried by writes)", carried)
+	require.Greater(t, carried, 0)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Equal(t, []string{m.id + " +0"}, f.events, "the partition stayed the member's")
 }

@@ -39,6 +39,47 @@ func mono() time.Duration { return time.Since(clockBase) }
 type Fence struct {
 	Subject string
 	Rev     uint64
+	// carry is the lease's renewal when one is due (Renewal).
+	carry *carried
+}
+
+// carried is a renewal a fenced write takes along.
+type carried struct {
+	l    *Lease
+	sent time.Duration // mono() when Renewal made it; 0 before
+}
+
+// Renewal is the lease's renewal, when one is due, for the write to send
+// as the LAST message of its atomic batch; nil when none is due (or the
+// lease's renewals do not ride in writes). It is written conditional on
+// the lease's revision, as every message of the write is, with a new time
+// to live: the server stores the batch with it or nothing. A write that
+// sends it calls Carried once the batch is stored. A partition writing
+// often so renews its lease by its writes: its renewal never waits behind
+// them (renewals and fenced writes take turns, see Lease.mu).
+func (f Fence) Renewal() *nats.Msg {
+	if f.carry == nil {
+		return nil
+	}
+	l := f.carry.l
+	m := nats.NewMsg(f.Subject)
+	m.Data = l.value
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(f.Rev, 10))
+	m.Header.Set(jetstream.MsgTTLHeader, l.ttl.String())
+	f.carry.sent = mono()
+	return m
+}
+
+// Carried takes the renewal the write's batch carried (Renewal, its last
+// message), stored with the batch at seq (the batch's commit sequence):
+// the lease's new revision, valid for its time to live counted from when
+// Renewal made it (before it was sent). It does nothing when no renewal
+// was made.
+func (f Fence) Carried(seq uint64) {
+	if f.carry == nil || f.carry.sent == 0 {
+		return
+	}
+	f.carry.l.renewedAt(seq, f.carry.sent)
 }
 
 // Opt is the publish option that makes a write of the lease's bucket
@@ -87,6 +128,9 @@ type Lease struct {
 	value   []byte // the member id and this lease's own token (leaseValue)
 	ttl     time.Duration
 	margin  time.Duration
+	// carryAfter is how long after a renewal was sent the next one rides
+	// in a fenced write (Fence.Renewal); 0: never.
+	carryAfter time.Duration
 
 	// mu is held by a renewal (alone or in a batch) or a fenced write,
 	// one at a time: rev changes only under it. (Lock order: no other
@@ -213,12 +257,23 @@ func (l *Lease) Fenced(ctx context.Context, write func(ctx context.Context, f Fe
 	default:
 	}
 	err := l.send(ctx, true, func(rev uint64) error {
-		return write(ctx, Fence{Subject: l.subject, Rev: rev})
+		return write(ctx, Fence{Subject: l.subject, Rev: rev, carry: l.carryDue()})
 	})
 	if errors.Is(err, ErrLost) {
 		return fmt.Errorf("partition %d: %w", l.Partition, err)
 	}
 	return err
+}
+
+// carryDue is the renewal a fenced write takes along (Fence.Renewal): one
+// is due once carryAfter passed since the last renewal was sent, while
+// the lease is not given up. l.mu is held.
+func (l *Lease) carryDue() *carried {
+	now := mono()
+	if l.carryAfter <= 0 || now-l.lastSent() < l.carryAfter || now >= l.givenUp() {
+		return nil
+	}
+	return &carried{l: l}
 }
 
 // send sends a write conditional on the lease's revision. l.mu is held.

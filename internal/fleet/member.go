@@ -584,6 +584,10 @@ func (m *Member) take(ctx context.Context, p int) bool {
 		m.log.Warn().Err(err).Int("partition", p).Msg("fleet: partition not taken")
 		return false
 	}
+	// A write of the partition takes the renewal along once half a
+	// renewal interval passed (Fence.Renewal): a partition folding a
+	// backlog renews by its writes, not behind them.
+	l.carryAfter = m.cfg.LeaseTTL / leaseRenewals / 2
 	hl := m.hold(l)
 	actx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()

@@ -113,17 +113,20 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 		if !s.room.take(size) {
 			return done, errReserve
 		}
+		// In one atomic batch, with the lease's renewal when one is
+		// due, unless the bucket takes none or writes go one at a time.
+		batched := s.atomic.Load() && done >= single
 		err := l.Fenced(ctx, func(ctx context.Context, f fleet.Fence) error {
 			ctx, cancel := context.WithTimeout(ctx, bus.APITimeout)
 			defer cancel()
-			if len(chunk) == 1 {
-				_, err := s.js.PublishMsg(ctx, s.msg(chunk[0], f))
-				return err
+			msgs := make([]*nats.Msg, len(chunk), len(chunk)+1)
+			for i, op := range chunk {
+				msgs[i] = s.msg(op, f)
 			}
-			return s.sendAtomic(ctx, chunk, f)
+			return s.publish(ctx, f, msgs, batched)
 		})
 		if err != nil {
-			if len(chunk) > 1 && bus.AtomicDisabled(err) {
+			if batched && bus.AtomicDisabled(err) {
 				s.room.used.Add(-int64(size))
 				// The bucket no longer takes atomic batches (its stream
 				// was changed, or a server without them leads it): one
@@ -131,7 +134,7 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 				s.atomic.Store(false)
 				continue
 			}
-			if len(chunk) > 1 && bus.AtomicRefused(err) {
+			if batched && bus.AtomicRefused(err) {
 				// Not taken (too many batches open on the stream at
 				// once, more writes than the server takes in one, or
 				// its leader changed while it was sent): nothing of
@@ -161,12 +164,27 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 // atomic batch commit went through, before the next is sent.
 var committed atomic.Pointer[func(key string)]
 
-// sendAtomic publishes ops as one atomic batch (bus.PublishAtomic).
-func (s *store) sendAtomic(ctx context.Context, ops []writeOp, f fleet.Fence) error {
-	msgs := make([]*nats.Msg, len(ops))
-	for i, op := range ops {
-		msgs[i] = s.msg(op, f)
+// publish sends msgs, fenced by f: one atomic batch (bus.PublishAtomic)
+// when the bucket takes them (batched), with the lease's renewal as its
+// last message when one is due (fleet.Fence.Renewal: the partition's
+// writes renew its lease, it does not wait behind them); else the one
+// message alone.
+func (s *store) publish(ctx context.Context, f fleet.Fence, msgs []*nats.Msg, batched bool) error {
+	if !batched {
+		_, err := s.js.PublishMsg(ctx, msgs[0])
+		return err
 	}
-	_, err := bus.PublishAtomic(ctx, s.js, msgs)
+	r := f.Renewal()
+	if r != nil {
+		msgs = append(msgs, r)
+	}
+	if len(msgs) == 1 {
+		_, err := s.js.PublishMsg(ctx, msgs[0])
+		return err
+	}
+	pa, err := bus.PublishAtomic(ctx, s.js, msgs)
+	if err == nil && r != nil {
+		f.Carried(pa.Sequence)
+	}
 	return err
 }

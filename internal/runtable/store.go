@@ -227,7 +227,7 @@ func (s *store) put(ctx context.Context, l *fleet.Lease, key string, b []byte) e
 	if !s.room.take(n) {
 		return errReserve
 	}
-	if err := s.publishFenced(ctx, l, m); err != nil {
+	if err := s.publishFenced(ctx, l, m, 0); err != nil {
 		s.room.used.Add(-int64(n))
 		if bus.StoreFull(err) {
 			// Full before the watch read the bucket's max_bytes (it
@@ -251,19 +251,30 @@ func (s *store) purgeTTL(ctx context.Context, l *fleet.Lease, key string, ttl ti
 	m := nats.NewMsg(s.subj + key)
 	m.Header.Set(kvOperation, "PURGE")
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	return s.publishFenced(ctx, l, m, jetstream.WithMsgTTL(ttl))
+	return s.publishFenced(ctx, l, m, ttl)
 }
 
 // publishFenced publishes m with l's fence. The write holds the lease's
 // lock (renewals wait for it), so it is bounded by bus.APITimeout whatever
 // the caller's deadline: an unanswered one fails and is made again by the
 // caller (the next checkpoint, the next take-over).
-func (s *store) publishFenced(ctx context.Context, l *fleet.Lease, m *nats.Msg, opts ...jetstream.PublishOpt) error {
+//
+// In a bucket that takes atomic batches, the lease's renewal rides along
+// when one is due (store.publish), so m's fence and ttl (when not 0) are
+// set in its headers, as in an atomic batch.
+func (s *store) publishFenced(ctx context.Context, l *fleet.Lease, m *nats.Msg, ttl time.Duration) error {
 	return l.Fenced(ctx, func(ctx context.Context, f fleet.Fence) error {
 		ctx, cancel := context.WithTimeout(ctx, bus.APITimeout)
 		defer cancel()
-		_, err := s.js.PublishMsg(ctx, m, append([]jetstream.PublishOpt{f.Opt()}, opts...)...)
-		return err
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(f.Rev, 10))
+		m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, f.Subject)
+		if ttl > 0 {
+			m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+		}
+		return s.publish(ctx, f, []*nats.Msg{m}, s.atomic.Load())
 	})
 }
 
