@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/natstest"
+	"github.com/gttsplit/gttsplit/pkg/sinks/sinktest"
 )
 
 // A member key says how often its member renews it, and the others take
@@ -40,7 +40,7 @@ func TestOtherLeaseTTLWarnedOnceIntegration(t *testing.T) {
 	s := natstest.Start(t)
 	f := newTestFleet(t, s.ClientURL())
 	js, kv := memberBucket(t, f.url)
-	var logs lockedLog
+	var logs sinktest.Buffer
 	set := Settings{Partitions: 16, Bucket: testBucket, KV: kv, Replicas: replicasOf(f.url), Heartbeat: 100 * time.Millisecond}
 	a, err := Join(t.Context(), js, Config{Group: "g", LeaseTTL: 6 * time.Second}, set, handler{f}, zerolog.New(&logs))
 	require.NoError(t, err)
@@ -60,23 +60,4 @@ func TestOtherLeaseTTLWarnedOnceIntegration(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "another consumer.lease_ttl"), logs.String())
 	require.NotContains(t, logs.String(), same)
 	require.Contains(t, logs.String(), `"other_lease_ttl":9000`)
-}
-
-// lockedLog is a log output the member's goroutines write and the test
-// reads.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
