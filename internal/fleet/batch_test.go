@@ -35,12 +35,7 @@ func TestLeasesRenewedInOneBatchIntegration(t *testing.T) {
 	f := newTestFleet(t, c.URLs())
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	st, err := f.js.Stream(ctx, "KV_"+testBucket)
-	require.NoError(t, err)
-	sc := st.CachedInfo().Config
-	sc.AllowAtomicPublish = true
-	_, err = f.js.UpdateStream(ctx, sc)
-	require.NoError(t, err)
+	st := allowAtomic(ctx, t, f)
 
 	nc, err := nats.Connect(c.URLs())
 	require.NoError(t, err)
@@ -228,12 +223,7 @@ func TestLeaseKeptByItsWritesWhenAnswersAreLateIntegration(t *testing.T) {
 	f, proxy, js, kv := behindProxy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	st, err := f.js.Stream(ctx, "KV_"+testBucket)
-	require.NoError(t, err)
-	sc := st.CachedInfo().Config
-	sc.AllowAtomicPublish = true
-	_, err = f.js.UpdateStream(ctx, sc)
-	require.NoError(t, err)
+	allowAtomic(ctx, t, f)
 
 	const ttl, latency, writes = 15 * time.Second, 4500 * time.Millisecond, 6
 	h := carryHandler{handler: handler{f}, leases: make(chan *Lease, 1)}
@@ -295,4 +285,17 @@ func TestLeaseKeptByItsWritesWhenAnswersAreLateIntegration(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	require.Equal(t, []string{m.id + " +0"}, f.events, "the partition stayed the member's")
+}
+
+// allowAtomic lets the test fleet's bucket take atomic batches (as the
+// aggregator's buckets do on a cluster); it returns the bucket's stream.
+func allowAtomic(ctx context.Context, t *testing.T, f *testFleet) jetstream.Stream {
+	t.Helper()
+	st, err := f.js.Stream(ctx, "KV_"+testBucket)
+	require.NoError(t, err)
+	sc := st.CachedInfo().Config
+	sc.AllowAtomicPublish = true
+	_, err = f.js.UpdateStream(ctx, sc)
+	require.NoError(t, err)
+	return st
 }

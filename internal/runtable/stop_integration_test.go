@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/config"
+	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/internal/runtable"
 	rt "github.com/gttsplit/gttsplit/internal/runtable/runtabletest"
 )
@@ -34,17 +35,7 @@ import (
 // expiry outlast every wait.
 func TestStopHandsBackWhatItsPullsBringIntegration(t *testing.T) {
 	const group, parts = "sigstop", 4
-	fx, b, proxy := behindProxyParts(t, parts)
-	// Pulls outlive the hold: none is given up meanwhile, so the events
-	// come on pulls still listened to.
-	t.Cleanup(runtable.SetPulls(time.Minute, time.Minute))
-	tc := tableConfig{idle: time.Hour,
-		consumer: runtable.ConsumerConfig{AckWait: 5 * time.Minute},
-		// The connection is not taken for cut off while the broker's
-		// answers are held.
-		edit: func(c *config.Aggregator) { c.NATS.PingInterval = time.Hour }}
-	a := startTable(t, proxy.URL(), group, tc)
-	a.waitOwns(parts)
+	fx, b, proxy, tc, a := patientBehindProxy(t, group, parts)
 	runs := runsByPartition(t, fx, parts, 3)
 
 	var mu sync.Mutex
@@ -173,13 +164,7 @@ func TestStopHandsBackWhatItsPullsBringIntegration(t *testing.T) {
 // close); the ack wait and the pulls' expiry outlast them.
 func TestHandOverCutPullHandsBackWhatItBringsIntegration(t *testing.T) {
 	const group, parts = "cutpull", 4
-	fx, b, proxy := behindProxyParts(t, parts)
-	t.Cleanup(runtable.SetPulls(time.Minute, time.Minute))
-	tc := tableConfig{idle: time.Hour,
-		consumer: runtable.ConsumerConfig{AckWait: 5 * time.Minute},
-		edit:     func(c *config.Aggregator) { c.NATS.PingInterval = time.Hour }}
-	a := startTable(t, proxy.URL(), group, tc)
-	a.waitOwns(parts)
+	fx, b, proxy, tc, a := patientBehindProxy(t, group, parts)
 	runs := runsByPartition(t, fx, parts, 1)
 	rt.Eventually(t, "a pull standing on every partition", func() bool {
 		w := byPartition(b, group, parts, func(ci *jetstream.ConsumerInfo) int { return ci.NumWaiting })
@@ -254,4 +239,23 @@ func TestHandOverCutPullHandsBackWhatItBringsIntegration(t *testing.T) {
 	require.Len(t, append(a.closes.of(g.Origin.RunID), c.closes.of(g.Origin.RunID)...), 1, "written once")
 	t.Logf("partition %d handed over; its run's %d events delivered to the cut pull: %v; the next table counted %.0f redelivered",
 		p, len(g.Wires), delivered, counter(t, c.m, "gttsplit_events_redelivered_total"))
+}
+
+// patientBehindProxy starts a broker of parts partitions, a proxy in
+// front of it, and a table behind the proxy that owns every partition,
+// with what both stop tests need: pulls that outlive every hold (none is
+// given up meanwhile, so the events come on pulls still listened to), an
+// ack wait of 5 minutes (an event not handed back stalls its run), and a
+// connection not taken for cut off while the broker's answers are held.
+// It returns tc for the table that takes over.
+func patientBehindProxy(t *testing.T, group string, parts int) (rt.Fixture, *rt.Broker, *natstest.Proxy, tableConfig, *table) {
+	t.Helper()
+	fx, b, proxy := behindProxyParts(t, parts)
+	t.Cleanup(runtable.SetPulls(time.Minute, time.Minute))
+	tc := tableConfig{idle: time.Hour,
+		consumer: runtable.ConsumerConfig{AckWait: 5 * time.Minute},
+		edit:     func(c *config.Aggregator) { c.NATS.PingInterval = time.Hour }}
+	a := startTable(t, proxy.URL(), group, tc)
+	a.waitOwns(parts)
+	return fx, b, proxy, tc, a
 }
