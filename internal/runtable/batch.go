@@ -125,9 +125,9 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 			}
 			return s.publish(ctx, f, msgs, batched)
 		})
+		s.room.done(size, err == nil)
 		if err != nil {
 			if batched && bus.AtomicDisabled(err) {
-				s.room.used.Add(-int64(size))
 				// The bucket no longer takes atomic batches (its stream
 				// was changed, or a server without them leads it): one
 				// write at a time from now on.
@@ -139,11 +139,9 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 				// once, more writes than the server takes in one, or
 				// its leader changed while it was sent): nothing of
 				// it was written; these writes go one at a time.
-				s.room.used.Add(-int64(size))
 				single = done + n
 				continue
 			}
-			s.room.used.Add(-int64(size))
 			if bus.StoreFull(err) {
 				// A limit the last look did not know: at once, so
 				// that the leases' reserve is kept from now on.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -182,22 +183,59 @@ var errReserve = errors.New("the state bucket is full: what is left of its max_b
 type bucketRoom struct {
 	max  atomic.Int64 // <= 0: no max_bytes
 	used atomic.Int64
+	// mu orders take and done with set: inflight is the bytes of the
+	// writes taken and not done, taken all the bytes ever taken.
+	mu       sync.Mutex
+	inflight int64
+	taken    int64
 }
 
 // take counts n more bytes if they leave the leases their reserve, at
 // once (partitions write at the same time: writers racing for the last
-// room do not all get it); it reports whether it did.
+// room do not all get it); it reports whether it did. A write taken is
+// done once its answer came (done).
 func (r *bucketRoom) take(n int) bool {
-	mx := r.max.Load()
-	if mx <= 0 {
-		r.used.Add(int64(n))
-		return true
-	}
-	if r.used.Add(int64(n)) > mx-leaseReserve {
-		r.used.Add(-int64(n))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if mx := r.max.Load(); mx > 0 && r.used.Load()+int64(n) > mx-leaseReserve {
 		return false
 	}
+	r.used.Add(int64(n))
+	r.inflight += int64(n)
+	r.taken += int64(n)
 	return true
+}
+
+// done ends the write of n bytes take counted: written, or given back.
+func (r *bucketRoom) done(n int, written bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inflight -= int64(n)
+	if !written {
+		r.used.Add(-int64(n))
+	}
+}
+
+// mark is what set needs, taken before the bucket's size is read: the
+// bytes taken so far and those in flight.
+func (r *bucketRoom) mark() (taken, inflight int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.taken, r.inflight
+}
+
+// set sets the bucket's max_bytes, and its size to bytes (read after
+// mark gave taken and inflight) plus what the size may not hold yet: the
+// writes in flight at the mark and those taken since. Writes answered
+// before the read are counted twice until the next set (an overestimate,
+// as a rewritten key's is); before, only bytes was kept, and the writes
+// in flight while it was read were counted by no one, so the writes that
+// followed ate into the leases' reserve.
+func (r *bucketRoom) set(max, bytes, taken, inflight int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.max.Store(max)
+	r.used.Store(bytes + inflight + r.taken - taken)
 }
 
 // writeOverhead is what a write takes in the bucket's store beside its
@@ -207,13 +245,13 @@ const writeOverhead = 256
 
 // refreshRoom reads the bucket's size and max_bytes.
 func (s *store) refreshRoom(ctx context.Context) {
+	taken, inflight := s.room.mark()
 	st, err := s.js.Stream(ctx, s.stream)
 	if err != nil {
 		return
 	}
 	info := st.CachedInfo()
-	s.room.max.Store(info.Config.MaxBytes)
-	s.room.used.Store(int64(info.State.Bytes))
+	s.room.set(info.Config.MaxBytes, int64(info.State.Bytes), taken, inflight)
 }
 
 func newStore(js jetstream.JetStream, kv jetstream.KeyValue) *store {
@@ -227,8 +265,9 @@ func (s *store) put(ctx context.Context, l *fleet.Lease, key string, b []byte) e
 	if !s.room.take(n) {
 		return errReserve
 	}
-	if err := s.publishFenced(ctx, l, m, 0); err != nil {
-		s.room.used.Add(-int64(n))
+	err := s.publishFenced(ctx, l, m, 0)
+	s.room.done(n, err == nil)
+	if err != nil {
 		if bus.StoreFull(err) {
 			// Full before the watch read the bucket's max_bytes (it
 			// changed, or the table just started): read it now, so the
