@@ -65,18 +65,7 @@ func TestStopHandsBackWhatItsPullsBringIntegration(t *testing.T) {
 	rt.Eventually(t, "every run's events but its last folded", func() bool {
 		return counter(t, a.m, "gttsplit_events_folded_total")-counter(t, a.m, "gttsplit_events_redelivered_total") >= float64(events)
 	})
-	rt.Eventually(t, "a pull standing on every partition", func() bool {
-		w := byPartition(b, group, parts, func(ci *jetstream.ConsumerInfo) int { return ci.NumWaiting })
-		if w == nil {
-			return false
-		}
-		for _, n := range w {
-			if n == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitPullStanding(t, b, group, parts)
 	mu.Lock()
 	require.Empty(t, stopped, "a consumer stopped before the stop")
 	mu.Unlock()
@@ -166,18 +155,7 @@ func TestHandOverCutPullHandsBackWhatItBringsIntegration(t *testing.T) {
 	const group, parts = "cutpull", 4
 	fx, b, proxy, tc, a := patientBehindProxy(t, group, parts)
 	runs := runsByPartition(t, fx, parts, 1)
-	rt.Eventually(t, "a pull standing on every partition", func() bool {
-		w := byPartition(b, group, parts, func(ci *jetstream.ConsumerInfo) int { return ci.NumWaiting })
-		if w == nil {
-			return false
-		}
-		for _, n := range w {
-			if n == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitPullStanding(t, b, group, parts)
 
 	cut := make(chan int, 1)
 	t.Cleanup(runtable.OnConsumerStopped(func(p int) {
@@ -258,4 +236,22 @@ func patientBehindProxy(t *testing.T, group string, parts int) (rt.Fixture, *rt.
 	a := startTable(t, proxy.URL(), group, tc)
 	a.waitOwns(parts)
 	return fx, b, proxy, tc, a
+}
+
+// waitPullStanding waits until a pull of the group's consumer stands at
+// the broker on each of parts partitions.
+func waitPullStanding(t *testing.T, b *rt.Broker, group string, parts int) {
+	t.Helper()
+	rt.Eventually(t, "a pull standing on every partition", func() bool {
+		w := byPartition(b, group, parts, func(ci *jetstream.ConsumerInfo) int { return ci.NumWaiting })
+		if w == nil {
+			return false
+		}
+		for _, n := range w {
+			if n == 0 {
+				return false
+			}
+		}
+		return true
+	})
 }

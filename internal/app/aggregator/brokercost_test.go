@@ -532,11 +532,7 @@ func TestFleetIdleTrafficIntegration(t *testing.T) {
 // what the broker receives. Its subscription costs the servers a copy of
 // each (the fold's figure includes it).
 func ackTap(t *testing.T, url, stream string) func() map[string]int {
-	nc, err := nats.Connect(url)
-	require.NoError(t, err)
-	var mu sync.Mutex
-	n := map[string]int{}
-	_, err = nc.Subscribe("$JS.ACK."+stream+".>", func(m *nats.Msg) {
+	return tap(t, url, "$JS.ACK."+stream+".>", func(m *nats.Msg) []string {
 		k := string(m.Data)
 		if i := strings.IndexByte(k, ' '); i > 0 {
 			k = k[:i]
@@ -544,19 +540,8 @@ func ackTap(t *testing.T, url, stream string) func() map[string]int {
 		if k == "" {
 			k = "+ACK"
 		}
-		mu.Lock()
-		n[k]++
-		mu.Unlock()
+		return []string{k}
 	})
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	return func() map[string]int {
-		_ = nc.Flush()
-		nc.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		return n
-	}
 }
 
 // bucketTap counts what the aggregators publish into the state bucket
@@ -566,12 +551,8 @@ func ackTap(t *testing.T, url, stream string) func() map[string]int {
 // The servers' own messages (a key's marker when its time to live runs
 // out) are not published by anyone: not counted.
 func bucketTap(t *testing.T, url string) func() map[string]int {
-	nc, err := nats.Connect(url)
-	require.NoError(t, err)
-	var mu sync.Mutex
-	n := map[string]int{}
 	prefix := "$KV." + runtable.Bucket + "."
-	_, err = nc.Subscribe(prefix+">", func(m *nats.Msg) {
+	return tap(t, url, prefix+">", func(m *nats.Msg) []string {
 		k := strings.TrimPrefix(m.Subject, prefix)
 		if i := strings.IndexByte(k, '.'); i > 0 {
 			k = k[:i]
@@ -579,13 +560,29 @@ func bucketTap(t *testing.T, url string) func() map[string]int {
 		if m.Header.Get("KV-Operation") == "PURGE" {
 			k += " purge"
 		}
-		mu.Lock()
-		n[k]++
 		switch {
 		case m.Header.Get("Nats-Batch-Id") == "":
-			n["(single writes)"]++
+			return []string{k, "(single writes)"}
 		case m.Header.Get("Nats-Batch-Commit") != "":
-			n["(atomic batches)"]++
+			return []string{k, "(atomic batches)"}
+		}
+		return []string{k}
+	})
+}
+
+// tap counts the messages published on subject, under the keys kinds
+// gives each, until the returned function is called (which returns the
+// counts).
+func tap(t *testing.T, url, subject string, kinds func(m *nats.Msg) []string) func() map[string]int {
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	n := map[string]int{}
+	_, err = nc.Subscribe(subject, func(m *nats.Msg) {
+		ks := kinds(m)
+		mu.Lock()
+		for _, k := range ks {
+			n[k]++
 		}
 		mu.Unlock()
 	})
