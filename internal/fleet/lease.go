@@ -88,6 +88,17 @@ func (f Fence) Opt() jetstream.PublishOpt {
 	return jetstream.WithExpectLastSequenceForSubject(f.Rev, f.Subject)
 }
 
+// Stamp sets the fence in m's headers, as Opt does for a publish: the
+// form a message of an atomic batch needs (each message carries its own
+// checks).
+func (f Fence) Stamp(m *nats.Msg) {
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(f.Rev, 10))
+	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, f.Subject)
+}
+
 // Lease is this member's hold on one partition: the key
 // lease.<group>.<partition> of the bucket, created when it is free
 // (create-if-absent) with a time to live, renewed by revision (each

@@ -2,7 +2,6 @@ package runtable
 
 import (
 	"context"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
@@ -82,8 +81,7 @@ func (s *store) msg(op writeOp, f fleet.Fence) *nats.Msg {
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		m.Header.Set(jetstream.MsgTTLHeader, markerTTL.String())
 	}
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(f.Rev, 10))
-	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, f.Subject)
+	f.Stamp(m)
 	return m
 }
 

@@ -16,12 +16,12 @@ func TestRoomCountsWritesInFlightWhileTheSizeIsRead(t *testing.T) {
 	t.Parallel()
 	const mx = 200 << 10
 	var r bucketRoom
-	r.set(mx, 0, 0, 0)
+	r.set(mx, 0, 0)
 	require.True(t, r.take(40<<10), "a first write")
-	taken, inflight := r.mark() // the watch asks for the bucket's size
+	settled := r.mark() // the watch asks for the bucket's size
 	require.True(t, r.take(40<<10), "a write while the size is read")
 	// The size comes back without either write.
-	r.set(mx, 50<<10, taken, inflight)
+	r.set(mx, 50<<10, settled)
 	require.Equal(t, int64(130<<10), r.used.Load(), "the size read and both writes in flight")
 	// 130 + 6 KiB reaches the leases' reserve (64 of the 200): taken; a
 	// KiB more would not be.
@@ -30,8 +30,8 @@ func TestRoomCountsWritesInFlightWhileTheSizeIsRead(t *testing.T) {
 	// Both first writes answered: the next read of the size holds them.
 	r.done(40<<10, true)
 	r.done(40<<10, true)
-	taken, inflight = r.mark()
-	r.set(mx, 130<<10, taken, inflight)
+	settled = r.mark()
+	r.set(mx, 130<<10, settled)
 	require.Equal(t, int64(136<<10), r.used.Load(), "the size read and the write still in flight")
 	// A write refused gives its bytes back.
 	r.done(6<<10, false)

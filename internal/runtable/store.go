@@ -183,11 +183,11 @@ var errReserve = errors.New("the state bucket is full: what is left of its max_b
 type bucketRoom struct {
 	max  atomic.Int64 // <= 0: no max_bytes
 	used atomic.Int64
-	// mu orders take and done with set: inflight is the bytes of the
-	// writes taken and not done, taken all the bytes ever taken.
-	mu       sync.Mutex
-	inflight int64
-	taken    int64
+	// mu orders take and done with set: taken is the bytes of every
+	// write taken, settled of those done (written or given back).
+	mu      sync.Mutex
+	taken   int64
+	settled int64
 }
 
 // take counts n more bytes if they leave the leases their reserve, at
@@ -201,7 +201,6 @@ func (r *bucketRoom) take(n int) bool {
 		return false
 	}
 	r.used.Add(int64(n))
-	r.inflight += int64(n)
 	r.taken += int64(n)
 	return true
 }
@@ -210,32 +209,33 @@ func (r *bucketRoom) take(n int) bool {
 func (r *bucketRoom) done(n int, written bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.inflight -= int64(n)
+	r.settled += int64(n)
 	if !written {
 		r.used.Add(-int64(n))
 	}
 }
 
 // mark is what set needs, taken before the bucket's size is read: the
-// bytes taken so far and those in flight.
-func (r *bucketRoom) mark() (taken, inflight int64) {
+// bytes of the writes taken and done by then (the size read holds those
+// written; those given back are in neither).
+func (r *bucketRoom) mark() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.taken, r.inflight
+	return r.settled
 }
 
 // set sets the bucket's max_bytes, and its size to bytes (read after
-// mark gave taken and inflight) plus what the size may not hold yet: the
-// writes in flight at the mark and those taken since. Writes answered
-// before the read are counted twice until the next set (an overestimate,
-// as a rewritten key's is); before, only bytes was kept, and the writes
-// in flight while it was read were counted by no one, so the writes that
+// mark gave settled) plus what the size may not hold yet: the writes not
+// done at the mark and those taken since. Writes answered before the
+// read are counted twice until the next set (an overestimate, as a
+// rewritten key's is); before, only bytes was kept, and the writes in
+// flight while it was read were counted by no one, so the writes that
 // followed ate into the leases' reserve.
-func (r *bucketRoom) set(max, bytes, taken, inflight int64) {
+func (r *bucketRoom) set(max, bytes, settled int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.max.Store(max)
-	r.used.Store(bytes + inflight + r.taken - taken)
+	r.used.Store(bytes + r.taken - settled)
 }
 
 // writeOverhead is what a write takes in the bucket's store beside its
@@ -245,13 +245,13 @@ const writeOverhead = 256
 
 // refreshRoom reads the bucket's size and max_bytes.
 func (s *store) refreshRoom(ctx context.Context) {
-	taken, inflight := s.room.mark()
+	settled := s.room.mark()
 	st, err := s.js.Stream(ctx, s.stream)
 	if err != nil {
 		return
 	}
 	info := st.CachedInfo()
-	s.room.set(info.Config.MaxBytes, int64(info.State.Bytes), taken, inflight)
+	s.room.set(info.Config.MaxBytes, int64(info.State.Bytes), settled)
 }
 
 func newStore(js jetstream.JetStream, kv jetstream.KeyValue) *store {
@@ -305,11 +305,7 @@ func (s *store) publishFenced(ctx context.Context, l *fleet.Lease, m *nats.Msg, 
 	return l.Fenced(ctx, func(ctx context.Context, f fleet.Fence) error {
 		ctx, cancel := context.WithTimeout(ctx, bus.APITimeout)
 		defer cancel()
-		if m.Header == nil {
-			m.Header = nats.Header{}
-		}
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(f.Rev, 10))
-		m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, f.Subject)
+		f.Stamp(m)
 		if ttl > 0 {
 			m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
 		}
