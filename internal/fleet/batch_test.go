@@ -28,6 +28,7 @@ import (
 // the batches and holds back none of the others; a batch refused for
 // one lease (another member's key now) costs the others nothing.
 func TestLeasesRenewedInOneBatchIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
@@ -220,6 +221,7 @@ func (h carryHandler) Acquired(ctx context.Context, l *Lease) error {
 // intervals. The test counts writes and watches the lease's state; it
 // asserts no time.
 func TestLeaseKeptByItsWritesWhenAnswersAreLateIntegration(t *testing.T) {
+	t.Parallel()
 	f, proxy, js, kv := behindProxy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

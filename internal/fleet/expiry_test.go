@@ -39,6 +39,7 @@ import (
 // way (the expiry proposed before the renewal, under load) is made again
 // on another partition.
 func TestLeaseKeptWhenAnOldRevisionsExpiryRemovesItsRenewalIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}

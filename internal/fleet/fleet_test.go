@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +22,23 @@ import (
 	"github.com/gttsplit/gttsplit/internal/natstest"
 )
 
-func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
+// TestMain runs up to testParallel integration tests at once (go test's
+// default is GOMAXPROCS, 2 on CI's machine): they mostly wait, on lease
+// TTLs, answers held by a proxy and a broker stopped, each on a server of
+// its own. A -parallel given on the command line still wins.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(testParallel)); err != nil {
+			panic(err)
+		}
+	}
+	natstest.VerifyTestMain(m)
+}
+
+const testParallel = 8
 
 const testBucket = "FLEET_TEST"
 
@@ -193,6 +211,7 @@ func balanced(shares map[string]int, members, parts int) bool {
 // takes its share, and only that moves, however long it takes to load each
 // partition it takes.
 func TestMembersShareAndHandOverIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
@@ -295,6 +314,7 @@ func leaseOn(t *testing.T, member string, p int, ttl, margin time.Duration) (*te
 // its leases when their time to live runs out, before anyone else can take
 // them; the server refuses a write fenced with the old revision.
 func TestLeaseExpiresAndFencesIntegration(t *testing.T) {
+	t.Parallel()
 	ttl := 2 * time.Second
 	f, a := leaseOn(t, "a", 3, ttl, 500*time.Millisecond)
 	ctx := context.Background()
@@ -340,6 +360,7 @@ func TestLeaseExpiresAndFencesIntegration(t *testing.T) {
 // and goes on: before, the member fenced itself out and dropped a
 // partition nobody else held. A key another member holds is still lost.
 func TestLeaseSurvivesARenewalWhoseAnswerWasLostIntegration(t *testing.T) {
+	t.Parallel()
 	ttl := 5 * time.Second
 	f, a := leaseOn(t, "a", 4, ttl, time.Second)
 	ctx := context.Background()
@@ -388,6 +409,7 @@ func TestLeaseSurvivesARenewalWhoseAnswerWasLostIntegration(t *testing.T) {
 // Before leases carried a token of their own, the lost lease took the new
 // revision as its own and wrote.
 func TestLeaseTakenAgainFencesTheLostOneIntegration(t *testing.T) {
+	t.Parallel()
 	ttl := 30 * time.Second
 	f, old := leaseOn(t, "a", 3, ttl, time.Second)
 	ctx := context.Background()
@@ -427,6 +449,7 @@ func TestLeaseTakenAgainFencesTheLostOneIntegration(t *testing.T) {
 // members bucket (kept in memory): a member creates it again and is ready
 // again, its partitions still its own.
 func TestMemberSurvivesServerRestartIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
@@ -460,6 +483,7 @@ func (h refusing) Acquired(ctx context.Context, l *Lease) error {
 // A partition no member can take stays unowned: the member's readiness
 // says so, naming it, and its view shows it without an owner.
 func TestUnownedPartitionReportedIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
@@ -542,6 +566,7 @@ func (h *slowLoading) Lost(l *Lease) {
 // Handler once Acquired returned, never during it: the Handler never has
 // two calls for one partition at once.
 func TestLostWhileLoadingWaitsForAcquiredIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
@@ -568,6 +593,7 @@ func TestLostWhileLoadingWaitsForAcquiredIntegration(t *testing.T) {
 // late the last answer came. Before, each renewal was given up after
 // LeaseTTL/5 and every lease was lost once its validity ran out.
 func TestSlowAnswersKeepTheLeasesIntegration(t *testing.T) {
+	t.Parallel()
 	f, proxy, js, kv := behindProxy(t)
 	const ttl, latency = 10 * time.Second, 2500 * time.Millisecond
 	m := runMember(t, js, Config{Group: "g", LeaseTTL: ttl},
@@ -641,6 +667,7 @@ func runMember(t *testing.T, js jetstream.JetStream, cfg Config, set Settings, h
 // validity had ended lost it at once, and its partition's work was
 // handed back (its messages delivered again).
 func TestLeaseInDoubtKeptIntegration(t *testing.T) {
+	t.Parallel()
 	f, proxy, js, kv := behindProxy(t)
 	// Valid for half its time to live: the renewal sent once that ran out
 	// reaches the server long before the key would expire.
@@ -676,6 +703,7 @@ func TestLeaseInDoubtKeptIntegration(t *testing.T) {
 // whose renewals are never answered is given up a time to live after its
 // validity ran out.
 func TestLeaseInDoubtLostIntegration(t *testing.T) {
+	t.Parallel()
 	const ttl, margin = 2 * time.Second, 500 * time.Millisecond
 	f, a := leaseOn(t, "a", 7, ttl, margin)
 	ctx := context.Background()

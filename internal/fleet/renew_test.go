@@ -34,6 +34,7 @@ func TestMemberKeySaysItsRenewals(t *testing.T) {
 // again after its previous revision's expiry counts on the same one), and
 // not of a member with the same lease_ttl.
 func TestOtherLeaseTTLWarnedOnceIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}

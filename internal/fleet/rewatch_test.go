@@ -22,6 +22,7 @@ import (
 // (the leases live in the file-backed bucket, their time to live longer
 // than the restart).
 func TestMembersFollowABucketCreatedAgainIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}

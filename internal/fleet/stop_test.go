@@ -52,6 +52,7 @@ func (h *overlapHandler) Release(ctx context.Context, l *Lease) {
 // time to live. Freeze, before, stops the assignment while the leases are
 // kept.
 func TestStopReleasesEveryLeaseAtOnceIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}

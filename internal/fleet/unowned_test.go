@@ -56,6 +56,7 @@ func twoMembers(t *testing.T, cfg Config, stagger time.Duration) (s *server.Serv
 // ends: the view, and the metrics with it, waited for as long (22 s of a
 // 30 s lease here), and answered only once the leases were lost.
 func TestViewAnswersWhileTheBrokerIsAwayIntegration(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
@@ -96,6 +97,9 @@ func TestViewAnswersWhileTheBrokerIsAwayIntegration(t *testing.T) {
 // own key came back after every sign of the other, whose next renewal is
 // not due for a while), and stays away until every key is overdue.
 func TestNoOwnerTakenForDeadWhileTheBucketIsAwayIntegration(t *testing.T) {
+	// Serial (TestMain runs the others 8 at once): it polls for a moment a
+	// few milliseconds wide, which did not come within 120 s beside the
+	// other tests at load ~70.
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
@@ -169,6 +173,9 @@ func nextRenewal(y *running, cfg Config) time.Duration {
 // just after the slow renewer's own key came back, and stays away until
 // every key is overdue.
 func TestNoOwnerTakenForDeadAcrossLeaseTTLsIntegration(t *testing.T) {
+	// Serial (TestMain runs the others 8 at once): it polls for a moment a
+	// few milliseconds wide, which did not come within 120 s beside the
+	// other tests at load ~70.
 	if testing.Short() {
 		t.Skip("needs a nats-server")
 	}
