@@ -363,6 +363,7 @@ func (pt *part) consume(c *partConsumer) {
 			}
 			t.awaitConn(pulling)
 			t.holdPull(pulling, c)
+			t.gatePull(pulling, pt.p, c)
 			t.waitFloor(pulling, c)
 			// A finished consumer's pull is waited for until the broker
 			// ends it (its expiry and grace at most): its messages on

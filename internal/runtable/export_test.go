@@ -200,3 +200,23 @@ const (
 	PullExpiry = pullExpiry
 	PullBatch  = pullBatch
 )
+
+// SetPullFloor has the table take its broker for in this process, with a
+// span of span bytes of events a consumer may run ahead of the one
+// furthest behind, and stale for floorStale (pullfloor.go).
+func (t *Table) SetPullFloor(span int64, stale time.Duration) {
+	t.floor.stale.Store(int64(stale))
+	t.floor.span.Store(span)
+}
+
+// PullsAtFloor is how many pulls wait for the floor now.
+func (t *Table) PullsAtFloor() int { return int(t.floor.waiting.Load()) }
+
+// GatePulls holds every table's next pull of a partition, before its
+// floor is looked at, while gate says so (given the table's group, the
+// partition, and the stream sequence of its consumer's last message and
+// the events it said were behind it), until the returned func is called.
+func GatePulls(gate func(group string, p int, seq, behind uint64) bool) (undo func()) {
+	testPullGate.Store(&gate)
+	return func() { testPullGate.Store(nil) }
+}

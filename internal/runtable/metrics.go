@@ -55,6 +55,10 @@ type Metrics struct {
 	// Pulls and close passes held for the heap (hold.go).
 	memHeld  prometheus.Gauge
 	memHolds prometheus.Counter
+	// The pulls' waits for the partition furthest behind (pullfloor.go).
+	floorWaiting     prometheus.Gauge
+	floorWaits       prometheus.Counter
+	floorWaitSeconds prometheus.Counter
 	// expiredEarly counts the closed runs deleted before store.retention
 	// (trim.go).
 	expiredEarly prometheus.Counter
@@ -160,6 +164,12 @@ func NewMetrics() *Metrics {
 		Help: "Partitions' pulls and close passes (closes, read-backs of shed runs to close them) held now because the live heap is past three quarters of the runtime's memory limit (from memory_limit_mib); each at most 15 s, then one goes ahead. /readyz says catching up while any is held."})
 	m.memHolds = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_memory_holds_total",
 		Help: "Pulls and close passes held because the live heap was past three quarters of the runtime's memory limit (gttsplit_memory_held)."})
+	m.floorWaiting = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_pull_floor_waiting",
+		Help: "Partitions whose next pull waits now for the partition furthest behind in the events stream: with the broker in this process (serve on its embedded broker) and memory_limit_mib set, a partition more than 8 MiB of events past the one furthest behind with events pending waits, at most 15 s a pull, so the broker keeps fewer blocks of the stream in memory. /readyz's body says catching up in stream order while any waits (not unready: 200 when nothing else is wrong)."})
+	m.floorWaits = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_pull_floor_waits_total",
+		Help: "Pulls that waited for the partition furthest behind in the events stream (gttsplit_pull_floor_waiting)."})
+	m.floorWaitSeconds = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_pull_floor_wait_seconds_total",
+		Help: "Seconds the pulls waited for the partition furthest behind in the events stream, added as each wait ends (gttsplit_pull_floor_waiting)."})
 	m.expiredEarly = prometheus.NewCounter(prometheus.CounterOpts{Name: "gttsplit_runs_expired_early_total",
 		Help: "Closed runs deleted from the state bucket before store.retention, those closed first: the closed runs kept (their summaries and stubs in the run index, with the embedded broker its index of their keys) passed 3/8 of the runs' memory bound (from memory_limit_mib). A late event of such a run starts it anew."})
 	m.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gttsplit_fleet_members",
@@ -183,7 +193,7 @@ func NewMetrics() *Metrics {
 	m.lanes = newLaneGauges()
 	m.Registry.MustRegister(m.lanes, m.folded, m.redelivered, m.redeliveredBy, m.duplicates, m.dead, m.runsOpen, m.completed, m.sinkErrors, m.sinkWrites,
 		m.sinkDefer, m.sinkRequeue, m.foldSeconds, m.persistErrs, m.lag, m.owned, m.ckptAge, m.splitPubErr, m.compacted,
-		m.checkpoints, m.stateWrites, m.writeCauses, m.progress, m.repulls, m.pulledLate, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.memHeld, m.memHolds, m.expiredEarly, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
+		m.checkpoints, m.stateWrites, m.writeCauses, m.progress, m.repulls, m.pulledLate, m.shed, m.runsShed, m.runMemory, m.runIndexMemory, m.unlisted, m.evicted, m.memWaits, m.memHeld, m.memHolds, m.floorWaiting, m.floorWaits, m.floorWaitSeconds, m.expiredEarly, m.members, m.owner, m.unowned, m.stalled, m.legacy, m.closeLat,
 		m.streamBytes, m.storeUsed, m.laneChecks, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -144,6 +144,9 @@ type Table struct {
 	// (pullfloor.go).
 	evBytes, evCount atomic.Int64
 	pubs             sync.WaitGroup // split events being published, re-sends
+	// floor is the pulls' waits for the partition furthest behind
+	// (pullfloor.go).
+	floor floorWaits
 	// drains counts the partitions' consumers whose pulls are still
 	// listened to (consume: a stopped consumer's until the broker ended
 	// them); a stop waits for them (Drain: awaitPulls), within its

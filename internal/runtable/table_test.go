@@ -130,6 +130,9 @@ type tableConfig struct {
 	// edit, if set, changes the aggregator's configuration last (keys
 	// no other field sets).
 	edit func(*config.Aggregator)
+	// http, if set, has the table serve HTTP on a loopback port and is
+	// told its address.
+	http func(addr string)
 }
 
 // memSinks opens a fanout over one sink, "mem", with the fanout config
@@ -177,6 +180,9 @@ func startTableLog(t testing.TB, url, group string, tc tableConfig, log zerolog.
 	r := &table{t: t, closes: newCloses()}
 	opt := aggregator.ServeOptions{OnClose: r.closes.add, Now: tc.now, Sinks: tc.sinks,
 		Heartbeat: 100 * time.Millisecond, Step: 1024}
+	if tc.http != nil {
+		cfg.HTTP.Listen, opt.HTTPReady = "127.0.0.1:0", tc.http
+	}
 	n, err := aggregator.Open(rt.Ctx(t), cfg, opt, log)
 	require.NoError(t, err)
 	n.Start(context.Background())

@@ -47,6 +47,24 @@ func (e endpoints) ready() (bool, string) {
 	return len(why) == 0, strings.Join(why, "; ")
 }
 
+// readyz is /readyz's status and body: 200 "ready", or 503 with the
+// reasons; either names what the table catches up on without being
+// unready (runtable.Table.Paced: pulls waiting for the partition
+// furthest behind), on a line of its own after "ready".
+func (e endpoints) readyz() (int, string) {
+	ok, why := e.ready()
+	paced := e.tbl.Paced()
+	switch {
+	case !ok && paced != "":
+		return http.StatusServiceUnavailable, why + "; " + paced
+	case !ok:
+		return http.StatusServiceUnavailable, why
+	case paced != "":
+		return http.StatusOK, "ready\n" + paced + "\n"
+	}
+	return http.StatusOK, "ready\n"
+}
+
 // partitionsView is /partitions: every partition's owner as this
 // aggregator sees it, and the live members.
 type partitionsView struct {
@@ -67,11 +85,12 @@ func startHTTP(cfg config.HTTP, ln net.Listener, loop bool, e endpoints, log zer
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if ok, why := e.ready(); !ok {
-			http.Error(w, why, http.StatusServiceUnavailable)
+		code, body := e.readyz()
+		if code != http.StatusOK {
+			http.Error(w, body, code)
 			return
 		}
-		_, _ = io.WriteString(w, "ready\n")
+		_, _ = io.WriteString(w, body)
 	})
 	metricsHandler := promhttp.HandlerFor(e.m.Registry, promhttp.HandlerOpts{})
 	if !cfg.MetricsPublic {
