@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -225,7 +226,9 @@ func leaseHolders(t *testing.T, js jetstream.JetStream) map[string]string {
 // (sinks.max_pending), re-sends them all at its start, most deferred (read
 // back from the bucket in their turn, some while their partitions are
 // still being loaded). /readyz says "catching up" until every one is
-// written: whenever it answers 200, the sink holds every split, each once.
+// written: while the sink still fails it never answers 200 and, once the
+// partitions are loaded, says it catches up and nothing else; whenever it
+// answers 200, the sink holds every split, each once.
 func TestServeDeferredSplitsBeforeReadyIntegration(t *testing.T) {
 	skipShort(t)
 	fx := loadFixture(t, fixture4B)
@@ -250,7 +253,6 @@ func TestServeDeferredSplitsBeforeReadyIntegration(t *testing.T) {
 	for _, r := range runs {
 		require.True(t, b.state(t, r.Origin.RunID).SinksPending, r.Origin.RunID)
 	}
-	unblock()
 
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	second := startServe(t, cfg, ServeOptions{})
@@ -264,6 +266,21 @@ func TestServeDeferredSplitsBeforeReadyIntegration(t *testing.T) {
 		}
 		return len(seen)
 	}
+	// The sink still fails: every split read back waits in its queue or
+	// is deferred. /readyz never says ready meanwhile; once nothing else
+	// keeps it unready (the partitions taken and loaded), it says it
+	// catches up, and only that.
+	var page string
+	eventually(t, "/readyz catching up, and nothing else", func() bool {
+		var code int
+		code, page = tryGet(second.http, "/readyz")
+		require.NotEqual(t, http.StatusOK, code, "/readyz said ready while the sink wrote no split (%d of %d written)", written(), n)
+		return code == http.StatusServiceUnavailable && strings.HasPrefix(page, "catching up: ") &&
+			strings.Contains(page, "splits read back from the state bucket wait for the sinks") && !strings.Contains(page, ";")
+	})
+	require.Zero(t, written(), "a split written while the sink fails")
+	t.Logf("/readyz while the sink fails: %s", strings.TrimSpace(page))
+	unblock()
 	catchingUp := false
 	eventually(t, "ready", func() bool {
 		code, page := tryGet(second.http, "/readyz")
