@@ -29,8 +29,11 @@ import (
 // than in memory (runs-shed), what the open runs cost beside their states
 // (open-runs-beside-MiB: their summaries, cold entries and the broker's
 // index of their keys; with the closed runs' summaries and stubs in the
-// run index), the events delivered again (redelivered), and the time the
-// flood took to fold. GTTSPLIT_BENCH_BIN runs a given aggregator binary
+// run index), the events delivered again (redelivered), the pulls that
+// waited for the partition furthest behind in the events stream and the
+// seconds they waited (floor-waits, floor-wait-s; a FLOOR line says how
+// often the looks found pulls waiting and what /readyz said then), and
+// the time the flood took to fold. GTTSPLIT_BENCH_BIN runs a given aggregator binary
 // instead of building this tree's (to compare two versions on one
 // machine). GTTSPLIT_BENCH_CLOSED=1 makes it a flood of closed runs: idle
 // timeout 2 s (each run closes incomplete 2 s after its start), done once
@@ -99,6 +102,10 @@ func BenchmarkServeFlood(b *testing.B) {
 		last, since := "", time.Now()
 		profiled := 0.0
 		var logged time.Time
+		// The pulls waiting for the partition furthest behind (with the
+		// embedded broker), at each look: the most at once, the looks
+		// that found any, and what /readyz answered then.
+		floorMost, floorLooks, floorSaid, floorUnready := 0.0, 0, 0, 0
 		for {
 			hwm := procStatus(b, pid, "VmHWM")
 			if profDir != "" && hwm >= profiled+8<<20 {
@@ -112,6 +119,17 @@ func BenchmarkServeFlood(b *testing.B) {
 				what = "gttsplit_runs_completed_total" // every close, whatever its status
 			}
 			got := metricSum(page, what)
+			if w, _ := strconv.ParseFloat(metricValue(page, "gttsplit_pull_floor_waiting"), 64); w > 0 {
+				floorMost = max(floorMost, w)
+				floorLooks++
+				code, body := tryGet(addr, "/readyz")
+				if strings.Contains(body, "catching up in stream order") {
+					floorSaid++
+				}
+				if code != http.StatusOK {
+					floorUnready++
+				}
+			}
 			if profDir != "" && time.Since(logged) >= 15*time.Second {
 				logged = time.Now()
 				progress(b, filepath.Join(profDir, "progress.log"), fmt.Sprintf("%s %.0fs %s %.0f, peak %.0f MiB, RSS %.0f MiB, index %s B, runs %s B, held %s, holds %s, redelivered %s, load %s",
@@ -156,6 +174,12 @@ func BenchmarkServeFlood(b *testing.B) {
 		early, _ := strconv.ParseFloat(metricValue(page, "gttsplit_runs_expired_early_total"), 64)
 		b.ReportMetric(early, "closed-deleted-early")
 		b.ReportMetric(redelivered, "redelivered")
+		floorWaits, _ := strconv.ParseFloat(metricValue(page, "gttsplit_pull_floor_waits_total"), 64)
+		floorSeconds, _ := strconv.ParseFloat(metricValue(page, "gttsplit_pull_floor_wait_seconds_total"), 64)
+		b.ReportMetric(floorWaits, "floor-waits")
+		b.ReportMetric(floorSeconds, "floor-wait-s")
+		b.Logf("FLOOR %v pulls waited for the partition furthest behind, %.1f s in all; %d of the looks found pulls waiting (at most %.0f at once), /readyz said so at %d of them and answered 503 at %d (other reasons)",
+			floorWaits, floorSeconds, floorLooks, floorMost, floorSaid, floorUnready)
 		b.ReportMetric(took.Seconds(), "s-to-fold")
 		b.ReportMetric(float64(n), "runs")
 		b.Logf("FLOOD %d runs (closed %v): peak RSS %.0f MiB, RSS %.0f MiB, %v shed, %v not listed on /runs, %v closed evicted, %v deleted early (past the closed runs' share), runs in memory %.0f MiB + %.0f MiB beside them (every open run's summary, cold entry and broker keys; the closed runs' summaries and stubs), %v redelivered, published in %s, folded in %s; /readyz %q; load %s -> %s",
