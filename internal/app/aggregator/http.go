@@ -53,7 +53,12 @@ func (e endpoints) ready() (bool, string) {
 // furthest behind), on a line of its own after "ready".
 func (e endpoints) readyz() (int, string) {
 	ok, why := e.ready()
-	paced := e.tbl.Paced()
+	return readyzPage(ok, why, e.tbl.Paced())
+}
+
+// readyzPage is readyz from readiness (ok, why) and what the table
+// catches up on without being unready (paced, "" nothing).
+func readyzPage(ok bool, why, paced string) (int, string) {
 	switch {
 	case !ok && paced != "":
 		return http.StatusServiceUnavailable, why + "; " + paced

@@ -200,3 +200,27 @@ func serveStarts(t *testing.T, prefix string, n int, idle time.Duration) (*serve
 	b.waitAcked(t, cfg.Consumer.Fleet.Group)
 	return s, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitFor}
 }
+
+// TestReadyzNamesWhatItCatchesUpOn: /readyz's status is readiness's
+// alone; what the table catches up on without being unready (pulls
+// waiting for the partition furthest behind) is a line after "ready",
+// or follows the reasons of a 503.
+func TestReadyzNamesWhatItCatchesUpOn(t *testing.T) {
+	t.Parallel()
+	const paced = "catching up in stream order: pulls of 2 partitions wait"
+	for _, c := range []struct {
+		ok         bool
+		why, paced string
+		code       int
+		body       string
+	}{
+		{true, "", "", http.StatusOK, "ready\n"},
+		{true, "", paced, http.StatusOK, "ready\n" + paced + "\n"},
+		{false, "shedding: 3 open runs", "", http.StatusServiceUnavailable, "shedding: 3 open runs"},
+		{false, "shedding: 3 open runs", paced, http.StatusServiceUnavailable, "shedding: 3 open runs; " + paced},
+	} {
+		code, body := readyzPage(c.ok, c.why, c.paced)
+		require.Equal(t, c.code, code, "%+v", c)
+		require.Equal(t, c.body, body, "%+v", c)
+	}
+}
