@@ -56,14 +56,22 @@ func PublishAtomic(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg
 // replicated. On a single server a write costs no replication round, and
 // the server stages a batch of a file-backed stream in a store of its own
 // on disk (measured: as much CPU a write as one at a time, and slower).
-func AtomicAllowed(ctx context.Context, js jetstream.JetStream, stream string) bool {
+//
+// err says the stream's configuration went unread (on a busy broker, an
+// answer later than APITimeout): the answer is then false, and the caller
+// asks again later rather than writing one at a time for good.
+func AtomicAllowed(ctx context.Context, js jetstream.JetStream, stream string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, APITimeout)
 	defer cancel()
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
-		return false
+		return false, err
 	}
-	c := st.CachedInfo().Config
+	return AtomicConfig(st.CachedInfo().Config), nil
+}
+
+// AtomicConfig is AtomicAllowed of a stream configuration in hand.
+func AtomicConfig(c jetstream.StreamConfig) bool {
 	return c.AllowAtomicPublish && c.Replicas > 1
 }
 

@@ -111,6 +111,9 @@ type Member struct {
 	// sent), so that the renewals due together go in one.
 	batch   atomic.Bool
 	renewMu sync.Mutex
+	// batchUnread: whether the bucket takes atomic batches went unread
+	// at Join (a busy broker); keepMember asks again until it is read.
+	batchUnread atomic.Bool
 
 	renewErr atomic.Pointer[error]
 	faults   map[string]time.Duration // condition -> mono() since it holds
@@ -164,7 +167,7 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, set Settings,
 		free: make([]time.Duration, set.Partitions), faults: map[string]time.Duration{}, rewatch: make(chan struct{}, 1),
 		probe: make(chan struct{}, 1)}
 	m.log = log.With().Str("component", "fleet").Str("member", m.id).Logger()
-	m.batch.Store(bus.AtomicAllowed(ctx, js, "KV_"+set.Bucket))
+	m.askBatch(ctx)
 	starting := "starting"
 	m.why.Store(&starting)
 	m.renewMember(ctx)
@@ -284,6 +287,21 @@ func (m *Member) keepMember(ctx context.Context) {
 			t.Reset(m.cfg.renewEvery())
 		}
 		m.renewMember(ctx)
+		if m.batchUnread.Load() {
+			m.askBatch(ctx)
+		}
+	}
+}
+
+// askBatch reads whether the bucket takes atomic batches (renewals go in
+// one); unread, the leases are renewed one at a time until keepMember's
+// next turn asks again.
+func (m *Member) askBatch(ctx context.Context) {
+	ok, err := bus.AtomicAllowed(ctx, m.js, "KV_"+m.set.Bucket)
+	m.batch.Store(ok)
+	m.batchUnread.Store(err != nil)
+	if err != nil {
+		m.log.Debug().Err(err).Msg("fleet: whether the bucket takes atomic batches went unread: asked again at the next heartbeat")
 	}
 }
 

@@ -257,3 +257,62 @@ func foldReplicated(t *testing.T, b *rt.Broker, group string, fx rt.Fixture, n i
 	}
 	return a, runs
 }
+
+// Whether the table writes in atomic batches follows the state bucket's
+// configuration as the watch reads it: a bucket that stops taking them
+// (a commit refused) and takes them again later gets them again, as does
+// a table whose read of the configuration at its start went unanswered
+// on a busy broker (one write at a time for its whole life before).
+func TestAtomicBatchesFollowTheBucketIntegration(t *testing.T) {
+	skipShort(t)
+	defer runtable.SetWatchEvery(100*time.Millisecond, 300*time.Millisecond)()
+	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
+	cl := natstest.StartCluster(t, 3)
+	b := &rt.Broker{URL: cl.URLs()}
+	b.NC, b.JS = rt.Connect(t, b.URL)
+
+	var mu sync.Mutex
+	batches := map[string]bool{}
+	watch, _ := rt.Connect(t, b.URL)
+	_, err := watch.Subscribe("$KV."+runtable.Bucket+".>", func(m *nats.Msg) {
+		if id := m.Header.Get("Nats-Batch-Id"); id != "" && !strings.Contains(m.Subject, ".lease.") {
+			mu.Lock()
+			batches[id] = true
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, watch.Flush())
+	batchesSeen := func() int { mu.Lock(); defer mu.Unlock(); return len(batches) }
+
+	a := startTable(t, b.URL, "follow", tableConfig{sinks: memSinks(new(sinktest.Memory), nil), edit: func(c *config.Aggregator) {
+		c.NATS.Replicas = 3
+	}})
+	a.waitOwns(a.parts)
+	require.True(t, a.tbl.AtomicBatches(), "the bucket takes atomic batches at the start")
+
+	allow := func(on bool) {
+		ctx := rt.Ctx(t)
+		st, err := b.JS.Stream(ctx, "KV_"+runtable.Bucket)
+		require.NoError(t, err)
+		sc := st.CachedInfo().Config
+		sc.AllowAtomicPublish = on
+		_, err = b.JS.UpdateStream(ctx, sc)
+		require.NoError(t, err)
+	}
+	runs := rt.Gen(t, 16, fx)
+	allow(false)
+	b.Publish(t, rt.Interleave(runs[:8])...)
+	rt.Eventually(t, "8 runs closed with the bucket taking no atomic batch", func() bool { _, c := a.closes.count(); return c == 8 })
+	rt.Eventually(t, "the table writes one at a time", func() bool { return !a.tbl.AtomicBatches() })
+	before := batchesSeen()
+
+	allow(true)
+	rt.Eventually(t, "the table takes atomic batches again once the bucket allows them", a.tbl.AtomicBatches)
+	b.Publish(t, rt.Interleave(runs[8:])...)
+	rt.Eventually(t, "every run closed", func() bool { _, c := a.closes.count(); return c == 16 })
+	require.Greater(t, batchesSeen(), before, "the runs closed after the bucket allowed batches again went in atomic batches")
+	for _, r := range runs {
+		require.Len(t, a.closes.of(r.Origin.RunID), 1, "run %s: one split", r.Origin.RunID)
+	}
+}

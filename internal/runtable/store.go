@@ -134,7 +134,7 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, replicas int, log
 		si, err := js.UpdateStream(ctx, upd)
 		switch {
 		case err != nil:
-			log.Warn().Err(err).Msg("state bucket: atomic batches not allowed (the update was refused): run states are written one at a time")
+			log.Warn().Err(err).Msg("state bucket: the update allowing atomic batches was refused or went unanswered (it may still be applied): each aggregator writes run states one at a time until it reads that the bucket takes them")
 		case !si.CachedInfo().Config.AllowAtomicPublish:
 			log.Info().Msg("state bucket: the server takes no atomic batches (nats-server 2.12 or newer does): run states are written one at a time")
 		default:
@@ -252,6 +252,10 @@ func (s *store) refreshRoom(ctx context.Context) {
 	}
 	info := st.CachedInfo()
 	s.room.set(info.Config.MaxBytes, int64(info.State.Bytes), settled)
+	// Atomic batches follow the bucket's configuration: allowed after
+	// the table started (another aggregator's update, or the table's own
+	// read unanswered), or again after a commit found them disallowed.
+	s.atomic.Store(bus.AtomicConfig(info.Config))
 }
 
 func newStore(js jetstream.JetStream, kv jetstream.KeyValue) *store {

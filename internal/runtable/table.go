@@ -206,7 +206,13 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	t.mem.brokerClosed.Store(cfg.BrokerClosedRunCost)
 	t.stopped, t.stop = context.WithCancel(context.Background())
 	t.unlisten, t.deafen = context.WithCancel(context.Background())
-	t.st.atomic.Store(bus.AtomicAllowed(ctx, js, "KV_"+Bucket))
+	// Unread (a busy broker): one write at a time until the watch reads
+	// the bucket's configuration (store.refreshRoom).
+	atomicOK, err := bus.AtomicAllowed(ctx, js, "KV_"+Bucket)
+	if err != nil {
+		log.Debug().Err(err).Msg("state bucket: whether it takes atomic batches went unread: asked again at the next watch")
+	}
+	t.st.atomic.Store(atomicOK)
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
 		t.parser = llamalog.MustParser()
 	}
