@@ -220,5 +220,6 @@ func GatePulls(gate func(group string, p int, seq, behind uint64) bool) (undo fu
 	testPullGate.Store(&gate)
 	return func() { testPullGate.Store(nil) }
 }
+
 // AtomicBatches says the table writes the state bucket in atomic batches.
 func (t *Table) AtomicBatches() bool { return t.st.atomic.Load() }
