@@ -315,11 +315,14 @@ func leaseOn(t *testing.T, member string, p int, ttl, margin time.Duration) (*te
 // them; the server refuses a write fenced with the old revision.
 func TestLeaseExpiresAndFencesIntegration(t *testing.T) {
 	t.Parallel()
-	ttl := 2 * time.Second
-	f, a := leaseOn(t, "a", 3, ttl, 500*time.Millisecond)
+	// A time to live the broker answers well within on a loaded machine:
+	// the writes below that must go through are made while the lease
+	// holds (at 2 s, a write answered after the key expired was refused).
+	ttl, margin := 6*time.Second, time.Second
+	f, a := leaseOn(t, "a", 3, ttl, margin)
 	ctx := context.Background()
 	require.True(t, a.Valid())
-	_, err := acquire(ctx, f.js, f.kv, testBucket, "g", "b", 3, ttl, 500*time.Millisecond)
+	_, err := acquire(ctx, f.js, f.kv, testBucket, "g", "b", 3, ttl, margin)
 	require.ErrorIs(t, err, ErrTaken)
 
 	// A fenced write with a's fence goes through while a holds it.
@@ -335,10 +338,10 @@ func TestLeaseExpiresAndFencesIntegration(t *testing.T) {
 
 	// a stops renewing: invalid after ttl-margin, and only after the
 	// server dropped the key can b take the partition.
-	eventually(t, "a invalid", 5*time.Second, func() bool { return !a.Valid() })
+	eventually(t, "a invalid", 4*ttl, func() bool { return !a.Valid() })
 	var b *Lease
-	eventually(t, "b takes the partition", 10*time.Second, func() bool {
-		b, err = acquire(ctx, f.js, f.kv, testBucket, "g", "b", 3, ttl, 500*time.Millisecond)
+	eventually(t, "b takes the partition", 6*ttl, func() bool {
+		b, err = acquire(ctx, f.js, f.kv, testBucket, "g", "b", 3, ttl, margin)
 		return err == nil
 	})
 	require.True(t, b.Valid())
