@@ -265,7 +265,8 @@ func foldReplicated(t *testing.T, b *rt.Broker, group string, fx rt.Fixture, n i
 // on a busy broker (one write at a time for its whole life before).
 func TestAtomicBatchesFollowTheBucketIntegration(t *testing.T) {
 	skipShort(t)
-	defer runtable.SetWatchEvery(100*time.Millisecond, 300*time.Millisecond)()
+	// Put back after the table stopped (cleanups run last first).
+	t.Cleanup(runtable.SetWatchEvery(100*time.Millisecond, 300*time.Millisecond))
 	fx := rt.Load(t, fixture4B, rt.FoldOptions(t))
 	cl := natstest.StartCluster(t, 3)
 	b := &rt.Broker{URL: cl.URLs()}
