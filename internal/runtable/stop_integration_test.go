@@ -1,6 +1,7 @@
 package runtable_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gttsplit/gttsplit/internal/bus"
 	"github.com/gttsplit/gttsplit/internal/config"
 	"github.com/gttsplit/gttsplit/internal/natstest"
 	"github.com/gttsplit/gttsplit/internal/runtable"
@@ -31,12 +33,13 @@ import (
 // wait ran out), and this test failed waiting for the runs to close. A
 // second table then takes every partition: every run is closed, and
 // written once. Every wait is on an event (the broker's deliveries, the
-// consumers' stops, the runs' closes); the ack wait and the pulls'
-// expiry outlast every wait.
+// consumers' stops, the runs' closes); the ack wait, the pins (keepPins)
+// and the pulls' expiry outlast every wait.
 func TestStopHandsBackWhatItsPullsBringIntegration(t *testing.T) {
 	const group, parts = "sigstop", 4
 	fx, b, proxy, tc, a := patientBehindProxy(t, group, parts)
 	runs := runsByPartition(t, fx, parts, 3)
+	keepPins(t, b, group, parts)
 
 	var mu sync.Mutex
 	stopped := map[int]bool{}
@@ -236,6 +239,29 @@ func patientBehindProxy(t *testing.T, group string, parts int) (rt.Fixture, *rt.
 	a := startTable(t, proxy.URL(), group, tc)
 	a.waitOwns(parts)
 	return fx, b, proxy, tc, a
+}
+
+// keepPins sets the pin of group's consumer of each partition to outlast
+// the test (the table sets pinnedTTL, 5 s): a pull standing longer than
+// the pin (a loaded machine: the table's last pull before the server's
+// bytes are held may be older) would meet the events published during
+// the hold with a 423 the client never sees, and no pull would take them.
+// The table's first pulls after it are answered with the pin's 423 and
+// pull again unpinned: pinned then with this time to live.
+func keepPins(t *testing.T, b *rt.Broker, group string, parts int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), rt.WaitFor)
+	defer cancel()
+	st, err := b.JS.Stream(ctx, bus.DefaultStream)
+	require.NoError(t, err)
+	for p := range parts {
+		c, err := st.Consumer(ctx, bus.ConsumerName(group, p))
+		require.NoError(t, err)
+		cfg := c.CachedInfo().Config
+		cfg.PinnedTTL = 10 * time.Minute
+		_, err = b.JS.UpdateConsumer(ctx, bus.DefaultStream, cfg)
+		require.NoError(t, err)
+	}
 }
 
 // waitPullStanding waits until a pull of the group's consumer stands at
