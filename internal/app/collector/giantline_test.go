@@ -2,6 +2,7 @@ package collector
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,7 +40,12 @@ func TestRunGiantLineIntegration(t *testing.T) {
 	cfg.RunID = "giant-line"
 	var logs syncBuffer
 	o := newTestIO()
-	code, err := Run(testCtx(t), cfg, childArgv(t, "err="+src, "exit=0"), o.io(), zerolog.New(&logs))
+	// A bound against a hang, not a figure: 50 MB in pieces through the
+	// spool under -race took past testCtx's 3 minutes on a loaded
+	// machine with nothing refused.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*waitFor)
+	defer cancel()
+	code, err := Run(ctx, cfg, childArgv(t, "err="+src, "exit=0"), o.io(), zerolog.New(&logs))
 	require.NoError(t, err)
 	require.Equal(t, 0, code, "the child's code: %s", tail(logs.String()))
 	require.NotContains(t, logs.String(), "rejected by the broker")

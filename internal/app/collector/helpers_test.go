@@ -232,12 +232,36 @@ func jsConn(t testing.TB, url string) jetstream.JetStream {
 
 // streamOf returns the messages of the GTTSPLIT stream that belong to
 // runID, in stream order; an absent stream holds none.
+//
+// It gives up once no message came for waitFor (not after waitFor in
+// all: a stream of 100 MB, decoded under -race on a loaded machine, takes
+// longer than that and is still under way).
 func streamOf(t testing.TB, js jetstream.JetStream, runID string) []streamMsg {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	came := make(chan struct{}, 1)
+	go func() {
+		idle := time.NewTimer(waitFor)
+		defer idle.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-came:
+				idle.Reset(waitFor)
+			case <-idle.C:
+				cancel()
+				return
+			}
+		}
+	}()
 	var out []streamMsg
 	_, err := bus.Export(ctx, js, bus.DefaultStream, bus.Range{}, func(m bus.Msg) error {
+		select {
+		case came <- struct{}{}:
+		default:
+		}
 		d, err := m.Decode()
 		if err != nil {
 			return err
