@@ -18,11 +18,19 @@ import (
 // ticker until then.
 const batchCleanup = 10*time.Second + 5*time.Second
 
+// serverStores are the goroutines of a file store an embedded server
+// left behind when it shut down (see waitNoLeaks).
+var serverStores = []goleak.Option{
+	goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+	goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
+}
+
 // VerifyTestMain runs the package's tests and then checks, as
 // goleak.VerifyTestMain does, that no goroutine outlives them; but it
 // gives the goroutines up to batchCleanup to end first (goleak's own
 // retries last well under a second). A goroutine still running after
-// that is reported as leaked, as before. The cleanup funcs run after the
+// that is reported as leaked, as before, unless only a file store the
+// server left (serverStores) remains: that is said on stderr. The cleanup funcs run after the
 // tests, before the check (what the package's tests share: a binary
 // built once).
 func VerifyTestMain(m *testing.M, cleanup ...func()) {
@@ -52,6 +60,16 @@ func waitNoLeaks(d time.Duration) error {
 			return nil
 		}
 		if time.Since(start) > d {
+			// A file store the embedded server never stops (an atomic
+			// batch's, or one opened to restore a partial batch at a
+			// restart and left when its last message could not be read):
+			// its state-flush loop and the access-time ticker it keeps
+			// registered, and nothing else of the server. Said, not
+			// failed: a server left running leaves many more.
+			if goleak.Find(serverStores...) == nil {
+				fmt.Fprintf(os.Stderr, "natstest: an embedded server's file store outlived its server (%.1f s after the tests): %v\n", time.Since(start).Seconds(), err)
+				return nil
+			}
 			return err
 		}
 		time.Sleep(100 * time.Millisecond)
