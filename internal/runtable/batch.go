@@ -128,7 +128,8 @@ func (s *store) commit(ctx context.Context, l *fleet.Lease, b *writeBatch) (int,
 			if batched && bus.AtomicDisabled(err) {
 				// The bucket no longer takes atomic batches (its stream
 				// was changed, or a server without them leads it): one
-				// write at a time from now on.
+				// write at a time until the watch reads that it takes
+				// them again (refreshRoom).
 				s.atomic.Store(false)
 				continue
 			}

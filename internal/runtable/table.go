@@ -206,13 +206,12 @@ func New(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg
 	t.mem.brokerClosed.Store(cfg.BrokerClosedRunCost)
 	t.stopped, t.stop = context.WithCancel(context.Background())
 	t.unlisten, t.deafen = context.WithCancel(context.Background())
-	// Unread (a busy broker): one write at a time until the watch reads
-	// the bucket's configuration (store.refreshRoom).
-	atomicOK, err := bus.AtomicAllowed(ctx, js, "KV_"+Bucket)
-	if err != nil {
-		log.Debug().Err(err).Msg("state bucket: whether it takes atomic batches went unread: asked again at the next watch")
-	}
-	t.st.atomic.Store(atomicOK)
+	// Whether the bucket takes atomic batches, and its room, as the watch
+	// reads them (store.refreshRoom); unread (a busy broker), one write
+	// at a time until the watch reads them.
+	rctx, cancel := context.WithTimeout(ctx, bus.APITimeout)
+	t.st.refreshRoom(rctx)
+	cancel()
 	if t.parser = cfg.Fold.Parser; t.parser == nil {
 		t.parser = llamalog.MustParser()
 	}
