@@ -77,6 +77,13 @@ func TestAttachIntegration(t *testing.T) {
 	// lie beyond every wait of the test.
 	cfg.NATS.PingInterval = waitFor
 	cfg.NATS.AckTimeout = waitFor
+	// The second collector connects through the proxy while the child
+	// runs to its end: on a loaded machine its first connection took
+	// longer than the default 5 s, its events went to the spool, and the
+	// child exited before the connection came back (the spool is the next
+	// collector's to deliver, as the collector says). The broker is up:
+	// the connection gets as long as the test's waits.
+	cfg.NATS.ConnectTimeout = waitFor
 	var logs syncBuffer
 	attach := func(ctx context.Context) <-chan error {
 		ch := make(chan error, 1)
