@@ -301,7 +301,7 @@ func (m *Member) askBatch(ctx context.Context) {
 	m.batch.Store(ok)
 	m.batchUnread.Store(err != nil)
 	if err != nil {
-		m.log.Debug().Err(err).Msg("fleet: whether the bucket takes atomic batches went unread: asked again at the next heartbeat")
+		m.log.Debug().Err(err).Msg("fleet: whether the bucket takes atomic batches went unread: asked again at the member key's next renewal")
 	}
 }
 
