@@ -2,6 +2,7 @@ package natstest_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -11,7 +12,16 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks with goleak that no goroutine outlives the tests; a run
+// of TestLeftBehind that TestVerifyTestMainIntegration starts checks with
+// natstest.VerifyTestMain, the check under test.
+func TestMain(m *testing.M) {
+	if os.Getenv(leftEnv) != "" {
+		natstest.VerifyTestMain(m)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // TestRestartKeepsStoreIntegration writes a message, restarts the server on the same
 // store and port, and reads the message back.
