@@ -380,7 +380,7 @@ func (pt *part) write(ctx context.Context, snaps []snapshot) (int, error) {
 		if sn.err != nil {
 			continue
 		}
-		sn.r.at = at
+		sn.r.at, sn.r.warm = at, false
 		t.m.stateWrites.Inc()
 		t.m.writeCauses.WithLabelValues(string(sn.cause)).Inc()
 		sn.r.written = max(sn.r.written, sn.folds)

@@ -73,7 +73,9 @@ type closing struct {
 
 // closeDue closes the runs that are finished (and complete, with every
 // earlier event acknowledged) or idle, at most limit of them (0: every
-// one). pt.ckptMu is held.
+// one). In a table with a memory bound, a pass with a limit closes the
+// held runs due by their idle timeout alone only within the held span
+// (memory.go: heldInSpan), those written first first. pt.ckptMu is held.
 func (pt *part) closeDue(ctx context.Context, limit int) {
 	t := pt.t
 	if pt.failing && time.Now().Before(pt.retryAt) {
@@ -82,7 +84,18 @@ func (pt *part) closeDue(ctx context.Context, limit int) {
 	now := t.cfg.Now()
 	pt.reviveIdle(ctx, now) // idle runs kept in the bucket close too
 	var floor *uint64       // read once, when a finished run needs it
-	var cs []*closing
+	// A bounded pass (limit > 0, a table with a memory bound) takes the
+	// runs that close at once first (finished, read back to be closed,
+	// or of an unknown place in the bucket), then the held runs due by
+	// their idle timeout alone within the held span (heldInSpan).
+	type cand struct {
+		id       string
+		r        *liveRun
+		complete bool
+	}
+	bounded := limit > 0 && t.mem.budget > 0
+	var first []cand
+	var spanned []stamped
 	pt.mu.Lock()
 	ids := make([]string, 0, len(pt.runs))
 	for id := range pt.runs {
@@ -90,10 +103,13 @@ func (pt *part) closeDue(ctx context.Context, limit int) {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		if limit > 0 && len(cs) >= limit {
+		if limit > 0 && len(first) >= limit && !bounded {
 			break // the next pass closes the rest
 		}
 		r := pt.runs[id]
+		if r == nil {
+			continue // gone while the lock was let go
+		}
 		// A complete run closes as it is: its closed state holds every
 		// event folded (those not written yet are acknowledged once it
 		// is). Any other waits for the checkpoint that writes it.
@@ -117,9 +133,29 @@ func (pt *part) closeDue(ctx context.Context, limit int) {
 		if (!idle && !due) || r.closing != nil || (r.dirty && !complete) {
 			continue
 		}
-		if c := pt.closeCopy(r, id, now); c != nil {
+		if bounded && !due && !r.warm && !r.unsure && r.at > 0 {
+			spanned = append(spanned, stamped{id, r.at}) // every one: where the first lies
+			continue
+		}
+		if limit > 0 && len(first) >= limit {
+			continue // the next pass closes the rest
+		}
+		first = append(first, cand{id, r, complete})
+	}
+	if bounded {
+		for _, id := range pt.heldInSpan(now, spanned, limit-len(first)) {
+			first = append(first, cand{id, pt.runs[id], false})
+		}
+	}
+	var cs []*closing
+	for _, c := range first {
+		r := c.r
+		if r == nil || pt.runs[c.id] != r || r.st.Closed || r.closing != nil || ((r.dirty || r.folds != r.written) && !c.complete) {
+			continue // changed while the lock was let go
+		}
+		if cl := pt.closeCopy(r, c.id, now); cl != nil {
 			r.closing = make(chan struct{})
-			cs = append(cs, c)
+			cs = append(cs, cl)
 		}
 	}
 	pt.mu.Unlock()

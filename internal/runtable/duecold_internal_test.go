@@ -116,3 +116,87 @@ func TestColdReadBacksFollowTheFloor(t *testing.T) {
 	require.Empty(t, tb.byPart[1].dueInSpan(now), "partition 1 waits for partition 0, further behind")
 	require.NotEmpty(t, tb.byPart[1].dueInSpan(now.Add(floorStale+time.Second)), "partition 0's floor stale: partition 1 goes on")
 }
+
+// TestHeldClosesKeepToFewStretches: the partitions' close passes close
+// their held runs due by the idle timeout from the same stretch of the
+// bucket, so that the removals of their old values (the embedded broker
+// loads a whole block to remove a message) touch few blocks a round.
+// Four partitions' runs were written interleaved (run i at i KiB,
+// partition i%4), their ids in no order of the writes; partition 0 gets
+// a pass only every fourth round. Closed in the order of their ids, or
+// each partition its own oldest, a round's closes spread over the whole
+// bucket; with the held span, every run a pass closes lies within the
+// span of the held due run written first of them all, and a round's
+// closes touch at most two span-sized stretches. A partition whose
+// passes stopped holds the others back only until its floor is stale.
+func TestHeldClosesKeepToFewStretches(t *testing.T) {
+	t.Parallel()
+	const parts, runs, span, batch = 4, 1200, 16 << 10, 8
+	base := time.Unix(1_700_000_000, 0)
+	now := base.Add(time.Minute)
+	tb := &Table{cfg: Config{IdleTimeout: time.Second}, byPart: map[int]*part{}}
+	tb.mem.heldSpan.Store(span)
+	held := map[int]map[string]int64{} // partition: id -> where its state lies
+	for p := range parts {
+		tb.byPart[p] = &part{t: tb, p: p, runs: map[string]*liveRun{}, cold: map[string]coldRun{}}
+		held[p] = map[string]int64{}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	names := rng.Perm(runs)
+	for i := range runs {
+		held[i%parts][fmt.Sprintf("run-%05d", names[i])] = int64(i) << 10
+	}
+	due := func(p int) []stamped {
+		var ds []stamped
+		for id, at := range held[p] {
+			ds = append(ds, stamped{id, at})
+		}
+		return ds
+	}
+	lowest := func() int64 {
+		low := int64(-1)
+		for p := range parts {
+			for _, at := range held[p] {
+				if low < 0 || at < low {
+					low = at
+				}
+			}
+		}
+		return low
+	}
+	for p := range parts {
+		tb.byPart[p].heldInSpan(now, due(p), 0) // each partition's first pass says where it is
+	}
+	closed, rounds, most := 0, 0, 0
+	for closed < runs && rounds < 10*runs {
+		rounds++
+		stretches := map[int64]bool{}
+		for _, p := range rng.Perm(parts) {
+			if p == 0 && rounds%4 != 1 {
+				continue // the slow partition
+			}
+			low := lowest()
+			for _, id := range tb.byPart[p].heldInSpan(now, due(p), batch) {
+				at := held[p][id]
+				require.LessOrEqualf(t, at, low+span,
+					"round %d: partition %d closed %s at %d KiB, %d KiB past the held due run written first (at %d KiB) of every partition",
+					rounds, p, id, at>>10, (at-low)>>10, low>>10)
+				stretches[at/span] = true
+				delete(held[p], id)
+				closed++
+			}
+		}
+		most = max(most, len(stretches))
+	}
+	require.Equal(t, runs, closed, "every held due run closed")
+	require.LessOrEqualf(t, most, 2, "a round's closes touched %d stretches of the span", most)
+
+	// A partition whose passes stopped holds the others' closes back
+	// until its floor is older than floorStale.
+	for i := range 8 {
+		held[i%2][fmt.Sprintf("late-%d", i)] = int64(runs+i*(span/2)) << 10
+	}
+	require.Len(t, tb.byPart[0].heldInSpan(now, due(0), batch), 1, "partition 0's first run within the span")
+	require.Empty(t, tb.byPart[1].heldInSpan(now, due(1), batch), "partition 1 waits for partition 0, further behind")
+	require.NotEmpty(t, tb.byPart[1].heldInSpan(now.Add(floorStale+time.Second), due(1), batch), "partition 0's floor stale: partition 1 goes on")
+}

@@ -89,6 +89,15 @@ const (
 	// reading back its own oldest, 2 at a time, kept 7-8 blocks (28-32
 	// MiB) of the bucket in a flood of 100,000 closing runs.
 	reviveSpan = 4 << 20
+	// heldSpan is how far past the held runs due by their idle timeout
+	// written first (of every partition owned) a partition closes its
+	// own (heldInSpan): a block of the bucket. A close purges the run's
+	// open key and writes its summary anew, and the embedded broker loads
+	// the whole block (4 MiB) that holds a message to remove it: held runs
+	// closed in the order of their ids removed from every block the
+	// held runs' states fill (9-10 blocks, 36-40 MiB, at the peak of a
+	// flood of 100,000 closing runs).
+	heldSpan = 4 << 20
 	// floorStale is how long a partition's cold floor (reviveIdle) is
 	// taken into account: a partition whose passes stopped (held, or
 	// stuck on a write) does not hold the others' read-backs for longer.
@@ -114,8 +123,9 @@ type memory struct {
 	holdFor atomic.Int64
 	// brokerClosed is Config.BrokerClosedRunCost (a test may change it).
 	brokerClosed atomic.Int64
-	// span stands in for reviveSpan when a test sets it (> 0).
-	span atomic.Int64
+	// span stands in for reviveSpan, heldSpan for heldSpan, when a test
+	// sets them (> 0).
+	span, heldSpan atomic.Int64
 }
 
 // coldRun is an open run kept in the state bucket only: its last event's
@@ -427,6 +437,61 @@ func (pt *part) dueInSpan(now time.Time) []string {
 	return ids
 }
 
+// heldFloorOf is where the held runs due written first lie in the
+// bucket, of every partition owned whose close passes said so within
+// floorStale of now (math.MaxInt64: none).
+func (t *Table) heldFloorOf(now time.Time) int64 {
+	floor := int64(math.MaxInt64)
+	for _, pt := range t.parts() {
+		at := pt.heldAt.Load()
+		if at == 0 || now.Sub(time.Unix(0, at)) > floorStale {
+			continue
+		}
+		floor = min(floor, pt.heldFloor.Load())
+	}
+	return floor
+}
+
+// heldSpanOf is heldSpan, or a test's.
+func (t *Table) heldSpanOf() int64 {
+	if s := t.mem.heldSpan.Load(); s > 0 {
+		return s
+	}
+	return heldSpan
+}
+
+// heldInSpan is which of the partition's held runs due by their idle
+// timeout alone (due: each with where its state lies) a close pass
+// closes, at most n: those written first, within heldSpan of the held
+// due runs every partition owned wrote first (heldFloorOf), so that the
+// removals of every partition's closes fall in the same few blocks of
+// the bucket and the partition furthest behind goes first. It says
+// where its own first due run lies for the others' passes (even when n
+// is 0). Runs read back to be closed, a run whose close failed, and one
+// of an unknown place are not given to it: they close at once.
+func (pt *part) heldInSpan(now time.Time, due []stamped, n int) []string {
+	t := pt.t
+	if len(due) == 0 {
+		pt.heldAt.Store(0)
+		return nil
+	}
+	sortStamped(due)
+	pt.heldFloor.Store(due[0].at)
+	pt.heldAt.Store(now.UnixNano())
+	upTo := t.heldFloorOf(now)
+	if span := t.heldSpanOf(); upTo <= math.MaxInt64-span {
+		upTo += span
+	}
+	var ids []string
+	for _, d := range due {
+		if len(ids) >= n || d.at > upTo {
+			break // others' due runs lie further behind: theirs first
+		}
+		ids = append(ids, d.id)
+	}
+	return ids
+}
+
 // reviveIdle reads back the cold runs whose idle timeout passed (those
 // dueInSpan gives; at most reviveAtOnce partitions at once), so that
 // closeDue closes them. pt.ckptMu is held.
@@ -460,8 +525,8 @@ func (pt *part) reviveIdle(ctx context.Context, now time.Time) {
 				t.log.Info().Str("run_id", id).Int("partition", pt.p).
 					Msg("a shed run read back to be closed has no open state in the state bucket: closed elsewhere; not closed here")
 			}
-		} else {
-			pt.installWarm(id, r)
+		} else if pt.installWarm(id, r) == r {
+			r.warm = true // closed at once, not held to the held span
 		}
 		pt.mu.Unlock()
 	}
@@ -515,6 +580,7 @@ func (pt *part) forgetCold() {
 	pt.cold = map[string]coldRun{}
 	pt.coldSince = time.Time{}
 	pt.floorAt.Store(0)
+	pt.heldAt.Store(0)
 }
 
 // memChanged sets the memory metrics and readiness.

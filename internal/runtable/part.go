@@ -43,6 +43,11 @@ type part struct {
 	// Config.Now; 0: none due); other partitions read (memory.go:
 	// reviveIdle).
 	coldFloor, floorAt atomic.Int64
+	// heldFloor is where the partition's held run due by its idle
+	// timeout written first lies in the bucket, as its last close pass
+	// found, at heldAt (Unix ns by Config.Now; 0: none due); other
+	// partitions read (memory.go: heldInSpan).
+	heldFloor, heldAt atomic.Int64
 
 	pending  []pendingMsg
 	compactQ []compactDue
@@ -118,6 +123,10 @@ type liveRun struct {
 	// at is where the run's state was last written in the bucket (the
 	// store's position then: memory.go, reviveIdle).
 	at int64
+	// warm: read back from the bucket to be closed (reviveIdle), and not
+	// written since; its close is not held to the held span (its place
+	// is the read-backs', which keep to theirs).
+	warm bool
 }
 
 func (r *liveRun) state() string {
