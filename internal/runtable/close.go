@@ -73,9 +73,10 @@ type closing struct {
 
 // closeDue closes the runs that are finished (and complete, with every
 // earlier event acknowledged) or idle, at most limit of them (0: every
-// one). In a table with a memory bound, a pass with a limit closes the
-// held runs due by their idle timeout alone only within the held span
-// (memory.go: heldInSpan), those written first first. pt.ckptMu is held.
+// one). In a table with a memory bound, while the live heap is near its
+// share, a pass with a limit closes the held runs due by their idle
+// timeout alone only within the held span (memory.go: heldInSpan), those
+// written first first. pt.ckptMu is held.
 func (pt *part) closeDue(ctx context.Context, limit int) {
 	t := pt.t
 	if pt.failing && time.Now().Before(pt.retryAt) {
@@ -84,16 +85,20 @@ func (pt *part) closeDue(ctx context.Context, limit int) {
 	now := t.cfg.Now()
 	pt.reviveIdle(ctx, now) // idle runs kept in the bucket close too
 	var floor *uint64       // read once, when a finished run needs it
-	// A bounded pass (limit > 0, a table with a memory bound) takes the
-	// runs that close at once first (finished, read back to be closed,
-	// or of an unknown place in the bucket), then the held runs due by
-	// their idle timeout alone within the held span (heldInSpan).
+	// A bounded pass (limit > 0, a table with a memory bound, the live
+	// heap near its share: heapNear) takes the runs that close at once
+	// first (finished, read back to be closed, or of an unknown place in
+	// the bucket), then the held runs due by their idle timeout alone
+	// within the held span (heldInSpan). Bounded all the time, the held
+	// runs waiting outside the span kept the runs' room, more new runs
+	// were shed and read back later, and a flood of 100,000 closing runs
+	// closed half as fast.
 	type cand struct {
 		id       string
 		r        *liveRun
 		complete bool
 	}
-	bounded := limit > 0 && t.mem.budget > 0
+	bounded := limit > 0 && t.mem.budget > 0 && heapNear()
 	var first []cand
 	var spanned []stamped
 	pt.mu.Lock()

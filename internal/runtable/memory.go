@@ -189,6 +189,23 @@ func heapExcess() int64 {
 	return max(0, int64(s[0].Value.Uint64())-int64(heapShare*float64(limit)))
 }
 
+// heapNear says the heap live after the last collection is past
+// heapShare of the runtime's soft memory limit less a tenth of the limit
+// (true: no limit, or no figure): then the held runs' closes keep to the
+// held span (close.go: closeDue).
+func heapNear() bool {
+	limit := debug.SetMemoryLimit(-1)
+	if limit <= 0 || limit == math.MaxInt64 {
+		return true
+	}
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return true
+	}
+	return float64(s[0].Value.Uint64()) > (heapShare-0.1)*float64(limit)
+}
+
 // heapExcess is heapExcess(), or what a test has the table take for it.
 func (t *Table) heapExcess() int64 {
 	if f := t.mem.excess.Load(); f != nil {
