@@ -84,7 +84,6 @@ func (pt *part) closeDue(ctx context.Context, limit int) {
 	}
 	now := t.cfg.Now()
 	pt.reviveIdle(ctx, now) // idle runs kept in the bucket close too
-	var floor *uint64       // read once, when a finished run needs it
 	// A bounded pass (limit > 0, a table with a memory bound, the live
 	// heap near its share: heapNear) takes the runs that close at once
 	// first (finished, read back to be closed, or of an unknown place in
@@ -93,63 +92,12 @@ func (pt *part) closeDue(ctx context.Context, limit int) {
 	// runs waiting outside the span kept the runs' room, more new runs
 	// were shed and read back later, and a flood of 100,000 closing runs
 	// closed half as fast.
-	type cand struct {
-		id       string
-		r        *liveRun
-		complete bool
-	}
 	bounded := limit > 0 && t.mem.budget > 0 && heapNear()
-	var first []cand
-	var spanned []stamped
 	pt.mu.Lock()
-	ids := make([]string, 0, len(pt.runs))
-	for id := range pt.runs {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		if limit > 0 && len(first) >= limit && !bounded {
-			break // the next pass closes the rest
-		}
-		r := pt.runs[id]
-		if r == nil {
-			continue // gone while the lock was let go
-		}
-		// A complete run closes as it is: its closed state holds every
-		// event folded (those not written yet are acknowledged once it
-		// is). Any other waits for the checkpoint that writes it.
-		complete := !r.st.Closed && r.st.Finished && r.st.Fold.Complete()
-		if r.st.Closed || r.closing != nil || ((r.dirty || r.folds != r.written) && !complete) {
-			continue
-		}
-		idle := t.cfg.IdleTimeout > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > t.cfg.IdleTimeout
-		// A run whose collector dropped events never completes: it
-		// closes once nothing came for dropGrace.
-		dropped := r.st.Dropped > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > dropGrace
-		// Complete by content: whatever is still on its way repeats
-		// what the fold holds. A run that lost events waits for the
-		// events before its finish to be acknowledged too.
-		due := complete
-		if !due && r.st.Finished && dropped {
-			pt.mu.Unlock()
-			due = pt.settled(ctx, r.st, &floor)
-			pt.mu.Lock()
-		}
-		if (!idle && !due) || r.closing != nil || (r.dirty && !complete) {
-			continue
-		}
-		if bounded && !due && !r.warm && !r.unsure && r.at > 0 {
-			spanned = append(spanned, stamped{id, r.at}) // every one: where the first lies
-			continue
-		}
-		if limit > 0 && len(first) >= limit {
-			continue // the next pass closes the rest
-		}
-		first = append(first, cand{id, r, complete})
-	}
+	first, spanned := pt.dueRuns(ctx, now, limit, bounded)
 	if bounded {
 		for _, id := range pt.heldInSpan(now, spanned, limit-len(first)) {
-			first = append(first, cand{id, pt.runs[id], false})
+			first = append(first, closeCand{id, pt.runs[id], false})
 		}
 	}
 	var cs []*closing
@@ -193,6 +141,69 @@ func (pt *part) closeDue(ctx context.Context, limit int) {
 	for _, c := range done {
 		pt.deliver(ctx, c)
 	}
+}
+
+// closeCand is a run a close pass found due.
+type closeCand struct {
+	id       string
+	r        *liveRun
+	complete bool
+}
+
+// dueRuns is which of the partition's runs are due to close at now: at
+// most limit (0: every one) that close at once, in the order of their
+// ids, and when bounded every held run due by its idle timeout alone
+// (with where its state lies, for heldInSpan). pt.mu is held (let go
+// while a finished run's earlier events are looked at).
+func (pt *part) dueRuns(ctx context.Context, now time.Time, limit int, bounded bool) (first []closeCand, spanned []stamped) {
+	t := pt.t
+	var floor *uint64 // read once, when a finished run needs it
+	ids := make([]string, 0, len(pt.runs))
+	for id := range pt.runs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if limit > 0 && len(first) >= limit && !bounded {
+			break // the next pass closes the rest
+		}
+		r := pt.runs[id]
+		if r == nil {
+			continue // gone while the lock was let go
+		}
+		// A complete run closes as it is: its closed state holds every
+		// event folded (those not written yet are acknowledged once it
+		// is). Any other waits for the checkpoint that writes it.
+		complete := !r.st.Closed && r.st.Finished && r.st.Fold.Complete()
+		if r.st.Closed || r.closing != nil || ((r.dirty || r.folds != r.written) && !complete) {
+			continue
+		}
+		idle := t.cfg.IdleTimeout > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > t.cfg.IdleTimeout
+		// A run whose collector dropped events never completes: it
+		// closes once nothing came for dropGrace.
+		dropped := r.st.Dropped > 0 && !r.st.LastEvent.IsZero() && now.Sub(r.st.LastEvent) > dropGrace
+		// Complete by content: whatever is still on its way repeats
+		// what the fold holds. A run that lost events waits for the
+		// events before its finish to be acknowledged too.
+		due := complete
+		if !due && r.st.Finished && dropped {
+			pt.mu.Unlock()
+			due = pt.settled(ctx, r.st, &floor)
+			pt.mu.Lock()
+		}
+		if (!idle && !due) || r.closing != nil || (r.dirty && !complete) {
+			continue
+		}
+		if bounded && !due && !r.warm && !r.unsure && r.at > 0 {
+			spanned = append(spanned, stamped{id, r.at}) // every one: where the first lies
+			continue
+		}
+		if limit > 0 && len(first) >= limit {
+			continue // the next pass closes the rest
+		}
+		first = append(first, closeCand{id, r, complete})
+	}
+	return first, spanned
 }
 
 // settled says every message before st's run-finished event was
