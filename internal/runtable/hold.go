@@ -3,9 +3,6 @@ package runtable
 import (
 	"context"
 	"fmt"
-	"math"
-	"runtime/debug"
-	"runtime/metrics"
 	"time"
 )
 
@@ -66,16 +63,8 @@ func (t *Table) holding() bool {
 // runtimeBehind says the heap's objects, live and not collected yet,
 // take more than holdShare of the runtime's soft limit (false: no limit).
 func runtimeBehind() bool {
-	limit := debug.SetMemoryLimit(-1)
-	if limit <= 0 || limit == math.MaxInt64 {
-		return false
-	}
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return false
-	}
-	return float64(s[0].Value.Uint64()) > holdShare*float64(limit)
+	objects, limit, ok := runtimeFigure("/memory/classes/heap/objects:bytes")
+	return ok && float64(objects) > holdShare*float64(limit)
 }
 
 // holdLongest is holdAtMost, or a test's.

@@ -177,16 +177,11 @@ const heapShare = 0.75
 // heapShare of the runtime's soft memory limit (0: not past, or no
 // limit).
 func heapExcess() int64 {
-	limit := debug.SetMemoryLimit(-1)
-	if limit <= 0 || limit == math.MaxInt64 {
+	live, limit, ok := runtimeFigure("/gc/heap/live:bytes")
+	if !ok {
 		return 0
 	}
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return max(0, int64(s[0].Value.Uint64())-int64(heapShare*float64(limit)))
+	return max(0, live-int64(heapShare*float64(limit)))
 }
 
 // heapNear says the heap live after the last collection is past
@@ -194,16 +189,23 @@ func heapExcess() int64 {
 // (true: no limit, or no figure): then the held runs' closes keep to the
 // held span (close.go: closeDue).
 func heapNear() bool {
-	limit := debug.SetMemoryLimit(-1)
+	live, limit, ok := runtimeFigure("/gc/heap/live:bytes")
+	return !ok || float64(live) > (heapShare-0.1)*float64(limit)
+}
+
+// runtimeFigure is the runtime's metric name (a byte count) and its soft
+// memory limit; ok is false when there is no limit or no such figure.
+func runtimeFigure(name string) (v, limit int64, ok bool) {
+	limit = debug.SetMemoryLimit(-1)
 	if limit <= 0 || limit == math.MaxInt64 {
-		return true
+		return 0, 0, false
 	}
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
-		return true
+		return 0, 0, false
 	}
-	return float64(s[0].Value.Uint64()) > (heapShare-0.1)*float64(limit)
+	return int64(s[0].Value.Uint64()), limit, true
 }
 
 // heapExcess is heapExcess(), or what a test has the table take for it.
@@ -392,15 +394,22 @@ func dueCold(cold map[string]coldRun, now time.Time, idle time.Duration, n int) 
 // the bucket, of every partition owned whose passes said so within
 // floorStale of now (math.MaxInt64: none).
 func (t *Table) coldFloor(now time.Time) int64 {
-	floor := int64(math.MaxInt64)
+	return t.floorOf(now, func(pt *part) (int64, int64) { return pt.coldFloor.Load(), pt.floorAt.Load() })
+}
+
+// floorOf is the least of the partitions' floors (what floor gives of
+// each, with when it was said, Unix ns; 0: never) said within floorStale
+// of now (math.MaxInt64: none).
+func (t *Table) floorOf(now time.Time, floor func(*part) (at, said int64)) int64 {
+	least := int64(math.MaxInt64)
 	for _, pt := range t.parts() {
-		at := pt.floorAt.Load()
-		if at == 0 || now.Sub(time.Unix(0, at)) > floorStale {
+		at, said := floor(pt)
+		if said == 0 || now.Sub(time.Unix(0, said)) > floorStale {
 			continue
 		}
-		floor = min(floor, pt.coldFloor.Load())
+		least = min(least, at)
 	}
-	return floor
+	return least
 }
 
 // reviveSpan is reviveSpan, or a test's.
@@ -458,15 +467,7 @@ func (pt *part) dueInSpan(now time.Time) []string {
 // bucket, of every partition owned whose close passes said so within
 // floorStale of now (math.MaxInt64: none).
 func (t *Table) heldFloorOf(now time.Time) int64 {
-	floor := int64(math.MaxInt64)
-	for _, pt := range t.parts() {
-		at := pt.heldAt.Load()
-		if at == 0 || now.Sub(time.Unix(0, at)) > floorStale {
-			continue
-		}
-		floor = min(floor, pt.heldFloor.Load())
-	}
-	return floor
+	return t.floorOf(now, func(pt *part) (int64, int64) { return pt.heldFloor.Load(), pt.heldAt.Load() })
 }
 
 // heldSpanOf is heldSpan, or a test's.
