@@ -11,7 +11,8 @@ import (
 // EnvExtra are the GTTSPLIT_* variables the project reads that set no key:
 // the tests' (the browser, screenshots, the fleet and conservation
 // harnesses, the fdinfo test's child, the measuring launcher of
-// internal/perftest), the benchmarks' and the image build's. UnknownEnv
+// internal/perftest, the leak check's child of internal/natstest), the
+// benchmarks' and the image build's. UnknownEnv
 // lets them pass; a name ending in "_" is a prefix.
 // TestEnvExtraIsComplete keeps the list in step with the repository.
 var EnvExtra = []string{
@@ -21,6 +22,7 @@ var EnvExtra = []string{
 	"GTTSPLIT_BENCH_",
 	"GTTSPLIT_FDINFO_TESTCHILD",
 	"GTTSPLIT_PERFTEST_CHILD",
+	"GTTSPLIT_NATSTEST_LEFT",
 	"GTTSPLIT_VERSION",
 }
 
