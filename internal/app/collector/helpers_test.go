@@ -225,9 +225,17 @@ type streamMsg struct {
 
 // jsConn connects to url (directly, not through the collector's path) and
 // returns a JetStream context.
+//
+// Its requests without a deadline of their own wait up to waitFor for the
+// broker's answer, not nats.go's 5 s: the test's reads of what the
+// collector published (streamOf, polled until a count is reached) got
+// "context deadline exceeded" from a present broker on a loaded machine
+// (the stream's info answered past 5 s beside CI at load ~15-40).
 func jsConn(t testing.TB, url string) jetstream.JetStream {
 	t.Helper()
-	return natstest.JetStream(t, url)
+	js, err := jetstream.New(natstest.Connect(t, url), jetstream.WithDefaultTimeout(waitFor))
+	require.NoError(t, err)
+	return js
 }
 
 // streamOf returns the messages of the GTTSPLIT stream that belong to
