@@ -31,20 +31,6 @@ func behindProxy(t *testing.T) (rt.Fixture, *rt.Broker, *natstest.Proxy) {
 	return fx, rt.BrokerAt(t, srv), natstest.StartProxy(t, srv.Addr().String())
 }
 
-// A broker slow to answer (every byte it sends reaches the table 300 ms
-// late, as a loaded machine or a busy cluster makes it): each state write
-// of a checkpoint waits for its answer, so the checkpoint that writes the
-// runs of a partition's backlog takes longer than the 4 s ack wait. The
-// messages that checkpoint acknowledges, those folded while it writes,
-// those pulled and not handled yet and the one in the handler's hand keep
-// their progress acknowledged meanwhile: the table lets no event's ack
-// wait run out by its own clock, every run is written once. (Before, a
-// checkpoint took its messages out of the list whose progress was
-// acknowledged, that list was only looked at between checkpoints, and a
-// pull's 64 messages waited in a buffer: 301 of 325 events were delivered
-// again.) On a loaded machine the broker may still get a progress
-// acknowledgement sent in time, or a delivery, late: such redeliveries
-// are said, not failed (judgeRedeliveries).
 // foldAllBut publishes 8 runs of fx but the last last events of each,
 // waits until table r folded every event published and returns the runs
 // and how many events that was.
@@ -105,6 +91,20 @@ func waitSplits(t *testing.T, r *table, n int) {
 	}
 }
 
+// A broker slow to answer (every byte it sends reaches the table 300 ms
+// late, as a loaded machine or a busy cluster makes it): each state write
+// of a checkpoint waits for its answer, so the checkpoint that writes the
+// runs of a partition's backlog takes longer than the 4 s ack wait. The
+// messages that checkpoint acknowledges, those folded while it writes,
+// those pulled and not handled yet and the one in the handler's hand keep
+// their progress acknowledged meanwhile: the table lets no event's ack
+// wait run out by its own clock, every run is written once. (Before, a
+// checkpoint took its messages out of the list whose progress was
+// acknowledged, that list was only looked at between checkpoints, and a
+// pull's 64 messages waited in a buffer: 301 of 325 events were delivered
+// again.) On a loaded machine the broker may still get a progress
+// acknowledgement sent in time, or a delivery, late: such redeliveries
+// are said, not failed (judgeRedeliveries).
 func TestSlowBrokerRedeliversNothingIntegration(t *testing.T) {
 	fx, b, proxy := behindProxy(t)
 	const group, ackWait = "slow", 4 * time.Second
