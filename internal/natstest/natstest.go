@@ -20,11 +20,14 @@ import (
 
 // readyTimeout bounds the wait for a started server to accept clients;
 // clusterReadyTimeout the same for a cluster's server, which also waits
-// for its routes and its share of JetStream (CI, running the packages'
-// tests side by side under -race, once took more than 10 s).
+// for its routes and its share of JetStream, and for the cluster's meta
+// leader and first R3 stream. Bounds, not expectations: a healthy server
+// is ready at once. Under -race beside CI a server restarted on its store
+// took more than 10 s to recover it, and a cluster more than 30 s to
+// create its first R3 stream.
 const (
-	readyTimeout        = 10 * time.Second
-	clusterReadyTimeout = 30 * time.Second
+	readyTimeout        = time.Minute
+	clusterReadyTimeout = 90 * time.Second
 )
 
 // Options returns the server options NewServer uses: JetStream with its
@@ -226,7 +229,7 @@ func startCluster(t testing.TB, n int, via func(port int) string, edit func(*ser
 		c.Servers = append(c.Servers, s)
 		t.Cleanup(func() { Shutdown(s) })
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(clusterReadyTimeout)
 	for _, s := range c.Servers {
 		if !s.ReadyForConnections(clusterReadyTimeout) {
 			t.Fatalf("natstest: cluster server %s not ready within %s", s.Name(), clusterReadyTimeout)
@@ -254,7 +257,7 @@ func startCluster(t testing.TB, n int, via func(port int) string, edit func(*ser
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("natstest: the cluster has no JetStream meta leader after 30s")
+	t.Fatalf("natstest: the cluster has no JetStream meta leader after %s", clusterReadyTimeout)
 	return nil
 }
 
@@ -270,10 +273,11 @@ func (c *Cluster) URLs() string {
 }
 
 // warmUp creates and deletes a stream with n replicas through every
-// server, each attempt bounded to 2 s, until it works: a cluster that has
-// just elected its meta leader may leave a first request unanswered (a
-// client then waits out its whole deadline), and an R3 asset needs every
-// peer placed.
+// server, the first attempt bounded to 2 s and each next one twice as
+// long (up to 16 s), until it works: a cluster that has just elected its
+// meta leader may leave a first request unanswered (a client then waits
+// out its whole deadline), and an R3 asset needs every peer placed; on a
+// loaded machine under -race every 2 s attempt timed out for 30 s.
 func warmUp(t testing.TB, c *Cluster, n int, deadline time.Time) {
 	t.Helper()
 	for i, s := range c.Servers {
@@ -287,8 +291,8 @@ func warmUp(t testing.TB, c *Cluster, n int, deadline time.Time) {
 			t.Fatal(err)
 		}
 		name := fmt.Sprintf("NATSTEST_WARMUP_%d", i)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		for attempt := 2 * time.Second; ; attempt = min(2*attempt, 16*time.Second) {
+			ctx, cancel := context.WithTimeout(context.Background(), attempt)
 			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"natstest.warmup." + name},
 				Storage: jetstream.MemoryStorage, Replicas: n})
 			if err == nil {
