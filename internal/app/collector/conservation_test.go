@@ -443,6 +443,9 @@ func TestCollectorConservationIntegration(t *testing.T) {
 			c := cuts(rng, len(lines), 2+rng.IntN(3))
 			for i := 0; i+1 < len(c); i++ {
 				fs.writeLines(lines[c[i]:c[i+1]])
+				if i == 0 {
+					waitLines(t, fs, 1) // attached, before the process may exit
+				}
 				time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
 			}
 			fs.exit()
@@ -454,7 +457,12 @@ func TestCollectorConservationIntegration(t *testing.T) {
 				"--host", "testhost", "--lane", "gpu0", "--nats-url", b.url, "--spool-dir", cfg.Spool.Dir,
 				"--state-dir", cfg.Attach.StateDir, "--source-dir", cfg.SourceDir}
 			env := []string{"GTTSPLIT_SAMPLE_SYS_ROOT=" + cfg.Sample.SysRoot}
-			c := cuts(rng, len(lines), 3)
+			// The last piece, written after the kill, holds a complete
+			// line besides the log's partial last one: that all complete
+			// lines were published then says the second collector
+			// attached, before the process exits (under load it may take
+			// longer to start than the first one took to read all).
+			c := cuts(rng, len(lines)-1, 3)
 			r := startCollector(t, env, args...)
 			fs.writeLines(lines[c[0]:c[1]])
 			waitLines(t, fs, 1+rng.IntN(c[1]))
