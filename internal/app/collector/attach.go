@@ -40,25 +40,42 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		return cli.Usage(errors.New("attach needs --pid PID (attach.pid)"))
 	}
 	procRoot := cfg.Sample.ProcRoot
-	start, err := procStartTime(procRoot, pid)
-	if err != nil {
-		return cli.Usage(fmt.Errorf("attach: no process %d: %w", pid, err))
-	}
 	host := cfg.Host
 	if host == "" {
 		host, _ = os.Hostname()
+	}
+	stateDir := attachStateDir(cfg)
+	start, err := procStartTime(procRoot, pid)
+	if err != nil {
+		// The process exited while no collector watched it: its runs
+		// that no attach finished are finished now.
+		gone := goneRuns(stateDir, host, pid, 0, "", cfg.RunID)
+		if len(gone) == 0 {
+			what := "no unfinished run of pid " + strconv.Itoa(pid)
+			if cfg.RunID != "" {
+				what = fmt.Sprintf("no unfinished run %s of pid %d", cfg.RunID, pid)
+			}
+			return cli.Usage(fmt.Errorf("attach: no process %d (%w), and %s on host %s in the state dir %s", pid, err, what, host, stateDir))
+		}
+		return finishGoneRuns(ctx, cfg, io, log, stateDir, gone)
 	}
 	runID := cfg.RunID
 	if runID == "" {
 		runID = fmt.Sprintf("%s-pid%d-%d", tokenSafe(host), pid, start)
 	}
-	stateDir := cfg.Attach.StateDir
-	if stateDir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			cache = os.TempDir()
+	// The pid was reused: a run of the earlier process of this pid that
+	// no attach finished is finished first. Its process is gone for sure
+	// (a pid and a start time name one process), so nothing else can
+	// write to it but an attach finishing it at this very moment; the
+	// two then send the same events (the same ids: the broker and the
+	// fold keep one). It costs a look at the state dir's sent logs.
+	if gone := goneRuns(stateDir, host, pid, start, runID, ""); len(gone) > 0 {
+		if err := finishGoneRuns(ctx, cfg, io, log, stateDir, gone); err != nil {
+			log.Error().Err(err).Int("pid", pid).Msg("an earlier process's run of this pid was not finished")
 		}
-		stateDir = filepath.Join(cache, "gttsplit", "attach")
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 	s, err := newSession(ctx, cfg, runID, true, log)
 	if err != nil {
@@ -68,6 +85,13 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	// event announces it.
 	if s.pipe.sent, err = openSentLog(filepath.Join(stateDir, sentLogName(runID))); err != nil {
 		s.log.Warn().Err(err).Msg("what an earlier attach of this run sent is not known")
+	}
+	logAbs := ""
+	if cfg.Attach.Log != "" {
+		logAbs, _ = filepath.Abs(cfg.Attach.Log)
+	}
+	if err := s.pipe.sent.identify(attachedRun{RunID: runID, Host: host, PID: pid, StartTicks: start, Log: logAbs}); err != nil {
+		s.log.Warn().Err(err).Msg("could not save whose run the sent log counts; should this process exit while no collector watches it, a restarted attach will not find this run")
 	}
 	s.provenance(ctx)
 	s.started() // the process runs already
@@ -132,9 +156,7 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	if cfg.Attach.Log == "" {
 		s.log.Warn().Int("pid", pid).Msg("no --log: the split has this process's fdinfo samples only (no_log); give --log FILE (its -v log) for the rows")
 	} else {
-		lc := logtail.DefaultConfig()
-		lc.Path, lc.StateDir, lc.RunID, lc.Done = cfg.Attach.Log, stateDir, runID, done
-		tail, err := logtail.New(lc, set)
+		tail, err := newLogTail(cfg.Attach.Log, stateDir, runID, done, set)
 		if err != nil {
 			_, _ = s.close(ctx)
 			return cli.Usage(err)
@@ -168,16 +190,7 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 		if cfg.Attach.Log != "" {
 			watch.warnIfNone(s.log, s.info.Command, "the log "+cfg.Attach.Log)
 		}
-		fi := &split.FinishInfo{Finished: time.Now()}
-		if s.pipe.pub != nil {
-			_ = s.pipe.pub.Flush(sctx)
-			fi.DroppedEvents = s.pipe.pub.DroppedOf(s.origin.RunID)
-		}
-		if err := s.pipe.emit(sctx, sources.Record{Finished: fi}); err != nil {
-			s.log.Error().Err(err).Msg("run-finished not published")
-		} else {
-			s.pipe.sent.remove()
-		}
+		s.finishAttached(sctx, time.Now())
 		s.log.Info().Msg("the attached process exited")
 	default:
 		// Stopped by a signal: the process goes on; a restarted collector
@@ -186,6 +199,46 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	}
 	_, closeErr := s.close(sctx)
 	return errors.Join(runErr, closeErr)
+}
+
+// attachStateDir is attach.state_dir, by default under the user's cache
+// directory.
+func attachStateDir(cfg config.Collector) string {
+	if cfg.Attach.StateDir != "" {
+		return cfg.Attach.StateDir
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	return filepath.Join(cache, "gttsplit", "attach")
+}
+
+// newLogTail is the follower of an attached run's log: its read position
+// is kept in stateDir under the run id; when done closes (the process
+// exited) it reads the log to its end, a last line without newline too.
+func newLogTail(path, stateDir, runID string, done <-chan struct{}, set sources.Settings) (sources.Source, error) {
+	lc := logtail.DefaultConfig()
+	lc.Path, lc.StateDir, lc.RunID, lc.Done = path, stateDir, runID, done
+	return logtail.New(lc, set)
+}
+
+// finishAttached ends an attached run whose process exited, once the
+// log follower read the log to its end: it publishes the run-finished
+// event after everything before it (with what the publisher dropped of
+// the run) and, once it is out, removes the run's sent log. An attach
+// never knows the exit code.
+func (s *session) finishAttached(ctx context.Context, finished time.Time) {
+	fi := &split.FinishInfo{Finished: finished}
+	if s.pipe.pub != nil {
+		_ = s.pipe.pub.Flush(ctx)
+		fi.DroppedEvents = s.pipe.pub.DroppedOf(s.origin.RunID)
+	}
+	if err := s.pipe.emit(ctx, sources.Record{Finished: fi}); err != nil {
+		s.log.Error().Err(err).Msg("run-finished not published")
+	} else {
+		s.pipe.sent.remove()
+	}
 }
 
 // detacher stops attach's sources when the collector detaches (ctx ends

@@ -310,7 +310,8 @@ func cuts(rng *rand.Rand, n, k int) []int {
 // disk full (a real ENOSPC on a tmpfs the test mounts, as root) while the
 // broker is away, the broker's store full (503 insufficient resources), a
 // broker slower than the ack timeout (a proxy delays its answers), and the
-// collector SIGKILLed and started again. For every run, every line the
+// collector SIGKILLed and started again (while the process runs on, or
+// after it exited: the restart then finishes the run). For every run, every line the
 // fake server wrote must be folded exactly once from what reached the
 // broker (or the fold is not complete and says what is missing), and the
 // fold of the stream must equal the fold of the same events in another
@@ -476,6 +477,31 @@ func TestCollectorConservationIntegration(t *testing.T) {
 			waitLines(t, fs, len(lines)-1)
 			fs.exit()
 			require.Equal(t, 0, r.wait(t), r.stderr.String())
+		}},
+		{name: "collector SIGKILL, the process exits before the restart (`collector attach` binary, same --state-dir: the restart finishes the run)", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
+			cfg := attachCfg(t, b, fs)
+			args := []string{"--log-level", "warn", "attach", "--pid", strconv.Itoa(fs.pid), "--log", fs.logPath,
+				"--host", "testhost", "--lane", "gpu0", "--nats-url", b.url, "--spool-dir", cfg.Spool.Dir,
+				"--state-dir", cfg.Attach.StateDir, "--source-dir", cfg.SourceDir}
+			env := []string{"GTTSPLIT_SAMPLE_SYS_ROOT=" + cfg.Sample.SysRoot}
+			c := cuts(rng, len(lines), 3)
+			r := startCollector(t, env, args...)
+			fs.writeLines(lines[c[0]:c[1]])
+			waitLines(t, fs, 1+rng.IntN(c[1]))
+			// Killed at once, or while it reads on; the process writes
+			// the rest (the 4B log's partial last line too) and exits
+			// while no collector watches it.
+			fs.writeLines(lines[c[1]:c[2]])
+			time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+			require.NoError(t, r.cmd.Process.Signal(syscall.SIGKILL))
+			require.Equal(t, -1, r.wait(t), "killed")
+			fs.writeLines(lines[c[2]:])
+			fs.exit()
+			r = startCollector(t, env, args...)
+			require.Equal(t, 0, r.wait(t), r.stderr.String())
+			require.Contains(t, r.stderr.String(), "exited while no collector watched it")
+			_, err := os.Stat(filepath.Join(cfg.Attach.StateDir, sentLogName(fs.runID)))
+			require.True(t, os.IsNotExist(err), "the sent log is removed once the run finished")
 		}},
 	}
 

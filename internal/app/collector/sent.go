@@ -28,6 +28,60 @@ type sentLog struct {
 	Samples    uint64                   `json:"samples"`
 	LastSample uint64                   `json:"last_sample_seq"`
 	Started    time.Time                `json:"started,omitzero"`
+
+	// Whose run it is (attach): a later attach finds by them the
+	// unfinished run of a process that exited while no collector watched
+	// it (goneRuns). A log an earlier version wrote has none: its run is
+	// not found that way.
+	RunID string `json:"run_id,omitempty"`
+	Host  string `json:"host,omitempty"`
+	PID   int    `json:"pid,omitempty"`
+	// StartTicks is the process's start time (/proc/PID/stat): with the
+	// pid it names one process.
+	StartTicks uint64 `json:"start_ticks,omitempty"`
+	// Log is the absolute path of the followed log ("" without --log).
+	Log string `json:"log,omitempty"`
+}
+
+// attachedRun says whose run the log counts.
+type attachedRun struct {
+	RunID, Host string
+	PID         int
+	StartTicks  uint64
+	Log         string
+}
+
+// identify records whose run the log counts; a log on disk that did not
+// say it yet (written by an earlier version, or of another process that
+// this run id now names) is saved at once.
+func (s *sentLog) identify(a attachedRun) error {
+	if s.RunID == a.RunID && s.Host == a.Host && s.PID == a.PID && s.StartTicks == a.StartTicks && s.Log == a.Log {
+		return nil
+	}
+	s.RunID, s.Host, s.PID, s.StartTicks, s.Log = a.RunID, a.Host, a.PID, a.StartTicks, a.Log
+	if s.path == "" || s.Started.IsZero() {
+		return nil // saved with the run's start
+	}
+	return s.save()
+}
+
+// goneRuns returns the unfinished runs (a sent log names them) in dir of
+// host's process pid, except the one started at liveStart (0: no process
+// has that pid now) and the run runID; with only set, that run alone.
+// Oldest first.
+func goneRuns(dir, host string, pid int, liveStart uint64, runID, only string) []*sentLog {
+	paths, _ := filepath.Glob(filepath.Join(dir, "sent-*.json"))
+	var out []*sentLog
+	for _, p := range paths {
+		s, err := openSentLog(p)
+		if err != nil || s.RunID == "" || s.Host != host || s.PID != pid ||
+			liveStart != 0 && s.StartTicks == liveStart || s.RunID == runID || only != "" && s.RunID != only {
+			continue
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out
 }
 
 // openSentLog returns the sent log at path, resuming what it holds for
