@@ -156,7 +156,7 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	if cfg.Attach.Log == "" {
 		s.log.Warn().Int("pid", pid).Msg("no --log: the split has this process's fdinfo samples only (no_log); give --log FILE (its -v log) for the rows")
 	} else {
-		tail, err := newLogTail(cfg.Attach.Log, stateDir, runID, done, set)
+		tail, err := newLogTail(cfg.Attach.Log, stateDir, runID, done, false, set)
 		if err != nil {
 			_, _ = s.close(ctx)
 			return cli.Usage(err)
@@ -217,9 +217,13 @@ func attachStateDir(cfg config.Collector) string {
 // newLogTail is the follower of an attached run's log: its read position
 // is kept in stateDir under the run id; when done closes (the process
 // exited) it reads the log to its end, a last line without newline too.
-func newLogTail(path, stateDir, runID string, done <-chan struct{}, set sources.Settings) (sources.Source, error) {
+// gone: the process exited before this attach, so only the file it wrote
+// is read (logtail's OnlyCheckpointedFile), not a file another process
+// put at the path since.
+func newLogTail(path, stateDir, runID string, done <-chan struct{}, gone bool, set sources.Settings) (sources.Source, error) {
 	lc := logtail.DefaultConfig()
 	lc.Path, lc.StateDir, lc.RunID, lc.Done = path, stateDir, runID, done
+	lc.OnlyCheckpointedFile = gone
 	return logtail.New(lc, set)
 }
 

@@ -58,7 +58,7 @@ func finishGoneRun(ctx context.Context, cfg config.Collector, log zerolog.Logger
 	if sl.Log != "" {
 		done := make(chan struct{})
 		close(done) // the process exited: read to the end
-		tail, err := newLogTail(sl.Log, stateDir, sl.RunID, done, sources.Settings{Logger: s.log, Batch: cfg.Batch})
+		tail, err := newLogTail(sl.Log, stateDir, sl.RunID, done, true, sources.Settings{Logger: s.log, Batch: cfg.Batch})
 		if err != nil {
 			_, _ = s.close(ctx)
 			return err

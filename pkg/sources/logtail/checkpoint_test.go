@@ -253,3 +253,68 @@ func TestSeparateStatePerRunAndPath(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ents, 3)
 }
+
+// TestOnlyCheckpointedFile: a follower stopped after reading a file; while
+// no follower runs, the writer writes on, and then (a) the file is renamed
+// away and a new file, another writer's, is put at the path, (b) the file
+// is deleted and another put at the path, (c) the file is copied and
+// truncated in place (copytruncate) and the writer writes on into it.
+// Started again with the writer gone (Done closed) and
+// OnlyCheckpointedFile, it reads on in the checkpointed file alone: the
+// rest of the renamed file in (a), nothing in (b), the copy's rest and the
+// truncated file in (c); never the other writer's lines.
+func TestOnlyCheckpointedFile(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		after func(t *testing.T, path string, w *os.File)
+		want  []string
+	}{
+		{"renamed", func(t *testing.T, path string, w *os.File) {
+			require.NoError(t, os.Rename(path, path+".1"))
+			write(t, w, "mine-2\n")
+			write(t, appender(t, path), "other-0\n")
+		}, []string{"mine-1", "mine-2"}},
+		{"deleted", func(t *testing.T, path string, w *os.File) {
+			require.NoError(t, os.Remove(path))
+			write(t, appender(t, path), "other-0\nother-1\n")
+		}, nil},
+		{"copytruncate", func(t *testing.T, path string, w *os.File) {
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path+".1", b, 0o644))
+			require.NoError(t, w.Truncate(0))
+			write(t, w, "mine-2\n")
+		}, []string{"mine-1", "mine-2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "llama.log")
+			state := t.TempDir()
+			w := appender(t, path)
+			write(t, w, "mine-0\n")
+			cfg, _ := config(t, path, state)
+			s1 := &sink{}
+			r1 := start(t, cfg, s1)
+			s1.waitLines(t, 1)
+			require.NoError(t, r1.stop(t))
+			require.EqualValues(t, 2, stateFile(t, state)["next_seq"])
+			write(t, w, "mine-1\n")
+			tc.after(t, path, w)
+
+			cfg2, done2 := config(t, path, state)
+			cfg2.OnlyCheckpointedFile = true
+			close(done2)
+			s2 := &sink{}
+			require.NoError(t, start(t, cfg2, s2).wait(t))
+			require.Equal(t, tc.want, nilIfEmpty(texts(s2.lines())))
+			requireSeqs(t, s2.lines(), 2)
+		})
+	}
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}

@@ -45,6 +45,17 @@ type Config struct {
 	// emitted, waits for the downstream to acknowledge them so that the
 	// checkpoint covers them. 0 returns at once.
 	AckWait time.Duration
+	// OnlyCheckpointedFile, with a checkpoint, reads only the file it
+	// names (device and inode, wherever it was renamed, or a copy that
+	// copytruncate left): a file at Path that is another is not read. It
+	// is for a writer known to be gone that never reopened its log
+	// (llama-server opens its --log-file once): another file at Path is
+	// another writer's (a process started since), not its lines. The
+	// checkpointed file itself truncated and rewritten in place (by
+	// copytruncate, or by a process that opened the same path) is read
+	// from its start as usual: the two are not told apart. Without a
+	// checkpoint Path is read as usual.
+	OnlyCheckpointedFile bool
 	// Done, when closed, means the writer of the log is gone (the attached
 	// process exited): Run reads the file to its end, emits what is left
 	// and returns nil. Nil means never.

@@ -55,6 +55,13 @@
 //     elsewhere), Path is read from offset 0; the lines left in the old file
 //     after the checkpoint are lost, which is logged at Warn level.
 //
+// With OnlyCheckpointedFile (the writer is known to be gone, and never
+// reopened its log), only the checkpointed file is read: case 3 reads
+// nothing, and a new file at Path is not followed after the rotated one
+// (it is another writer's); the checkpointed file truncated in place is
+// still read from its start (copytruncate, or another writer opening the
+// same path: not told apart).
+//
 // Seq always continues from the checkpoint. An unreadable or foreign state
 // file is logged and ignored (the log is read from the start, numbered from
 // FirstSeq). Without StateDir nothing is persisted.

@@ -88,6 +88,11 @@ type tail struct {
 	cpBase    checkpoint // Path, RunID, Version of every checkpoint
 
 	nulBytes, cutLines uint64
+
+	// onlyThis: only the checkpointed file, cpDev and cpIno, is read
+	// (Config.OnlyCheckpointedFile).
+	onlyThis     bool
+	cpDev, cpIno uint64
 }
 
 // Run follows the file until ctx is cancelled (returns nil) or Done closes
@@ -150,6 +155,7 @@ func (t *tail) resume(absPath string) error {
 	}
 	t.nextSeq = cp.NextSeq
 	t.persisted = cp
+	t.onlyThis, t.cpDev, t.cpIno = t.cfg.OnlyCheckpointedFile, cp.Dev, cp.Ino
 
 	// The path still names the checkpointed file.
 	if f, err := os.Open(t.path); err == nil {
@@ -178,6 +184,11 @@ func (t *tail) resume(absPath string) error {
 			Msg("log follower resumed in rotated file")
 		return nil
 	}
+	if t.onlyThis && !t.checkpointed(t.path) {
+		t.log.Warn().Int64("checkpoint_offset", cp.Offset).Uint64("next_seq", t.nextSeq).
+			Msg("checkpointed log file not found (deleted, or replaced by another writer's since): nothing more is read")
+		return nil
+	}
 	opened, err := t.openPath()
 	if err != nil {
 		return err
@@ -185,6 +196,17 @@ func (t *tail) resume(absPath string) error {
 	t.log.Warn().Bool("file_exists", opened).Int64("checkpoint_offset", cp.Offset).Uint64("next_seq", t.nextSeq).
 		Msg("checkpointed log file not found; reading the current file from the start")
 	return nil
+}
+
+// checkpointed reports whether name is the checkpointed file (its device
+// and inode).
+func (t *tail) checkpointed(name string) bool {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return false
+	}
+	dev, ino := identity(fi)
+	return dev == t.cpDev && ino == t.cpIno
 }
 
 // openPath opens the path at offset 0; a missing file is (false, nil).
@@ -289,6 +311,9 @@ func (t *tail) finish(ctx context.Context) error {
 
 // poll reads what was appended, following truncation and rotation.
 func (t *tail) poll(ctx context.Context) error {
+	if t.f == nil && t.onlyThis {
+		return nil // the checkpointed file is gone
+	}
 	if t.f == nil {
 		opened, err := t.openPath()
 		if err != nil || !opened {
@@ -314,6 +339,10 @@ func (t *tail) poll(ctx context.Context) error {
 	}
 	old := t.name
 	t.closeFile()
+	if t.onlyThis && !t.checkpointed(t.path) {
+		t.log.Info().Str("old_file", old).Msg("log file rotated; the new file is not followed (only the checkpointed file is read)")
+		return nil
+	}
 	opened, err := t.openPath()
 	if err != nil || !opened {
 		return err
