@@ -106,7 +106,9 @@ and, with --log, follows its log file (llama-server --log-file) through
 rotation and copytruncate. It ends when the process exits (the run is
 finished) or on SIGINT/SIGTERM (the process goes on, and the same command
 resumes the run from the read position kept in --state-dir). The run id is
-derived from the process unless --run-id names one.
+derived from the process unless --run-id names one. If the process exited
+while no collector watched it, the same command finishes its unfinished
+runs from --state-dir (the log read to its end) and exits 0.
 Details: docs/collector.md.`,
 		Example: `  collector attach --pid 4242 --log /var/log/llama-server.log --lane gpu0 --nats-url nats://nats:4222`,
 		Args:    cli.Args(cobra.NoArgs),
