@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,7 +34,9 @@ import (
 // the process (pid and start time) unless --run-id names one, the log's read
 // position is checkpointed only after the broker acknowledged what was read,
 // and samples are numbered by their time, so nothing is lost or counted
-// twice.
+// twice. When the process exited while no collector watched it, attach
+// finishes its unfinished runs that the state dir records (finishGoneRuns)
+// instead.
 func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger) error {
 	pid := cfg.Attach.PID
 	if pid <= 0 {
@@ -46,6 +49,9 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	}
 	stateDir := attachStateDir(cfg)
 	start, err := procStartTime(procRoot, pid)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return cli.Usage(fmt.Errorf("attach: no process %d: %w", pid, err))
+	}
 	if err != nil {
 		// The process exited while no collector watched it: its runs
 		// that no attach finished are finished now.
@@ -57,7 +63,8 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 			}
 			return cli.Usage(fmt.Errorf("attach: no process %d (%w), and %s on host %s in the state dir %s", pid, err, what, host, stateDir))
 		}
-		return finishGoneRuns(ctx, cfg, io, log, stateDir, gone)
+		_, err := finishGoneRuns(ctx, cfg, io, log, stateDir, gone)
+		return err
 	}
 	runID := cfg.RunID
 	if runID == "" {
@@ -70,11 +77,12 @@ func Attach(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger
 	// two then send the same events (the same ids: the broker and the
 	// fold keep one). It costs a look at the state dir's sent logs.
 	if gone := goneRuns(stateDir, host, pid, start, runID, ""); len(gone) > 0 {
-		if err := finishGoneRuns(ctx, cfg, io, log, stateDir, gone); err != nil {
+		stopped, err := finishGoneRuns(ctx, cfg, io, log, stateDir, gone)
+		if err != nil {
 			log.Error().Err(err).Int("pid", pid).Msg("an earlier process's run of this pid was not finished")
 		}
-		if ctx.Err() != nil {
-			return nil
+		if stopped {
+			return nil // by a signal, before this process was attached
 		}
 	}
 	s, err := newSession(ctx, cfg, runID, true, log)

@@ -15,8 +15,9 @@ import (
 // finishGoneRuns finishes, one after the other, runs whose process exited
 // while no collector watched it (killed collector, then the process
 // exited, then the collector came back): each is finished as an attach
-// that saw the exit would have (finishGoneRun). It stops at a signal.
-func finishGoneRuns(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger, stateDir string, gone []*sentLog) error {
+// that saw the exit would have (finishGoneRun). It stops at a signal (or
+// when ctx ends), and then says so (stopped).
+func finishGoneRuns(ctx context.Context, cfg config.Collector, io IO, log zerolog.Logger, stateDir string, gone []*sentLog) (stopped bool, err error) {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go forward(ctx, io, false, func(os.Signal) { stop() })
@@ -27,7 +28,7 @@ func finishGoneRuns(ctx context.Context, cfg config.Collector, io IO, log zerolo
 		}
 		errs = append(errs, finishGoneRun(ctx, cfg, log, stateDir, sl))
 	}
-	return errors.Join(errs...)
+	return ctx.Err() != nil, errors.Join(errs...)
 }
 
 // finishGoneRun reads the run's log from its read position to its end
