@@ -71,7 +71,7 @@ func TestScript(t *testing.T) {
 
 // eventsStream creates the events stream on the server at url.
 func eventsStream(url string) error {
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.Timeout(natstest.ConnectTimeout))
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ import (
 func BenchmarkPartitionConsumers(b *testing.B) {
 	const n = 16000
 	s := natstest.Start(b)
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), nats.Timeout(natstest.ConnectTimeout))
 	require.NoError(b, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -123,7 +123,7 @@ func BenchmarkPartitionConsumers(b *testing.B) {
 func BenchmarkPartitionSubjects(b *testing.B) {
 	const n = 16000
 	s := natstest.Start(b)
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), nats.Timeout(natstest.ConnectTimeout))
 	require.NoError(b, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -188,7 +188,7 @@ func BenchmarkPartitionSubjects(b *testing.B) {
 func BenchmarkPartitionFilters(b *testing.B) {
 	const n = 16000
 	s := natstest.Start(b)
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), nats.Timeout(natstest.ConnectTimeout))
 	require.NoError(b, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

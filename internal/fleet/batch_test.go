@@ -38,7 +38,7 @@ func TestLeasesRenewedInOneBatchIntegration(t *testing.T) {
 	defer cancel()
 	st := allowAtomic(ctx, t, f)
 
-	nc, err := nats.Connect(c.URLs())
+	nc, err := nats.Connect(c.URLs(), nats.Timeout(natstest.ConnectTimeout))
 	require.NoError(t, err)
 	defer nc.Close()
 	var mu sync.Mutex

@@ -144,7 +144,7 @@ func connect(t *testing.T, url string, opts ...nats.Option) *client {
 			c.mu.Unlock()
 		}
 	}))
-	nc, err := nats.Connect(url, opts...)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Timeout(natstest.ConnectTimeout)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	c.nc = nc

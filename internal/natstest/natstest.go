@@ -28,6 +28,11 @@ import (
 const (
 	readyTimeout        = time.Minute
 	clusterReadyTimeout = 90 * time.Second
+	// ConnectTimeout bounds a test client's connection attempt (nats.go's
+	// default is 2 s): at load ~37 under -race a server's first INFO took
+	// longer (TestRunNATSIntegration, "read tcp ...: i/o timeout"). A
+	// bound, not an expectation: a healthy server answers at once.
+	ConnectTimeout = time.Minute
 )
 
 // Options returns the server options NewServer uses: JetStream with its
@@ -131,7 +136,7 @@ func Port(s *server.Server) int {
 // or kills servers); opts come after that and may change it.
 func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Timeout(ConnectTimeout), nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatalf("natstest: connect to %s: %v", url, err)
 	}
@@ -281,7 +286,7 @@ func (c *Cluster) URLs() string {
 func warmUp(t testing.TB, c *Cluster, n int, deadline time.Time) {
 	t.Helper()
 	for i, s := range c.Servers {
-		nc, err := nats.Connect(s.ClientURL())
+		nc, err := nats.Connect(s.ClientURL(), nats.Timeout(ConnectTimeout))
 		if err != nil {
 			t.Fatalf("natstest: connect to %s: %v", s.Name(), err)
 		}

@@ -418,12 +418,13 @@ func cmdJSMsgs(ts *testscript.TestScript, neg bool, args []string) {
 	if url == "" {
 		ts.Fatalf("jsmsgs: GTTSPLIT_NATS_URL is not set")
 	}
-	nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
+	// Bounds, not expectations (a loaded machine under -race).
+	nc, err := nats.Connect(url, nats.Timeout(natstest.ConnectTimeout))
 	ts.Check(err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	ts.Check(err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := js.Stream(ctx, args[0])
 	ts.Check(err)

@@ -398,7 +398,7 @@ func clientMsgs(t *testing.T, mons []string, name string) int64 {
 // of the account receives, by kind of subject (a publish, a delivery to a
 // watch's inbox): what an idle fleet exchanges, for the log.
 func subjectKinds(t *testing.T, url string, d time.Duration) string {
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.Timeout(natstest.ConnectTimeout))
 	require.NoError(t, err)
 	defer nc.Close()
 	var mu sync.Mutex
@@ -485,7 +485,7 @@ func TestFleetIdleTrafficIntegration(t *testing.T) {
 	// Past the start (partitions taken, consumers created, first infos).
 	time.Sleep(10 * time.Second)
 	kinds := subjectKinds(t, f.c.URLs(), 10*time.Second)
-	nc, err := nats.Connect(f.c.URLs())
+	nc, err := nats.Connect(f.c.URLs(), nats.Timeout(natstest.ConnectTimeout))
 	require.NoError(t, err)
 	defer nc.Close()
 	var leases, batches atomic.Int64
@@ -574,7 +574,7 @@ func bucketTap(t *testing.T, url string) func() map[string]int {
 // gives each, until the returned function is called (which returns the
 // counts).
 func tap(t *testing.T, url, subject string, kinds func(m *nats.Msg) []string) func() map[string]int {
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nats.Timeout(natstest.ConnectTimeout))
 	require.NoError(t, err)
 	var mu sync.Mutex
 	n := map[string]int{}

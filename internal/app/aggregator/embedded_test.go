@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gttsplit/gttsplit/internal/natstest"
 )
 
 // TestStartEmbeddedStoreLocked: a second embedded server on a store in use
@@ -83,7 +85,7 @@ func TestStartEmbeddedAuth(t *testing.T) {
 			if auth.User != "" {
 				opt = nats.UserInfo(auth.User, auth.Password)
 			}
-			nc, err := nats.Connect(ns.ClientURL(), opt, nats.NoReconnect())
+			nc, err := nats.Connect(ns.ClientURL(), nats.Timeout(natstest.ConnectTimeout), opt, nats.NoReconnect())
 			require.NoError(t, err)
 			nc.Close()
 		})
@@ -116,7 +118,7 @@ func TestStartEmbeddedBuffersBounded(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	require.EqualValues(t, share, ns.JetStreamConfig().MaxMemory, "the server took the bound")
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(ns.ClientURL(), nats.Timeout(natstest.ConnectTimeout))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)

@@ -170,7 +170,7 @@ func (f *fleetRig) publish(p int, half func()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, err := nats.Connect(f.c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+			nc, err := nats.Connect(f.c.URLs(), nats.Timeout(natstest.ConnectTimeout), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 			if err != nil {
 				t.Error(err)
 				return

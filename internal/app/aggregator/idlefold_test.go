@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gttsplit/gttsplit/internal/bus"
+	"github.com/gttsplit/gttsplit/internal/natstest"
 )
 
 // brokerSnap is what the servers' monitoring says at one moment: their
@@ -158,7 +159,7 @@ func TestFleetIdleAfterFoldIntegration(t *testing.T) {
 	}
 	// The stream-info requests (the aggregators' watch asks for the events
 	// stream's and the state bucket's).
-	nc, err := nats.Connect(f.c.URLs())
+	nc, err := nats.Connect(f.c.URLs(), nats.Timeout(natstest.ConnectTimeout))
 	require.NoError(t, err)
 	defer nc.Close()
 	var infos atomic.Int64
