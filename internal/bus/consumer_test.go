@@ -151,6 +151,54 @@ func TestExportIntegration(t *testing.T) {
 	require.Zero(t, n)
 }
 
+// TestExportPullsAgainAfterSilenceIntegration: a pull whose messages and
+// heartbeats stop for longer than nats.go waits (twice the 5 s heartbeat
+// of a long pull) ends with "no heartbeat received"; on a loaded machine a
+// broker or a reader starved that long is not gone (beside CI at load ~37
+// it failed a test's read of the stream). Export pulls again from where it
+// was and hands every message once.
+func TestExportPullsAgainAfterSilenceIntegration(t *testing.T) {
+	skipShort(t)
+	s := natstest.Start(t)
+	js := jsFor(t, s)
+	p, err := bus.NewPublisher(connect(t, s.ClientURL()), pubConfig(t), testLogger(t))
+	require.NoError(t, err)
+	evs := runEvents(t, "run-silent", 4)
+	publishAll(t, p, evs, newAcks())
+	require.NoError(t, p.Close(testCtx(t)))
+	waitMsgs(t, js, uint64(len(evs)))
+
+	proxy := natstest.StartProxy(t, s.Addr().String())
+	via := natstest.JetStream(t, proxy.URL())
+	var got []string
+	var held <-chan struct{}
+	_, err = bus.Export(testCtx(t), via, bus.DefaultStream, bus.Range{Batch: 2}, func(m bus.Msg) error {
+		d, err := m.Decode()
+		if err != nil {
+			return err
+		}
+		got = append(got, d.ID)
+		if held == nil {
+			// The next pull's messages and heartbeats are held for
+			// 12 s: nats.go gives up on it after 10 s.
+			held = proxy.HoldServerWhenClientSends([]byte("CONSUMER.MSG.NEXT"))
+			go func() {
+				<-held
+				time.Sleep(12 * time.Second)
+				proxy.ReleaseServer()
+			}()
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, ids(evs), got)
+	select {
+	case <-held:
+	default:
+		t.Fatal("no pull was held")
+	}
+}
+
 // TestExportLeavesNoConsumerIntegration: each export deletes the consumer
 // it read with. The broker counts ordered consumers against the stream's
 // consumer limit (here 20) and nats.go asks it to keep each 5 minutes

@@ -224,7 +224,11 @@ func Export(ctx context.Context, js jetstream.JetStream, stream string, r Range,
 		} else if again {
 			continue
 		}
-		if err != nil && !errors.Is(err, nats.ErrTimeout) {
+		// A pull that timed out, or whose heartbeats stopped for twice
+		// their interval (a reader or a broker starved on a loaded
+		// machine), is pulled again: the ordered consumer resumes after
+		// the last message handed over.
+		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			return n, fmt.Errorf("export %s: fetch: %w", stream, err)
 		}
 		if got == 0 {

@@ -1,6 +1,7 @@
 package natstest
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -17,7 +18,8 @@ import (
 //     thaws), as a network partition or a paused peer would.
 //   - HoldServer keeps only what the server sends (its acks among them)
 //     from reaching the clients, while their bytes still get through:
-//     acks that do not come.
+//     acks that do not come. HoldServerWhenClientSends does it from a
+//     given request on (a pull whose messages and heartbeats stop).
 //   - Cut closes every connection open now, dropping what waits in the
 //     proxy for it (a frozen connection's bytes never arrive): the
 //     network between a client that gave a connection up and its server
@@ -32,6 +34,8 @@ type Proxy struct {
 	mu      sync.Mutex
 	frozen  bool
 	held    bool
+	holdOn  []byte        // HoldServerWhenClientSends's pattern
+	holding chan struct{} // closed when it was seen
 	latency time.Duration
 	thawed  *sync.Cond // signalled when frozen or held ends
 	conns   []net.Conn
@@ -85,6 +89,19 @@ func (p *Proxy) ReleaseServer() {
 	defer p.mu.Unlock()
 	p.held = false
 	p.thawed.Broadcast()
+}
+
+// HoldServerWhenClientSends holds the server (as HoldServer) from the
+// moment a client sends bytes holding pattern, before they reach the
+// server: what the server answers to them, and sends after, waits for
+// ReleaseServer. The returned channel is closed then. The pattern is
+// looked for in each read from a client on its own (a client writes a
+// protocol message in one go; one split across two reads is missed).
+func (p *Proxy) HoldServerWhenClientSends(pattern []byte) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdOn, p.holding = pattern, make(chan struct{})
+	return p.holding
 }
 
 // Cut closes the connections open now; what waits for them is dropped.
@@ -175,11 +192,14 @@ func (p *Proxy) pipe(dst, src net.Conn, fromServer bool) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			at := time.Now()
+			p.mu.Lock()
 			if fromServer {
-				p.mu.Lock()
 				at = at.Add(p.latency)
-				p.mu.Unlock()
+			} else if p.holdOn != nil && bytes.Contains(buf[:n], p.holdOn) {
+				p.held, p.holdOn = true, nil
+				close(p.holding)
 			}
+			p.mu.Unlock()
 			q <- chunk{b: buf[:n], at: at}
 		}
 		if err != nil {
