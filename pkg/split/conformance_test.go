@@ -330,6 +330,29 @@ func TestFitProbeToldByItsProjection(t *testing.T) {
 	require.Contains(t, checkNamed(t, r, "breakdown_model").Detail, "model 3000 MiB", "the exit table, not the probe's 2900")
 }
 
+// TestBufferLineInAnotherUnitIsCounted: a buffer line whose size is not
+// in MiB (every llama.cpp build prints MiB) is counted as skipped and
+// flagged, read line by line and read as a whole log, never left out
+// unseen: the naive reading (a line without "MiB" is no memory line)
+// reports a clean 1 MiB model row and no skipped line.
+func TestBufferLineInAnotherUnitIsCounted(t *testing.T) {
+	t.Parallel()
+	log := verbose + load +
+		"load_tensors:         HRX0 model buffer size =     1.00 MiB\n" +
+		"load_tensors:    HRX0_Split model buffer size =     1.50 GiB\n" +
+		"llama_context: constructing llama_context\n" +
+		"llama_kv_cache:       HRX0 KV buffer size = 16384.00 KiB\n" +
+		"sched_reserve: the buffer size is chosen by the scheduler\n"
+	r := foldLog(t, log)
+	require.Equal(t, 2, r.Detail.LinesSkipped)
+	require.Contains(t, r.Flags, FlagLinesSkipped)
+	require.InDelta(t, 1, val(r.ModelGTTMiB), 1e-9)
+	f := NewFold(Options{})
+	_, err := f.ReadLog(strings.NewReader(log), "log")
+	require.NoError(t, err)
+	require.Equal(t, 2, f.Report().Detail.LinesSkipped)
+}
+
 func TestParseMalformedBufferLineIsCounted(t *testing.T) {
 	t.Parallel()
 	r := foldLog(t, verbose+load+"load_tensors:         HRX0 model buffer size =  nan MiB\nload_tensors:         HRX0 model buffer size =  1.00 MiB\n")

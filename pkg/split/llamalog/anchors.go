@@ -87,7 +87,10 @@ var debugMarkers = [][]byte{
 // debug-only line (searched until the fold has one), or matches a custom
 // trace pattern.
 var (
-	scanAnchors = [][]byte{aMiB, aLoadScan, aCtxScan, aDraft, aSpawn, aInstance, aClip, aClipCPU, aClipParam, aModelSize, aFit, aWarmup, aVRAMUsed, aMemReq,
+	// aBufferSize: a buffer line is found by its "MiB", and by its
+	// "buffer size" too, so that one whose size is in another unit is read
+	// (and counted malformed) rather than passed over.
+	scanAnchors = [][]byte{aMiB, aBufferSize, aLoadScan, aCtxScan, aDraft, aSpawn, aInstance, aClip, aClipCPU, aClipParam, aModelSize, aFit, aWarmup, aVRAMUsed, aMemReq,
 		aFitData, aReserve, aFailed, aFailedCap, aAssertBuffer}
 	onceAnchors = [][]byte{aBuild, aVersion, aVerbosity}
 )

@@ -38,6 +38,11 @@ func parseBuffer(r Record, s []byte, i int, sc *Scratch) (Record, bool) {
 		return r, true
 	}
 	rest = bytes.TrimLeft(rest, " ")
+	if !sizeFollows(rest) && !bytes.Contains(s, aMiB) {
+		// "buffer size" in other words ("the buffer size is chosen
+		// ..."): no size follows, none in MiB is on the line.
+		return r, false
+	}
 	switch {
 	case bytes.HasPrefix(rest, []byte("= ")) || bytes.HasPrefix(rest, []byte("=")):
 		v, ok := mibValue(bytes.TrimLeft(rest[1:], " "))
@@ -68,6 +73,17 @@ func parseBuffer(r Record, s []byte, i int, sc *Scratch) (Record, bool) {
 	}
 	r.Kind = KindMalformed
 	return r, true
+}
+
+// sizeFollows reports whether rest, what follows "buffer size", starts
+// with "= " and a figure: a buffer line's size, in MiB or not (a size in
+// another unit is malformed, never passed over).
+func sizeFollows(rest []byte) bool {
+	if len(rest) == 0 || rest[0] != '=' {
+		return false
+	}
+	rest = bytes.TrimLeft(rest[1:], " ")
+	return len(rest) > 0 && (isDigit(rest[0]) || rest[0] == '.')
 }
 
 // indexBufferSize is bytes.Index(s, aBufferSize) by the anchor's rare

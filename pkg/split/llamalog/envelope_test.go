@@ -169,3 +169,37 @@ func FuzzRouterPort(f *testing.F) {
 		}
 	})
 }
+
+// TestParseBufferLineOtherUnits: llama.cpp prints every buffer size in MiB
+// (bytes/1024/1024, %8.2f). A buffer line with another unit (a fork's, or
+// a log someone edited) is not a size gttsplit can trust: it is relevant
+// and malformed (counted and flagged), never dropped unseen because it
+// lacks "MiB". A line that merely says "buffer size" with no "= N" after
+// it is no buffer line.
+func TestParseBufferLineOtherUnits(t *testing.T) {
+	t.Parallel()
+	p := MustParser()
+	for _, line := range []string{
+		"load_tensors:        ROCm0 model buffer size =     1.50 GiB",
+		"load_tensors:        ROCm0 model buffer size =  1000.00 MB",
+		"llama_kv_cache:    Vulkan0 KV buffer size = 16384.00 KiB",
+		"llama_kv_cache:      CUDA0 KV buffer size = 16384.00 kB",
+		"sched_reserve:      ROCm1 compute buffer size =   164.00",
+		"llama_context:  ROCm_Host  output buffer size =     0.58 B",
+		"0.01.000.000 I load_tensors:   CPU_Mapped model buffer size =     1.00 GB\r",
+		"\x1b[34m0.01.000.000\x1b[0m \x1b[32mI \x1b[0mllama_memory_recurrent:      ROCm0 RS buffer size =    38.00 MB",
+	} {
+		require.True(t, p.Relevant([]byte(line), false), "relevant: %q", line)
+		var s []byte
+		r, ok := p.Parse(1, Payload([]byte(line), &s))
+		require.True(t, ok, line)
+		require.Equal(t, KindMalformed, r.Kind, line)
+	}
+	for _, line := range []string{
+		"ggml_opencl: max buffer size is device dependent",
+		"main: the buffer size can be set with --batch-size",
+	} {
+		r, ok := p.Parse(1, []byte(line))
+		require.False(t, ok, "%q: %+v", line, r)
+	}
+}

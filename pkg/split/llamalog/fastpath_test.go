@@ -85,6 +85,7 @@ func FuzzParseLeavesMatchPlain(f *testing.F) {
 		"llama_params_fit_impl: getting device memory data for initial parameters:",
 		"llama_kv_cache: AMD Radeon RX 5600 XT KV buffer size = 1.00 MiB",
 		"load_tensors: AMD Radeon RX 5600 XT model buffer size = 2.00 MiB", "f: Intel(R) Arc(TM) A770 Graphics compute buffer size = 3 MiB",
+		"load_tensors:        ROCm0 model buffer size =     1.50 GiB", "f: CPU KV buffer size = .5 kB", "f: the buffer size is chosen", "f: x buffer size =",
 	} {
 		f.Add([]byte(s))
 	}

@@ -22,6 +22,14 @@ func addLineSeeds(f *testing.F) {
 
 func FuzzPayloadAndParse(f *testing.F) {
 	addLineSeeds(f)
+	// Buffer lines in other units than MiB, and "buffer size" in other
+	// words: relevant without "MiB".
+	for _, s := range []string{
+		"\x1b[34m0.01.000.000\x1b[0m \x1b[32mI \x1b[0mload_tensors:        ROCm0 model buffer size =     1.50 GiB\r",
+		"[47161] llama_kv_cache:    Vulkan0 KV buffer size = 16384.00 KiB", "main: the buffer size is chosen by --batch-size",
+	} {
+		f.Add([]byte(s))
+	}
 	p := MustParser()
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var s []byte

@@ -84,6 +84,7 @@ var anchorPair = map[string]struct {
 }{
 	"MiB": {"Mi", 0}, "build": {"ui", 0}, "mem required": {"ui", 0},
 	"model size:":          {"ze", 1},
+	"buffer size":          {"uf", 6},
 	"fitting params":       {"fi", 2},
 	"CLIP using":           {"IP", 2},
 	"warming up the model": {"wa", 3},
