@@ -398,3 +398,68 @@ func TestControlJudgedAsControl(t *testing.T) {
 	require.Contains(t, on.Flags, FlagUnattribHigh)
 	require.True(t, strings.HasPrefix(on.Expected, "Healthy:"))
 }
+
+// TestUnattributedMixedBackends: the not-attributed rest of a run that
+// mixes backends and devices (ROCm and Vulkan on two cards, a remote RPC
+// device, host, repacked and pinned host buffers), re-reserves its compute
+// buffers, evicts packed weights and shares one client between two fds.
+// Every naive rule gives another figure: summing every buffer line, taking
+// the last resident= line, counting a client per fd, or taking the last
+// sample as the peak.
+func TestUnattributedMixedBackends(t *testing.T) {
+	t.Parallel()
+	log := verbose + load +
+		"load_tensors:        ROCm0 model buffer size =   600.00 MiB\n" +
+		"load_tensors:      Vulkan0 model buffer size =   300.00 MiB\n" +
+		"load_tensors: RPC0[10.0.0.2:50052] model buffer size =  5000.00 MiB\n" +
+		"load_tensors:   CPU_Mapped model buffer size =   100.00 MiB\n" +
+		"load_tensors:   CPU_REPACK model buffer size =    50.00 MiB\n" +
+		"load_tensors:   CPU_Mapped model buffer size =   100.00 MiB\n" +
+		"load_tensors:  ROCm0_Split model buffer size =    10.00 MiB\n" +
+		"load_tensors:  ROCm0_Split model buffer size =    10.00 MiB\n" +
+		"llama_context: constructing llama_context\n" +
+		"llama_kv_cache:      ROCm0 KV buffer size =    16.00 MiB\n" +
+		"llama_kv_cache:    Vulkan0 KV buffer size =     8.00 MiB\n" +
+		"llama_kv_cache: RPC0[10.0.0.2:50052] KV buffer size =   100.00 MiB\n" +
+		"llama_kv_cache:        CPU KV buffer size =     4.00 MiB\n" +
+		"llama_kv_cache: size =  128.00 MiB (  4096 cells,  32 layers,  1/1 seqs), K (f16):   64.00 MiB, V (f16):   64.00 MiB\n" +
+		"llama_context:  ROCm_Host  output buffer size =     0.58 MiB\n" +
+		"sched_reserve: reserving ...\n" +
+		"sched_reserve:      ROCm0 compute buffer size =   400.00 MiB\n" +
+		"sched_reserve: reserving ...\n" +
+		"sched_reserve:      ROCm0 compute buffer size =    40.00 MiB\n" +
+		"sched_reserve:    Vulkan0 compute buffer size =    20.00 MiB\n" +
+		"sched_reserve: RPC0[10.0.0.2:50052] compute buffer size =    99.00 MiB\n" +
+		"sched_reserve:  ROCm_Host compute buffer size =     8.00 MiB\n" +
+		"sched_reserve:        CPU compute buffer size =     5.00 MiB\n" +
+		"hrx: host-weight pack    name=a type=q4_K bytes=1 packed=1 resident=100.0 MiB\n" +
+		"hrx: host-weight pack    name=b type=q4_K bytes=1 packed=2 resident=150.0 MiB\n" +
+		"hrx: host-weight evict   name=a bytes=1 packed=1 resident=50.0 MiB\n" +
+		"~llama_context:      ROCm0 compute buffer size is  40.0000 MiB, matches expectation of  40.0000 MiB\n"
+	a := func(v string) string { return fdText("amdgpu", "0000:c5:00.0", "30", v) }
+	b := fdText("amdgpu", "0000:c6:00.0", "30", "102400 KiB") // same id, other card: another client
+	r := foldLog(t, log, sample(1, a("1000 MiB"), a("1000 MiB"), b), sample(2, a("1400 MiB"), a("1400 MiB"), b),
+		sample(3, a("1258291200"), a("1258291200"), b))
+	// model 600+300+10+10, packed 150, KV 16+8, compute+output 40+20+8+0.58
+	require.InDelta(t, 920, val(r.ModelGTTMiB), 1e-9)
+	require.InDelta(t, 250, val(r.ModelHostMiB), 1e-9)
+	require.InDelta(t, 150, val(r.PackedMiB), 1e-9)
+	require.InDelta(t, 24, val(r.StateMiB), 1e-9)
+	require.InDelta(t, 68.58, val(r.ComputeMiB), 1e-9)
+	require.InDelta(t, 1500, val(r.PeakGTTMiB), 1e-9)
+	require.InDelta(t, 1300, val(r.FinalGTTMiB), 1e-9)
+	got := val(r.UnattributedMiB)
+	require.InDelta(t, 1500-1162.58, got, 1e-9)
+	for name, naive := range map[string]float64{
+		"every buffer line summed":   1500 - (920 + 5000 + 250 + 150 + 24 + 104 + 68.58 + 104),
+		"the last resident= line":    1500 - (920 + 50 + 24 + 68.58),
+		"a client per fd":            2900 - 1162.58,
+		"the last sample as peak":    1300 - 1162.58,
+		"the first compute reserved": 1500 - (920 + 150 + 24 + 400.58),
+	} {
+		require.NotEqual(t, round2(naive), got, name)
+	}
+	require.InDelta(t, 22.49, val(r.UnattributedPct), 1e-9)
+	require.Contains(t, r.Flags, FlagRemoteBuffers)
+	require.Contains(t, r.Flags, FlagUnattribHigh)
+}
