@@ -463,3 +463,51 @@ func TestUnattributedMixedBackends(t *testing.T) {
 	require.Contains(t, r.Flags, FlagRemoteBuffers)
 	require.Contains(t, r.Flags, FlagUnattribHigh)
 }
+
+// TestBufferTypeFamilies pins the row of every family of buffer-type names
+// llama.cpp's backends print, the ones no fixture log holds included:
+// plain host memory (any CPU_*, AMX) is not GTT, pinned host memory
+// (<backend>_Host) is, devices, split and meta types are, remote devices
+// are another host's. A name is classified by its prefix or suffix, never
+// by "CPU" or "Host" anywhere in it.
+func TestBufferTypeFamilies(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		names                []string
+		host, pinned, remote bool
+	}{
+		{[]string{"CPU", "CPU_Mapped", "CPU_REPACK", "CPU_AARCH64", "CPU_KLEIDIAI", "AMX"}, true, false, false},
+		{[]string{"CUDA_Host", "ROCm_Host", "MUSA_Host", "Vulkan_Host", "SYCL_Host", "CANN_Host"}, false, true, false},
+		{[]string{"CUDA0", "ROCm1", "MUSA0", "Vulkan0", "SYCL0", "Metal", "MTL0", "HRX0", "CANN0", "Metal_Mapped", "MTL0_Private",
+			"CUDA_Split", "CUDA0_Split", "ROCm0_Split", "SYCL_Split", "Meta(ROCm0,ROCm1)", "Meta(CUDA0,CPU)", "HostCPU0", "ROCm0_CPU"}, false, false, false},
+		{[]string{"RPC0[10.0.0.2:50052]", "RPC[192.168.1.2:50052]", "RPC1[[::1]:50052]"}, false, false, true},
+	} {
+		for _, n := range c.names {
+			require.Equal(t, c.host, IsHostBuffer(n), n)
+			require.Equal(t, c.pinned, IsPinnedHostBuffer(n), n)
+			require.Equal(t, c.remote, IsRemoteBuffer(n), n)
+		}
+	}
+}
+
+// TestSlidingWindowCachesAreSummed: an iSWA model's two caches, each
+// announced by its own line (llama_kv_cache_unified_iswa: in b5429-b6232,
+// llama_kv_cache_iswa: from b6233), each with its buffer and summary
+// lines: both device buffers count, neither summary does, nor the CPU one.
+func TestSlidingWindowCachesAreSummed(t *testing.T) {
+	t.Parallel()
+	for _, fn := range []string{"llama_kv_cache_unified_iswa", "llama_kv_cache_iswa"} {
+		kv := strings.TrimSuffix(fn, "_iswa")
+		r := foldLog(t, verbose+load+"load_tensors:       CUDA0 model buffer size =  1000.00 MiB\n"+
+			"llama_context: constructing llama_context\n"+
+			fn+": creating non-SWA KV cache, size = 4096 cells\n"+
+			kv+":      CUDA0 KV buffer size =   256.00 MiB\n"+
+			kv+":        CPU KV buffer size =    32.00 MiB\n"+
+			kv+": size =  288.00 MiB (  4096 cells,   8 layers,  1/1 seqs), K (f16):  144.00 MiB, V (f16):  144.00 MiB\n"+
+			fn+": creating     SWA KV cache, size = 1024 cells\n"+
+			kv+":      CUDA0 KV buffer size =    64.00 MiB\n"+
+			kv+": size =   64.00 MiB (  1024 cells,  24 layers,  1/1 seqs), K (f16):   32.00 MiB, V (f16):   32.00 MiB\n")
+		require.InDelta(t, 320, val(r.StateMiB), 1e-9, fn)
+		require.InDelta(t, 32, val(&r.Detail.HostKVMiB), 1e-9, fn)
+	}
+}
