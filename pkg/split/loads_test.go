@@ -153,6 +153,14 @@ func TestLiveLoadsDiscriminate(t *testing.T) {
 				"[0mload_hparams: model size:         811.79 MiB\n",
 			get: func(r Report) float64 { return val(r.ModelGTTMiB) }, want: 8148.38 + 811.79, naive: 8148.38,
 		},
+		{
+			name: "generated text glued in front of the CLIP loader still makes it the mmproj",
+			log: verbose + main + "Sure.</s>clip_model_loader: loaded meta data with 19 key-value pairs and 455 tensors from /m/mmproj-f16.gguf\n" +
+				"clip_ctx: CLIP using ROCm0 backend\n" +
+				"load_hparams: model size:         811.79 MiB\n",
+			get: func(r Report) float64 { return val(r.ModelGTTMiB) }, want: 8148.38 + 811.79, naive: 8148.38,
+			flags: []string{FlagMmproj},
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -289,8 +289,11 @@ func mibValue(b []byte) (float64, bool) {
 	return v, true
 }
 
-// funcName is the last blank-separated word of what precedes a line's
-// first ": " (the C function; a wrapper's prefix goes).
+// funcName is the C function in front of a line's ": ": the identifier
+// (with a destructor's "~") that ends the last blank-separated word, so
+// that a wrapper's prefix and text glued to the line ("the end.</s>" of
+// generated tokens printed without a newline) go. A word that ends in no
+// identifier is kept whole.
 func funcName(b []byte, sc *Scratch) string {
 	e := len(b)
 	for e > 0 && b[e-1] == ' ' {
@@ -300,7 +303,24 @@ func funcName(b []byte, sc *Scratch) string {
 	for j > 0 && b[j-1] != ' ' && b[j-1] != '\t' {
 		j--
 	}
+	k := e
+	for k > j && isIdentByte(b[k-1]) {
+		k--
+	}
+	for k < e && isDigit(b[k]) {
+		k++ // an identifier starts with no digit
+	}
+	if k > j && b[k-1] == '~' {
+		k--
+	}
+	if k < e && b[k] != '~' || k+1 < e {
+		j = k
+	}
 	return sc.str(b[j:e])
+}
+
+func isIdentByte(c byte) bool {
+	return c == '_' || isDigit(c) || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 // lastColonBlank is bytes.LastIndex(b, []byte(": ")) by a loop back from

@@ -203,3 +203,25 @@ func TestParseBufferLineOtherUnits(t *testing.T) {
 		require.False(t, ok, "%q: %+v", line, r)
 	}
 }
+
+// TestFunctionAfterGluedText: text printed on stdout without a newline
+// (generated tokens, a "> " prompt) can share a line with the log line
+// that follows it; the line's function is the C identifier in front of
+// its ": ", not the text glued to it.
+func TestFunctionAfterGluedText(t *testing.T) {
+	t.Parallel()
+	p := MustParser()
+	for line, fn := range map[string]string{
+		"> Hello there.load_tensors:      Vulkan0 model buffer size =   400.00 MiB":                                                "load_tensors",
+		"the end.</s>llama_memory_recurrent:      ROCm0 KV buffer size =    38.00 MiB":                                             "llama_memory_recurrent",
+		"42!~llama_context:      ROCm0 compute buffer size is 318.5000 MiB, matches expectation of 318.5000 MiB":                   "~llama_context",
+		"ok.clip_model_load: loaded meta data with 18 key-value pairs and 377 tensors from mmproj.gguf (version GGUF V3 (latest))": "clip_model_load",
+		"Mar 12 07:01:05 host llama-server[4337]: load_tensors:        ROCm0 model buffer size =  1000.00 MiB":                     "load_tensors",
+		"llama-cpp  | sched_reserve:      ROCm0 compute buffer size =    40.00 MiB":                                                "sched_reserve",
+	} {
+		var s []byte
+		r, ok := p.Parse(1, Payload([]byte(line), &s))
+		require.True(t, ok, line)
+		require.Equal(t, fn, r.Func, line)
+	}
+}

@@ -487,14 +487,20 @@ func FuzzParseIntRunMatches(f *testing.F) {
 	})
 }
 
-// funcNamePlain is funcName with bytes.TrimRight and bytes.LastIndexAny.
+// funcNamePlain is funcName with bytes.TrimRight, bytes.LastIndexAny and
+// a regexp.
 func funcNamePlain(b []byte) string {
 	b = bytes.TrimRight(b, " ")
 	if j := bytes.LastIndexAny(b, " \t"); j >= 0 {
 		b = b[j+1:]
 	}
+	if m := reFuncIdent.Find(b); m != nil {
+		return string(m)
+	}
 	return string(b)
 }
+
+var reFuncIdent = regexp.MustCompile(`~?[A-Za-z_][A-Za-z0-9_]*$`)
 
 // FuzzEnvelopeStepsMatchPlain holds the hand-written steps of the envelope
 // and of the buffer lines to their library forms: the tag, the function
