@@ -300,29 +300,91 @@ func (b *Broker) Publish(t testing.TB, ws ...events.Wire) {
 
 // PublishIDs is Publish with the Nats-Msg-Id of ws[i] replaced by ids[i]
 // when ids[i] is set (a duplicate JetStream does not drop).
+//
+// A message whose ack has not come after publishAttempt (doubling) is
+// sent again with the same Nats-Msg-Id, as a publisher does: the leader
+// of a replicated stream that loses its leadership with the message
+// proposed answers nothing, whether the message was stored or not, and
+// the stream's duplicate window (at least 2 minutes, longer than these
+// attempts) drops a copy stored already. It fails when a message got no
+// ack for WaitFor (the messages before it acked).
 func (b *Broker) PublishIDs(t testing.TB, ws []events.Wire, ids []string) {
 	t.Helper()
-	var futs []jetstream.PubAckFuture
-	for i, w := range ws {
-		m := nats.NewMsg(w.Subject)
-		m.Data = w.Data
-		id := w.ID
+	msg := func(i int) *nats.Msg {
+		m := nats.NewMsg(ws[i].Subject)
+		m.Data = ws[i].Data
+		id := ws[i].ID
 		if ids != nil && ids[i] != "" {
 			id = ids[i]
 		}
 		m.Header.Set(jetstream.MsgIDHeader, id)
-		f, err := b.JS.PublishMsgAsync(m)
-		require.NoError(t, err)
-		futs = append(futs, f)
+		return m
 	}
-	for _, f := range futs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatalf("publish %s: %v", f.Msg().Subject, err)
-		case <-time.After(WaitFor):
-			t.Fatal("publish: no ack from the broker")
+	send := func(i int) jetstream.PubAckFuture {
+		f, err := b.JS.PublishMsgAsync(msg(i))
+		require.NoError(t, err)
+		return f
+	}
+	futs := make([]jetstream.PubAckFuture, len(ws))
+	for i := range ws {
+		futs[i] = send(i)
+	}
+	for i, f := range futs {
+		b.awaitAck(t, ws[i].Subject, []jetstream.PubAckFuture{f}, func() jetstream.PubAckFuture { return send(i) })
+	}
+}
+
+// publishAttempt is how long PublishIDs waits for a message's ack before
+// it sends the message again (then twice as long, and so on).
+const publishAttempt = 5 * time.Second
+
+// msgIDInProcess is the broker's error code for a message whose
+// Nats-Msg-Id is that of one it is storing now.
+const msgIDInProcess jetstream.ErrorCode = 10158
+
+// awaitAck waits for an ack to any of fs (the sends of one message so
+// far), sending the message again (resend) at each attempt's end, and at
+// once when the connection dropped a send (nats.go fails the acks it
+// waits for when the connection goes). A send the broker refuses because
+// another of the message is in process waits for that one.
+func (b *Broker) awaitAck(t testing.TB, subject string, fs []jetstream.PubAckFuture, resend func() jetstream.PubAckFuture) {
+	t.Helper()
+	start := time.Now()
+	attempt := publishAttempt
+	next := start.Add(attempt)
+	sends := len(fs)
+	for {
+		for i := 0; i < len(fs); i++ {
+			select {
+			case ack := <-fs[i].Ok():
+				if sends > 1 {
+					t.Logf("publish %s: acked after %v, sent %d times (a copy stored already: %v)",
+						subject, time.Since(start).Round(time.Millisecond), sends, ack.Duplicate)
+				}
+				return
+			case err := <-fs[i].Err():
+				var apiErr *jetstream.APIError
+				if !errors.Is(err, nats.ErrDisconnected) && (!errors.As(err, &apiErr) || apiErr.ErrorCode != msgIDInProcess) {
+					t.Fatalf("publish %s: %v", subject, err)
+				}
+				fs = slices.Delete(fs, i, i+1)
+				i--
+			default:
+			}
 		}
+		now := time.Now()
+		if now.Sub(start) >= WaitFor {
+			t.Fatalf("publish %s: no ack from the broker for %v (sent %d times)", subject, WaitFor, sends)
+		}
+		if len(fs) == 0 || now.After(next) {
+			fs = append(fs, resend())
+			sends++
+			if now.After(next) {
+				attempt *= 2
+				next = now.Add(attempt)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
