@@ -208,22 +208,37 @@ func (r *table) owned() int {
 // lease while the table still loads its partition's runs (a partition
 // counts in gttsplit_partitions_owned once its load is done).
 //
-// The wait ends with a failure only when the table took no partition
-// more for crashLease+rt.WaitFor: on a loaded machine (a replicated
-// bucket's writes, each partition's consumer made or looked up) taking
-// every partition may take longer than that, one after another. The
-// failure says which partitions the table did not take and who it saw
-// holding them.
+// The wait ends with a failure only when the table took no lease it had
+// not held before and loaded no partition more for crashLease+rt.WaitFor:
+// on a loaded machine (a replicated bucket's writes, each partition's
+// consumer made or looked up) taking every partition may take longer than
+// that, one after another, and a broker that answered no renewal for a
+// lease's time to live takes the lease away (the member takes it again: a
+// new lease, progress, though fewer are held than before; more than 4
+// leases taken a partition fail). The failure says which partitions the
+// table did not take and who it saw holding them.
 func (r *table) waitOwns(n int) {
 	r.t.Helper()
 	best, deadline := -1, time.Now()
+	mine, takes := map[int]bool{}, 0
 	for {
 		owned, gauge := r.owned(), int(counter(r.t, r.m, "gttsplit_partitions_owned"))
 		if owned == n && gauge == n {
 			return
 		}
+		view, _ := r.member.View()
+		for _, v := range view {
+			if v.Mine && !mine[v.Partition] {
+				takes++
+				deadline = time.Now().Add(crashLease + rt.WaitFor)
+			}
+			mine[v.Partition] = v.Mine
+		}
 		if owned+gauge > best {
 			best, deadline = owned+gauge, time.Now().Add(crashLease+rt.WaitFor)
+		}
+		if takes > 4*len(view) {
+			r.t.Fatalf("the table took %d leases of %d partitions: they keep being lost (%d held now, of %d to hold)", takes, len(view), owned, n)
 		}
 		if time.Now().After(deadline) {
 			view, members := r.member.View()
