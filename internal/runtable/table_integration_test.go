@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -628,45 +629,61 @@ func TestCutOffOwnerIntegration(t *testing.T) {
 // An operator's R3 state bucket stays R3 for an aggregator asking R1 (with
 // a warning naming nats.replicas); a missing one is created with the
 // configured replicas, raised later, and allows per-key TTLs.
+//
+// Each request to the cluster has a context of its own: the steps wait
+// for the cluster up to rt.WaitFor each (a deleted store gone from every
+// peer, every peer taken for online), and one context for the whole test
+// (2×rt.WaitFor) could run out while the cluster still moved ('state
+// bucket GTTSPLIT_RUNS: context deadline exceeded' at load 26-34 with the
+// suite beside). An EnsureBucket the cluster did not answer within an
+// attempt (rt.WaitFor/4) is asked again (it changes only what differs).
 func TestStateBucketNeverLoweredIntegration(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	cl := natstest.StartCluster(t, 3)
 	_, js := rt.Connect(t, cl.URLs())
-	ctx := rt.Ctx(t)
-	_, err := runtable.EnsureBucket(ctx, js, 3, zerolog.Nop())
-	require.NoError(t, err)
+	// ensure is EnsureBucket asked again while its answer does not come
+	// within an attempt, or is one of codes (the cluster not settled yet).
+	ensure := func(what string, replicas int, log zerolog.Logger, codes ...jetstream.ErrorCode) {
+		t.Helper()
+		var err error
+		rt.Eventually(t, what, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), rt.WaitFor/4)
+			defer cancel()
+			_, err = runtable.EnsureBucket(ctx, js, replicas, log)
+			var apiErr *jetstream.APIError
+			return !errors.Is(err, context.DeadlineExceeded) && (!errors.As(err, &apiErr) || !slices.Contains(codes, apiErr.ErrorCode))
+		})
+		require.NoError(t, err, what)
+	}
+	ensure("created R3", 3, zerolog.Nop())
 	var logs lockedBuf
-	_, err = runtable.EnsureBucket(ctx, js, 1, zerolog.New(&logs))
-	require.NoError(t, err)
-	st, err := js.Stream(ctx, "KV_"+runtable.Bucket)
+	ensure("kept R3 for R1", 1, zerolog.New(&logs))
+	st, err := js.Stream(rt.Ctx(t), "KV_"+runtable.Bucket)
 	require.NoError(t, err)
 	require.Equal(t, 3, st.CachedInfo().Config.Replicas)
 	require.True(t, st.CachedInfo().Config.AllowMsgTTL)
 	require.Contains(t, logs.String(), `"setting":"nats.replicas"`)
 
 	// A bucket of an earlier version (no TTLs) gets them.
-	require.NoError(t, js.DeleteKeyValue(ctx, runtable.Bucket))
+	require.NoError(t, js.DeleteKeyValue(rt.Ctx(t), runtable.Bucket))
 	// The delete is answered once the stream's leader removed it; on a
 	// busy machine a replica may still hold the old store's directory,
 	// and creating the bucket again under its name fails (the broker's
 	// error code 10049, error creating store) until it is gone.
 	rt.Eventually(t, "created again (the old store gone from every peer)", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), rt.WaitFor/4)
+		defer cancel()
 		_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: runtable.Bucket, History: 1})
 		var apiErr *jetstream.APIError
-		return !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049
+		return !errors.Is(err, context.DeadlineExceeded) && (!errors.As(err, &apiErr) || apiErr.ErrorCode != 10049)
 	})
 	require.NoError(t, err, "created again")
 	// Raising it places two new replicas: a cluster just formed on a busy
 	// machine may still take a peer for offline (the broker's error code
 	// 10005, no suitable peers) until its meta group has heard from it.
-	rt.Eventually(t, "raised (every peer taken for online)", func() bool {
-		_, err = runtable.EnsureBucket(ctx, js, 3, zerolog.Nop())
-		var apiErr *jetstream.APIError
-		return !errors.As(err, &apiErr) || apiErr.ErrorCode != 10005
-	})
-	require.NoError(t, err, "raised")
-	st, err = js.Stream(ctx, "KV_"+runtable.Bucket)
+	ensure("raised (every peer taken for online)", 3, zerolog.Nop(), 10005)
+	st, err = js.Stream(rt.Ctx(t), "KV_"+runtable.Bucket)
 	require.NoError(t, err)
 	require.Equal(t, 3, st.CachedInfo().Config.Replicas)
 	require.True(t, st.CachedInfo().Config.AllowMsgTTL)
