@@ -286,7 +286,8 @@ func TestAtomicBatchesFollowTheBucketIntegration(t *testing.T) {
 	require.NoError(t, watch.Flush())
 	batchesSeen := func() int { mu.Lock(); defer mu.Unlock(); return len(batches) }
 
-	a := startTable(t, b.URL, "follow", tableConfig{sinks: memSinks(new(sinktest.Memory), nil), edit: func(c *config.Aggregator) {
+	mem := new(sinktest.Memory)
+	a := startTable(t, b.URL, "follow", tableConfig{sinks: memSinks(mem, nil), edit: func(c *config.Aggregator) {
 		c.NATS.Replicas = 3
 	}})
 	a.waitOwns(a.parts)
@@ -304,19 +305,37 @@ func TestAtomicBatchesFollowTheBucketIntegration(t *testing.T) {
 	runs := rt.Gen(t, 16, fx)
 	allow(false)
 	b.Publish(t, rt.Interleave(runs[:8])...)
-	// The splits' waits fail only when nothing was folded or written for
-	// rt.WaitFor: 8 runs on an R3 cluster under -race on a loaded machine
-	// took past a minute in all.
-	waitSplits(t, a, 8)
+	// The splits are counted at the sink: a close whose commit went
+	// through unanswered (the run left unsure) is not closed again, and
+	// once its partition was lost and taken again (a loaded machine) the
+	// table sends its pending split to the sinks from the bucket, past
+	// OnClose. The waits fail only when nothing was folded and no split
+	// reached the sink for rt.WaitFor: 8 runs on an R3 cluster under
+	// -race on a loaded machine took past a minute in all.
+	delivered := func(n int) {
+		t.Helper()
+		seen, deadline := -1.0, time.Now()
+		for len(mem.Runs()) < n {
+			folded := counter(t, a.m, "gttsplit_events_folded_total")
+			if p := folded + float64(len(mem.Runs())); p > seen {
+				seen, deadline = p, time.Now().Add(rt.WaitFor)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %d splits at the sink: %d there, %.0f folds, none more for %v", n, len(mem.Runs()), folded, rt.WaitFor)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	delivered(8)
 	rt.Eventually(t, "the table writes one at a time", func() bool { return !a.tbl.AtomicBatches() })
 	before := batchesSeen()
 
 	allow(true)
 	rt.Eventually(t, "the table takes atomic batches again once the bucket allows them", a.tbl.AtomicBatches)
 	b.Publish(t, rt.Interleave(runs[8:])...)
-	waitSplits(t, a, 16)
+	delivered(16)
 	require.Greater(t, batchesSeen(), before, "the runs closed after the bucket allowed batches again went in atomic batches")
 	for _, r := range runs {
-		require.Len(t, a.closes.of(r.Origin.RunID), 1, "run %s: one split", r.Origin.RunID)
+		require.LessOrEqual(t, len(a.closes.of(r.Origin.RunID)), 1, "run %s: closed once", r.Origin.RunID)
 	}
 }
