@@ -343,16 +343,19 @@ const publishAttempt = 5 * time.Second
 const msgIDInProcess jetstream.ErrorCode = 10158
 
 // awaitAck waits for an ack to any of fs (the sends of one message so
-// far), sending the message again (resend) at each attempt's end, and at
-// once when the connection dropped a send (nats.go fails the acks it
-// waits for when the connection goes). A send the broker refuses because
-// another of the message is in process waits for that one.
+// far), sending the message again (resend) at each attempt's end, and a
+// second after a send failed with none left: the connection dropped it
+// (nats.go fails the acks it waits for when the connection goes), or the
+// stream had no leader to answer (no response from stream). A send the
+// broker refuses because another of the message is in process waits for
+// that one.
 func (b *Broker) awaitAck(t testing.TB, subject string, fs []jetstream.PubAckFuture, resend func() jetstream.PubAckFuture) {
 	t.Helper()
 	start := time.Now()
 	attempt := publishAttempt
 	next := start.Add(attempt)
 	sends := len(fs)
+	var failed time.Time
 	for {
 		for i := 0; i < len(fs); i++ {
 			select {
@@ -364,11 +367,13 @@ func (b *Broker) awaitAck(t testing.TB, subject string, fs []jetstream.PubAckFut
 				return
 			case err := <-fs[i].Err():
 				var apiErr *jetstream.APIError
-				if !errors.Is(err, nats.ErrDisconnected) && (!errors.As(err, &apiErr) || apiErr.ErrorCode != msgIDInProcess) {
+				if !errors.Is(err, nats.ErrDisconnected) && !errors.Is(err, jetstream.ErrNoStreamResponse) &&
+					(!errors.As(err, &apiErr) || apiErr.ErrorCode != msgIDInProcess) {
 					t.Fatalf("publish %s: %v", subject, err)
 				}
 				fs = slices.Delete(fs, i, i+1)
 				i--
+				failed = time.Now()
 			default:
 			}
 		}
@@ -376,7 +381,7 @@ func (b *Broker) awaitAck(t testing.TB, subject string, fs []jetstream.PubAckFut
 		if now.Sub(start) >= WaitFor {
 			t.Fatalf("publish %s: no ack from the broker for %v (sent %d times)", subject, WaitFor, sends)
 		}
-		if len(fs) == 0 || now.After(next) {
+		if (len(fs) == 0 && now.Sub(failed) >= time.Second) || now.After(next) {
 			fs = append(fs, resend())
 			sends++
 			if now.After(next) {
