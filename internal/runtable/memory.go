@@ -449,14 +449,22 @@ func (pt *part) dueInSpan(now time.Time) []string {
 	}
 	pt.coldFloor.Store(due[0].at)
 	pt.floorAt.Store(now.UnixNano())
-	upTo := t.coldFloor(now)
-	if span := t.reviveSpan(); upTo <= math.MaxInt64-span {
+	return withinSpan(due, t.coldFloor(now), t.reviveSpan(), len(due))
+}
+
+// withinSpan is the ids of the first n of due (sorted by where each
+// lies) that lie within span past floor (math.MaxInt64: no partition
+// said where it is, every one is within): the runs a pass takes, the
+// others' due runs lying further behind going first.
+func withinSpan(due []stamped, floor, span int64, n int) []string {
+	upTo := floor
+	if upTo <= math.MaxInt64-span {
 		upTo += span
 	}
 	var ids []string
 	for _, d := range due {
-		if d.at > upTo {
-			break // others' due runs lie further behind: theirs first
+		if len(ids) >= n || d.at > upTo {
+			break
 		}
 		ids = append(ids, d.id)
 	}
@@ -496,18 +504,7 @@ func (pt *part) heldInSpan(now time.Time, due []stamped, n int) []string {
 	sortStamped(due)
 	pt.heldFloor.Store(due[0].at)
 	pt.heldAt.Store(now.UnixNano())
-	upTo := t.heldFloorOf(now)
-	if span := t.heldSpanOf(); upTo <= math.MaxInt64-span {
-		upTo += span
-	}
-	var ids []string
-	for _, d := range due {
-		if len(ids) >= n || d.at > upTo {
-			break // others' due runs lie further behind: theirs first
-		}
-		ids = append(ids, d.id)
-	}
-	return ids
+	return withinSpan(due, t.heldFloorOf(now), t.heldSpanOf(), n)
 }
 
 // reviveIdle reads back the cold runs whose idle timeout passed (those

@@ -3,6 +3,7 @@ package runtable
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -176,4 +177,19 @@ func TestHeapPastItsShareSheds(t *testing.T) {
 	debug.SetMemoryLimit(4 * live / 3 * 2) // the heap at half its share
 	require.Zero(t, heapExcess())
 	require.False(t, tb.overMem())
+}
+
+// TestWithinSpan: a pass takes the due runs (sorted by where they lie)
+// up to n, those within span past the floor; with no floor said
+// (math.MaxInt64) every one; a span's end past the largest position
+// does not wrap (the floor is taken).
+func TestWithinSpan(t *testing.T) {
+	t.Parallel()
+	due := []stamped{{"a", 10}, {"b", 20}, {"c", 30}, {"d", math.MaxInt64 - 1}}
+	require.Equal(t, []string{"a", "b"}, withinSpan(due, 5, 15, 4), "up to floor+span, the end included")
+	require.Equal(t, []string{"a"}, withinSpan(due, 5, 15, 1), "at most n")
+	require.Empty(t, withinSpan(due, 5, 15, 0))
+	require.Empty(t, withinSpan(due, 0, 5, 4), "the first lies past the span")
+	require.Equal(t, []string{"a", "b", "c", "d"}, withinSpan(due, math.MaxInt64, 15, 4), "no floor: every one")
+	require.Equal(t, []string{"a", "b", "c"}, withinSpan(due, math.MaxInt64-10, 15, 4), "an end past the largest position does not wrap: the floor")
 }
