@@ -73,10 +73,7 @@ type closing struct {
 
 // closeDue closes the runs that are finished (and complete, with every
 // earlier event acknowledged) or idle, at most limit of them (0: every
-// one). In a table with a memory bound, while the live heap is near its
-// share, a pass with a limit closes the held runs due by their idle
-// timeout alone only within the held span (memory.go: heldInSpan), those
-// written first first. pt.ckptMu is held.
+// one), those closeFirst gives. pt.ckptMu is held.
 func (pt *part) closeDue(ctx context.Context, limit int) {
 	t := pt.t
 	if pt.failing && time.Now().Before(pt.retryAt) {
@@ -84,22 +81,8 @@ func (pt *part) closeDue(ctx context.Context, limit int) {
 	}
 	now := t.cfg.Now()
 	pt.reviveIdle(ctx, now) // idle runs kept in the bucket close too
-	// A bounded pass (limit > 0, a table with a memory bound, the live
-	// heap near its share: heapNear) takes the runs that close at once
-	// first (finished, read back to be closed, or of an unknown place in
-	// the bucket), then the held runs due by their idle timeout alone
-	// within the held span (heldInSpan). Bounded all the time, the held
-	// runs waiting outside the span kept the runs' room, more new runs
-	// were shed and read back later, and a flood of 100,000 closing runs
-	// closed half as fast.
-	bounded := limit > 0 && t.mem.budget > 0 && heapNear()
 	pt.mu.Lock()
-	first, spanned := pt.dueRuns(ctx, now, limit, bounded)
-	if bounded {
-		for _, id := range pt.heldInSpan(now, spanned, limit-len(first)) {
-			first = append(first, closeCand{id, pt.runs[id], false})
-		}
-	}
+	first := pt.closeFirst(ctx, now, limit)
 	var cs []*closing
 	for _, c := range first {
 		r := c.r
@@ -141,6 +124,27 @@ func (pt *part) closeDue(ctx context.Context, limit int) {
 	for _, c := range done {
 		pt.deliver(ctx, c)
 	}
+}
+
+// closeFirst is which runs a close pass closes at now, at most limit
+// (0: every one): in the order of their ids; but a bounded pass (limit >
+// 0, a table with a memory bound, the live heap near its share:
+// heapNear) takes the runs that close at once first (finished, read back
+// to be closed, or of an unknown place in the bucket), then the held runs
+// due by their idle timeout alone within the held span (memory.go:
+// heldInSpan), those written first first. Bounded all the time, the held
+// runs waiting outside the span kept the runs' room, more new runs were
+// shed and read back later, and a flood of 100,000 closing runs closed
+// half as fast. pt.mu is held (let go as dueRuns does).
+func (pt *part) closeFirst(ctx context.Context, now time.Time, limit int) []closeCand {
+	bounded := limit > 0 && pt.t.mem.budget > 0 && pt.t.heapNear()
+	first, spanned := pt.dueRuns(ctx, now, limit, bounded)
+	if bounded {
+		for _, id := range pt.heldInSpan(now, spanned, limit-len(first)) {
+			first = append(first, closeCand{id, pt.runs[id], false})
+		}
+	}
+	return first
 }
 
 // closeCand is a run a close pass found due.

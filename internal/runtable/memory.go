@@ -126,6 +126,8 @@ type memory struct {
 	// span stands in for reviveSpan, heldSpan for heldSpan, when a test
 	// sets them (> 0).
 	span, heldSpan atomic.Int64
+	// figure stands in for runtimeFigure in heapNear when a test sets it.
+	figure atomic.Pointer[func(name string) (v, limit int64, ok bool)]
 }
 
 // coldRun is an open run kept in the state bucket only: its last event's
@@ -187,9 +189,13 @@ func heapExcess() int64 {
 // heapNear says the heap live after the last collection is past
 // heapShare of the runtime's soft memory limit less a tenth of the limit
 // (true: no limit, or no figure): then the held runs' closes keep to the
-// held span (close.go: closeDue).
-func heapNear() bool {
-	live, limit, ok := runtimeFigure("/gc/heap/live:bytes")
+// held span (close.go: closeFirst).
+func (t *Table) heapNear() bool {
+	figure := runtimeFigure
+	if f := t.mem.figure.Load(); f != nil {
+		figure = *f
+	}
+	live, limit, ok := figure("/gc/heap/live:bytes")
 	return !ok || float64(live) > (heapShare-0.1)*float64(limit)
 }
 

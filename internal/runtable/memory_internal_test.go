@@ -193,3 +193,65 @@ func TestWithinSpan(t *testing.T) {
 	require.Equal(t, []string{"a", "b", "c", "d"}, withinSpan(due, math.MaxInt64, 15, 4), "no floor: every one")
 	require.Equal(t, []string{"a", "b", "c"}, withinSpan(due, math.MaxInt64-10, 15, 4), "an end past the largest position does not wrap: the floor")
 }
+
+// TestHeldClosesKeepToTheSpanOnlyNearTheShare: the held span is gated by
+// the heap. Forty held runs are due by their idle timeout alone, written
+// one KiB apart in the reverse order of their ids, and a run read back to
+// be closed (warm) lies past them all; a pass closes at most 6, the span
+// is 3 KiB. With the live heap under its share less a tenth of the
+// runtime's limit (heapNear false), the pass closes as it would with no
+// bound, the first 6 in the order of their ids (the runs written last);
+// past it, or with no limit known, the warm run first, then only the 4
+// held runs within the span of the one written first, in that order.
+func TestHeldClosesKeepToTheSpanOnlyNearTheShare(t *testing.T) {
+	t.Parallel()
+	const runs, span, limit = 40, 3 << 10, 6
+	base := time.Unix(1_700_000_000, 0)
+	now := base.Add(time.Minute)
+	tb := &Table{cfg: Config{IdleTimeout: time.Second}, byPart: map[int]*part{}, mem: memory{budget: 1 << 30}}
+	tb.mem.heldSpan.Store(span)
+	pt := &part{t: tb, runs: map[string]*liveRun{}, cold: map[string]coldRun{}}
+	tb.byPart[0] = pt
+	held := func(at int64) *liveRun {
+		return &liveRun{st: &RunState{LastEvent: base}, stored: true, at: at}
+	}
+	var byID, written []string
+	for i := range runs {
+		id := fmt.Sprintf("run-%02d", runs-1-i) // written i-th
+		pt.runs[id] = held(int64(i+1) << 10)
+		written = append(written, id)
+	}
+	for i := range limit {
+		byID = append(byID, fmt.Sprintf("run-%02d", i))
+	}
+	warm := held(int64(runs+1) << 10)
+	warm.warm = true
+	pt.runs["warm"] = warm
+
+	const memLimit = 1 << 30
+	gate := (heapShare - 0.1) * memLimit
+	closes := func(live int64, ok bool) []string {
+		f := func(name string) (int64, int64, bool) {
+			require.Equal(t, "/gc/heap/live:bytes", name)
+			return live, memLimit, ok
+		}
+		tb.mem.figure.Store(&f)
+		pt.mu.Lock()
+		defer pt.mu.Unlock()
+		var ids []string
+		for _, c := range pt.closeFirst(t.Context(), now, limit) {
+			require.Same(t, pt.runs[c.id], c.r)
+			ids = append(ids, c.id)
+		}
+		return ids
+	}
+	inSpan := append([]string{"warm"}, written[:4]...)
+	require.Equal(t, byID, closes(int64(gate-0.05*memLimit), true),
+		"the heap under the gate: the held runs close in the order of their ids")
+	require.Equal(t, byID, closes(0, true), "an empty heap: in the order of their ids")
+	require.Equal(t, inSpan, closes(int64(gate+0.05*memLimit), true),
+		"the heap past the gate: the warm run, then the held runs within the span only")
+	require.Equal(t, inSpan, closes(memLimit, true), "the heap at the limit: within the span")
+	require.Equal(t, inSpan, closes(0, false), "no limit known: within the span")
+	require.Equal(t, byID, closes(int64(gate-0.05*memLimit), true), "back under the gate: in the order of their ids")
+}
