@@ -113,7 +113,14 @@ func TestSlowBrokerRedeliversNothingIntegration(t *testing.T) {
 	log := zerolog.New(io.MultiWriter(&logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel)
 	// Leases that outlive renewals waiting behind slow writes.
 	r := startTableLog(t, proxy.URL(), group, tableConfig{idle: time.Hour,
-		consumer: runtable.ConsumerConfig{AckWait: ackWait, CheckpointInterval: time.Second}}, log, 30*time.Second)
+		consumer: runtable.ConsumerConfig{AckWait: ackWait, CheckpointInterval: time.Second},
+		// This test is about the ack wait's pacing, not about finding a
+		// connection cut off (bus's cut-off tests): with pings every 2 s
+		// a stall of the test process past three of them (9.5 s at
+		// once was measured beside CI) made the client take the
+		// connection as stale, and its replacement delivered again
+		// what the old one had in flight.
+		edit: func(c *config.Aggregator) { c.NATS.PingInterval = time.Minute }}, log, 30*time.Second)
 	r.waitOwns(r.parts)
 	proxy.SetLatency(300 * time.Millisecond)
 	// The runs of one partition: its checkpoint writes them one after
