@@ -237,6 +237,28 @@ func brokerAwayToExit(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *f
 	require.Zero(t, st.Left)
 }
 
+// killMidRun starts the `collector attach` binary on fs, writes the log's
+// pieces c[0]:c[1] and, once some of it was published, c[1]:c[2], and
+// SIGKILLs the collector at once or up to 200 ms later (while it reads
+// on). It returns the attach's state dir and a func that starts the
+// collector again with the same arguments.
+func killMidRun(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte, c []int) (stateDir string, again func() *binRun) {
+	t.Helper()
+	cfg := attachCfg(t, b, fs)
+	args := []string{"--log-level", "warn", "attach", "--pid", strconv.Itoa(fs.pid), "--log", fs.logPath,
+		"--host", "testhost", "--lane", "gpu0", "--nats-url", b.url, "--spool-dir", cfg.Spool.Dir,
+		"--state-dir", cfg.Attach.StateDir, "--source-dir", cfg.SourceDir}
+	env := []string{"GTTSPLIT_SAMPLE_SYS_ROOT=" + cfg.Sample.SysRoot}
+	r := startCollector(t, env, args...)
+	fs.writeLines(lines[c[0]:c[1]])
+	waitLines(t, fs, 1+rng.IntN(c[1]))
+	fs.writeLines(lines[c[1]:c[2]])
+	time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGKILL))
+	require.Equal(t, -1, r.wait(t), "killed")
+	return cfg.Attach.StateDir, func() *binRun { return startCollector(t, env, args...) }
+}
+
 // attachAsync runs Attach in this process.
 func attachAsync(ctx context.Context, t *testing.T, cfg config.Collector) <-chan error {
 	ch := make(chan error, 1)
@@ -453,54 +475,30 @@ func TestCollectorConservationIntegration(t *testing.T) {
 			require.NoError(t, waitErr(t, done, "attach"))
 		}},
 		{name: "collector SIGKILL mid-run and restart (`collector attach` binary, same --state-dir)", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
-			cfg := attachCfg(t, b, fs)
-			args := []string{"--log-level", "warn", "attach", "--pid", strconv.Itoa(fs.pid), "--log", fs.logPath,
-				"--host", "testhost", "--lane", "gpu0", "--nats-url", b.url, "--spool-dir", cfg.Spool.Dir,
-				"--state-dir", cfg.Attach.StateDir, "--source-dir", cfg.SourceDir}
-			env := []string{"GTTSPLIT_SAMPLE_SYS_ROOT=" + cfg.Sample.SysRoot}
 			// The last piece, written after the kill, holds a complete
 			// line besides the log's partial last one: that all complete
 			// lines were published then says the second collector
 			// attached, before the process exits (under load it may take
 			// longer to start than the first one took to read all).
 			c := cuts(rng, len(lines)-1, 3)
-			r := startCollector(t, env, args...)
-			fs.writeLines(lines[c[0]:c[1]])
-			waitLines(t, fs, 1+rng.IntN(c[1]))
-			// Killed at once, or while it reads on.
-			fs.writeLines(lines[c[1]:c[2]])
-			time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
-			require.NoError(t, r.cmd.Process.Signal(syscall.SIGKILL))
-			require.Equal(t, -1, r.wait(t), "killed")
+			_, again := killMidRun(t, rng, b, fs, lines, c)
 			fs.writeLines(lines[c[2]:])
-			r = startCollector(t, env, args...)
+			r := again()
 			waitLines(t, fs, len(lines)-1)
 			fs.exit()
 			require.Equal(t, 0, r.wait(t), r.stderr.String())
 		}},
 		{name: "collector SIGKILL, the process exits before the restart (`collector attach` binary, same --state-dir: the restart finishes the run)", drive: func(t *testing.T, rng *rand.Rand, b *conservationBroker, fs *fakeServer, lines [][]byte) {
-			cfg := attachCfg(t, b, fs)
-			args := []string{"--log-level", "warn", "attach", "--pid", strconv.Itoa(fs.pid), "--log", fs.logPath,
-				"--host", "testhost", "--lane", "gpu0", "--nats-url", b.url, "--spool-dir", cfg.Spool.Dir,
-				"--state-dir", cfg.Attach.StateDir, "--source-dir", cfg.SourceDir}
-			env := []string{"GTTSPLIT_SAMPLE_SYS_ROOT=" + cfg.Sample.SysRoot}
+			// The process writes the rest (the 4B log's partial last
+			// line too) and exits while no collector watches it.
 			c := cuts(rng, len(lines), 3)
-			r := startCollector(t, env, args...)
-			fs.writeLines(lines[c[0]:c[1]])
-			waitLines(t, fs, 1+rng.IntN(c[1]))
-			// Killed at once, or while it reads on; the process writes
-			// the rest (the 4B log's partial last line too) and exits
-			// while no collector watches it.
-			fs.writeLines(lines[c[1]:c[2]])
-			time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
-			require.NoError(t, r.cmd.Process.Signal(syscall.SIGKILL))
-			require.Equal(t, -1, r.wait(t), "killed")
+			stateDir, again := killMidRun(t, rng, b, fs, lines, c)
 			fs.writeLines(lines[c[2]:])
 			fs.exit()
-			r = startCollector(t, env, args...)
+			r := again()
 			require.Equal(t, 0, r.wait(t), r.stderr.String())
 			require.Contains(t, r.stderr.String(), "exited while no collector watched it")
-			_, err := os.Stat(filepath.Join(cfg.Attach.StateDir, sentLogName(fs.runID)))
+			_, err := os.Stat(filepath.Join(stateDir, sentLogName(fs.runID)))
 			require.True(t, os.IsNotExist(err), "the sent log is removed once the run finished")
 		}},
 	}
