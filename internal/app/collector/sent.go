@@ -29,10 +29,15 @@ type sentLog struct {
 	LastSample uint64                   `json:"last_sample_seq"`
 	Started    time.Time                `json:"started,omitzero"`
 
-	// Whose run it is (attach): a later attach finds by them the
+	// Whose run it is (attach): a later attach finds by it the
 	// unfinished run of a process that exited while no collector watched
-	// it (goneRuns). A log an earlier version wrote has none: its run is
-	// not found that way.
+	// it (goneRuns). A log an earlier version wrote does not say: its run
+	// is not found that way.
+	attachedRun
+}
+
+// attachedRun says whose run a sent log counts.
+type attachedRun struct {
 	RunID string `json:"run_id,omitempty"`
 	Host  string `json:"host,omitempty"`
 	PID   int    `json:"pid,omitempty"`
@@ -43,22 +48,14 @@ type sentLog struct {
 	Log string `json:"log,omitempty"`
 }
 
-// attachedRun says whose run the log counts.
-type attachedRun struct {
-	RunID, Host string
-	PID         int
-	StartTicks  uint64
-	Log         string
-}
-
 // identify records whose run the log counts; a log on disk that did not
 // say it yet (written by an earlier version, or of another process that
 // this run id now names) is saved at once.
 func (s *sentLog) identify(a attachedRun) error {
-	if s.RunID == a.RunID && s.Host == a.Host && s.PID == a.PID && s.StartTicks == a.StartTicks && s.Log == a.Log {
+	if s.attachedRun == a {
 		return nil
 	}
-	s.RunID, s.Host, s.PID, s.StartTicks, s.Log = a.RunID, a.Host, a.PID, a.StartTicks, a.Log
+	s.attachedRun = a
 	if s.path == "" || s.Started.IsZero() {
 		return nil // saved with the run's start
 	}
