@@ -313,8 +313,8 @@ func funcName(b []byte, sc *Scratch) string {
 	if k > j && b[k-1] == '~' {
 		k--
 	}
-	if k < e && b[k] != '~' || k+1 < e {
-		j = k
+	if id := b[k:e]; len(id) > 1 || len(id) == 1 && id[0] != '~' {
+		j = k // an identifier, not nothing or a lone "~"
 	}
 	return sc.str(b[j:e])
 }
