@@ -161,18 +161,13 @@ func TestExportPullsAgainAfterSilenceIntegration(t *testing.T) {
 	skipShort(t)
 	s := natstest.Start(t)
 	js := jsFor(t, s)
-	p, err := bus.NewPublisher(connect(t, s.ClientURL()), pubConfig(t), testLogger(t))
-	require.NoError(t, err)
-	evs := runEvents(t, "run-silent", 4)
-	publishAll(t, p, evs, newAcks())
-	require.NoError(t, p.Close(testCtx(t)))
-	waitMsgs(t, js, uint64(len(evs)))
+	evs := storedRun(t, s, js, "run-silent", 4)
 
 	proxy := natstest.StartProxy(t, s.Addr().String())
 	via := natstest.JetStream(t, proxy.URL())
 	var got []string
 	var held <-chan struct{}
-	_, err = bus.Export(testCtx(t), via, bus.DefaultStream, bus.Range{Batch: 2}, func(m bus.Msg) error {
+	_, err := bus.Export(testCtx(t), via, bus.DefaultStream, bus.Range{Batch: 2}, func(m bus.Msg) error {
 		d, err := m.Decode()
 		if err != nil {
 			return err
@@ -212,12 +207,7 @@ func TestExportLeavesNoConsumerIntegration(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { natstest.Shutdown(s) })
 	js := jsFor(t, s)
-	p, err := bus.NewPublisher(connect(t, s.ClientURL()), pubConfig(t), testLogger(t))
-	require.NoError(t, err)
-	evs := runEvents(t, "run-poll", 4)
-	publishAll(t, p, evs, newAcks())
-	require.NoError(t, p.Close(testCtx(t)))
-	waitMsgs(t, js, uint64(len(evs)))
+	evs := storedRun(t, s, js, "run-poll", 4)
 	for i := 0; i < 60; i++ {
 		require.Len(t, exportAll(t, js, bus.Range{}).ids, len(evs), "export %d", i+1)
 	}

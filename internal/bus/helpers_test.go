@@ -155,6 +155,20 @@ func publishAll(t testing.TB, p *bus.Publisher, evs []event.Event, a *acks) {
 	}
 }
 
+// storedRun publishes n events of a run to s (the stream js has) through
+// a publisher of its own, closes it, waits until the stream holds them,
+// and returns them.
+func storedRun(t testing.TB, s *server.Server, js jetstream.JetStream, runID string, n int) []event.Event {
+	t.Helper()
+	p, err := bus.NewPublisher(connect(t, s.ClientURL()), pubConfig(t), testLogger(t))
+	require.NoError(t, err)
+	evs := runEvents(t, runID, n)
+	publishAll(t, p, evs, newAcks())
+	require.NoError(t, p.Close(testCtx(t)))
+	waitMsgs(t, js, uint64(len(evs)))
+	return evs
+}
+
 // waitMsgs waits until the stream holds n messages.
 func waitMsgs(t testing.TB, js jetstream.JetStream, n uint64) {
 	t.Helper()
